@@ -1,0 +1,68 @@
+//! Wiring: builds the runtime, takes the data directory, starts every subsystem with a
+//! [`Shutdown`] handle, and on shutdown waits for them to drain. Holds no protocol logic itself.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::admin::AdminServer;
+use crate::config::Config;
+use crate::datadir::DataDirLock;
+use crate::metrics::{MetricsSource, ProcessMetrics};
+use crate::shutdown::{self, Shutdown};
+
+/// Runs the gateway until SIGINT/SIGTERM, then shuts down gracefully.
+pub fn serve(config: Config) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads())
+        .thread_name("tern-worker")
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let (trigger, shutdown) = shutdown::channel();
+        tokio::spawn(async move {
+            if let Err(err) = shutdown::watch_signals(trigger).await {
+                tracing::error!(%err, "cannot install signal handlers");
+            }
+        });
+        run(config, shutdown).await
+    })
+}
+
+/// Runs every subsystem until `shutdown` fires, then waits at most `shutdown.grace` for them.
+pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
+    let lock = DataDirLock::acquire(&config.data_dir)?;
+    tracing::info!(data_dir = %lock.path().display(), "data directory locked");
+
+    let sources: Vec<Arc<dyn MetricsSource>> = vec![Arc::new(ProcessMetrics::new())];
+    let admin = AdminServer::bind(config.admin.listen, sources).await?;
+    tracing::info!(
+        "admin endpoint listening on {}",
+        admin
+            .local_addr()
+            .context("admin listener has no address")?
+    );
+    let admin_task = tokio::spawn(admin.run(shutdown.clone()));
+
+    tracing::info!("tern {} ready", env!("CARGO_PKG_VERSION"));
+    shutdown.wait().await;
+
+    let grace = config.shutdown.grace.0;
+    if tokio::time::timeout(grace, admin_task).await.is_err() {
+        tracing::warn!(
+            ?grace,
+            "in-flight work did not finish within the grace period"
+        );
+    }
+    drop(lock);
+    tracing::info!("shutdown complete");
+    Ok(())
+}
+
+/// Worker threads: the core count, at most four (a Pi has four cores; more buys nothing here).
+fn worker_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get().min(4))
+        .unwrap_or(2)
+}

@@ -1,0 +1,301 @@
+//! tern's configuration: the serde structs with their defaults, loading from TOML, command-line
+//! overrides and the validation pass. Every key is documented, with its default, in
+//! `tern.example.toml` at the repository root; a test keeps the two equal.
+//!
+//! This module only describes settings; it never opens sockets or files other than the
+//! configuration file itself.
+
+mod units;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use units::{ByteSize, HumanDuration};
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("cannot read configuration file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: key `{key}`: {message}")]
+    Parse {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("invalid configuration: key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+    #[error("cannot print configuration: {0}")]
+    Print(#[from] toml::ser::Error),
+}
+
+/// The whole configuration of one gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Directory holding the log, cursors and the lock file.
+    pub data_dir: PathBuf,
+    pub mqtt: MqttConfig,
+    pub admin: AdminConfig,
+    pub logging: LoggingConfig,
+    pub shutdown: ShutdownConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./tern-data"),
+            mqtt: MqttConfig::default(),
+            admin: AdminConfig::default(),
+            logging: LoggingConfig::default(),
+            shutdown: ShutdownConfig::default(),
+        }
+    }
+}
+
+/// `[mqtt]`: the device-facing listener.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MqttConfig {
+    /// Address of the MQTT listener.
+    pub listen: SocketAddr,
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 1883)),
+        }
+    }
+}
+
+/// `[admin]`: the HTTP endpoint with `/healthz` and `/metrics`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address of the admin HTTP endpoint.
+    pub listen: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+        }
+    }
+}
+
+/// `[logging]`: diagnostics written to stderr.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoggingConfig {
+    /// Lowest level printed; `RUST_LOG` overrides it.
+    pub level: LogLevel,
+}
+
+/// A diagnostics level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Error,
+    Warn,
+    #[default]
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    /// The level's name as `tracing` filters spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Error => "error",
+            Self::Warn => "warn",
+            Self::Info => "info",
+            Self::Debug => "debug",
+            Self::Trace => "trace",
+        }
+    }
+}
+
+/// `[shutdown]`: how a SIGINT/SIGTERM is handled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShutdownConfig {
+    /// How long in-flight work may take to finish after the first signal before tern exits anyway.
+    pub grace: HumanDuration,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self {
+            grace: HumanDuration(std::time::Duration::from_secs(10)),
+        }
+    }
+}
+
+/// Settings given on the command line; each replaces the file's value when present.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    pub data_dir: Option<PathBuf>,
+    pub mqtt_listen: Option<SocketAddr>,
+    pub admin_listen: Option<SocketAddr>,
+}
+
+/// Loads `path` (or the built-in defaults when `None`), applies `overrides` and validates.
+pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let mut config = match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+            parse(&text, path)?
+        }
+        None => Config::default(),
+    };
+    config.apply(overrides);
+    config.validate()?;
+    Ok(config)
+}
+
+/// Parses TOML text; errors name the offending key by its dotted path.
+pub fn parse(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+    let deserializer = toml::Deserializer::new(text);
+    serde_path_to_error::deserialize(deserializer).map_err(|err| {
+        let key = err.path().to_string();
+        let inner = err.into_inner();
+        let message = inner.message().to_owned();
+        if key == "." || key.is_empty() {
+            ConfigError::Syntax {
+                path: origin.to_owned(),
+                message: inner.to_string().trim_end().to_owned(),
+            }
+        } else {
+            ConfigError::Parse {
+                path: origin.to_owned(),
+                key,
+                message,
+            }
+        }
+    })
+}
+
+impl Config {
+    fn apply(&mut self, overrides: &Overrides) {
+        if let Some(dir) = &overrides.data_dir {
+            self.data_dir = dir.clone();
+        }
+        if let Some(addr) = overrides.mqtt_listen {
+            self.mqtt.listen = addr;
+        }
+        if let Some(addr) = overrides.admin_listen {
+            self.admin.listen = addr;
+        }
+    }
+
+    /// Checks what types alone cannot: relations between keys and sensible ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        if self.mqtt.listen == self.admin.listen && self.mqtt.listen.port() != 0 {
+            return Err(invalid(
+                "admin.listen",
+                format!("{} is already the MQTT listener", self.admin.listen),
+            ));
+        }
+        if self.shutdown.grace.0.is_zero() {
+            return Err(invalid("shutdown.grace", "must be longer than zero"));
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML, as `tern config check` prints it.
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        Ok(toml::to_string_pretty(self)?)
+    }
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        message: message.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../../tern.example.toml");
+
+    #[test]
+    fn example_file_parses_to_the_defaults() {
+        let parsed = parse(EXAMPLE, Path::new("tern.example.toml")).expect("example parses");
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn printed_config_parses_back_identically() {
+        let config = Config::default();
+        let text = config.to_toml().expect("prints");
+        assert_eq!(parse(&text, Path::new("printed")).expect("parses"), config);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = parse(
+            "[mqtt]\nlisten = \"127.0.0.1:1\"\nlistn = 3\n",
+            Path::new("t.toml"),
+        )
+        .expect_err("unknown key");
+        let text = err.to_string();
+        assert!(text.contains("listn"), "{text}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let err = parse("[admin]\nlisten = \"nowhere\"\n", Path::new("t.toml")).expect_err("bad");
+        assert!(err.to_string().contains("admin.listen"), "{err}");
+        let err = parse("[shutdown]\ngrace = \"soon\"\n", Path::new("t.toml")).expect_err("bad");
+        assert!(err.to_string().contains("shutdown.grace"), "{err}");
+        let err = parse("[logging]\nlevel = \"loud\"\n", Path::new("t.toml")).expect_err("bad");
+        assert!(err.to_string().contains("logging.level"), "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_are_reported_not_panicked() {
+        let err = parse("[mqtt\nlisten=", Path::new("t.toml")).expect_err("syntax");
+        assert!(err.to_string().contains("t.toml"), "{err}");
+    }
+
+    #[test]
+    fn overrides_replace_file_values() {
+        let mut config = Config::default();
+        config.apply(&Overrides {
+            data_dir: Some(PathBuf::from("/d")),
+            mqtt_listen: Some("127.0.0.1:2".parse().expect("addr")),
+            admin_listen: None,
+        });
+        assert_eq!(config.data_dir, PathBuf::from("/d"));
+        assert_eq!(config.mqtt.listen.port(), 2);
+        assert_eq!(config.admin.listen.port(), 9090);
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let mut config = Config::default();
+        config.admin.listen = config.mqtt.listen;
+        let err = config.validate().expect_err("clash");
+        assert!(err.to_string().contains("admin.listen"), "{err}");
+    }
+}

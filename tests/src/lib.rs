@@ -1,0 +1,257 @@
+//! Harness for tern's end-to-end suites: builds and starts the real `tern` binary, waits until it
+//! is ready, talks HTTP to its admin endpoint, and cleans up its temporary data directories.
+//! Every process it starts is ended by its own PID when the handle drops.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// Path of the `tern` binary, built once per test process with the same cargo that runs the tests.
+pub fn tern_binary() -> anyhow::Result<PathBuf> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| build_tern().map_err(|err| format!("{err:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+fn build_tern() -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let workspace = workspace_root();
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "-p", "tern-gateway", "--bin", "tern"])
+        .current_dir(&workspace)
+        .status()
+        .context("cannot run cargo to build tern")?;
+    if !status.success() {
+        bail!("building tern failed: {status}");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"));
+    let binary = target.join("debug").join("tern");
+    if !binary.exists() {
+        bail!("tern binary missing at {} after building", binary.display());
+    }
+    Ok(binary)
+}
+
+/// The repository root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".."))
+}
+
+/// A temporary directory removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> anyhow::Result<Self> {
+        static COUNTER: Mutex<u32> = Mutex::new(0);
+        let n = {
+            let mut guard = COUNTER.lock().unwrap_or_else(|e| e.into_inner());
+            *guard += 1;
+            *guard
+        };
+        let path =
+            std::env::temp_dir().join(format!("tern-e2e-{label}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(Self(path))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `tern serve` process.
+#[derive(Debug)]
+pub struct Gateway {
+    child: Option<Child>,
+    pub admin: SocketAddr,
+    stderr: mpsc::Receiver<String>,
+    log: Vec<String>,
+}
+
+/// What [`Gateway::start`] runs: `tern serve` with these extra arguments.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    pub args: Vec<String>,
+}
+
+impl Gateway {
+    /// Starts `tern serve --data-dir DIR` on loopback port 0 and waits for its ready line.
+    pub fn start(data_dir: &Path, options: &ServeOptions) -> anyhow::Result<Self> {
+        let mut gateway = Self::spawn(data_dir, options)?;
+        gateway.wait_ready(Duration::from_secs(30))?;
+        Ok(gateway)
+    }
+
+    /// Starts `tern serve` without waiting for it to become ready.
+    pub fn spawn(data_dir: &Path, options: &ServeOptions) -> anyhow::Result<Self> {
+        let mut command = Command::new(tern_binary()?);
+        command
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args([
+                "--mqtt-listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .args(&options.args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().context("cannot start tern")?;
+        let stderr = child.stderr.take().context("tern has no stderr pipe")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Self {
+            child: Some(child),
+            admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+            stderr: rx,
+            log: Vec::new(),
+        })
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let line = self.next_line(deadline)?;
+            if let Some(addr) = line.split("admin endpoint listening on ").nth(1) {
+                self.admin = addr.trim().parse().context("admin address in log line")?;
+            }
+            if line.contains(" ready") && self.admin.port() != 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Waits for the next stderr line, failing at `deadline` or when tern exits.
+    fn next_line(&mut self, deadline: Instant) -> anyhow::Result<String> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.stderr.recv_timeout(left) {
+            Ok(line) => {
+                self.log.push(line.clone());
+                Ok(line)
+            }
+            Err(_) => bail!(
+                "tern not ready in time; stderr so far:\n{}",
+                self.log.join("\n")
+            ),
+        }
+    }
+
+    /// Everything tern wrote to stderr so far.
+    pub fn stderr_lines(&mut self) -> &[String] {
+        while let Ok(line) = self.stderr.try_recv() {
+            self.log.push(line);
+        }
+        &self.log
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends `signal` to this process (by its PID).
+    pub fn signal(&self, signal: i32) -> anyhow::Result<()> {
+        let pid = self.pid().context("tern already reaped")?;
+        let pid = i32::try_from(pid).context("pid out of range")?;
+        // SAFETY: kill has no memory-safety preconditions; the pid is our own child's.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            bail!("kill({pid}, {signal}): {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Waits for the process to exit, failing after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        let child = self.child.as_mut().context("tern already reaped")?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                self.child = None;
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!("tern did not exit within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `GET path` on the admin endpoint: (status, body).
+    pub fn admin_get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        http_get(self.admin, path)
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs `tern ARGS…` to completion: (exit status, stdout, stderr).
+pub fn run_tern(args: &[&str]) -> anyhow::Result<(ExitStatus, String, String)> {
+    let output = Command::new(tern_binary()?)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .context("cannot run tern")?;
+    Ok((
+        output.status,
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    ))
+}
+
+/// A minimal HTTP/1.1 GET: (status, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    let (head, body) = reply
+        .split_once("\r\n\r\n")
+        .context("no header end in reply")?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("no status in reply")?;
+    Ok((status, body.to_owned()))
+}

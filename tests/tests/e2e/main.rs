@@ -1,0 +1,3 @@
+//! End-to-end suites: each module drives the real `tern` binary as a user would.
+
+mod foundation;
