@@ -245,6 +245,25 @@ mod tests {
     }
 
     #[test]
+    fn board_configs_are_valid() {
+        let boards = [
+            (
+                "raspberry-pi-4",
+                include_str!("../../../boards/raspberry-pi-4/tern.toml"),
+            ),
+            (
+                "raspberry-pi-3",
+                include_str!("../../../boards/raspberry-pi-3/tern.toml"),
+            ),
+        ];
+        for (board, text) in boards {
+            let config = parse(text, Path::new(board)).expect("board config parses");
+            config.validate().expect("board config is valid");
+            assert_eq!(config.data_dir, PathBuf::from("/var/lib/tern"), "{board}");
+        }
+    }
+
+    #[test]
     fn printed_config_parses_back_identically() {
         let config = Config::default();
         let text = config.to_toml().expect("prints");

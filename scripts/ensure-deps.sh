@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what tern's test command needs when it is missing: idempotent, and quick when
+# everything is present. Called by tests/run; safe to run by hand (as root, or with sudo).
+set -euo pipefail
+
+# Debian packages, one group per purpose.
+packages=(
+  # ARM cross-builds with the distro toolchain (-Z build-std), run under QEMU user mode.
+  rustc-web cargo-web rust-web-src
+  gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross
+  qemu-user
+  # Firmware: lld links thumbv7m binaries; qemu-system-arm runs them.
+  lld qemu-system-arm
+  # Independent MQTT clients and a reference broker for tests and benchmarks.
+  mosquitto-clients mosquitto
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "ensure-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# rustfmt and clippy come with the rustup toolchain; say clearly if they are not there.
+for tool in rustfmt cargo-clippy; do
+  command -v "$tool" >/dev/null || { echo "ensure-deps: $tool is missing (rustup component add ${tool#cargo-})" >&2; exit 1; }
+done
+echo "ensure-deps: all present"
