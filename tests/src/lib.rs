@@ -116,7 +116,21 @@ impl Gateway {
                 "--admin-listen",
                 "127.0.0.1:0",
             ])
-            .args(&options.args)
+            .args(&options.args);
+        Self::spawn_command(command)
+    }
+
+    /// Starts exactly `tern ARGS…` in `cwd` (no flags added) and waits for its ready line.
+    pub fn start_exact(cwd: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        let mut command = Command::new(tern_binary()?);
+        command.args(args).current_dir(cwd);
+        let mut gateway = Self::spawn_command(command)?;
+        gateway.wait_ready(Duration::from_secs(30))?;
+        Ok(gateway)
+    }
+
+    fn spawn_command(mut command: Command) -> anyhow::Result<Self> {
+        command
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -25,6 +25,20 @@ fn serve_with_no_arguments_uses_the_embedded_defaults() -> anyhow::Result<()> {
     assert!(status.success(), "{stderr}");
     assert!(stdout.contains("./tern-data"), "{stdout}");
     assert!(stdout.contains("127.0.0.1:9090"), "{stdout}");
+
+    // Exactly `tern serve`: the default admin port answers and ./tern-data appears in the cwd.
+    // This is the only test that uses the default ports.
+    let cwd = TempDir::new("defaults")?;
+    let mut gateway = Gateway::start_exact(cwd.path(), &["serve"])?;
+    assert_eq!(gateway.admin.to_string(), "127.0.0.1:9090");
+    let (status, body) = gateway.admin_get("/healthz")?;
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    let (status, body) = gateway.admin_get("/metrics")?;
+    assert_eq!(status, 200);
+    assert!(body.contains("tern_uptime_seconds"), "{body}");
+    assert!(cwd.path().join("tern-data").join("LOCK").is_file());
+    gateway.signal(libc::SIGTERM)?;
+    assert_eq!(gateway.wait_exit(Duration::from_secs(10))?.code(), Some(0));
     Ok(())
 }
 
