@@ -9,7 +9,7 @@ use crate::admin::AdminServer;
 use crate::config::Config;
 use crate::datadir::DataDirLock;
 use crate::metrics::{MetricsSource, ProcessMetrics};
-use crate::shutdown::{self, Shutdown};
+use crate::shutdown::{self, Shutdown, Signals};
 
 /// Runs the gateway until SIGINT/SIGTERM, then shuts down gracefully.
 pub fn serve(config: Config) -> anyhow::Result<()> {
@@ -21,11 +21,8 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let (trigger, shutdown) = shutdown::channel();
-        tokio::spawn(async move {
-            if let Err(err) = shutdown::watch_signals(trigger).await {
-                tracing::error!(%err, "cannot install signal handlers");
-            }
-        });
+        let signals = Signals::install().context("cannot install signal handlers")?;
+        tokio::spawn(signals.watch(trigger));
         run(config, shutdown).await
     })
 }

@@ -44,23 +44,42 @@ impl Shutdown {
     }
 }
 
-/// Triggers `trigger` on the first SIGINT/SIGTERM and exits the process on the second.
-pub async fn watch_signals(trigger: ShutdownTrigger) -> std::io::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    tokio::select! {
-        _ = interrupt.recv() => {}
-        _ = terminate.recv() => {}
+/// SIGINT and SIGTERM handlers, installed before anything reports readiness so that a signal
+/// sent right after the ready line is never lost to the default (killing) disposition.
+#[derive(Debug)]
+pub struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers; must run inside the tokio runtime.
+    pub fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
     }
-    tracing::info!("shutdown requested; finishing in-flight work (a second signal exits at once)");
-    trigger.trigger();
-    tokio::select! {
-        _ = interrupt.recv() => {}
-        _ = terminate.recv() => {}
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
     }
-    tracing::warn!("second signal: exiting without finishing in-flight work");
-    std::process::exit(FORCED_EXIT_CODE);
+
+    /// Triggers `trigger` on the first signal and exits the process on the second.
+    pub async fn watch(mut self, trigger: ShutdownTrigger) {
+        self.next().await;
+        tracing::info!(
+            "shutdown requested; finishing in-flight work (a second signal exits at once)"
+        );
+        trigger.trigger();
+        self.next().await;
+        tracing::warn!("second signal: exiting without finishing in-flight work");
+        std::process::exit(FORCED_EXIT_CODE);
+    }
 }
 
 #[cfg(test)]
