@@ -7,6 +7,7 @@
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
+pub mod device;
 pub mod mqtt;
 pub mod reading;
 
