@@ -19,7 +19,11 @@ fn main() {
     };
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     // Boards live beside the gateway's boards at the repository root: boards/<board>/memory.x.
-    let memory = manifest.join("..").join("boards").join(board).join("memory.x");
+    let memory = manifest
+        .join("..")
+        .join("boards")
+        .join(board)
+        .join("memory.x");
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default());
     if let Err(err) = std::fs::copy(&memory, out.join("memory.x")) {
         panic!("cannot copy {}: {err}", memory.display());

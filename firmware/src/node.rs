@@ -14,8 +14,8 @@ use tern_shared::{READING_MAX_ENCODED_LEN, Reading};
 use crate::board::Uart;
 use crate::clock::Millis;
 
-/// Readings kept while the broker is away; at 200 ms per sample, about 6 seconds.
-pub const BACKLOG: usize = 32;
+/// Readings kept while the broker is away: 64 of 32 bytes, about 13 s at 200 ms per sample.
+pub const BACKLOG: usize = 64;
 const FIRST_BACKOFF_MS: u32 = 250;
 const MAX_BACKOFF_MS: u32 = 4_000;
 const TOPIC_LEN: usize = 40;
@@ -161,6 +161,7 @@ impl<'a> Node<'a> {
                 Err(err) => {
                     warn!("reading {=u32} not acknowledged: {}", reading.sequence, err);
                     self.next_connect_ms = self.clock().now_ms() + u64::from(self.backoff_ms);
+                    return;
                 }
             }
             self.sample_due();

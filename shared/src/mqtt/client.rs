@@ -204,8 +204,12 @@ where
         if !self.connected {
             return Err(ClientError::NotConnected);
         }
-        while self.read_available()? {}
-        while self.next_incoming()?.is_some() {}
+        loop {
+            while self.next_incoming()?.is_some() {}
+            if !self.read_available()? {
+                break;
+            }
+        }
         let idle_ms = self.clock.now_ms().saturating_sub(self.last_sent_ms);
         let ping_after_ms = u64::from(self.config.keep_alive_s) * 500;
         if ping_after_ms > 0 && idle_ms >= ping_after_ms {
