@@ -18,16 +18,25 @@ pub fn reading_topic<const N: usize>(device_id: u32) -> Option<heapless::String<
     Some(topic)
 }
 
-/// Topic a device publishes its status (drop counter) to.
-pub fn status_topic<const N: usize>(device_id: u32) -> Option<heapless::String<N>> {
-    let mut topic = heapless::String::new();
-    core::fmt::write(&mut topic, format_args!("sensors/{device_id}/status")).ok()?;
-    Some(topic)
-}
-
 /// Topic filter a device subscribes to for commands.
 pub fn command_topic<const N: usize>(device_id: u32) -> Option<heapless::String<N>> {
     let mut topic = heapless::String::new();
     core::fmt::write(&mut topic, format_args!("sensors/{device_id}/command")).ok()?;
     Some(topic)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn device_topics_name_the_device() {
+        assert_eq!(
+            super::reading_topic::<32>(7).as_deref(),
+            Some("sensors/7/reading")
+        );
+        assert_eq!(
+            super::command_topic::<32>(4_294_967_295).as_deref(),
+            Some("sensors/4294967295/command")
+        );
+        assert_eq!(super::reading_topic::<8>(7), None);
+    }
 }
