@@ -106,6 +106,8 @@ impl Reading {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn sample() -> Reading {
@@ -193,5 +195,43 @@ mod tests {
             sample().encode(&mut buf).map(|b| b.len()),
             Err(EncodeError::BufferTooSmall { capacity: 4 })
         );
+    }
+
+    proptest! {
+        #[test]
+        fn any_payload_decodes_or_errors_without_panicking(
+            payload in proptest::collection::vec(any::<u8>(), 0..48)
+        ) {
+            // postcard accepts overlong varints, so a decoded payload need not be canonical:
+            // re-encoding gives the canonical (never longer) form of the same reading.
+            if let Ok(reading) = Reading::decode(&payload) {
+                let mut buf = [0u8; READING_MAX_ENCODED_LEN];
+                let len = reading.encode(&mut buf).map(|b| b.len()).unwrap_or(0);
+                prop_assert!(len > 0 && len <= payload.len());
+                prop_assert_eq!(Reading::decode(&buf[..len]), Ok(reading));
+            }
+        }
+
+        #[test]
+        fn every_reading_round_trips(
+            ids in any::<(u32, u32, u64, u32)>(),
+            values in any::<(i16, u16, u16)>(),
+        ) {
+            let reading = Reading {
+                device_id: ids.0,
+                sequence: ids.1,
+                uptime_ms: ids.2,
+                dropped: ids.3,
+                values: SensorValues {
+                    temperature_centi_c: values.0,
+                    humidity_centi_pct: values.1,
+                    supply_mv: values.2,
+                },
+            };
+            let mut buf = [0u8; READING_MAX_ENCODED_LEN];
+            let len = reading.encode(&mut buf).map(|b| b.len());
+            prop_assert!(len.is_ok());
+            prop_assert_eq!(Reading::decode(&buf[..len.unwrap_or(0)]), Ok(reading));
+        }
     }
 }
