@@ -66,14 +66,16 @@ device_id_of() {
 }
 
 responder_pid=""
+# Ends the loopback responder this script started (by its PID), if it still runs.
 stop_responder() {
   if [ -n "$responder_pid" ] && kill -0 "$responder_pid" 2>/dev/null; then
     kill "$responder_pid" 2>/dev/null || true
   fi
   responder_pid=""
 }
-trap stop_responder EXIT
 
+# Boots one board; progress goes to stderr, and the last line on stdout is `stack=BYTES`.
+# It runs as an `if` condition, where `set -e` is off: every check returns explicitly.
 smoke() {
   local board=$1 elf=$2 device_id=$3
   local dir="$root/firmware/target/smoke/$board"
@@ -82,10 +84,12 @@ smoke() {
     --drop-after "$DROP_AT" --halt-after "$READINGS" --timeout "$QEMU_TIMEOUT" \
     2>"$dir/responder.log" &
   responder_pid=$!
+  # smoke runs in a command substitution (a subshell): end the responder when it exits.
+  trap stop_responder EXIT
   for _ in $(seq 100); do [ -s "$dir/port" ] && break; sleep 0.1; done
   [ -s "$dir/port" ] || { echo "firmware: responder did not start" >&2; return 1; }
   local port
-  port=$(cat "$dir/port")
+  port=$(cat "$dir/port") || return 1
   local status=0
   timeout "$QEMU_TIMEOUT" qemu-system-arm -machine "$board" -display none -monitor none \
     -semihosting-config enable=on,target=native \
@@ -93,11 +97,11 @@ smoke() {
     -kernel "$elf" >"$dir/defmt.bin" 2>"$dir/qemu.log" || status=$?
   wait "$responder_pid" || true
   responder_pid=""
-  cat "$dir/responder.log"
+  cat "$dir/responder.log" >&2
   [ "$status" -eq 0 ] || { echo "firmware: $board: QEMU exited with $status" >&2; cat "$dir/qemu.log" >&2; return 1; }
   python3 tests/firmware/responder.py check --record "$dir/readings.jsonl" \
-    --device-id "$device_id" --min-readings "$READINGS"
-  defmt-print -e "$elf" <"$dir/defmt.bin" >"$dir/log.txt"
+    --device-id "$device_id" --min-readings "$READINGS" >&2 || return 1
+  defmt-print -e "$elf" <"$dir/defmt.bin" >"$dir/log.txt" || return 1
   local expected=(
     "INFO  tern firmware [0-9.]+ on $board: device $device_id, period [0-9]+ ms"
     "INFO  connected to broker"
@@ -114,7 +118,7 @@ smoke() {
       return 1
     }
   done
-  echo "firmware: $board: defmt log decoded, $(wc -l <"$dir/log.txt") lines, expected lines present"
+  echo "firmware: $board: defmt log decoded, $(wc -l <"$dir/log.txt") lines, expected lines present" >&2
   sed -nE 's/.*stack high-water mark ([0-9]+) bytes.*/stack=\1/p' "$dir/log.txt" | tail -1
 }
 
@@ -137,7 +141,7 @@ for board in "${boards[@]}"; do
   echo "===== firmware $board"
   build "$board"
   elf="firmware/target/elf/$board.elf"
-  if stack=$(smoke "$board" "$elf" "$device_id" | tee /dev/stderr | sed -n 's/^stack=//p') &&
+  if stack=$(smoke "$board" "$elf" "$device_id" | sed -n 's/^stack=//p') && [ -n "$stack" ] &&
     check_budget "$board" "$elf" "$stack"; then
     echo "firmware: $board ok"
   else
