@@ -1,0 +1,221 @@
+//! The sensor node's behaviour: sample every period into the backlog, publish the backlog oldest
+//! first at QoS 1 to `sensors/{device_id}/reading`, and reconnect with exponential backoff when
+//! the broker stops answering; a `halt` command on `sensors/{device_id}/command` ends the run.
+//!
+//! It owns the policy, not the mechanics: MQTT framing is in `tern_shared::mqtt`, the backlog
+//! and the simulated sensor in `tern_shared::device`. It must never forget a reading before its
+//! PUBACK arrived, except by the backlog's counted drop-oldest when it is full.
+
+use heapless::String;
+use tern_shared::device::{Backlog, simulate};
+use tern_shared::mqtt::{self, Client, ClientConfig, QoS};
+use tern_shared::{READING_MAX_ENCODED_LEN, Reading};
+
+use crate::board::Uart;
+use crate::clock::Millis;
+
+/// Readings kept while the broker is away: 64 of 32 bytes, about 13 s at 200 ms per sample.
+pub const BACKLOG: usize = 64;
+const FIRST_BACKOFF_MS: u32 = 250;
+const MAX_BACKOFF_MS: u32 = 4_000;
+const TOPIC_LEN: usize = 40;
+
+/// Connection timing handed to the MQTT client.
+pub fn client_config(client_id: &str) -> ClientConfig<'_> {
+    ClientConfig {
+        client_id,
+        keep_alive_s: 30,
+        ack_timeout_ms: 500,
+        max_retries: 2,
+    }
+}
+
+/// Why `Node::run` returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The broker sent `halt` on the command topic.
+    Halted,
+    /// A topic name did not fit its buffer (a device id cannot make it that long).
+    TopicTooLong,
+}
+
+/// One sensor node.
+#[derive(Debug)]
+pub struct Node<'a> {
+    client: Client<'a, Uart, Millis, 128, 128, 16>,
+    device_id: u32,
+    period_ms: u32,
+    backlog: Backlog<BACKLOG>,
+    next_sample_ms: u64,
+    next_connect_ms: u64,
+    backoff_ms: u32,
+}
+
+impl<'a> Node<'a> {
+    pub fn new(
+        link: Uart,
+        clock: Millis,
+        client_id: &'a str,
+        device_id: u32,
+        period_ms: u32,
+    ) -> Self {
+        Node {
+            client: Client::new(link, clock, client_config(client_id)),
+            device_id,
+            period_ms,
+            backlog: Backlog::new(),
+            next_sample_ms: clock.now_ms(),
+            next_connect_ms: 0,
+            backoff_ms: FIRST_BACKOFF_MS,
+        }
+    }
+
+    /// Runs until a `halt` command arrives.
+    pub fn run(&mut self) -> Stop {
+        let (Some(reading_topic), Some(command_topic)) = (
+            mqtt::reading_topic::<TOPIC_LEN>(self.device_id),
+            mqtt::command_topic::<TOPIC_LEN>(self.device_id),
+        ) else {
+            return Stop::TopicTooLong;
+        };
+        loop {
+            self.sample_due();
+            if !self.client.is_connected() {
+                self.try_connect(&command_topic);
+            }
+            self.drain(&reading_topic);
+            if self.serve_commands() {
+                return Stop::Halted;
+            }
+            self.clock().sleep_until(self.wake_at());
+        }
+    }
+
+    fn clock(&self) -> Millis {
+        *self.client.clock()
+    }
+
+    /// Takes every sample that is due (several, if publishing kept the node busy past a period).
+    fn sample_due(&mut self) {
+        let now = self.clock().now_ms();
+        while self.next_sample_ms <= now {
+            let sequence = self.backlog.next_sequence();
+            let values = simulate(self.device_id, sequence);
+            // Stamped with the scheduled instant, so late samples keep their period spacing.
+            let reading = self
+                .backlog
+                .record(self.device_id, self.next_sample_ms, values);
+            if reading.dropped > 0 && self.backlog.len() == BACKLOG {
+                warn!(
+                    "backlog full: {=u32} readings dropped so far",
+                    reading.dropped
+                );
+            }
+            self.next_sample_ms += u64::from(self.period_ms);
+        }
+    }
+
+    fn try_connect(&mut self, command_topic: &str) {
+        let now = self.clock().now_ms();
+        if now < self.next_connect_ms {
+            return;
+        }
+        let connected = self
+            .client
+            .connect()
+            .and_then(|()| self.client.subscribe(command_topic));
+        match connected {
+            Ok(()) => {
+                info!(
+                    "connected to broker, {=usize} readings waiting",
+                    self.backlog.len()
+                );
+                self.backoff_ms = FIRST_BACKOFF_MS;
+            }
+            Err(err) => {
+                warn!(
+                    "connect failed ({}); retry in {=u32} ms",
+                    err, self.backoff_ms
+                );
+                self.next_connect_ms = now + u64::from(self.backoff_ms);
+                self.backoff_ms = (self.backoff_ms * 2).min(MAX_BACKOFF_MS);
+            }
+        }
+    }
+
+    /// Publishes the backlog oldest first; stops at the first failure (the client is then
+    /// disconnected and the reading stays for the next connection).
+    fn drain(&mut self, topic: &str) {
+        while self.client.is_connected() {
+            let Some(reading) = self.backlog.oldest().copied() else {
+                return;
+            };
+            match self.publish(topic, &reading) {
+                Ok(()) => {
+                    self.backlog.acknowledge_oldest();
+                    info!(
+                        "reading {=u32} acknowledged (dropped {=u32})",
+                        reading.sequence, reading.dropped
+                    );
+                }
+                Err(err) => {
+                    warn!("reading {=u32} not acknowledged: {}", reading.sequence, err);
+                    self.next_connect_ms = self.clock().now_ms() + u64::from(self.backoff_ms);
+                    return;
+                }
+            }
+            self.sample_due();
+        }
+    }
+
+    fn publish(
+        &mut self,
+        topic: &str,
+        reading: &Reading,
+    ) -> Result<(), mqtt::ClientError<crate::uart::UartError>> {
+        let mut buf = [0u8; READING_MAX_ENCODED_LEN];
+        // A READING_MAX_ENCODED_LEN buffer always holds a reading.
+        let payload = reading.encode(&mut buf).map_or(&[][..], |p| &*p);
+        self.client.publish(topic, payload, QoS::AtLeastOnce)
+    }
+
+    /// Keeps the connection alive and handles commands; true when `halt` arrived.
+    fn serve_commands(&mut self) -> bool {
+        if !self.client.is_connected() {
+            return false;
+        }
+        if let Err(err) = self.client.poll() {
+            warn!("connection lost: {}", err);
+            return false;
+        }
+        match self.client.take_command() {
+            Some(command) if command.as_slice() == b"halt" => {
+                info!("halting on command");
+                // Best effort: the broker may already be gone.
+                let _ = self.client.disconnect();
+                true
+            }
+            Some(command) => {
+                warn!("unknown command of {=usize} bytes ignored", command.len());
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// When to wake: the next sample, or the next connection attempt if that comes first.
+    fn wake_at(&self) -> u64 {
+        if self.client.is_connected() {
+            self.next_sample_ms
+        } else {
+            self.next_sample_ms.min(self.next_connect_ms)
+        }
+    }
+}
+
+/// The client id, `tern-{device_id}`.
+pub fn client_id(device_id: u32) -> Option<String<16>> {
+    let mut id = String::new();
+    core::fmt::write(&mut id, format_args!("tern-{device_id}")).ok()?;
+    Some(id)
+}

@@ -1,0 +1,42 @@
+//! MQTT 3.1.1 for constrained devices: the packet codec and a blocking client over
+//! `embedded-io`.
+//!
+//! This module owns the device's side of MQTT only (QoS 0 and 1, one subscription, no will, no
+//! credentials). It must never allocate and never depend on an operating system; the gateway's
+//! server side lives in the gateway and is checked against these bytes by a host test.
+
+pub mod client;
+pub mod packet;
+
+pub use client::{Awaiting, Client, ClientConfig, ClientError, Clock};
+pub use packet::{Connect, DecodeError, EncodeError, Packet, Publish, QoS, decode};
+
+/// Topic a device publishes its readings to.
+pub fn reading_topic<const N: usize>(device_id: u32) -> Option<heapless::String<N>> {
+    let mut topic = heapless::String::new();
+    core::fmt::write(&mut topic, format_args!("sensors/{device_id}/reading")).ok()?;
+    Some(topic)
+}
+
+/// Topic filter a device subscribes to for commands.
+pub fn command_topic<const N: usize>(device_id: u32) -> Option<heapless::String<N>> {
+    let mut topic = heapless::String::new();
+    core::fmt::write(&mut topic, format_args!("sensors/{device_id}/command")).ok()?;
+    Some(topic)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn device_topics_name_the_device() {
+        assert_eq!(
+            super::reading_topic::<32>(7).as_deref(),
+            Some("sensors/7/reading")
+        );
+        assert_eq!(
+            super::command_topic::<32>(4_294_967_295).as_deref(),
+            Some("sensors/4294967295/command")
+        );
+        assert_eq!(super::reading_topic::<8>(7), None);
+    }
+}

@@ -1,0 +1,196 @@
+//! Harness for the sensor firmware: builds it for a board with the distro toolchain (the same
+//! commands as `scripts/firmware.sh`), boots it in `qemu-system-arm` with its UART on a TCP
+//! connection to an MQTT server, and decodes its defmt log with `defmt-print`.
+//! Every QEMU it starts is ended by its own PID when the handle drops.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::workspace_root;
+
+/// A board the firmware supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Board {
+    Lm3s6965evb,
+    Mps2An385,
+}
+
+impl Board {
+    pub const ALL: [Board; 2] = [Board::Lm3s6965evb, Board::Mps2An385];
+
+    /// The cargo feature, QEMU machine and `boards/` directory name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Board::Lm3s6965evb => "lm3s6965evb",
+            Board::Mps2An385 => "mps2-an385",
+        }
+    }
+
+    /// The device id a default build publishes as (`TERN_DEVICE_ID` unset).
+    pub fn device_id(self) -> u32 {
+        match self {
+            Board::Lm3s6965evb => 1,
+            Board::Mps2An385 => 2,
+        }
+    }
+}
+
+/// Builds the release firmware for `board` (semihosting logging) and returns a copy of its ELF
+/// at `firmware/target/elf/<board>.elf`. Builds are serialised: both boards share one target dir.
+pub fn build(board: Board) -> anyhow::Result<PathBuf> {
+    static BUILD: Mutex<()> = Mutex::new(());
+    let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let firmware = workspace_root().join("firmware");
+    let path = format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let status = Command::new("/usr/bin/cargo")
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--quiet",
+            "--no-default-features",
+        ])
+        .arg("--features")
+        .arg(format!("{},semihosting", board.name()))
+        .current_dir(&firmware)
+        .env("PATH", path)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env("CARGO_TARGET_DIR", firmware.join("target"))
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("RUSTC")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .status()
+        .context(
+            "cannot run Debian's cargo (/usr/bin/cargo; scripts/ensure-deps.sh installs it)",
+        )?;
+    if !status.success() {
+        bail!(
+            "building the firmware for {} failed: {status}",
+            board.name()
+        );
+    }
+    let built = firmware.join("target/thumbv7m-none-eabi/release/tern-firmware");
+    let elf_dir = firmware.join("target/elf");
+    std::fs::create_dir_all(&elf_dir)?;
+    let elf = elf_dir.join(format!("{}.elf", board.name()));
+    std::fs::copy(&built, &elf).with_context(|| format!("copying {}", built.display()))?;
+    Ok(elf)
+}
+
+/// A running `qemu-system-arm` with the firmware.
+#[derive(Debug)]
+pub struct Qemu {
+    child: Option<Child>,
+    elf: PathBuf,
+    defmt: PathBuf,
+}
+
+impl Qemu {
+    /// Boots `elf` on `board` with UART0 connected to `mqtt` (QEMU reconnects a second after the
+    /// server closes the connection). defmt frames are collected in `dir/defmt.bin`.
+    pub fn boot(board: Board, elf: &Path, mqtt: SocketAddr, dir: &Path) -> anyhow::Result<Self> {
+        let defmt = dir.join(format!("{}-defmt.bin", board.name()));
+        let stdout = std::fs::File::create(&defmt)?;
+        let stderr = std::fs::File::create(dir.join(format!("{}-qemu.log", board.name())))?;
+        let child = Command::new("qemu-system-arm")
+            .args([
+                "-machine",
+                board.name(),
+                "-display",
+                "none",
+                "-monitor",
+                "none",
+            ])
+            .args(["-semihosting-config", "enable=on,target=native"])
+            .arg("-serial")
+            .arg(format!("tcp:{mqtt},reconnect=1"))
+            .arg("-kernel")
+            .arg(elf)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .context("cannot start qemu-system-arm (scripts/ensure-deps.sh installs it)")?;
+        Ok(Self {
+            child: Some(child),
+            elf: elf.to_path_buf(),
+            defmt,
+        })
+    }
+
+    /// Waits for QEMU to exit (the firmware exits it on `halt`), failing after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        let child = self.child.as_mut().context("QEMU already reaped")?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                self.child = None;
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!("QEMU did not exit within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The defmt log so far, decoded by `defmt-print` into text lines.
+    pub fn log(&self) -> anyhow::Result<String> {
+        let input = std::fs::File::open(&self.defmt)?;
+        let output = Command::new(defmt_print()?)
+            .arg("-e")
+            .arg(&self.elf)
+            .stdin(input)
+            .output()
+            .context("cannot run defmt-print")?;
+        if !output.status.success() {
+            bail!(
+                "defmt-print failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+}
+
+impl Drop for Qemu {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `defmt-print`, installed with `cargo install defmt-print --locked` when it is missing.
+pub fn defmt_print() -> anyhow::Result<PathBuf> {
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    let cargo_bin = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")))
+        .map(|home| home.join("bin").join("defmt-print"));
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("defmt-print"))
+            .find(|candidate| candidate.is_file())
+    });
+    if let Some(found) = on_path.or(cargo_bin.clone().filter(|p| p.is_file())) {
+        return Ok(found);
+    }
+    let status = Command::new("cargo")
+        .args(["install", "defmt-print", "--locked", "--quiet"])
+        .env_remove("CARGO_TARGET_DIR")
+        .status()
+        .context("cannot run cargo install defmt-print")?;
+    match cargo_bin {
+        Some(path) if status.success() && path.is_file() => Ok(path),
+        _ => bail!("cargo install defmt-print failed: {status}"),
+    }
+}
