@@ -13,6 +13,8 @@ packages=(
   lld qemu-system-arm
   # Independent MQTT clients and a reference broker for tests and benchmarks.
   mosquitto-clients mosquitto
+  # Test helpers (firmware responder, ELF size reader).
+  python3
 )
 
 missing=()
@@ -32,4 +34,9 @@ fi
 for tool in rustfmt cargo-clippy; do
   command -v "$tool" >/dev/null || { echo "ensure-deps: $tool is missing (rustup component add ${tool#cargo-})" >&2; exit 1; }
 done
+# defmt-print decodes the firmware's defmt log in the firmware suites.
+if ! command -v defmt-print >/dev/null; then
+  echo "ensure-deps: installing defmt-print"
+  cargo install --quiet --locked defmt-print
+fi
 echo "ensure-deps: all present"
