@@ -1,0 +1,1 @@
+//! Operator tools over a log directory: dump, verify, topics.
