@@ -166,6 +166,13 @@ impl LogConfig {
         if self.sync_interval.0.is_zero() {
             return bad("sync_interval", "must be longer than zero");
         }
+        let retention = self.retention.bytes.0;
+        if retention != 0 && retention < self.segment_bytes.0 {
+            return bad(
+                "retention.bytes",
+                "must be 0 (no limit) or at least segment_bytes",
+            );
+        }
         if self.max_open_files < 2 {
             return bad("max_open_files", "must be at least 2");
         }

@@ -124,6 +124,12 @@ fn replay(bytes: &[u8]) -> (BTreeMap<Key, u64>, u64) {
     (map, valid)
 }
 
+/// For `tern log verify`: (positions, length of the valid prefix; 0 if no valid header).
+pub fn replay_for_tools(bytes: &[u8]) -> (usize, u64) {
+    let (map, valid) = replay(bytes);
+    (map.len(), valid)
+}
+
 fn apply(map: &mut BTreeMap<Key, u64>, update: Update) {
     match update {
         Update::Set(key, offset) => {

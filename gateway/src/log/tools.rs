@@ -1,1 +1,0 @@
-//! Operator tools over a log directory: dump, verify, topics.
