@@ -160,7 +160,9 @@ impl Partition {
                 continue;
             }
             if len > MAX_BATCH_LEN as u64 {
-                let _ = request.reply.send(Err(self.invalid("batch larger than 16 MiB")));
+                let _ = request
+                    .reply
+                    .send(Err(self.invalid("batch larger than 16 MiB")));
                 continue;
             }
             let start = self.lock().active.len + group.estimate;
@@ -213,7 +215,9 @@ impl Partition {
         batch::encode_batch(group.base, generation, &group.records, &mut buf);
         let path = segment::log_path(&self.dir, base);
         let counters = &self.shared.counters;
-        let written = file.write_at(pos, &buf).map_err(|e| LogError::io("write", &path, e));
+        let written = file
+            .write_at(pos, &buf)
+            .map_err(|e| LogError::io("write", &path, e));
         counters.wrote(buf.len());
         let synced = written.and_then(|()| {
             if self.settings.durability == Durability::Sync {
@@ -230,7 +234,12 @@ impl Partition {
             return Err(err);
         }
         let count = group.records.len() as u64;
-        let max_ts = group.records.iter().map(|r| r.timestamp_ms).max().unwrap_or(i64::MIN);
+        let max_ts = group
+            .records
+            .iter()
+            .map(|r| r.timestamp_ms)
+            .max()
+            .unwrap_or(i64::MIN);
         let end = {
             let mut st = self.lock();
             let rel = u32::try_from(group.base - st.active.base).unwrap_or(u32::MAX);

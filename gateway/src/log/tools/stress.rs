@@ -117,7 +117,10 @@ async fn open_loop(log: &Log, options: &StressOptions) -> anyhow::Result<serde_j
     }
     let elapsed = started.elapsed().as_secs_f64();
     let after = log.stats();
-    let mut l = latencies.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let mut l = latencies
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     l.sort();
     let pct = |p: f64| {
         let i = ((l.len() as f64 * p) as usize).min(l.len().saturating_sub(1));
