@@ -223,7 +223,7 @@ impl Partition {
             View::Sealed { index, .. } => {
                 let parsed = index
                     .as_ref()
-                    .and_then(|file| IndexView::parse(file.bytes(), false).ok());
+                    .and_then(|file| IndexView::parse_trusted(file.bytes(), false).ok());
                 match parsed {
                     Some(v) => f(v.len(), &|i| v.offset_entry(i)),
                     None => f(0, &|_| None),
@@ -409,7 +409,7 @@ impl Partition {
                 let file = self.shared.cache.get(&path).ok();
                 let parsed = file
                     .as_ref()
-                    .and_then(|f| IndexView::parse(f.bytes(), true).ok());
+                    .and_then(|f| IndexView::parse_trusted(f.bytes(), true).ok());
                 parsed
                     .and_then(|v| index::seek_time(v.len(), |i| v.time_entry(i), ts))
                     .unwrap_or(0)

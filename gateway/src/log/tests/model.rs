@@ -456,3 +456,107 @@ fn the_real_file_system_round_trips_through_mapped_segments() {
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[derive(Debug, Clone)]
+enum CursorOp {
+    Commit {
+        name: u8,
+        partition: u32,
+        offset: u64,
+    },
+    Remove {
+        name: u8,
+    },
+    Reopen,
+}
+
+fn cursor_op() -> impl Strategy<Value = CursorOp> {
+    prop_oneof![
+        6 => (0u8..4, 0u32..3, any::<u64>()).prop_map(|(name, partition, offset)| CursorOp::Commit { name, partition, offset }),
+        1 => (0u8..4).prop_map(|name| CursorOp::Remove { name }),
+        1 => Just(CursorOp::Reopen),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn cursor_store_matches_a_map(ops in proptest::collection::vec(cursor_op(), 1..60)) {
+        let rt = runtime();
+        let fs = FaultyFs::new(12);
+        let config = LogConfig::for_tests(4096);
+        rt.block_on(async {
+            let mut log = open(&fs, &config).await;
+            let mut model = std::collections::BTreeMap::new();
+            for op in ops {
+                match op {
+                    CursorOp::Commit { name, partition, offset } => {
+                        let name = format!("c{name}");
+                        log.cursors().commit(&name, "t", partition, offset).await.expect("commit");
+                        model.insert((name, "t".to_owned(), partition), offset);
+                    }
+                    CursorOp::Remove { name } => {
+                        let name = format!("c{name}");
+                        log.cursors().remove(&name).await.expect("remove");
+                        model.retain(|(n, _, _), _| *n != name);
+                    }
+                    CursorOp::Reopen => {
+                        log.close().await.expect("close");
+                        log = open(&fs, &config).await;
+                    }
+                }
+                let listed: Vec<(String, String, u32, u64)> = model
+                    .iter()
+                    .map(|((n, t, p), o)| (n.clone(), t.clone(), *p, *o))
+                    .collect();
+                assert_eq!(log.cursors().list(), listed);
+            }
+        });
+    }
+
+    #[test]
+    fn retention_keeps_a_dense_suffix_and_what_cursors_need(
+        ops in proptest::collection::vec((0u8..10, 1u64..4), 1..80),
+    ) {
+        let rt = runtime();
+        let fs = FaultyFs::new(13);
+        let mut config = LogConfig::for_tests(600);
+        config.retention.bytes = ByteSize(1_800);
+        rt.block_on(async {
+            let log = open(&fs, &config).await;
+            log.ensure_topic("t").expect("topic");
+            let mut model: Vec<Record> = Vec::new();
+            let mut cursor: Option<u64> = None;
+            for (kind, n) in ops {
+                if kind < 8 {
+                    let base = model.len() as u64;
+                    let records: Vec<Record> = (0..n).map(|i| record(3, base + i, 0)).collect();
+                    match log.append("t", 0, records.clone()).await {
+                        Ok(offset) => {
+                            assert_eq!(offset, base);
+                            model.extend(records);
+                        }
+                        Err(LogError::Full { .. }) => {
+                            assert!(cursor.is_some(), "full only when a cursor holds data");
+                        }
+                        Err(err) => panic!("append: {err}"),
+                    }
+                } else {
+                    let start = log.offsets("t", 0).expect("offsets").0;
+                    let at = (model.len() as u64 * u64::from(kind - 7) / 2).max(start);
+                    log.cursors().commit("c", "t", 0, at).await.expect("cursor");
+                    cursor = Some(at);
+                }
+                let (start, end) = log.offsets("t", 0).expect("offsets");
+                assert_eq!(end, model.len() as u64);
+                if let Some(c) = cursor {
+                    assert!(start <= c, "retention deleted what the cursor needs: {start} > {c}");
+                }
+                let rest = read_all(&log, "t", 0);
+                let expected: Vec<Record> = model.get(start as usize..).unwrap_or_default().to_vec();
+                assert_eq!(rest.into_iter().map(|s| s.record).collect::<Vec<_>>(), expected);
+            }
+        });
+    }
+}
