@@ -560,3 +560,40 @@ proptest! {
         });
     }
 }
+
+#[test]
+fn a_full_disk_fails_appends_cleanly_and_reads_keep_working() {
+    let rt = runtime();
+    let fs = FaultyFs::new(14);
+    let config = LogConfig::for_tests(4096);
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        for i in 0..5 {
+            log.append("t", 0, vec![record(4, i, 0)])
+                .await
+                .expect("append");
+        }
+        fs.set_full(true);
+        let err = log
+            .append("t", 0, vec![record(4, 99, 0)])
+            .await
+            .expect_err("disk full");
+        assert!(err.to_string().contains("No space left"), "{err}");
+        assert_eq!(read_all(&log, "t", 0).len(), 5, "reads keep working");
+        assert_eq!(log.offsets("t", 0).expect("offsets"), (0, 5));
+        fs.set_full(false);
+        let offset = log
+            .append("t", 0, vec![record(4, 5, 0)])
+            .await
+            .expect("space again");
+        assert_eq!(offset, 5, "the failed append left no trace");
+        log.close().await.expect("close");
+        let log = open(&fs, &config).await;
+        let all = read_all(&log, "t", 0);
+        assert_eq!(all.len(), 6);
+        for stored in &all {
+            assert_eq!(stored.record, record(4, stored.offset, 0));
+        }
+    });
+}
