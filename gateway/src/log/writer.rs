@@ -63,36 +63,48 @@ impl Group {
 
 /// Runs the writer until every sender is dropped, then makes everything durable.
 pub async fn run(part: Arc<Partition>, mut rx: mpsc::Receiver<AppendRequest>) {
-    let config = &part.shared.config;
+    let sync_interval = part.shared.config.sync_interval.0;
     let periodic = part.settings.durability == Durability::Periodic;
-    let mut dirty = false;
-    let mut last_sync = Instant::now();
+    // Periodic policy: when the written-but-unsynced data must be synced.
+    let mut sync_due: Option<Instant> = None;
+    let mut retention_due = Instant::now() + RETENTION_TICK;
     loop {
-        let wake = if dirty {
-            last_sync + config.sync_interval.0
-        } else {
-            Instant::now() + RETENTION_TICK
-        };
+        let wake = sync_due.map_or(retention_due, |due| due.min(retention_due));
         let first = tokio::select! {
-            request = rx.recv() => request,
+            biased;
             () = tokio::time::sleep_until(wake) => {
+                let now = Instant::now();
+                let sync = sync_due.is_some_and(|due| due <= now);
+                let retain = retention_due <= now;
                 let p = Arc::clone(&part);
                 let _ = tokio::task::spawn_blocking(move || {
-                    if dirty { p.sync_now(); }
-                    p.enforce_retention(0);
-                }).await;
-                dirty = false;
-                last_sync = Instant::now();
+                    if sync {
+                        p.sync_now();
+                    }
+                    if retain {
+                        p.enforce_retention(0);
+                    }
+                })
+                .await;
+                if sync {
+                    sync_due = None;
+                }
+                if retain {
+                    retention_due = now + RETENTION_TICK;
+                }
                 continue;
             }
+            request = rx.recv() => request,
         };
         let Some(first) = first else { break };
         let requests = gather(&part, &mut rx, first).await;
         let p = Arc::clone(&part);
         let _ = tokio::task::spawn_blocking(move || p.commit(requests)).await;
-        dirty |= periodic;
+        if periodic && sync_due.is_none() {
+            sync_due = Some(Instant::now() + sync_interval);
+        }
     }
-    if dirty {
+    if sync_due.is_some() {
         let _ = tokio::task::spawn_blocking(move || part.sync_now()).await;
     }
 }

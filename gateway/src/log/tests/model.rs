@@ -597,3 +597,54 @@ fn a_full_disk_fails_appends_cleanly_and_reads_keep_working() {
         }
     });
 }
+
+#[test]
+fn age_retention_deletes_segments_whose_newest_record_is_too_old() {
+    let rt = runtime();
+    let fs = FaultyFs::new(15);
+    let mut config = LogConfig::for_tests(600);
+    config.retention.age = crate::config::HumanDuration(std::time::Duration::from_secs(3_600));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        for i in 0..30 {
+            log.append("t", 0, vec![record(5, i, now - 7_200_000)])
+                .await
+                .expect("old");
+        }
+        for i in 30..40 {
+            log.append("t", 0, vec![record(5, i, now)])
+                .await
+                .expect("new");
+        }
+        log.cursors()
+            .commit("slow", "t", 0, 10)
+            .await
+            .expect("cursor");
+        log.enforce_retention().await;
+        let (start, _) = log.offsets("t", 0).expect("offsets");
+        assert!(
+            start > 0 && start <= 10,
+            "deleted up to the cursor: {start}"
+        );
+        log.cursors()
+            .commit("slow", "t", 0, 40)
+            .await
+            .expect("cursor");
+        log.enforce_retention().await;
+        let (start, end) = log.offsets("t", 0).expect("offsets");
+        assert!(
+            start > 10 && start <= 30,
+            "old segments gone, new kept: {start}"
+        );
+        assert_eq!(end, 40);
+        let rest = read_all(&log, "t", 0);
+        assert!(
+            rest.iter()
+                .all(|s| s.record == record(5, s.offset, s.record.timestamp_ms))
+        );
+    });
+}
