@@ -9,4 +9,5 @@ pub mod config;
 pub mod datadir;
 pub mod logging;
 pub mod metrics;
+pub mod mqtt;
 pub mod shutdown;
