@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 
 pub use units::{ByteSize, HumanDuration};
 
+pub use crate::mqtt::config::{MqttConfig, RouteConfig, RouteKey};
+
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -47,6 +49,9 @@ pub struct Config {
     pub admin: AdminConfig,
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
+    /// `[[route]]`: MQTT topic filters mapped to log topics, first match wins.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub route: Vec<RouteConfig>,
 }
 
 impl Default for Config {
@@ -57,22 +62,7 @@ impl Default for Config {
             admin: AdminConfig::default(),
             logging: LoggingConfig::default(),
             shutdown: ShutdownConfig::default(),
-        }
-    }
-}
-
-/// `[mqtt]`: the device-facing listener.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MqttConfig {
-    /// Address of the MQTT listener.
-    pub listen: SocketAddr,
-}
-
-impl Default for MqttConfig {
-    fn default() -> Self {
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 1883)),
+            route: Vec::new(),
         }
     }
 }
@@ -216,6 +206,7 @@ impl Config {
         if self.shutdown.grace.0.is_zero() {
             return Err(invalid("shutdown.grace", "must be longer than zero"));
         }
+        self.mqtt.validate(&self.route)?;
         Ok(())
     }
 

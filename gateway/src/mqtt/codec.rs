@@ -360,6 +360,7 @@ pub enum SubAckCode {
     Granted(QoS),
     Failure,
     TopicFilterInvalid,
+    SharedNotSupported,
 }
 
 /// Appends the encoding of `packet` for `version` to `out`.
@@ -471,6 +472,9 @@ fn suback_code(version: Version, code: SubAckCode) -> SubscribeReasonCode {
         (_, SubAckCode::Granted(qos)) => SubscribeReasonCode::Success(qos),
         (Version::V4, _) | (Version::V5, SubAckCode::Failure) => SubscribeReasonCode::Failure,
         (Version::V5, SubAckCode::TopicFilterInvalid) => SubscribeReasonCode::TopicFilterInvalid,
+        (Version::V5, SubAckCode::SharedNotSupported) => {
+            SubscribeReasonCode::SharedSubscriptionsNotSupported
+        }
     }
 }
 
@@ -489,4 +493,4 @@ fn build_publish(publish: &OutPublish) -> protocol::Publish {
 
 #[cfg(test)]
 #[path = "codec_test.rs"]
-mod tests;
+pub(crate) mod tests;
