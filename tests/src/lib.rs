@@ -85,6 +85,8 @@ impl Drop for TempDir {
 pub struct Gateway {
     child: Option<Child>,
     pub admin: SocketAddr,
+    /// The MQTT listener's address, learnt from the `mqtt listener on ADDR` log line.
+    pub mqtt: SocketAddr,
     stderr: mpsc::Receiver<String>,
     log: Vec<String>,
 }
@@ -134,6 +136,7 @@ impl Gateway {
         Ok(Self {
             child: Some(child),
             admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+            mqtt: SocketAddr::from(([127, 0, 0, 1], 0)),
             stderr: rx,
             log: Vec::new(),
         })
@@ -146,7 +149,10 @@ impl Gateway {
             if let Some(addr) = line.split("admin endpoint listening on ").nth(1) {
                 self.admin = addr.trim().parse().context("admin address in log line")?;
             }
-            if line.contains(" ready") && self.admin.port() != 0 {
+            if let Some(addr) = line.split("mqtt listener on ").nth(1) {
+                self.mqtt = addr.trim().parse().context("MQTT address in log line")?;
+            }
+            if line.contains(" ready") && self.admin.port() != 0 && self.mqtt.port() != 0 {
                 return Ok(());
             }
         }
