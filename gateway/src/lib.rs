@@ -7,6 +7,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod datadir;
+pub mod log;
 pub mod logging;
 pub mod metrics;
 pub mod mqtt;

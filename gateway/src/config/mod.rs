@@ -49,6 +49,7 @@ pub struct Config {
     pub admin: AdminConfig,
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
+    pub log: crate::log::LogConfig,
     /// `[[route]]`: MQTT topic filters mapped to log topics, first match wins.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub route: Vec<RouteConfig>,
@@ -62,6 +63,7 @@ impl Default for Config {
             admin: AdminConfig::default(),
             logging: LoggingConfig::default(),
             shutdown: ShutdownConfig::default(),
+            log: crate::log::LogConfig::default(),
             route: Vec::new(),
         }
     }
@@ -207,7 +209,9 @@ impl Config {
             return Err(invalid("shutdown.grace", "must be longer than zero"));
         }
         self.mqtt.validate(&self.route)?;
-        Ok(())
+        self.log
+            .validate()
+            .map_err(|(key, message)| invalid(&key, message))
     }
 
     /// The effective configuration as TOML, as `tern config check` prints it.
@@ -280,6 +284,26 @@ mod tests {
         assert_eq!(config.data_dir, PathBuf::from("/d"));
         assert_eq!(config.mqtt.listen.port(), 2);
         assert_eq!(config.admin.listen.port(), 9090);
+    }
+
+    #[test]
+    fn log_keys_are_named_in_errors() {
+        let err =
+            parse("[log.flush]\nmax_delay = \"soon\"\n", Path::new("t.toml")).expect_err("bad");
+        assert!(err.to_string().contains("log.flush.max_delay"), "{err}");
+        let err = parse(
+            "[log.retention]\non_full = \"panic\"\n",
+            Path::new("t.toml"),
+        )
+        .expect_err("bad");
+        assert!(err.to_string().contains("log.retention.on_full"), "{err}");
+        let config =
+            parse("[log]\nsegment_bytes = \"1KiB\"\n", Path::new("t.toml")).expect("parses");
+        let err = config.validate().expect_err("too small");
+        assert!(err.to_string().contains("log.segment_bytes"), "{err}");
+        let config = parse("[[log.topic]]\nname = \"a/b\"\n", Path::new("t.toml")).expect("parses");
+        let err = config.validate().expect_err("bad name");
+        assert!(err.to_string().contains("log.topic[0].name"), "{err}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod config;
 mod connection;
 mod ingest;
 mod listener;
+mod logstore;
 #[cfg(test)]
 mod memstore;
 pub mod message;
@@ -25,6 +26,7 @@ use std::net::SocketAddr;
 
 pub use broker::Broker;
 pub use listener::MqttListener;
+pub use logstore::LogStore;
 pub use metrics::MqttMetrics;
 
 /// Why the MQTT server could not start.

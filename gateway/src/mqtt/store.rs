@@ -1,31 +1,22 @@
 //! The narrow view of the log that the MQTT server needs: append records durably, read them
 //! back, watch a partition's durable end, and keep named durable cursors. The real
-//! implementation is the adapter over `crate::log::Log` (below); unit tests use the small
+//! implementation is the adapter over `crate::log::Log` (`logstore.rs`); unit tests use the small
 //! in-memory one in `memstore.rs`. Nothing in `mqtt/` touches storage except through this trait.
 
 use std::future::Future;
 
 use tokio::sync::watch;
 
-/// One record as the MQTT server hands it to the log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    pub timestamp_ms: i64,
-    pub key: Option<Vec<u8>>,
-    pub value: Vec<u8>,
-    pub headers: Vec<(String, Vec<u8>)>,
-}
+pub use crate::log::{Record, StoredRecord};
 
-/// A record read back with its offset.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredRecord {
-    pub offset: u64,
-    pub record: Record,
-}
-
-impl Record {
+/// Header lookup on records.
+pub trait Headers {
     /// The value of the first header called `name`.
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
+    fn header(&self, name: &str) -> Option<&[u8]>;
+}
+
+impl Headers for Record {
+    fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers
             .iter()
             .find(|(key, _)| key == name)

@@ -15,6 +15,7 @@ use super::super::config::MqttConfig;
 use super::super::memstore::MemoryStore;
 use super::super::message;
 use super::super::metrics::MqttMetrics;
+use super::super::store::Headers;
 use super::serve;
 use crate::shutdown::{self, ShutdownTrigger};
 
