@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+pub mod raw_mqtt;
+
 /// Path of the `tern` binary, built once per test process with the same cargo that runs the tests.
 pub fn tern_binary() -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();

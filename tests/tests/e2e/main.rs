@@ -2,3 +2,4 @@
 
 mod foundation;
 mod mqtt;
+mod mqtt_durability;

@@ -3,15 +3,13 @@
 //! flows (persistent sessions across restarts, wills, keep alive, malformed input, SIGKILL).
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use rumqttc::{Client, Connection, Event, Incoming, LastWill, MqttOptions, QoS};
+use tern_tests::raw_mqtt::RawClient;
 use tern_tests::{Gateway, ServeOptions, TempDir, read_log};
 
 fn mosquitto_pub(gateway: &Gateway, args: &[&str]) -> anyhow::Result<()> {
@@ -338,7 +336,12 @@ fn a_persistent_session_resumes_after_a_gateway_restart_with_every_message() -> 
     }
     let sent: BTreeSet<String> = (0..20).map(|i| format!("job-{i}")).collect();
     for payload in &sent {
-        raw_publish_qos1(gateway.mqtt, "jobs/new", payload.as_bytes())?;
+        let mut publisher = RawClient::connect(gateway.mqtt, "", 30, true, false)?;
+        assert_eq!(
+            publisher.publish_qos1("jobs/new", payload.as_bytes(), 1)?,
+            0
+        );
+        publisher.disconnect()?;
     }
     stop(&mut gateway)?;
 
@@ -370,97 +373,12 @@ fn a_will_is_published_when_a_client_vanishes() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A raw MQTT 3.1.1 client socket after a successful CONNECT.
-fn raw_connect(addr: SocketAddr, id: &str, keep_alive: u16) -> anyhow::Result<TcpStream> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut body = vec![
-        0,
-        4,
-        b'M',
-        b'Q',
-        b'T',
-        b'T',
-        4,
-        0x02,
-        (keep_alive >> 8) as u8,
-        keep_alive as u8,
-    ];
-    body.extend_from_slice(&[(id.len() >> 8) as u8, id.len() as u8]);
-    body.extend_from_slice(id.as_bytes());
-    write_packet(&mut stream, 0x10, &body)?;
-    let mut connack = [0u8; 4];
-    stream.read_exact(&mut connack)?;
-    if connack != [0x20, 2, 0, 0] {
-        bail!("CONNACK refused: {connack:?}");
-    }
-    Ok(stream)
-}
-
-fn write_packet(stream: &mut TcpStream, first: u8, body: &[u8]) -> anyhow::Result<()> {
-    let mut packet = vec![first];
-    let mut len = body.len();
-    loop {
-        let byte = (len % 128) as u8;
-        len /= 128;
-        packet.push(if len > 0 { byte | 0x80 } else { byte });
-        if len == 0 {
-            break;
-        }
-    }
-    packet.extend_from_slice(body);
-    stream.write_all(&packet)?;
-    Ok(())
-}
-
-/// Sends one QoS 1 PUBLISH with `pkid` and waits for its PUBACK.
-fn publish_qos1(
-    stream: &mut TcpStream,
-    topic: &str,
-    payload: &[u8],
-    pkid: u16,
-) -> anyhow::Result<()> {
-    let mut body = vec![(topic.len() >> 8) as u8, topic.len() as u8];
-    body.extend_from_slice(topic.as_bytes());
-    body.extend_from_slice(&[(pkid >> 8) as u8, pkid as u8]);
-    body.extend_from_slice(payload);
-    write_packet(stream, 0x32, &body)?;
-    let mut puback = [0u8; 4];
-    stream.read_exact(&mut puback)?;
-    if puback != [0x40, 2, (pkid >> 8) as u8, pkid as u8] {
-        bail!("expected PUBACK for {pkid}, got {puback:?}");
-    }
-    Ok(())
-}
-
-fn raw_publish_qos1(addr: SocketAddr, topic: &str, payload: &[u8]) -> anyhow::Result<()> {
-    let mut stream = raw_connect(addr, "", 30)?;
-    publish_qos1(&mut stream, topic, payload, 1)?;
-    write_packet(&mut stream, 0xe0, &[])
-}
-
-fn closed_within(stream: &mut TcpStream, limit: Duration) -> anyhow::Result<Duration> {
-    let started = Instant::now();
-    stream.set_read_timeout(Some(limit))?;
-    let mut buf = [0u8; 16];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return Ok(started.elapsed()),
-            Ok(_) => {}
-            Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => {
-                return Ok(started.elapsed());
-            }
-            Err(err) => bail!("still open after {limit:?}: {err}"),
-        }
-    }
-}
-
 #[test]
 fn keep_alive_is_enforced_at_one_and_a_half_times_its_value() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-keepalive")?;
     let gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
-    let mut stream = raw_connect(gateway.mqtt, "sleepy", 2)?;
-    let waited = closed_within(&mut stream, Duration::from_secs(6))?;
+    let mut client = RawClient::connect(gateway.mqtt, "sleepy", 2, true, false)?;
+    let waited = client.closed_within(Duration::from_secs(6))?;
     assert!(
         waited >= Duration::from_millis(2800),
         "closed too early: {waited:?}"
@@ -472,14 +390,20 @@ fn keep_alive_is_enforced_at_one_and_a_half_times_its_value() -> anyhow::Result<
 fn a_malformed_packet_closes_only_its_connection() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-malformed")?;
     let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
-    let mut good = raw_connect(gateway.mqtt, "good", 30)?;
-    let mut bad = raw_connect(gateway.mqtt, "bad", 30)?;
-    bad.write_all(&[0x32, 0x03, 0xff, 0xff, 0x00])?;
-    closed_within(&mut bad, Duration::from_secs(5))?;
-    let mut huge = raw_connect(gateway.mqtt, "huge", 30)?;
-    huge.write_all(&[0x30, 0xff, 0xff, 0xff, 0x7f])?;
-    closed_within(&mut huge, Duration::from_secs(5))?;
-    publish_qos1(&mut good, "still/fine", b"yes", 1)?;
+    let mut good = RawClient::connect(gateway.mqtt, "good", 30, true, false)?;
+    let mut bad = RawClient::connect(gateway.mqtt, "bad", 30, true, false)?;
+    bad.write_raw(&[0x32, 0x03, 0xff, 0xff, 0x00])?;
+    bad.closed_within(Duration::from_secs(5))?;
+    let mut huge = RawClient::connect(gateway.mqtt, "huge", 30, true, true)?;
+    huge.write_raw(&[0x30, 0xff, 0xff, 0xff, 0x7f])?;
+    let (first, reason) = huge.read_packet()?;
+    assert_eq!(
+        (first, reason),
+        (0xe0, vec![0x95, 0]),
+        "MQTT 5 DISCONNECT: packet too large"
+    );
+    huge.closed_within(Duration::from_secs(5))?;
+    assert_eq!(good.publish_qos1("still/fine", b"yes", 1)?, 0);
     let (status, metrics) = gateway.admin_get("/metrics")?;
     assert_eq!(status, 200);
     assert!(
@@ -494,91 +418,4 @@ fn a_malformed_packet_closes_only_its_connection() -> anyhow::Result<()> {
             .any(|l| l.contains("panicked"))
     );
     Ok(())
-}
-
-#[test]
-fn every_acknowledged_qos1_message_survives_repeated_sigkill() -> anyhow::Result<()> {
-    const PUBLISHERS: usize = 20;
-    let dir = TempDir::new("mqtt-crash")?;
-    let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
-    let addr = Arc::new(Mutex::new(gateway.mqtt));
-    let running = Arc::new(AtomicBool::new(true));
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let mut threads = Vec::new();
-    for publisher in 0..PUBLISHERS {
-        let (addr, running, acked) = (addr.clone(), running.clone(), acked.clone());
-        threads.push(std::thread::spawn(move || {
-            publish_until_stopped(publisher, &addr, &running, &acked)
-        }));
-    }
-    for _ in 0..3 {
-        std::thread::sleep(Duration::from_millis(1500));
-        gateway.signal(libc::SIGKILL)?;
-        gateway.wait_exit(Duration::from_secs(10))?;
-        gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
-        *addr.lock().unwrap_or_else(|e| e.into_inner()) = gateway.mqtt;
-    }
-    std::thread::sleep(Duration::from_millis(1000));
-    running.store(false, Ordering::SeqCst);
-    for thread in threads {
-        let _ = thread.join();
-    }
-    stop(&mut gateway)?;
-
-    let acked = acked.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    assert!(
-        acked.len() > 100,
-        "too few acknowledged messages to mean anything: {}",
-        acked.len()
-    );
-    let stored: BTreeSet<String> = read_log(dir.path(), "mqtt")?
-        .into_iter()
-        .map(|r| r.value)
-        .collect();
-    let lost: Vec<&String> = acked.iter().filter(|p| !stored.contains(*p)).collect();
-    assert!(
-        lost.is_empty(),
-        "{} of {} acknowledged messages lost, e.g. {:?}",
-        lost.len(),
-        acked.len(),
-        lost.first()
-    );
-    Ok(())
-}
-
-/// One crash-test publisher: QoS 1 messages with unique payloads, one at a time, reconnecting
-/// after every failure; records each payload whose PUBACK arrived.
-fn publish_until_stopped(
-    publisher: usize,
-    addr: &Mutex<SocketAddr>,
-    running: &AtomicBool,
-    acked: &Mutex<Vec<String>>,
-) {
-    let mut sequence = 0u64;
-    while running.load(Ordering::SeqCst) {
-        let target = *addr.lock().unwrap_or_else(|e| e.into_inner());
-        let Ok(mut stream) = raw_connect(target, &format!("crash-{publisher}"), 30) else {
-            std::thread::sleep(Duration::from_millis(50));
-            continue;
-        };
-        while running.load(Ordering::SeqCst) {
-            sequence += 1;
-            let payload = format!("p{publisher}-m{sequence}");
-            let pkid = (sequence % 65_535 + 1) as u16;
-            if publish_qos1(
-                &mut stream,
-                &format!("crash/{publisher}"),
-                payload.as_bytes(),
-                pkid,
-            )
-            .is_err()
-            {
-                break;
-            }
-            acked
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(payload);
-        }
-    }
 }
