@@ -49,7 +49,8 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
         config.mqtt.clone(),
         config.route.clone(),
         mqtt_metrics.clone(),
-    )?;
+    )
+    .await?;
     let mqtt = MqttListener::bind(config.mqtt.listen, broker).await?;
     tracing::info!(
         "mqtt listener on {}",

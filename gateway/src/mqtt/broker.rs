@@ -86,7 +86,7 @@ pub struct Broker<S> {
 
 impl<S: Store> Broker<S> {
     /// Creates the log topics and rebuilds retained messages and sessions from the state log.
-    pub fn open(
+    pub async fn open(
         store: S,
         config: MqttConfig,
         routes: Vec<RouteConfig>,
@@ -99,7 +99,7 @@ impl<S: Store> Broker<S> {
             partitions.insert(topic, count.max(1));
         }
         let state = Arc::new(StateLog::new(store.clone()).map_err(MqttError::Store)?);
-        let loaded = state.load().map_err(MqttError::Store)?;
+        let loaded = state.load().await.map_err(MqttError::Store)?;
         tracing::info!(
             retained = loaded.retained.len(),
             sessions = loaded.sessions.len(),

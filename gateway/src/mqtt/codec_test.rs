@@ -22,6 +22,55 @@ pub(crate) fn client_connect(
     out.to_vec()
 }
 
+/// Encodes an MQTT 5 CONNECT with a session expiry and an optional will with a delay.
+pub(crate) fn client_connect_v5(
+    client_id: &str,
+    clean: bool,
+    session_expiry: u32,
+    will: Option<(&str, &str, u32)>,
+) -> Vec<u8> {
+    let connect = protocol::Connect {
+        keep_alive: 60,
+        client_id: client_id.to_owned(),
+        clean_session: clean,
+    };
+    let properties = protocol::ConnectProperties {
+        session_expiry_interval: Some(session_expiry),
+        receive_maximum: None,
+        max_packet_size: None,
+        topic_alias_max: None,
+        request_response_info: None,
+        request_problem_info: None,
+        user_properties: Vec::new(),
+        authentication_method: None,
+        authentication_data: None,
+    };
+    let (will, will_properties) = match will {
+        Some((topic, message, delay)) => (
+            Some(LastWill {
+                topic: Bytes::copy_from_slice(topic.as_bytes()),
+                message: Bytes::copy_from_slice(message.as_bytes()),
+                qos: QoS::AtLeastOnce,
+                retain: false,
+            }),
+            Some(LastWillProperties {
+                delay_interval: Some(delay),
+                payload_format_indicator: None,
+                message_expiry_interval: None,
+                content_type: None,
+                response_topic: None,
+                correlation_data: None,
+                user_properties: Vec::new(),
+            }),
+        ),
+        None => (None, None),
+    };
+    let mut out = BytesMut::new();
+    let packet = Packet::Connect(connect, Some(properties), will, will_properties, None);
+    protocol::v5::V5.write(packet, &mut out).expect("encodes");
+    out.to_vec()
+}
+
 /// Encodes a client PUBLISH.
 pub(crate) fn client_publish(
     version: Version,

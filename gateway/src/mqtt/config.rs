@@ -34,7 +34,8 @@ pub struct MqttConfig {
     pub max_keep_alive: HumanDuration,
     /// A connection that sends no CONNECT within this time is closed.
     pub connect_timeout: HumanDuration,
-    /// Longest session expiry granted to MQTT 5 clients (3.1.1 persistent sessions never expire).
+    /// Longest session expiry: MQTT 5 clients asking for more get this, and MQTT 3.1.1
+    /// persistent sessions expire after it, so a device that never returns cannot pin the log.
     pub max_session_expiry: HumanDuration,
     /// Log topic for publishes that no `[[route]]` matches.
     pub default_log_topic: String,

@@ -28,6 +28,8 @@ mod handshake;
 mod packets;
 #[cfg(test)]
 mod test;
+#[cfg(test)]
+mod test_sessions;
 
 /// Why a connection ended.
 #[derive(Debug, thiserror::Error)]

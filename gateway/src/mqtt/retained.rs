@@ -103,7 +103,7 @@ mod tests {
         assert_eq!(retained.matching("#"), vec![message("a/2", b"y")]);
 
         let state = Arc::new(StateLog::new(store).expect("state"));
-        let loaded = state.load().expect("load");
+        let loaded = state.load().await.expect("load");
         let reloaded = Retained::new(state, loaded.retained);
         assert_eq!(reloaded.len(), 2);
         assert_eq!(reloaded.matching("a/#"), vec![message("a/2", b"y")]);

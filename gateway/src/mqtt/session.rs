@@ -9,7 +9,7 @@ use super::codec::{OutPublish, QoS};
 use super::state::{StoredSession, qos_from_u8};
 use super::topic;
 
-/// A session that never expires (MQTT 3.1.1 with clean session off).
+/// A session expiry meaning "never" (MQTT 5's 0xFFFFFFFF).
 pub const NEVER_EXPIRES: u32 = u32::MAX;
 
 /// A log partition: (log topic, partition).

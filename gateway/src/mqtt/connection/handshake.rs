@@ -17,7 +17,6 @@ use super::super::broker::Broker;
 use super::super::codec::{
     self, ConnAckCode, ConnAckProperties, Connect, Incoming, Outgoing, Version,
 };
-use super::super::session::NEVER_EXPIRES;
 use super::super::store::Store;
 use super::super::will::Will;
 use super::{ConnError, Connection, RateLimit, client_limits};
@@ -164,17 +163,16 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
 
 /// The granted session expiry and whether it differs from what the client asked.
 fn session_expiry<S: Store>(broker: &Broker<S>, connect: &Connect) -> (u32, bool) {
+    let max = u32::try_from(broker.config.max_session_expiry.0.as_secs()).unwrap_or(u32::MAX);
     match connect.version {
         Version::V4 if connect.clean_start => (0, false),
-        Version::V4 => (NEVER_EXPIRES, false),
+        Version::V4 => (max, false),
         Version::V5 => {
             let asked = connect
                 .properties
                 .as_ref()
                 .and_then(|p| p.session_expiry_interval)
                 .unwrap_or(0);
-            let max =
-                u32::try_from(broker.config.max_session_expiry.0.as_secs()).unwrap_or(u32::MAX);
             let granted = asked.min(max);
             (granted, granted != asked)
         }

@@ -19,23 +19,25 @@ use super::super::store::Headers;
 use super::serve;
 use crate::shutdown::{self, ShutdownTrigger};
 
-const WAIT: Duration = Duration::from_secs(3);
+pub(super) const WAIT: Duration = Duration::from_secs(3);
 
-struct Harness {
-    store: MemoryStore,
-    broker: Arc<Broker<MemoryStore>>,
+pub(super) struct Harness {
+    pub(super) store: MemoryStore,
+    pub(super) broker: Arc<Broker<MemoryStore>>,
     trigger: ShutdownTrigger,
     shutdown: crate::shutdown::Shutdown,
 }
 
 impl Harness {
-    fn new(store: MemoryStore) -> Self {
-        Self::with_config(store, MqttConfig::default())
+    pub(super) async fn new(store: MemoryStore) -> Self {
+        Self::with_config(store, MqttConfig::default()).await
     }
 
-    fn with_config(store: MemoryStore, config: MqttConfig) -> Self {
+    pub(super) async fn with_config(store: MemoryStore, config: MqttConfig) -> Self {
         let metrics = Arc::new(MqttMetrics::default());
-        let broker = Broker::open(store.clone(), config, Vec::new(), metrics).expect("broker");
+        let broker = Broker::open(store.clone(), config, Vec::new(), metrics)
+            .await
+            .expect("broker");
         let (trigger, shutdown) = shutdown::channel();
         Self {
             store,
@@ -45,7 +47,7 @@ impl Harness {
         }
     }
 
-    fn socket(&self) -> (DuplexStream, tokio::task::JoinHandle<()>) {
+    pub(super) fn socket(&self) -> (DuplexStream, tokio::task::JoinHandle<()>) {
         let (client, server) = tokio::io::duplex(64 * 1024);
         let peer = "127.0.0.1:9".parse().expect("addr");
         let task = tokio::spawn(serve(
@@ -57,7 +59,7 @@ impl Harness {
         (client, task)
     }
 
-    async fn connect(&self, version: Version, id: &str, clean: bool) -> Client {
+    pub(super) async fn connect(&self, version: Version, id: &str, clean: bool) -> Client {
         let (io, task) = self.socket();
         let mut client = Client {
             io,
@@ -72,34 +74,34 @@ impl Harness {
         client
     }
 
-    fn records(&self) -> Vec<crate::mqtt::store::Record> {
+    pub(super) fn records(&self) -> Vec<crate::mqtt::store::Record> {
         self.store.all("mqtt")
     }
 }
 
-struct Client {
-    io: DuplexStream,
-    buf: BytesMut,
-    version: Version,
-    task: tokio::task::JoinHandle<()>,
+pub(super) struct Client {
+    pub(super) io: DuplexStream,
+    pub(super) buf: BytesMut,
+    pub(super) version: Version,
+    pub(super) task: tokio::task::JoinHandle<()>,
 }
 
 impl Client {
-    async fn send(&mut self, bytes: &[u8]) {
+    pub(super) async fn send(&mut self, bytes: &[u8]) {
         self.io.write_all(bytes).await.expect("write");
     }
 
-    async fn publish(&mut self, topic: &str, payload: &[u8], qos: QoS, pkid: u16) {
+    pub(super) async fn publish(&mut self, topic: &str, payload: &[u8], qos: QoS, pkid: u16) {
         let frame = client_publish(self.version, topic, payload, qos, pkid);
         self.send(&frame).await;
     }
 
     /// The next raw frame from the server.
-    async fn frame(&mut self) -> Vec<u8> {
+    pub(super) async fn frame(&mut self) -> Vec<u8> {
         self.try_frame(WAIT).await.expect("a frame from the server")
     }
 
-    async fn try_frame(&mut self, wait: Duration) -> Option<Vec<u8>> {
+    pub(super) async fn try_frame(&mut self, wait: Duration) -> Option<Vec<u8>> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             if let Ok(Some(len)) = codec::frame_len(&self.buf, usize::MAX) {
@@ -114,7 +116,7 @@ impl Client {
     }
 
     /// The next packet, decoded as MQTT 3.1.1.
-    async fn packet(&mut self) -> Packet {
+    pub(super) async fn packet(&mut self) -> Packet {
         let mut frame = BytesMut::from(&self.frame().await[..]);
         let len = frame.len();
         protocol::v4::V4
@@ -123,7 +125,7 @@ impl Client {
     }
 
     /// Whether the server closed the connection within `wait`.
-    async fn closed(&mut self, wait: Duration) -> bool {
+    pub(super) async fn closed(&mut self, wait: Duration) -> bool {
         while let Some(frame) = self.try_frame(wait).await {
             if frame.first() == Some(&0xe0) {
                 continue;
@@ -143,7 +145,7 @@ fn header<'a>(record: &'a crate::mqtt::store::Record, name: &str) -> &'a [u8] {
 
 #[tokio::test]
 async fn qos1_is_acknowledged_after_the_record_is_stored_with_headers() {
-    let h = Harness::new(MemoryStore::new(2));
+    let h = Harness::new(MemoryStore::new(2)).await;
     let mut c = h.connect(Version::V4, "dev-1", true).await;
     c.publish("site/a/temp", b"21.5", QoS::AtLeastOnce, 7).await;
     assert_eq!(c.frame().await, [0x40, 2, 0, 7]);
@@ -160,7 +162,7 @@ async fn qos1_is_acknowledged_after_the_record_is_stored_with_headers() {
 
 #[tokio::test]
 async fn a_full_log_gets_quota_exceeded_on_v5_and_no_ack_on_v4() {
-    let h = Harness::new(MemoryStore::new(1));
+    let h = Harness::new(MemoryStore::new(1)).await;
     h.store.set_full(true);
     let mut v5 = h.connect(Version::V5, "v5", true).await;
     v5.publish("t", b"x", QoS::AtLeastOnce, 1).await;
@@ -186,13 +188,13 @@ async fn a_full_log_gets_quota_exceeded_on_v5_and_no_ack_on_v4() {
 #[tokio::test]
 async fn qos2_is_stored_exactly_once_and_survives_a_restart() {
     let store = MemoryStore::new(1);
-    let h = Harness::new(store.clone());
+    let h = Harness::new(store.clone()).await;
     let mut c = h.connect(Version::V4, "q2", false).await;
     c.publish("t", b"once", QoS::ExactlyOnce, 9).await;
     assert_eq!(c.frame().await, [0x50, 2, 0, 9]);
     drop(c);
 
-    let h = Harness::new(store);
+    let h = Harness::new(store).await;
     let mut c = h.connect(Version::V4, "q2", false).await;
     let mut dup = client_publish(Version::V4, "t", b"once", QoS::ExactlyOnce, 9);
     dup[0] |= 0b1000;
@@ -212,7 +214,7 @@ async fn qos2_is_stored_exactly_once_and_survives_a_restart() {
 
 #[tokio::test]
 async fn subscribers_get_live_records_matching_their_filters() {
-    let h = Harness::new(MemoryStore::new(2));
+    let h = Harness::new(MemoryStore::new(2)).await;
     let mut sub = h.connect(Version::V4, "sub", true).await;
     sub.send(&client_subscribe(Version::V4, 1, "a/+", QoS::AtLeastOnce))
         .await;
@@ -234,7 +236,7 @@ async fn subscribers_get_live_records_matching_their_filters() {
 #[tokio::test]
 async fn a_persistent_session_resumes_after_reconnect_and_restart() {
     let store = MemoryStore::new(2);
-    let h = Harness::new(store.clone());
+    let h = Harness::new(store.clone()).await;
     let mut sub = h.connect(Version::V4, "keeper", false).await;
     sub.send(&client_subscribe(Version::V4, 1, "d/#", QoS::AtLeastOnce))
         .await;
@@ -250,7 +252,7 @@ async fn a_persistent_session_resumes_after_reconnect_and_restart() {
     drop(publisher);
     tokio::time::sleep(Duration::from_millis(100)).await;
 
-    let h = Harness::new(store);
+    let h = Harness::new(store).await;
     let mut sub = h.connect(Version::V4, "keeper", false).await;
     let mut topics = Vec::new();
     for _ in 0..5 {
@@ -266,14 +268,14 @@ async fn a_persistent_session_resumes_after_reconnect_and_restart() {
 #[tokio::test]
 async fn retained_messages_are_sent_on_subscribe_and_cleared_by_empty_payloads() {
     let store = MemoryStore::new(1);
-    let h = Harness::new(store.clone());
+    let h = Harness::new(store.clone()).await;
     let mut c = h.connect(Version::V4, "r", true).await;
     let mut retained = client_publish(Version::V4, "r/1", b"kept", QoS::AtLeastOnce, 1);
     retained[0] |= 1;
     c.send(&retained).await;
     assert_eq!(c.frame().await, [0x40, 2, 0, 1]);
 
-    let h2 = Harness::new(store);
+    let h2 = Harness::new(store).await;
     let mut s = h2.connect(Version::V4, "s", true).await;
     s.send(&client_subscribe(Version::V4, 1, "r/#", QoS::AtMostOnce))
         .await;
@@ -293,7 +295,7 @@ async fn retained_messages_are_sent_on_subscribe_and_cleared_by_empty_payloads()
 
 #[tokio::test]
 async fn malformed_input_closes_only_that_connection() {
-    let h = Harness::new(MemoryStore::new(1));
+    let h = Harness::new(MemoryStore::new(1)).await;
     let mut good = h.connect(Version::V4, "good", true).await;
     let mut bad = h.connect(Version::V4, "bad", true).await;
     bad.send(&[0x30, 0x02, 0xff, 0xff]).await;
@@ -311,7 +313,7 @@ async fn oversized_packets_get_packet_too_large_on_v5() {
         max_packet_size: crate::config::ByteSize(128),
         ..MqttConfig::default()
     };
-    let h = Harness::with_config(MemoryStore::new(1), config);
+    let h = Harness::with_config(MemoryStore::new(1), config).await;
     let mut c = h.connect(Version::V5, "big", true).await;
     c.publish("t", &[0u8; 200], QoS::AtMostOnce, 0).await;
     assert_eq!(c.frame().await, [0xe0, 2, 0x95, 0]);
@@ -320,7 +322,7 @@ async fn oversized_packets_get_packet_too_large_on_v5() {
 
 #[tokio::test]
 async fn keep_alive_is_enforced_at_one_and_a_half_times() {
-    let h = Harness::new(MemoryStore::new(1));
+    let h = Harness::new(MemoryStore::new(1)).await;
     let (io, _task) = h.socket();
     let mut c = Client {
         io,
@@ -339,7 +341,7 @@ async fn keep_alive_is_enforced_at_one_and_a_half_times() {
 
 #[tokio::test]
 async fn a_second_connection_with_the_same_client_id_takes_over() {
-    let h = Harness::new(MemoryStore::new(1));
+    let h = Harness::new(MemoryStore::new(1)).await;
     let mut first = h.connect(Version::V5, "same", true).await;
     let mut second = h.connect(Version::V5, "same", true).await;
     assert_eq!(first.frame().await, [0xe0, 2, 0x8e, 0]);
@@ -351,7 +353,7 @@ async fn a_second_connection_with_the_same_client_id_takes_over() {
 
 #[tokio::test]
 async fn empty_client_ids_get_one_assigned_on_v5_and_refused_on_persistent_v4() {
-    let h = Harness::new(MemoryStore::new(1));
+    let h = Harness::new(MemoryStore::new(1)).await;
     let (io, _task) = h.socket();
     let mut c = Client {
         io,
@@ -370,7 +372,7 @@ async fn empty_client_ids_get_one_assigned_on_v5_and_refused_on_persistent_v4() 
 
 #[tokio::test]
 async fn a_will_is_published_when_the_connection_drops() {
-    let h = Harness::new(MemoryStore::new(1));
+    let h = Harness::new(MemoryStore::new(1)).await;
     let (io, task) = h.socket();
     let mut c = Client {
         io,
@@ -409,7 +411,7 @@ async fn a_will_is_published_when_the_connection_drops() {
 
 #[tokio::test]
 async fn shutdown_disconnects_clients_with_a_reason() {
-    let h = Harness::new(MemoryStore::new(1));
+    let h = Harness::new(MemoryStore::new(1)).await;
     let mut c = h.connect(Version::V5, "bye", true).await;
     h.trigger.trigger();
     assert_eq!(c.frame().await, [0xe0, 2, 0x8b, 0]);
@@ -420,13 +422,13 @@ mod fuzz {
     use super::*;
     use proptest::prelude::*;
 
-    fn run(version: Version, bytes: Vec<u8>) {
+    pub(super) fn run(version: Version, bytes: Vec<u8>) {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
         runtime.block_on(async move {
-            let h = Harness::new(MemoryStore::new(1));
+            let h = Harness::new(MemoryStore::new(1)).await;
             let mut c = h.connect(version, "fuzz", false).await;
             c.send(&bytes).await;
             let mut tail = BytesMut::new();
