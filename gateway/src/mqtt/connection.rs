@@ -24,6 +24,9 @@ use super::store::{Store, StoreError};
 use super::will::Will;
 use crate::shutdown::Shutdown;
 
+/// How long a write to a client may take before the connection is given up.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
 mod handshake;
 mod packets;
 #[cfg(test)]
@@ -228,12 +231,27 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(Flow::Continue)
     }
 
-    /// Writes everything queued in `out`.
+    /// Writes everything queued in `out`. A client that stops reading cannot stall a takeover
+    /// (the kick interrupts the write) nor hold its session forever (the write times out).
     async fn flush(&mut self) -> Result<(), ConnError> {
-        if !self.out.is_empty() {
-            self.writer.write_all(&self.out).await?;
-            self.out.clear();
+        if self.out.is_empty() {
+            return Ok(());
         }
+        tokio::select! {
+            written = self.writer.write_all(&self.out) => written?,
+            () = self.kick.notified() => {
+                self.kick.notify_one();
+                return Err(ConnError::Protocol {
+                    reason: "taken over while the client was not reading",
+                    code: DisconnectReason::SessionTakenOver,
+                });
+            }
+            () = tokio::time::sleep(WRITE_TIMEOUT) => {
+                let err = std::io::Error::new(std::io::ErrorKind::TimedOut, "client stopped reading");
+                return Err(err.into());
+            }
+        }
+        self.out.clear();
         Ok(())
     }
 
