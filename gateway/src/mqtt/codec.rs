@@ -146,11 +146,32 @@ pub struct InPublish {
     pub properties: Option<PublishProperties>,
 }
 
-/// SUBSCRIBE: (filter, requested QoS) pairs.
+/// SUBSCRIBE with its filters and the MQTT 5 subscription identifier.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subscribe {
     pub pkid: u16,
-    pub filters: Vec<(String, QoS)>,
+    pub filters: Vec<SubscribeFilter>,
+    pub id: Option<usize>,
+}
+
+/// One filter of a SUBSCRIBE with its options (MQTT 3.1.1 clients get the defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscribeFilter {
+    pub filter: String,
+    pub qos: QoS,
+    /// MQTT 5 No Local: never deliver this client's own publishes.
+    pub no_local: bool,
+    /// MQTT 5 Retain As Published: keep the retain flag on forwarded messages.
+    pub retain_as_published: bool,
+    pub retain_handling: RetainHandling,
+}
+
+/// When retained messages are sent for a subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetainHandling {
+    OnSubscribe,
+    OnNewSubscribe,
+    Never,
 }
 
 /// Decodes one complete frame (as measured by [`frame_len`]) sent by a client.
@@ -217,9 +238,28 @@ fn convert(version: Version, packet: Packet, frame: &[u8]) -> Result<Incoming, C
         Packet::PubRec(ack, _) => Incoming::PubRec { pkid: ack.pkid },
         Packet::PubRel(ack, _) => Incoming::PubRel { pkid: ack.pkid },
         Packet::PubComp(ack, _) => Incoming::PubComp { pkid: ack.pkid },
-        Packet::Subscribe(sub, _) => Incoming::Subscribe(Subscribe {
+        Packet::Subscribe(sub, properties) => Incoming::Subscribe(Subscribe {
             pkid: sub.pkid,
-            filters: sub.filters.into_iter().map(|f| (f.path, f.qos)).collect(),
+            filters: sub
+                .filters
+                .into_iter()
+                .map(|f| SubscribeFilter {
+                    filter: f.path,
+                    qos: f.qos,
+                    no_local: f.nolocal,
+                    retain_as_published: f.preserve_retain,
+                    retain_handling: match f.retain_forward_rule {
+                        protocol::RetainForwardRule::OnEverySubscribe => {
+                            RetainHandling::OnSubscribe
+                        }
+                        protocol::RetainForwardRule::OnNewSubscribe => {
+                            RetainHandling::OnNewSubscribe
+                        }
+                        protocol::RetainForwardRule::Never => RetainHandling::Never,
+                    },
+                })
+                .collect(),
+            id: properties.and_then(|p| p.id),
         }),
         Packet::Unsubscribe(unsub, _) => Incoming::Unsubscribe {
             pkid: unsub.pkid,
@@ -337,6 +377,7 @@ pub enum DisconnectReason {
     KeepAliveTimeout = 0x8d,
     SessionTakenOver = 0x8e,
     TopicNameInvalid = 0x90,
+    TopicAliasInvalid = 0x94,
     ReceiveMaximumExceeded = 0x93,
     PacketTooLarge = 0x95,
     MessageRateTooHigh = 0x96,

@@ -338,10 +338,46 @@ fn subscribe_decodes() {
             decode(version, &frame),
             Ok(Incoming::Subscribe(Subscribe {
                 pkid: 9,
-                filters: vec![("a/+/c".to_owned(), QoS::AtLeastOnce)],
+                filters: vec![SubscribeFilter {
+                    filter: "a/+/c".to_owned(),
+                    qos: QoS::AtLeastOnce,
+                    no_local: false,
+                    retain_as_published: false,
+                    retain_handling: RetainHandling::OnSubscribe,
+                }],
+                id: None,
             }))
         );
     }
+}
+
+#[test]
+fn v5_subscription_options_and_identifier_decode() {
+    let subscribe = protocol::Subscribe {
+        pkid: 3,
+        filters: vec![protocol::Filter {
+            path: "x/#".to_owned(),
+            qos: QoS::AtMostOnce,
+            nolocal: true,
+            preserve_retain: true,
+            retain_forward_rule: protocol::RetainForwardRule::Never,
+        }],
+    };
+    let properties = protocol::SubscribeProperties {
+        id: Some(42),
+        user_properties: Vec::new(),
+    };
+    let mut frame = BytesMut::new();
+    protocol::v5::V5
+        .write(Packet::Subscribe(subscribe, Some(properties)), &mut frame)
+        .expect("encodes");
+    let Ok(Incoming::Subscribe(decoded)) = decode(Version::V5, &frame) else {
+        panic!("not a subscribe");
+    };
+    assert_eq!(decoded.id, Some(42));
+    let filter = &decoded.filters[0];
+    assert!(filter.no_local && filter.retain_as_published);
+    assert_eq!(filter.retain_handling, RetainHandling::Never);
 }
 
 mod fuzz {

@@ -4,7 +4,7 @@
 //! come from the log through `delivery.rs`. Bad input ends only this connection, with a log
 //! line; nothing here may panic.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,6 +136,8 @@ pub struct Connection<S: Store, W> {
     /// The client's Maximum Packet Size.
     client_max_packet: usize,
     will: Option<Will>,
+    /// MQTT 5 topic aliases the client set up for its publishes.
+    aliases: HashMap<u16, String>,
     pending: Vec<Pending>,
     appending: Option<JoinHandle<(Vec<Pending>, Vec<Outcome>)>>,
     rate: RateLimit,

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::codec::{OutPublish, QoS};
-use super::state::{StoredSession, qos_from_u8};
+use super::state::{StoredSession, StoredSubscription, qos_from_u8};
 use super::topic;
 
 /// A session expiry meaning "never" (MQTT 5's 0xFFFFFFFF).
@@ -20,6 +20,34 @@ pub type PartitionId = (String, u32);
 pub struct Subscription {
     pub filter: String,
     pub qos: QoS,
+    /// MQTT 5 No Local: the client's own publishes are not delivered to it.
+    pub no_local: bool,
+    /// MQTT 5 Retain As Published.
+    pub retain_as_published: bool,
+    /// MQTT 5 subscription identifier.
+    pub id: Option<usize>,
+}
+
+impl Subscription {
+    /// A subscription with MQTT 3.1.1 semantics.
+    pub fn plain(filter: &str, qos: QoS) -> Self {
+        Self {
+            filter: filter.to_owned(),
+            qos,
+            no_local: false,
+            retain_as_published: false,
+            id: None,
+        }
+    }
+}
+
+/// How a message reaches this session: the highest granted QoS of the matching
+/// subscriptions, whether one keeps the retain flag, and their identifiers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matched {
+    pub qos: QoS,
+    pub retain_as_published: bool,
+    pub ids: Vec<usize>,
 }
 
 /// A delivered QoS 1 message awaiting PUBACK.
@@ -68,9 +96,12 @@ impl Session {
             subscriptions: stored
                 .subscriptions
                 .into_iter()
-                .map(|(filter, qos)| Subscription {
-                    filter,
-                    qos: qos_from_u8(qos),
+                .map(|s| Subscription {
+                    filter: s.filter,
+                    qos: qos_from_u8(s.qos),
+                    no_local: s.no_local,
+                    retain_as_published: s.retain_as_published,
+                    id: s.id,
                 })
                 .collect(),
             pending_qos2: stored.pending_qos2,
@@ -101,23 +132,34 @@ impl Session {
             subscriptions: self
                 .subscriptions
                 .iter()
-                .map(|s| (s.filter.clone(), s.qos as u8))
+                .map(|s| StoredSubscription {
+                    filter: s.filter.clone(),
+                    qos: s.qos as u8,
+                    no_local: s.no_local,
+                    retain_as_published: s.retain_as_published,
+                    id: s.id,
+                })
                 .collect(),
             pending_qos2: self.pending_qos2.clone(),
         }
     }
 
     /// Adds or replaces a subscription; true if the filter is new.
-    pub fn subscribe(&mut self, filter: &str, qos: QoS) -> bool {
-        if let Some(existing) = self.subscriptions.iter_mut().find(|s| s.filter == filter) {
-            existing.qos = qos;
-            return false;
+    pub fn subscribe(&mut self, subscription: Subscription) -> bool {
+        let existing = self
+            .subscriptions
+            .iter_mut()
+            .find(|s| s.filter == subscription.filter);
+        match existing {
+            Some(existing) => {
+                *existing = subscription;
+                false
+            }
+            None => {
+                self.subscriptions.push(subscription);
+                true
+            }
         }
-        self.subscriptions.push(Subscription {
-            filter: filter.to_owned(),
-            qos,
-        });
-        true
     }
 
     /// Removes a subscription; true if it existed.
@@ -127,13 +169,27 @@ impl Session {
         before != self.subscriptions.len()
     }
 
-    /// The highest granted QoS among subscriptions matching `topic_name`.
-    pub fn matching_qos(&self, topic_name: &str) -> Option<QoS> {
-        self.subscriptions
+    /// How a message on `topic_name` reaches this session; `own` marks the session's own
+    /// publishes (skipped by No Local subscriptions). `None` if no subscription matches.
+    pub fn matching(&self, topic_name: &str, own: bool) -> Option<Matched> {
+        let mut matched: Option<Matched> = None;
+        let subscriptions = self
+            .subscriptions
             .iter()
-            .filter(|s| topic::matches(&s.filter, topic_name))
-            .map(|s| s.qos)
-            .max_by_key(|qos| *qos as u8)
+            .filter(|s| !(own && s.no_local) && topic::matches(&s.filter, topic_name));
+        for s in subscriptions {
+            let m = matched.get_or_insert(Matched {
+                qos: QoS::AtMostOnce,
+                retain_as_published: false,
+                ids: Vec::new(),
+            });
+            if s.qos as u8 > m.qos as u8 {
+                m.qos = s.qos;
+            }
+            m.retain_as_published |= s.retain_as_published;
+            m.ids.extend(s.id);
+        }
+        matched
     }
 
     /// A free packet id for an outgoing message.
@@ -224,17 +280,44 @@ mod tests {
         assert_eq!(session.inflight_bytes, 0);
     }
 
+    fn qos_of(session: &Session, topic_name: &str) -> Option<QoS> {
+        session.matching(topic_name, false).map(|m| m.qos)
+    }
+
     #[test]
     fn subscriptions_replace_and_match_the_highest_qos() {
         let mut session = Session::new("c");
-        assert!(session.subscribe("a/#", QoS::AtMostOnce));
-        assert!(session.subscribe("a/+", QoS::AtLeastOnce));
-        assert!(!session.subscribe("a/#", QoS::AtMostOnce));
-        assert_eq!(session.matching_qos("a/b"), Some(QoS::AtLeastOnce));
-        assert_eq!(session.matching_qos("a/b/c"), Some(QoS::AtMostOnce));
-        assert_eq!(session.matching_qos("b"), None);
+        assert!(session.subscribe(Subscription::plain("a/#", QoS::AtMostOnce)));
+        assert!(session.subscribe(Subscription::plain("a/+", QoS::AtLeastOnce)));
+        assert!(!session.subscribe(Subscription::plain("a/#", QoS::AtMostOnce)));
+        assert_eq!(qos_of(&session, "a/b"), Some(QoS::AtLeastOnce));
+        assert_eq!(qos_of(&session, "a/b/c"), Some(QoS::AtMostOnce));
+        assert_eq!(qos_of(&session, "b"), None);
         assert!(session.unsubscribe("a/+"));
-        assert_eq!(session.matching_qos("a/b"), Some(QoS::AtMostOnce));
+        assert_eq!(qos_of(&session, "a/b"), Some(QoS::AtMostOnce));
+    }
+
+    #[test]
+    fn no_local_skips_own_messages_and_ids_accumulate() {
+        let mut session = Session::new("c");
+        session.subscribe(Subscription {
+            no_local: true,
+            id: Some(1),
+            ..Subscription::plain("a/#", QoS::AtLeastOnce)
+        });
+        session.subscribe(Subscription {
+            retain_as_published: true,
+            id: Some(2),
+            ..Subscription::plain("a/+", QoS::AtMostOnce)
+        });
+        let all = session.matching("a/b", false).expect("matches");
+        assert_eq!(
+            (all.qos, all.retain_as_published, all.ids),
+            (QoS::AtLeastOnce, true, vec![1, 2])
+        );
+        let own = session.matching("a/b", true).expect("matches");
+        assert_eq!((own.qos, own.ids), (QoS::AtMostOnce, vec![2]));
+        assert_eq!(session.matching("a/b/c", true), None);
     }
 
     #[test]
@@ -252,7 +335,11 @@ mod tests {
     fn stored_form_round_trips() {
         let mut session = Session::new("c");
         session.expiry = 60;
-        session.subscribe("x/+", QoS::AtLeastOnce);
+        session.subscribe(Subscription {
+            no_local: true,
+            id: Some(7),
+            ..Subscription::plain("x/+", QoS::AtLeastOnce)
+        });
         session.pending_qos2.insert(4);
         let restored = Session::restore("c", session.to_stored());
         assert_eq!(restored.subscriptions, session.subscriptions);

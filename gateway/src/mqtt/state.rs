@@ -32,11 +32,24 @@ const MIN_RECORDS_BEFORE_COMPACTION: u64 = 1024;
 pub struct StoredSession {
     /// Session expiry in seconds; `u32::MAX` never expires.
     pub expiry: u32,
-    /// (filter, granted QoS 0..=2).
-    pub subscriptions: Vec<(String, u8)>,
+    pub subscriptions: Vec<StoredSubscription>,
     /// Incoming QoS 2 packet ids whose PUBREC was sent and PUBREL not yet received.
     #[serde(skip)]
     pub pending_qos2: HashSet<u16>,
+}
+
+/// One subscription as stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredSubscription {
+    pub filter: String,
+    /// Granted QoS, 0..=2.
+    pub qos: u8,
+    #[serde(default)]
+    pub no_local: bool,
+    #[serde(default)]
+    pub retain_as_published: bool,
+    #[serde(default)]
+    pub id: Option<usize>,
 }
 
 /// Everything folded from the state topic.
@@ -333,7 +346,11 @@ mod tests {
             .expect("clear");
         let session = StoredSession {
             expiry: 60,
-            subscriptions: vec![("x/#".to_owned(), 1)],
+            subscriptions: vec![StoredSubscription {
+                filter: "x/#".to_owned(),
+                qos: 1,
+                ..StoredSubscription::default()
+            }],
             pending_qos2: HashSet::new(),
         };
         log.put_session("dev", Some(&session))
@@ -375,7 +392,11 @@ mod compaction_tests {
         assert_eq!(store.cursor(STATE_CURSOR, STATE_TOPIC, 0), Some(0));
         let session = StoredSession {
             expiry: 60,
-            subscriptions: vec![("a/#".to_owned(), 1)],
+            subscriptions: vec![StoredSubscription {
+                filter: "a/#".to_owned(),
+                qos: 1,
+                ..StoredSubscription::default()
+            }],
             pending_qos2: HashSet::new(),
         };
         log.put_session("keep", Some(&session))

@@ -223,6 +223,74 @@ fn mosquitto_sub_receives_wildcard_matches_in_both_versions() -> anyhow::Result<
 }
 
 #[test]
+fn v5_properties_topic_aliases_and_subscription_ids_pass_through() -> anyhow::Result<()> {
+    let dir = TempDir::new("mqtt-v5")?;
+    let gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
+    let sub = mosquitto_sub(
+        &gateway,
+        &[
+            "-V",
+            "mqttv5",
+            "-q",
+            "1",
+            "-t",
+            "v5/#",
+            "-C",
+            "1",
+            "-W",
+            "15",
+            "-D",
+            "subscribe",
+            "subscription-identifier",
+            "7",
+            "-F",
+            "%t|%p|%C|%R|%D|%S|%P",
+        ],
+    )?;
+    mosquitto_pub(
+        &gateway,
+        &[
+            "-V",
+            "mqttv5",
+            "-q",
+            "1",
+            "-t",
+            "v5/dev",
+            "-m",
+            "hello",
+            "-D",
+            "publish",
+            "topic-alias",
+            "3",
+            "-D",
+            "publish",
+            "content-type",
+            "text/plain",
+            "-D",
+            "publish",
+            "response-topic",
+            "v5/replies",
+            "-D",
+            "publish",
+            "correlation-data",
+            "c42",
+            "-D",
+            "publish",
+            "user-property",
+            "site",
+            "north",
+        ],
+    )?;
+    let output = sub.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        stdout.trim_end(),
+        "v5/dev|hello|text/plain|v5/replies|c42|7|site:north"
+    );
+    Ok(())
+}
+
+#[test]
 fn retained_messages_survive_a_restart_and_empty_payloads_clear_them() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-retained")?;
     let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;

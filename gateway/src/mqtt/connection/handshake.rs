@@ -2,6 +2,7 @@
 //! detection, connection and client-id limits, session takeover, clean start and session expiry,
 //! keep alive, and the MQTT 5 CONNACK properties announcing tern's limits.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -125,6 +126,7 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         receive_max: Some(broker.config.inflight),
         max_packet_size: u32::try_from(broker.config.max_packet_size.0).ok(),
         retain_available: Some(1),
+        topic_alias_max: Some(broker.config.topic_alias_maximum),
         assigned_client_identifier: assigned,
         wildcard_subscription_available: Some(1),
         subscription_identifiers_available: Some(0),
@@ -147,6 +149,7 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         client_receive_max,
         client_max_packet,
         will,
+        aliases: HashMap::new(),
         pending: Vec::new(),
         appending: None,
         rate: RateLimit::new(broker.config.max_publish_rate),

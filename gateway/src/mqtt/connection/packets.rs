@@ -9,13 +9,13 @@ use tokio::io::AsyncWrite;
 
 use super::super::broker::cursor_name;
 use super::super::codec::{
-    DisconnectReason, DisconnectReasonCode, InPublish, OutPublish, Outgoing, QoS, SubAckCode,
-    Subscribe,
+    DisconnectReason, DisconnectReasonCode, InPublish, OutPublish, Outgoing, PublishProperties,
+    QoS, RetainHandling, SubAckCode, Subscribe,
 };
 use super::super::ingest::{Pending, ack_for};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
-use super::super::session::{Inflight, PartitionId};
+use super::super::session::{Inflight, Matched, PartitionId, Subscription};
 use super::super::store::{Store, StoreError, StoredRecord};
 use super::super::topic;
 use super::{ConnError, Connection, Flow};
@@ -63,6 +63,12 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
     async fn publish(&mut self, publish: InPublish) -> Result<(), ConnError> {
         self.rate.take().await;
         MqttMetrics::inc(&self.broker.metrics.publishes_in);
+        let alias = publish.properties.as_ref().and_then(|p| p.topic_alias);
+        if let Some(alias) = alias.filter(|_| publish.topic.is_empty()) {
+            let known = self.aliases.get(&alias).cloned();
+            let topic = known.ok_or_else(|| alias_error("unknown topic alias"))?;
+            return self.publish_named(publish, topic);
+        }
         let name = match topic::validate_name(&publish.topic, &self.broker.limits) {
             Ok(name) => name.to_owned(),
             Err(err) => {
@@ -74,6 +80,17 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 });
             }
         };
+        if let Some(alias) = alias {
+            if alias == 0 || alias > self.broker.config.topic_alias_maximum {
+                return Err(alias_error("topic alias out of range"));
+            }
+            self.aliases.insert(alias, name.clone());
+        }
+        self.publish_named(publish, name)
+    }
+
+    /// Queues a publish whose topic name is known and valid.
+    fn publish_named(&mut self, publish: InPublish, name: String) -> Result<(), ConnError> {
         let ack = ack_for(publish.qos, publish.pkid);
         if publish.qos == QoS::ExactlyOnce && self.session.pending_qos2.contains(&publish.pkid) {
             self.pending.push(Pending {
@@ -119,22 +136,42 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
 
     async fn subscribe(&mut self, subscribe: Subscribe) -> Result<(), ConnError> {
         let mut codes = Vec::with_capacity(subscribe.filters.len());
-        let mut added = Vec::new();
-        for (filter, qos) in subscribe.filters {
+        let mut retained_for = Vec::new();
+        for request in subscribe.filters {
+            let filter = request.filter;
             if filter.starts_with("$share/") {
                 codes.push(SubAckCode::SharedNotSupported);
             } else if let Err(err) = topic::validate_filter(&filter, &self.broker.limits) {
                 tracing::info!(client_id = %self.client_id, %filter, %err, "subscription refused");
                 codes.push(SubAckCode::TopicFilterInvalid);
             } else {
-                let granted = if qos == QoS::AtMostOnce {
-                    qos
+                let granted = if request.qos == QoS::AtMostOnce {
+                    request.qos
                 } else {
                     QoS::AtLeastOnce
                 };
-                self.session.subscribe(&filter, granted);
+                let subscription = Subscription {
+                    filter: filter.clone(),
+                    qos: granted,
+                    no_local: request.no_local,
+                    retain_as_published: request.retain_as_published,
+                    id: subscribe.id,
+                };
+                let new = self.session.subscribe(subscription);
                 codes.push(SubAckCode::Granted(granted));
-                added.push((filter, granted));
+                let send_retained = match request.retain_handling {
+                    RetainHandling::OnSubscribe => true,
+                    RetainHandling::OnNewSubscribe => new,
+                    RetainHandling::Never => false,
+                };
+                if send_retained {
+                    let matched = Matched {
+                        qos: granted,
+                        retain_as_published: true,
+                        ids: subscribe.id.into_iter().collect(),
+                    };
+                    retained_for.push((filter, matched));
+                }
             }
         }
         self.track_partitions().await?;
@@ -143,9 +180,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             pkid: subscribe.pkid,
             codes,
         })?;
-        for (filter, granted) in added {
+        for (filter, matched) in retained_for {
             for message in self.broker.retained.matching(&filter) {
-                self.deliver(message, granted, None, true)?;
+                self.deliver(message, &matched, None)?;
             }
         }
         self.pump()
@@ -301,21 +338,25 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let Some(message) = Message::from_record(&stored.record) else {
             return Ok(());
         };
-        let Some(granted) = self.session.matching_qos(&message.topic) else {
+        let own = message.client_id == self.client_id;
+        let Some(matched) = self.session.matching(&message.topic, own) else {
             return Ok(());
         };
         let source = Some((partition.clone(), stored.offset));
-        self.deliver(message, granted, source, false)
+        self.deliver(message, &matched, source)
     }
 
-    /// Sends one message at min(its QoS, granted QoS, 1).
+    /// Sends one message at min(its QoS, granted QoS, 1), with the retain flag only when a
+    /// matching subscription asked for Retain As Published (retained messages sent on
+    /// subscribe always carry it), and the matching subscriptions' identifiers.
     fn deliver(
         &mut self,
         message: Message,
-        granted: QoS,
+        matched: &Matched,
         source: Option<(PartitionId, u64)>,
-        retain: bool,
     ) -> Result<(), ConnError> {
+        let granted = matched.qos;
+        let retain = message.retain && matched.retain_as_published;
         let now = message::now_ms();
         if message.expired(now) {
             return Ok(());
@@ -326,10 +367,14 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             QoS::AtLeastOnce
         };
         let remaining = message.remaining_expiry(now);
-        let properties = message.properties.clone().map(|mut p| {
-            p.message_expiry_interval = remaining;
-            p
-        });
+        let properties = match (message.properties.clone(), matched.ids.is_empty()) {
+            (None, true) => None,
+            (properties, _) => Some(PublishProperties {
+                message_expiry_interval: remaining,
+                subscription_identifiers: matched.ids.clone(),
+                ..properties.unwrap_or_default()
+            }),
+        };
         let size = message.topic.len() + message.payload.len() + 16;
         if size > self.client_max_packet {
             return Ok(());
@@ -378,6 +423,13 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             }
         }
         Ok(())
+    }
+}
+
+fn alias_error(reason: &'static str) -> ConnError {
+    ConnError::Protocol {
+        reason,
+        code: DisconnectReason::TopicAliasInvalid,
     }
 }
 

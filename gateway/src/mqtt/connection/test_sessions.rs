@@ -1,14 +1,16 @@
-//! Session lifetime tests: MQTT 5 session expiry, will delay, and a will cancelled by a
-//! reconnect, against the in-memory store.
+//! MQTT 5 session tests against the in-memory store: session expiry, will delay, a will
+//! cancelled by a reconnect, topic aliases.
 
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use super::super::codec::tests::{client_connect_v5, client_subscribe};
-use super::super::codec::{QoS, Version};
+use super::super::codec::{self, OutPublish, Outgoing, PublishProperties, QoS, Version};
 use super::super::memstore::MemoryStore;
-use super::test::{Client, Harness};
+use super::super::message;
+use super::super::store::Headers;
+use super::test::{Client, Harness, WAIT};
 
 /// Connects with a raw MQTT 5 CONNECT; returns the client and the CONNACK's session-present flag.
 async fn connect_v5(
@@ -78,4 +80,48 @@ async fn reconnecting_within_the_will_delay_cancels_the_will() {
         h.records().is_empty(),
         "the will was cancelled by the reconnect"
     );
+}
+
+fn aliased_publish(topic: &str, alias: u16, pkid: u16) -> Vec<u8> {
+    let publish = OutPublish {
+        topic: Bytes::copy_from_slice(topic.as_bytes()),
+        payload: Bytes::from_static(b"m"),
+        qos: QoS::AtLeastOnce,
+        pkid,
+        dup: false,
+        retain: false,
+        properties: Some(PublishProperties {
+            topic_alias: Some(alias),
+            ..PublishProperties::default()
+        }),
+    };
+    let mut out = BytesMut::new();
+    codec::encode(Version::V5, Outgoing::Publish(Box::new(publish)), &mut out).expect("encodes");
+    out.to_vec()
+}
+
+#[tokio::test]
+async fn v5_topic_aliases_resolve_and_out_of_range_ones_disconnect() {
+    let h = Harness::new(MemoryStore::new(1)).await;
+    let (mut c, _) = connect_v5(&h, "alias", true, 0, None).await;
+    c.send(&aliased_publish("a/b", 1, 1)).await;
+    assert_eq!(c.frame().await, [0x40, 2, 0, 1]);
+    c.send(&aliased_publish("", 1, 2)).await;
+    assert_eq!(c.frame().await, [0x40, 2, 0, 2]);
+    let topics: Vec<Vec<u8>> = h
+        .records()
+        .iter()
+        .map(|r| r.header(message::TOPIC).unwrap_or_default().to_vec())
+        .collect();
+    assert_eq!(topics, [b"a/b".to_vec(), b"a/b".to_vec()]);
+    let properties = h.records()[1]
+        .header("mqtt.topic_alias")
+        .map(<[u8]>::to_vec);
+    assert_eq!(
+        properties, None,
+        "aliases are connection state, not message data"
+    );
+    c.send(&aliased_publish("x", 17, 3)).await;
+    assert_eq!(c.frame().await, [0xe0, 2, 0x94, 0]);
+    assert!(c.closed(WAIT).await);
 }
