@@ -26,6 +26,14 @@ pub enum Command {
     /// Inspect and check a log directory (read-only; safe while tern runs).
     #[command(subcommand)]
     Log(LogCommand),
+    /// Add or change an MQTT user in a password file (argon2id); the password is read from
+    /// the first line of stdin.
+    Passwd {
+        /// The password file ([mqtt] password_file); created if missing.
+        file: PathBuf,
+        /// The user name.
+        user: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

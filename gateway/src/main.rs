@@ -31,6 +31,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Log(command) => run_log_tool(command),
+        Command::Passwd { file, user } => {
+            let mut password = String::new();
+            std::io::stdin().read_line(&mut password)?;
+            let password = password.trim_end_matches(['\r', '\n']);
+            if password.is_empty() {
+                anyhow::bail!("no password on stdin");
+            }
+            tern_gateway::mqtt::auth::set_password(&file, &user, password)?;
+            eprintln!("tern: password of {user} set in {}", file.display());
+            Ok(())
+        }
     }
 }
 

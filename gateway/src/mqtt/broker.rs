@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, OwnedMutexGuard};
 
 use super::MqttError;
+use super::auth::Authenticator;
 use super::config::{MqttConfig, RouteConfig};
 use super::metrics::MqttMetrics;
 use super::retained::Retained;
@@ -78,6 +79,7 @@ pub struct Broker<S> {
     pub metrics: Arc<MqttMetrics>,
     pub state: Arc<StateLog<S>>,
     pub retained: Retained<S>,
+    pub auth: Authenticator,
     partitions: HashMap<String, u32>,
     sessions: Mutex<HashMap<String, Arc<SessionEntry>>>,
     next_connection: AtomicU64,
@@ -92,6 +94,7 @@ impl<S: Store> Broker<S> {
         routes: Vec<RouteConfig>,
         metrics: Arc<MqttMetrics>,
     ) -> Result<Arc<Self>, MqttError> {
+        let auth = Authenticator::new(config.password_file.as_deref(), config.anonymous_allowed())?;
         let router = Router::new(routes, config.default_log_topic.clone());
         let mut partitions = HashMap::new();
         for topic in router.log_topics() {
@@ -119,6 +122,7 @@ impl<S: Store> Broker<S> {
         Ok(Arc::new(Self {
             limits: config.topic_limits(),
             retained: Retained::new(state.clone(), loaded.retained),
+            auth,
             store,
             config,
             router,

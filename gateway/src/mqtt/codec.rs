@@ -132,6 +132,7 @@ pub struct Connect {
     pub will: Option<LastWill>,
     pub will_properties: Option<LastWillProperties>,
     pub username: Option<String>,
+    pub password: Option<String>,
 }
 
 /// PUBLISH from a client, with the fields rumqttd keeps private.
@@ -219,7 +220,11 @@ fn convert(version: Version, packet: Packet, frame: &[u8]) -> Result<Incoming, C
                 properties,
                 will,
                 will_properties,
-                username: login.map(|l| l.username).filter(|u| !u.is_empty()),
+                username: login
+                    .as_ref()
+                    .map(|l| l.username.clone())
+                    .filter(|u| !u.is_empty()),
+                password: login.map(|l| l.password).filter(|p| !p.is_empty()),
             }))
         }
         Packet::Publish(publish, properties) => {
@@ -390,6 +395,7 @@ pub enum ConnAckCode {
     Success,
     UnsupportedProtocolVersion,
     ClientIdentifierNotValid,
+    BadCredentials,
     ServerUnavailable,
     NotAuthorized,
     ServerBusy,
@@ -499,6 +505,7 @@ fn connack_code(version: Version, code: ConnAckCode) -> protocol::ConnectReturnC
         (Version::V4, ConnAckCode::UnsupportedProtocolVersion) => C::RefusedProtocolVersion,
         (Version::V5, ConnAckCode::UnsupportedProtocolVersion) => C::UnsupportedProtocolVersion,
         (_, ConnAckCode::ClientIdentifierNotValid) => C::ClientIdentifierNotValid,
+        (_, ConnAckCode::BadCredentials) => C::BadUserNamePassword,
         (Version::V4, ConnAckCode::ServerUnavailable | ConnAckCode::ServerBusy) => {
             C::ServiceUnavailable
         }

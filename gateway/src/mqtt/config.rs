@@ -3,11 +3,13 @@
 //! only; the validation pass names the offending key. Never opens sockets or files.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ByteSize, ConfigError, HumanDuration};
 
+use super::auth::Anonymous;
 use super::topic::{self, TopicLimits};
 
 /// `[mqtt]`: the device-facing listener.
@@ -41,6 +43,11 @@ pub struct MqttConfig {
     pub max_session_expiry: HumanDuration,
     /// Log topic for publishes that no `[[route]]` matches.
     pub default_log_topic: String,
+    /// Clients without a username: "loopback" (only on a loopback listener), "always", "never".
+    pub allow_anonymous: Anonymous,
+    /// `user:argon2-hash` lines written by `tern passwd`; none = no usernames accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
 }
 
 impl Default for MqttConfig {
@@ -59,11 +66,22 @@ impl Default for MqttConfig {
             connect_timeout: HumanDuration(std::time::Duration::from_secs(10)),
             max_session_expiry: HumanDuration(std::time::Duration::from_secs(7 * 24 * 3600)),
             default_log_topic: "mqtt".to_owned(),
+            allow_anonymous: Anonymous::Loopback,
+            password_file: None,
         }
     }
 }
 
 impl MqttConfig {
+    /// Whether clients without a username are accepted on this listener.
+    pub fn anonymous_allowed(&self) -> bool {
+        match self.allow_anonymous {
+            Anonymous::Always => true,
+            Anonymous::Never => false,
+            Anonymous::Loopback => self.listen.ip().is_loopback(),
+        }
+    }
+
     /// Topic validation limits.
     pub fn topic_limits(&self) -> TopicLimits {
         TopicLimits {

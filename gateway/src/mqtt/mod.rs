@@ -3,6 +3,7 @@
 //! imports `rumqttd`, and only for its packet codecs (in `codec.rs`). It reaches storage only
 //! through the `Store` trait (`store.rs`).
 
+pub mod auth;
 mod broker;
 pub mod codec;
 pub mod config;
@@ -40,4 +41,6 @@ pub enum MqttError {
     },
     #[error("cannot open MQTT state in the log: {0}")]
     Store(#[from] store::StoreError),
+    #[error(transparent)]
+    Auth(#[from] auth::AuthError),
 }

@@ -3,6 +3,7 @@
 //! flows (persistent sessions across restarts, wills, keep alive, malformed input, SIGKILL).
 
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use rumqttc::{Client, Connection, Event, Incoming, LastWill, MqttOptions, QoS};
 use tern_tests::raw_mqtt::RawClient;
-use tern_tests::{Gateway, ServeOptions, TempDir, read_log};
+use tern_tests::{Gateway, ServeOptions, TempDir, read_log, tern_binary};
 
 fn mosquitto_pub(gateway: &Gateway, args: &[&str]) -> anyhow::Result<()> {
     let output = mosquitto("mosquitto_pub", gateway.mqtt, args)?;
@@ -287,6 +288,66 @@ fn v5_properties_topic_aliases_and_subscription_ids_pass_through() -> anyhow::Re
         stdout.trim_end(),
         "v5/dev|hello|text/plain|v5/replies|c42|7|site:north"
     );
+    Ok(())
+}
+
+#[test]
+fn password_file_users_connect_and_others_are_refused() -> anyhow::Result<()> {
+    let dir = TempDir::new("mqtt-auth")?;
+    let passwd = dir.path().join("passwd");
+    let mut child = Command::new(tern_binary()?)
+        .args(["passwd", &passwd.display().to_string(), "alice"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(b"wonderland\n")?;
+    assert!(child.wait()?.success());
+    let config = dir.path().join("tern.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mqtt]\nallow_anonymous = \"never\"\npassword_file = \"{}\"\n",
+            passwd.display()
+        ),
+    )?;
+    let options = ServeOptions {
+        args: vec!["--config".to_owned(), config.display().to_string()],
+    };
+    let gateway = Gateway::start(dir.path(), &options)?;
+    for version in ["mqttv311", "mqttv5"] {
+        let ok = [
+            "-V",
+            version,
+            "-q",
+            "1",
+            "-t",
+            "a",
+            "-m",
+            "x",
+            "-u",
+            "alice",
+            "-P",
+            "wonderland",
+        ];
+        mosquitto_pub(&gateway, &ok)?;
+        let wrong = [
+            "-V", version, "-t", "a", "-m", "x", "-u", "alice", "-P", "guess",
+        ];
+        let output = mosquitto("mosquitto_pub", gateway.mqtt, &wrong)?;
+        assert!(
+            !output.status.success(),
+            "{version}: wrong password accepted"
+        );
+        let anonymous = ["-V", version, "-t", "a", "-m", "x"];
+        let output = mosquitto("mosquitto_pub", gateway.mqtt, &anonymous)?;
+        assert!(!output.status.success(), "{version}: anonymous accepted");
+        let stderr = String::from_utf8_lossy(&output.stderr).to_lowercase();
+        assert!(stderr.contains("not authori"), "{version}: {stderr}");
+    }
     Ok(())
 }
 

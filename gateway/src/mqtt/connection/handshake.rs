@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::super::auth::Verdict;
 use super::super::broker::Broker;
 use super::super::codec::{
     self, ConnAckCode, ConnAckProperties, Connect, Incoming, Outgoing, Version,
@@ -56,6 +57,20 @@ pub(super) async fn read_connect<S: Store, R: AsyncRead>(
             protocol("connection limit reached"),
             Some((version, ConnAckCode::ServerBusy)),
         ));
+    }
+    let verdict = broker
+        .auth
+        .verify(connect.username.as_deref(), connect.password.as_deref())
+        .await;
+    let refused = match verdict {
+        Verdict::Accepted => None,
+        Verdict::BadCredentials => Some(("bad user name or password", ConnAckCode::BadCredentials)),
+        Verdict::NotAuthorized => {
+            Some(("anonymous access not allowed", ConnAckCode::NotAuthorized))
+        }
+    };
+    if let Some((reason, code)) = refused {
+        return Err((protocol(reason), Some((version, code))));
     }
     if connect.client_id.is_empty() && version == Version::V4 && !connect.clean_start {
         let reply = Some((version, ConnAckCode::ClientIdentifierNotValid));
