@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
-# Installs what tern's test suites need on a fresh Debian/Ubuntu machine. Idempotent: only
-# packages that are missing are installed, so a second run does nothing.
+# Installs what tern's test suites and benchmarks need on a fresh Debian/Ubuntu machine.
+# Idempotent: only packages that are missing are installed, so a second run does nothing.
 set -euo pipefail
 
-# Debian packages: (package, a command it provides).
-packages=(
-    "mosquitto-clients mosquitto_pub"
-)
+# mosquitto-clients: mosquitto_pub/mosquitto_sub, independent MQTT clients of the e2e suite.
+# mosquitto: the broker `tern bench mqtt --compare` measures tern against.
+packages=(mosquitto-clients mosquitto)
 
 missing=()
-for entry in "${packages[@]}"; do
-    read -r package command <<<"$entry"
-    if ! command -v "$command" >/dev/null 2>&1; then
+for package in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
         missing+=("$package")
     fi
 done
@@ -23,7 +21,7 @@ if ((${#missing[@]} > 0)); then
     fi
     echo "ensure-deps: installing ${missing[*]}"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
     echo "ensure-deps: everything present"
 fi
