@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::datadir::DataDirLock;
 use crate::log::{Log, LogMetrics};
 use crate::metrics::{MetricsSource, ProcessMetrics};
+use crate::mqtt::{Broker, LogStore, MqttListener, MqttMetrics};
 use crate::shutdown::{self, Shutdown, Signals};
 
 /// Runs the gateway until SIGINT/SIGTERM, then shuts down gracefully.
@@ -39,9 +40,24 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
         .with_context(|| format!("cannot open the log in {}", log_dir.display()))?;
     tracing::info!(topics = log.topics().len(), "log opened");
 
+    let mqtt_metrics = Arc::new(MqttMetrics::default());
+    let broker = Broker::open(
+        LogStore::new(log.clone()),
+        config.mqtt.clone(),
+        config.route.clone(),
+        mqtt_metrics.clone(),
+    )
+    .await?;
+    let mqtt = MqttListener::bind(config.mqtt.listen, broker).await?;
+    tracing::info!(
+        "mqtt listener on {}",
+        mqtt.local_addr().context("MQTT listener has no address")?
+    );
+
     let sources: Vec<Arc<dyn MetricsSource>> = vec![
         Arc::new(ProcessMetrics::new()),
         Arc::new(LogMetrics(log.clone())),
+        mqtt_metrics,
     ];
     let admin = AdminServer::bind(config.admin.listen, sources).await?;
     tracing::info!(
@@ -51,12 +67,17 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
             .context("admin listener has no address")?
     );
     let admin_task = tokio::spawn(admin.run(shutdown.clone()));
+    let mqtt_task = tokio::spawn(mqtt.run(shutdown.clone()));
 
     tracing::info!("tern {} ready", env!("CARGO_PKG_VERSION"));
     shutdown.wait().await;
 
     let grace = config.shutdown.grace.0;
-    if tokio::time::timeout(grace, admin_task).await.is_err() {
+    let drained = async {
+        let _ = mqtt_task.await;
+        let _ = admin_task.await;
+    };
+    if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!(
             ?grace,
             "in-flight work did not finish within the grace period"

@@ -26,6 +26,17 @@ pub enum Command {
     /// Inspect and check a log directory (read-only; safe while tern runs).
     #[command(subcommand)]
     Log(LogCommand),
+    /// Measure performance (prints numbers; see docs in each subcommand).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Add or change an MQTT user in a password file (argon2id); the password is read from
+    /// the first line of stdin.
+    Passwd {
+        /// The password file ([mqtt] password_file); created if missing.
+        file: PathBuf,
+        /// The user name.
+        user: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -111,6 +122,43 @@ impl ServeArgs {
             admin_listen: self.admin_listen,
         }
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Load an MQTT 3.1.1 broker: N publishers x M messages of S bytes; prints msgs/s and PUBACK
+    /// latency p50/p99/max, optionally against a second broker with the throughput ratio.
+    Mqtt {
+        /// The broker to measure (e.g. a running tern).
+        #[arg(long, value_name = "HOST:PORT")]
+        broker: SocketAddr,
+        /// A second broker given the same load (e.g. Mosquitto); prints the ratio.
+        #[arg(long, value_name = "HOST:PORT")]
+        compare: Option<SocketAddr>,
+        #[arg(long, default_value_t = 10)]
+        publishers: usize,
+        /// Messages per publisher.
+        #[arg(long, default_value_t = 5000)]
+        messages: usize,
+        /// Payload bytes.
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// 0 or 1.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+        qos: u8,
+        /// Unacknowledged QoS 1 messages per publisher.
+        #[arg(long, default_value_t = 32)]
+        window: usize,
+        /// Idle connections held open during the run.
+        #[arg(long, default_value_t = 0)]
+        idle: usize,
+        /// PID of the first broker, to print its resident memory with the idle clients.
+        #[arg(long)]
+        broker_pid: Option<u32>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

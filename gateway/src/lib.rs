@@ -4,10 +4,12 @@
 
 pub mod admin;
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod datadir;
 pub mod log;
 pub mod logging;
 pub mod metrics;
+pub mod mqtt;
 pub mod shutdown;

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 pub mod firmware;
+pub mod raw_mqtt;
 
 /// Path of the `tern` binary, built once per test process with the same cargo that runs the tests.
 pub fn tern_binary() -> anyhow::Result<PathBuf> {
@@ -87,6 +88,8 @@ impl Drop for TempDir {
 pub struct Gateway {
     child: Option<Child>,
     pub admin: SocketAddr,
+    /// The MQTT listener's address, learnt from the `mqtt listener on ADDR` log line.
+    pub mqtt: SocketAddr,
     stderr: mpsc::Receiver<String>,
     log: Vec<String>,
 }
@@ -150,6 +153,7 @@ impl Gateway {
         Ok(Self {
             child: Some(child),
             admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+            mqtt: SocketAddr::from(([127, 0, 0, 1], 0)),
             stderr: rx,
             log: Vec::new(),
         })
@@ -162,7 +166,10 @@ impl Gateway {
             if let Some(addr) = line.split("admin endpoint listening on ").nth(1) {
                 self.admin = addr.trim().parse().context("admin address in log line")?;
             }
-            if line.contains(" ready") && self.admin.port() != 0 {
+            if let Some(addr) = line.split("mqtt listener on ").nth(1) {
+                self.mqtt = addr.trim().parse().context("MQTT address in log line")?;
+            }
+            if line.contains(" ready") && self.admin.port() != 0 && self.mqtt.port() != 0 {
                 return Ok(());
             }
         }
@@ -270,4 +277,60 @@ pub fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
         .and_then(|s| s.parse().ok())
         .context("no status in reply")?;
     Ok((status, body.to_owned()))
+}
+
+/// One record as `tern log dump` prints it (text fields; binary ones stay base64).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DumpedRecord {
+    pub partition: u64,
+    pub offset: u64,
+    pub timestamp_ms: i64,
+    pub key: Option<String>,
+    pub value: String,
+    pub headers: Vec<(String, String)>,
+}
+
+impl DumpedRecord {
+    /// The first header called `name`, or "" if there is none.
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map_or("", |(_, value)| value.as_str())
+    }
+}
+
+/// Every record of `topic` under `data_dir`, read with `tern log dump`.
+pub fn read_log(data_dir: &Path, topic: &str) -> anyhow::Result<Vec<DumpedRecord>> {
+    let dir = data_dir.display().to_string();
+    let (status, stdout, stderr) =
+        run_tern(&["log", "dump", "--data-dir", &dir, "--topic", topic])?;
+    if !status.success() {
+        bail!("tern log dump failed: {stderr}");
+    }
+    stdout.lines().map(parse_dump_line).collect()
+}
+
+fn parse_dump_line(line: &str) -> anyhow::Result<DumpedRecord> {
+    let json: serde_json::Value = serde_json::from_str(line).context("dump line is not JSON")?;
+    let text = |value: &serde_json::Value| value.as_str().map(str::to_owned);
+    let headers = json["headers"]
+        .as_array()
+        .context("dump line has no headers")?
+        .iter()
+        .map(|h| {
+            (
+                text(&h["name"]).unwrap_or_default(),
+                text(&h["value"]).unwrap_or_default(),
+            )
+        })
+        .collect();
+    Ok(DumpedRecord {
+        partition: json["partition"].as_u64().context("no partition")?,
+        offset: json["offset"].as_u64().context("no offset")?,
+        timestamp_ms: json["timestamp"].as_i64().context("no timestamp")?,
+        key: text(&json["key"]),
+        value: text(&json["value"]).context("no value")?,
+        headers,
+    })
 }

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 
 pub use units::{ByteSize, HumanDuration};
 
+pub use crate::mqtt::config::{MqttConfig, RouteConfig, RouteKey};
+
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -48,6 +50,9 @@ pub struct Config {
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
     pub log: crate::log::LogConfig,
+    /// `[[route]]`: MQTT topic filters mapped to log topics, first match wins.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub route: Vec<RouteConfig>,
 }
 
 impl Default for Config {
@@ -59,22 +64,7 @@ impl Default for Config {
             logging: LoggingConfig::default(),
             shutdown: ShutdownConfig::default(),
             log: crate::log::LogConfig::default(),
-        }
-    }
-}
-
-/// `[mqtt]`: the device-facing listener.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MqttConfig {
-    /// Address of the MQTT listener.
-    pub listen: SocketAddr,
-}
-
-impl Default for MqttConfig {
-    fn default() -> Self {
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 1883)),
+            route: Vec::new(),
         }
     }
 }
@@ -218,6 +208,7 @@ impl Config {
         if self.shutdown.grace.0.is_zero() {
             return Err(invalid("shutdown.grace", "must be longer than zero"));
         }
+        self.mqtt.validate(&self.route)?;
         self.log
             .validate()
             .map_err(|(key, message)| invalid(&key, message))

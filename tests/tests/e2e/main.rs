@@ -2,3 +2,5 @@
 
 mod foundation;
 mod log;
+mod mqtt;
+mod mqtt_durability;

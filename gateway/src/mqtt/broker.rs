@@ -1,0 +1,262 @@
+//! The state every MQTT connection shares: the store, limits, routing table, retained
+//! messages, the session registry (client-id takeover and expiry) and the metrics. Built once at
+//! startup from the state log. Holds no socket; connections borrow from it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, OwnedMutexGuard};
+
+use super::MqttError;
+use super::auth::Authenticator;
+use super::config::{MqttConfig, RouteConfig};
+use super::metrics::MqttMetrics;
+use super::retained::Retained;
+use super::router::Router;
+use super::session::{NEVER_EXPIRES, PartitionId, Session};
+use super::state::StateLog;
+use super::store::{Store, StoreError};
+use super::topic::TopicLimits;
+
+/// How long a new connection waits for the previous holder of its client id to let go.
+const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
+
+/// One client id's slot in the registry.
+#[derive(Debug)]
+pub struct SessionEntry {
+    session: Arc<tokio::sync::Mutex<Session>>,
+    holder: Mutex<Holder>,
+    /// Bumped on every connect; delayed wills check it before firing.
+    pub generation: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Holder {
+    kick: Option<Arc<Notify>>,
+    disconnected_at: Option<Instant>,
+}
+
+impl SessionEntry {
+    fn new(session: Session) -> Self {
+        Self {
+            session: Arc::new(tokio::sync::Mutex::new(session)),
+            holder: Mutex::new(Holder {
+                kick: None,
+                disconnected_at: Some(Instant::now()),
+            }),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    fn holder(&self) -> MutexGuard<'_, Holder> {
+        self.holder.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks the connection holding `kick` as gone.
+    pub fn release(&self, kick: &Arc<Notify>) {
+        let mut holder = self.holder();
+        if holder.kick.as_ref().is_some_and(|k| Arc::ptr_eq(k, kick)) {
+            holder.kick = None;
+            holder.disconnected_at = Some(Instant::now());
+        }
+    }
+
+    /// Whether no connection holds the session.
+    pub fn is_idle(&self) -> bool {
+        self.holder().kick.is_none()
+    }
+}
+
+/// Shared MQTT server state.
+#[derive(Debug)]
+pub struct Broker<S> {
+    pub store: S,
+    pub config: MqttConfig,
+    pub limits: TopicLimits,
+    pub router: Router,
+    pub metrics: Arc<MqttMetrics>,
+    pub state: Arc<StateLog<S>>,
+    pub retained: Retained<S>,
+    pub auth: Authenticator,
+    partitions: HashMap<String, u32>,
+    sessions: Mutex<HashMap<String, Arc<SessionEntry>>>,
+    next_connection: AtomicU64,
+    boot: u64,
+}
+
+impl<S: Store> Broker<S> {
+    /// Creates the log topics and rebuilds retained messages and sessions from the state log.
+    pub async fn open(
+        store: S,
+        config: MqttConfig,
+        routes: Vec<RouteConfig>,
+        metrics: Arc<MqttMetrics>,
+    ) -> Result<Arc<Self>, MqttError> {
+        let auth = Authenticator::new(config.password_file.as_deref(), config.anonymous_allowed())?;
+        let router = Router::new(routes, config.default_log_topic.clone());
+        let mut partitions = HashMap::new();
+        for topic in router.log_topics() {
+            let count = store.ensure_topic(&topic).map_err(MqttError::Store)?;
+            partitions.insert(topic, count.max(1));
+        }
+        let state = Arc::new(StateLog::new(store.clone()).map_err(MqttError::Store)?);
+        let loaded = state.load().await.map_err(MqttError::Store)?;
+        tracing::info!(
+            retained = loaded.retained.len(),
+            sessions = loaded.sessions.len(),
+            records = loaded.records,
+            "MQTT state loaded"
+        );
+        let sessions = loaded
+            .sessions
+            .into_iter()
+            .map(|(id, stored)| {
+                (
+                    id.clone(),
+                    Arc::new(SessionEntry::new(Session::restore(&id, stored))),
+                )
+            })
+            .collect();
+        Ok(Arc::new(Self {
+            limits: config.topic_limits(),
+            retained: Retained::new(state.clone(), loaded.retained),
+            auth,
+            store,
+            config,
+            router,
+            metrics,
+            state,
+            partitions,
+            sessions: Mutex::new(sessions),
+            next_connection: AtomicU64::new(1),
+            boot: boot_stamp(),
+        }))
+    }
+
+    /// A number unique to this connection within this process.
+    pub fn connection_id(&self) -> u64 {
+        self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A client id for a client that sent an empty one.
+    pub fn assign_client_id(&self, connection: u64) -> String {
+        format!("tern-{:x}-{connection}", self.boot)
+    }
+
+    /// Partition count of a routed log topic.
+    pub fn partitions(&self, log_topic: &str) -> u32 {
+        self.partitions.get(log_topic).copied().unwrap_or(1)
+    }
+
+    /// Every partition a subscription filter may find records in.
+    pub fn partitions_for(&self, filter: &str) -> Vec<PartitionId> {
+        self.router
+            .log_topics_for(filter)
+            .into_iter()
+            .flat_map(|t| {
+                let count = self.partitions(&t);
+                (0..count).map(move |p| (t.clone(), p))
+            })
+            .collect()
+    }
+
+    /// Takes the session of `client_id` for a new connection: asks the current holder to leave
+    /// (client-id takeover) and waits until it has. `kick` is how this connection will be asked.
+    pub async fn take_session(
+        &self,
+        client_id: &str,
+        kick: Arc<Notify>,
+    ) -> Result<(Arc<SessionEntry>, OwnedMutexGuard<Session>), StoreError> {
+        let entry = {
+            let mut sessions = self.lock_sessions();
+            sessions
+                .entry(client_id.to_owned())
+                .or_insert_with(|| Arc::new(SessionEntry::new(Session::new(client_id))))
+                .clone()
+        };
+        if let Some(previous) = entry.holder().kick.take() {
+            previous.notify_one();
+        }
+        let guard = tokio::time::timeout(TAKEOVER_WAIT, entry.session.clone().lock_owned())
+            .await
+            .map_err(|_| StoreError::Failed {
+                op: "session takeover",
+                topic: client_id.to_owned(),
+                message: "the previous connection did not let go".to_owned(),
+            })?;
+        {
+            let mut holder = entry.holder();
+            if let Some(other) = holder.kick.replace(kick) {
+                other.notify_one();
+            }
+            holder.disconnected_at = None;
+        }
+        entry.generation.fetch_add(1, Ordering::SeqCst);
+        Ok((entry, guard))
+    }
+
+    /// Ends sessions whose expiry has passed since their connection closed.
+    pub async fn expire_sessions(&self) {
+        let expired: Vec<(String, Arc<SessionEntry>)> = {
+            let sessions = self.lock_sessions();
+            sessions
+                .iter()
+                .filter(|(_, entry)| entry.is_idle())
+                .map(|(id, entry)| (id.clone(), entry.clone()))
+                .collect()
+        };
+        for (id, entry) in expired {
+            let Ok(mut session) = entry.session.clone().try_lock_owned() else {
+                continue;
+            };
+            let since = entry.holder().disconnected_at;
+            let due = since.is_some_and(|t| {
+                session.expiry != NEVER_EXPIRES
+                    && t.elapsed() >= Duration::from_secs(u64::from(session.expiry))
+            });
+            if !due || !entry.is_idle() {
+                continue;
+            }
+            if session.stored {
+                if let Err(err) = self.forget_session(&mut session).await {
+                    tracing::warn!(client_id = %id, %err, "cannot remove expired session");
+                    continue;
+                }
+            }
+            let mut sessions = self.lock_sessions();
+            if sessions.get(&id).is_some_and(|e| Arc::ptr_eq(e, &entry)) {
+                sessions.remove(&id);
+            }
+        }
+    }
+
+    /// Durably deletes a session's record and cursors and clears it in memory.
+    pub async fn forget_session(&self, session: &mut Session) -> Result<(), StoreError> {
+        if session.stored {
+            self.state.put_session(&session.client_id, None).await?;
+            self.store
+                .remove_cursors(&cursor_name(&session.client_id))
+                .await?;
+        }
+        session.clear();
+        Ok(())
+    }
+
+    fn lock_sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<SessionEntry>>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The cursor-store name of a session's read positions.
+pub fn cursor_name(client_id: &str) -> String {
+    format!("mqtt:{client_id}")
+}
+
+fn boot_stamp() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64 & 0xffff_ffff_ffff)
+        .unwrap_or(0)
+}

@@ -1,0 +1,544 @@
+//! The MQTT wire codec: framing with a size limit, and decoding/encoding packets through
+//! `rumqttd::protocol::{v4, v5}`. This is the only file that touches rumqttd's types directly;
+//! it hands the rest of `mqtt/` plain structs.
+//!
+//! rumqttd's codec has sharp edges that this module works around (each has a test below):
+//! - `v5::V5::read_mut` hits `unreachable!()` for CONNACK and UNSUBACK packets, so packet types a
+//!   client may never send are rejected here before the codec sees them;
+//! - `Publish::{qos, pkid, dup}` are `pub(crate)`, so they are read from the frame's own bytes and
+//!   outgoing publishes are built through `Publish::deserialize`;
+//! - the writers panic on reason codes the protocol version cannot express, so only typed,
+//!   version-checked constructors below produce outgoing packets;
+//! - fixed-header flag bits are not validated by rumqttd; they are here.
+//!
+//! It must never panic on any input bytes and never allocate more than the frame size limit.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use rumqttd::protocol::{self, Packet, Protocol};
+
+pub use rumqttd::protocol::{
+    ConnAckProperties, ConnectProperties, DisconnectReasonCode, LastWill, LastWillProperties,
+    PubAckReason, PubRecReason, PublishProperties, QoS, SubscribeReasonCode,
+};
+
+/// Protocol versions tern speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// MQTT 3.1.1 (protocol level 4).
+    V4,
+    /// MQTT 5.0 (protocol level 5).
+    V5,
+}
+
+/// Why bytes could not become a packet.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CodecError {
+    #[error("packet of {size} bytes exceeds the limit of {max} bytes")]
+    TooLarge { size: usize, max: usize },
+    #[error("malformed packet: {reason}")]
+    Malformed { reason: String },
+    #[error("packet type {packet_type} is not allowed from a client")]
+    Protocol { packet_type: u8 },
+    #[error("unsupported protocol level {level}")]
+    UnsupportedVersion { level: u8 },
+    #[error("cannot encode packet: {reason}")]
+    Encode { reason: String },
+}
+
+impl From<protocol::Error> for CodecError {
+    fn from(err: protocol::Error) -> Self {
+        CodecError::Malformed {
+            reason: err.to_string(),
+        }
+    }
+}
+
+/// Length of the first complete frame in `buf`, `None` if more bytes are needed.
+pub fn frame_len(buf: &[u8], max: usize) -> Result<Option<usize>, CodecError> {
+    let mut remaining: usize = 0;
+    for (i, byte) in buf.iter().skip(1).take(4).enumerate() {
+        remaining |= usize::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            let total = 1 + (i + 1) + remaining;
+            if total > max {
+                return Err(CodecError::TooLarge { size: total, max });
+            }
+            return Ok((buf.len() >= total).then_some(total));
+        }
+    }
+    if buf.len() >= 5 {
+        return Err(malformed("remaining length longer than four bytes"));
+    }
+    Ok(None)
+}
+
+/// The protocol version a CONNECT frame asks for.
+pub fn connect_version(frame: &[u8]) -> Result<Version, CodecError> {
+    if frame.first().map(|b| b >> 4) != Some(1) {
+        return Err(malformed("the first packet must be CONNECT"));
+    }
+    let header = header_len(frame)?;
+    let name_len = read_u16(frame, header)?;
+    let level_at = header + 2 + usize::from(name_len);
+    let name = frame.get(header + 2..level_at).unwrap_or_default();
+    let level = *frame
+        .get(level_at)
+        .ok_or_else(|| malformed("CONNECT too short"))?;
+    match (name, level) {
+        (b"MQTT", 4) => Ok(Version::V4),
+        (b"MQTT", 5) => Ok(Version::V5),
+        (_, level) => Err(CodecError::UnsupportedVersion { level }),
+    }
+}
+
+/// A decoded client packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    Connect(Box<Connect>),
+    Publish(Box<InPublish>),
+    PubAck {
+        pkid: u16,
+    },
+    PubRec {
+        pkid: u16,
+    },
+    PubRel {
+        pkid: u16,
+    },
+    PubComp {
+        pkid: u16,
+    },
+    Subscribe(Subscribe),
+    Unsubscribe {
+        pkid: u16,
+        filters: Vec<String>,
+    },
+    PingReq,
+    Disconnect {
+        reason: DisconnectReasonCode,
+        session_expiry: Option<u32>,
+    },
+}
+
+/// CONNECT with everything tern uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connect {
+    pub version: Version,
+    pub client_id: String,
+    pub clean_start: bool,
+    pub keep_alive: u16,
+    pub properties: Option<ConnectProperties>,
+    pub will: Option<LastWill>,
+    pub will_properties: Option<LastWillProperties>,
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+/// PUBLISH from a client, with the fields rumqttd keeps private.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InPublish {
+    pub qos: QoS,
+    pub pkid: u16,
+    pub dup: bool,
+    pub retain: bool,
+    pub topic: Bytes,
+    pub payload: Bytes,
+    pub properties: Option<PublishProperties>,
+}
+
+/// SUBSCRIBE with its filters and the MQTT 5 subscription identifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscribe {
+    pub pkid: u16,
+    pub filters: Vec<SubscribeFilter>,
+    pub id: Option<usize>,
+}
+
+/// One filter of a SUBSCRIBE with its options (MQTT 3.1.1 clients get the defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscribeFilter {
+    pub filter: String,
+    pub qos: QoS,
+    /// MQTT 5 No Local: never deliver this client's own publishes.
+    pub no_local: bool,
+    /// MQTT 5 Retain As Published: keep the retain flag on forwarded messages.
+    pub retain_as_published: bool,
+    pub retain_handling: RetainHandling,
+}
+
+/// When retained messages are sent for a subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetainHandling {
+    OnSubscribe,
+    OnNewSubscribe,
+    Never,
+}
+
+/// Decodes one complete frame (as measured by [`frame_len`]) sent by a client.
+pub fn decode(version: Version, frame: &[u8]) -> Result<Incoming, CodecError> {
+    let byte1 = *frame.first().ok_or_else(|| malformed("empty frame"))?;
+    check_fixed_flags(byte1)?;
+    let mut stream = BytesMut::from(frame);
+    if let (Version::V5, [0xe0, 0x01, reason]) = (version, frame) {
+        // rumqttd's v5 DISCONNECT reader requires a property length after the reason code, which
+        // the spec makes optional: append the empty one.
+        stream = BytesMut::from(&[0xe0, 0x02, *reason, 0x00][..]);
+    }
+    let packet = match version {
+        Version::V4 => protocol::v4::V4.read_mut(&mut stream, frame.len())?,
+        Version::V5 => protocol::v5::V5.read_mut(&mut stream, frame.len())?,
+    };
+    convert(version, packet, frame)
+}
+
+/// Rejects packet types a server never receives and fixed-header flags the spec forbids.
+fn check_fixed_flags(byte1: u8) -> Result<(), CodecError> {
+    let packet_type = byte1 >> 4;
+    let flags = byte1 & 0x0f;
+    let ok = match packet_type {
+        1 | 4 | 5 | 7 | 12 | 14 => flags == 0,
+        3 => (flags >> 1) & 0b11 != 0b11,
+        6 | 8 | 10 => flags == 0b0010,
+        _ => return Err(CodecError::Protocol { packet_type }),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(malformed("reserved fixed-header flags set"))
+    }
+}
+
+fn convert(version: Version, packet: Packet, frame: &[u8]) -> Result<Incoming, CodecError> {
+    Ok(match packet {
+        Packet::Connect(connect, properties, will, will_properties, login) => {
+            Incoming::Connect(Box::new(Connect {
+                version,
+                client_id: connect.client_id,
+                clean_start: connect.clean_session,
+                keep_alive: connect.keep_alive,
+                properties,
+                will,
+                will_properties,
+                username: login
+                    .as_ref()
+                    .map(|l| l.username.clone())
+                    .filter(|u| !u.is_empty()),
+                password: login.map(|l| l.password).filter(|p| !p.is_empty()),
+            }))
+        }
+        Packet::Publish(publish, properties) => {
+            let (qos, pkid, dup) = publish_header(frame)?;
+            Incoming::Publish(Box::new(InPublish {
+                qos,
+                pkid,
+                dup,
+                retain: publish.retain,
+                topic: publish.topic,
+                payload: publish.payload,
+                properties,
+            }))
+        }
+        Packet::PubAck(ack, _) => Incoming::PubAck { pkid: ack.pkid },
+        Packet::PubRec(ack, _) => Incoming::PubRec { pkid: ack.pkid },
+        Packet::PubRel(ack, _) => Incoming::PubRel { pkid: ack.pkid },
+        Packet::PubComp(ack, _) => Incoming::PubComp { pkid: ack.pkid },
+        Packet::Subscribe(sub, properties) => Incoming::Subscribe(Subscribe {
+            pkid: sub.pkid,
+            filters: sub
+                .filters
+                .into_iter()
+                .map(|f| SubscribeFilter {
+                    filter: f.path,
+                    qos: f.qos,
+                    no_local: f.nolocal,
+                    retain_as_published: f.preserve_retain,
+                    retain_handling: match f.retain_forward_rule {
+                        protocol::RetainForwardRule::OnEverySubscribe => {
+                            RetainHandling::OnSubscribe
+                        }
+                        protocol::RetainForwardRule::OnNewSubscribe => {
+                            RetainHandling::OnNewSubscribe
+                        }
+                        protocol::RetainForwardRule::Never => RetainHandling::Never,
+                    },
+                })
+                .collect(),
+            id: properties.and_then(|p| p.id),
+        }),
+        Packet::Unsubscribe(unsub, _) => Incoming::Unsubscribe {
+            pkid: unsub.pkid,
+            filters: unsub.filters,
+        },
+        Packet::PingReq(_) => Incoming::PingReq,
+        Packet::Disconnect(disconnect, properties) => Incoming::Disconnect {
+            reason: disconnect.reason_code,
+            session_expiry: properties.and_then(|p| p.session_expiry_interval),
+        },
+        Packet::ConnAck(..) | Packet::SubAck(..) | Packet::UnsubAck(..) | Packet::PingResp(_) => {
+            return Err(CodecError::Protocol {
+                packet_type: frame.first().map_or(0, |b| b >> 4),
+            });
+        }
+    })
+}
+
+/// QoS, packet id and DUP of a PUBLISH frame, read from its bytes (rumqttd hides them).
+fn publish_header(frame: &[u8]) -> Result<(QoS, u16, bool), CodecError> {
+    let byte1 = *frame.first().ok_or_else(|| malformed("empty frame"))?;
+    let qos = protocol::qos((byte1 >> 1) & 0b11).ok_or_else(|| malformed("QoS 3"))?;
+    let dup = byte1 & 0b1000 != 0;
+    if qos == QoS::AtMostOnce {
+        return Ok((qos, 0, dup));
+    }
+    let header = header_len(frame)?;
+    let topic_len = usize::from(read_u16(frame, header)?);
+    let pkid = read_u16(frame, header + 2 + topic_len)?;
+    Ok((qos, pkid, dup))
+}
+
+fn header_len(frame: &[u8]) -> Result<usize, CodecError> {
+    frame
+        .iter()
+        .skip(1)
+        .take(4)
+        .position(|b| b & 0x80 == 0)
+        .map(|i| i + 2)
+        .ok_or_else(|| malformed("bad remaining length"))
+}
+
+fn read_u16(frame: &[u8], at: usize) -> Result<u16, CodecError> {
+    match frame.get(at..at + 2) {
+        Some([hi, lo]) => Ok(u16::from(*hi) << 8 | u16::from(*lo)),
+        _ => Err(malformed("truncated field")),
+    }
+}
+
+fn malformed(reason: &str) -> CodecError {
+    CodecError::Malformed {
+        reason: reason.to_owned(),
+    }
+}
+
+/// A PUBLISH tern sends to a subscriber.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutPublish {
+    pub topic: Bytes,
+    pub payload: Bytes,
+    pub qos: QoS,
+    pub pkid: u16,
+    pub dup: bool,
+    pub retain: bool,
+    pub properties: Option<PublishProperties>,
+}
+
+/// Server-to-client packets, each only in forms the target version can express.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outgoing {
+    ConnAck {
+        session_present: bool,
+        code: ConnAckCode,
+        properties: Option<ConnAckProperties>,
+    },
+    Publish(Box<OutPublish>),
+    PubAck {
+        pkid: u16,
+        reason: PubAckReason,
+    },
+    PubRec {
+        pkid: u16,
+        reason: PubRecReason,
+    },
+    PubRel {
+        pkid: u16,
+    },
+    PubComp {
+        pkid: u16,
+    },
+    SubAck {
+        pkid: u16,
+        codes: Vec<SubAckCode>,
+    },
+    UnsubAck {
+        pkid: u16,
+        count: usize,
+    },
+    PingResp,
+    Disconnect {
+        reason: DisconnectReason,
+    },
+}
+
+/// MQTT 5 DISCONNECT reason codes tern sends, with their wire values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DisconnectReason {
+    Normal = 0x00,
+    UnspecifiedError = 0x80,
+    MalformedPacket = 0x81,
+    ProtocolError = 0x82,
+    ServerBusy = 0x89,
+    ServerShuttingDown = 0x8b,
+    KeepAliveTimeout = 0x8d,
+    SessionTakenOver = 0x8e,
+    TopicNameInvalid = 0x90,
+    TopicAliasInvalid = 0x94,
+    ReceiveMaximumExceeded = 0x93,
+    PacketTooLarge = 0x95,
+    MessageRateTooHigh = 0x96,
+    QuotaExceeded = 0x97,
+}
+
+/// CONNACK outcomes tern uses, mapped per version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnAckCode {
+    Success,
+    UnsupportedProtocolVersion,
+    ClientIdentifierNotValid,
+    BadCredentials,
+    ServerUnavailable,
+    NotAuthorized,
+    ServerBusy,
+}
+
+/// SUBACK outcome per filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubAckCode {
+    Granted(QoS),
+    Failure,
+    TopicFilterInvalid,
+    SharedNotSupported,
+}
+
+/// Appends the encoding of `packet` for `version` to `out`.
+pub fn encode(version: Version, packet: Outgoing, out: &mut BytesMut) -> Result<(), CodecError> {
+    if let (Version::V5, Outgoing::Disconnect { reason }) = (version, &packet) {
+        // rumqttd's v5 writer drops the reason code when there are no properties and
+        // miscounts the length when there are; the packet is four fixed bytes anyway.
+        match reason {
+            DisconnectReason::Normal => out.extend_from_slice(&[0xe0, 0x00]),
+            reason => out.extend_from_slice(&[0xe0, 0x02, *reason as u8, 0x00]),
+        }
+        return Ok(());
+    }
+    let packet = to_rumqttd(version, packet);
+    let result = match version {
+        Version::V4 => protocol::v4::V4.write(packet, out),
+        Version::V5 => protocol::v5::V5.write(packet, out),
+    };
+    result.map(drop).map_err(|err| CodecError::Encode {
+        reason: err.to_string(),
+    })
+}
+
+fn to_rumqttd(version: Version, packet: Outgoing) -> Packet {
+    let v5 = version == Version::V5;
+    match packet {
+        Outgoing::ConnAck {
+            session_present,
+            code,
+            properties,
+        } => Packet::ConnAck(
+            protocol::ConnAck {
+                session_present,
+                code: connack_code(version, code),
+            },
+            properties.filter(|_| v5),
+        ),
+        Outgoing::Publish(publish) => {
+            let properties = publish.properties.clone().filter(|_| v5);
+            Packet::Publish(build_publish(&publish), properties)
+        }
+        Outgoing::PubAck { pkid, reason } => {
+            let reason = if v5 { reason } else { PubAckReason::Success };
+            Packet::PubAck(protocol::PubAck { pkid, reason }, None)
+        }
+        Outgoing::PubRec { pkid, reason } => {
+            let reason = if v5 { reason } else { PubRecReason::Success };
+            Packet::PubRec(protocol::PubRec { pkid, reason }, None)
+        }
+        Outgoing::PubRel { pkid } => Packet::PubRel(
+            protocol::PubRel {
+                pkid,
+                reason: protocol::PubRelReason::Success,
+            },
+            None,
+        ),
+        Outgoing::PubComp { pkid } => Packet::PubComp(
+            protocol::PubComp {
+                pkid,
+                reason: protocol::PubCompReason::Success,
+            },
+            None,
+        ),
+        Outgoing::SubAck { pkid, codes } => Packet::SubAck(
+            protocol::SubAck {
+                pkid,
+                return_codes: codes.into_iter().map(|c| suback_code(version, c)).collect(),
+            },
+            None,
+        ),
+        Outgoing::UnsubAck { pkid, count } => Packet::UnsubAck(
+            protocol::UnsubAck {
+                pkid,
+                reasons: vec![protocol::UnsubAckReason::Success; if v5 { count } else { 0 }],
+            },
+            None,
+        ),
+        Outgoing::PingResp => Packet::PingResp(protocol::PingResp),
+        Outgoing::Disconnect { .. } => {
+            // Encoded by `encode` itself; v4 has no reason codes.
+            Packet::Disconnect(
+                protocol::Disconnect {
+                    reason_code: DisconnectReasonCode::NormalDisconnection,
+                },
+                None,
+            )
+        }
+    }
+}
+
+fn connack_code(version: Version, code: ConnAckCode) -> protocol::ConnectReturnCode {
+    use protocol::ConnectReturnCode as C;
+    match (version, code) {
+        (_, ConnAckCode::Success) => C::Success,
+        (Version::V4, ConnAckCode::UnsupportedProtocolVersion) => C::RefusedProtocolVersion,
+        (Version::V5, ConnAckCode::UnsupportedProtocolVersion) => C::UnsupportedProtocolVersion,
+        (_, ConnAckCode::ClientIdentifierNotValid) => C::ClientIdentifierNotValid,
+        (_, ConnAckCode::BadCredentials) => C::BadUserNamePassword,
+        (Version::V4, ConnAckCode::ServerUnavailable | ConnAckCode::ServerBusy) => {
+            C::ServiceUnavailable
+        }
+        (Version::V5, ConnAckCode::ServerUnavailable) => C::ServerUnavailable,
+        (Version::V5, ConnAckCode::ServerBusy) => C::ServerBusy,
+        (_, ConnAckCode::NotAuthorized) => C::NotAuthorized,
+    }
+}
+
+fn suback_code(version: Version, code: SubAckCode) -> SubscribeReasonCode {
+    match (version, code) {
+        (_, SubAckCode::Granted(qos)) => SubscribeReasonCode::Success(qos),
+        (Version::V4, _) | (Version::V5, SubAckCode::Failure) => SubscribeReasonCode::Failure,
+        (Version::V5, SubAckCode::TopicFilterInvalid) => SubscribeReasonCode::TopicFilterInvalid,
+        (Version::V5, SubAckCode::SharedNotSupported) => {
+            SubscribeReasonCode::SharedSubscriptionsNotSupported
+        }
+    }
+}
+
+/// Builds a rumqttd `Publish` with QoS, packet id and DUP set, through its only public
+/// constructor that accepts them (`Publish::deserialize` of its own storage format).
+fn build_publish(publish: &OutPublish) -> protocol::Publish {
+    let mut raw = BytesMut::with_capacity(5 + publish.topic.len() + publish.payload.len());
+    let qos = publish.qos as u8;
+    raw.put_u8(0x30 | u8::from(publish.retain) | (qos << 1) | (u8::from(publish.dup) << 3));
+    raw.put_u16(publish.pkid);
+    raw.put_u16(u16::try_from(publish.topic.len()).unwrap_or(u16::MAX));
+    raw.extend_from_slice(&publish.topic);
+    raw.extend_from_slice(&publish.payload);
+    protocol::Publish::deserialize(raw.freeze())
+}
+
+#[cfg(test)]
+#[path = "codec_test.rs"]
+pub(crate) mod tests;

@@ -1,0 +1,483 @@
+//! One client connection: framing with the packet size limit, the CONNECT handshake, keep alive
+//! (1.5 × the client's value), client-id takeover, and the packet loop. Publishes are stored in
+//! batches through `ingest.rs` and acknowledged only after the log confirmed them; deliveries
+//! come from the log through `delivery.rs`. Bad input ends only this connection, with a log
+//! line; nothing here may panic.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use super::broker::{Broker, SessionEntry};
+use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
+use super::ingest::{self, Outcome, Pending, Reply};
+use super::metrics::MqttMetrics;
+use super::session::{PartitionId, Session};
+use super::store::{Store, StoreError};
+use super::will::Will;
+use crate::shutdown::Shutdown;
+
+/// How long a write to a client may take before the connection is given up.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+mod handshake;
+mod packets;
+#[cfg(test)]
+mod test;
+#[cfg(test)]
+mod test_sessions;
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnError {
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    #[error("protocol violation: {reason}")]
+    Protocol {
+        reason: &'static str,
+        code: DisconnectReason,
+    },
+    #[error("storage: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// What the packet loop does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    /// The client sent DISCONNECT; `will` says whether its will is still published.
+    Disconnect {
+        will: bool,
+    },
+}
+
+/// Serves one accepted socket until it closes.
+pub async fn serve<S, IO>(broker: Arc<Broker<S>>, io: IO, peer: SocketAddr, shutdown: Shutdown)
+where
+    S: Store,
+    IO: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut reader, writer) = tokio::io::split(io);
+    let mut inbuf = BytesMut::with_capacity(4096);
+    let connect = match handshake::read_connect(&broker, &mut reader, &mut inbuf, peer).await {
+        Ok(connect) => connect,
+        Err((err, reply)) => {
+            refuse(&broker, writer, reply, peer, &err).await;
+            return;
+        }
+    };
+    let id = broker.connection_id();
+    let mut conn = match handshake::accept(broker.clone(), writer, *connect, id).await {
+        Ok(conn) => conn,
+        Err(err) => {
+            tracing::warn!(%peer, %err, "MQTT connection refused");
+            MqttMetrics::inc(&broker.metrics.connections_refused);
+            return;
+        }
+    };
+    MqttMetrics::inc(&broker.metrics.connections);
+    MqttMetrics::inc(&broker.metrics.connections_total);
+    tracing::debug!(%peer, client_id = %conn.client_id, "MQTT client connected");
+    let result = conn.run(&mut reader, inbuf, shutdown).await;
+    conn.finish(result, peer).await;
+    MqttMetrics::dec(&broker.metrics.connections);
+}
+
+async fn refuse<S: Store, W: AsyncWrite>(
+    broker: &Broker<S>,
+    mut writer: WriteHalf<W>,
+    reply: Option<(Version, codec::ConnAckCode)>,
+    peer: SocketAddr,
+    err: &ConnError,
+) {
+    MqttMetrics::inc(&broker.metrics.connections_refused);
+    tracing::info!(%peer, %err, "MQTT connection refused before CONNACK");
+    if let Some((version, code)) = reply {
+        let mut out = BytesMut::new();
+        let packet = Outgoing::ConnAck {
+            session_present: false,
+            code,
+            properties: None,
+        };
+        if codec::encode(version, packet, &mut out).is_ok() {
+            let _ = writer.write_all(&out).await;
+            let _ = writer.shutdown().await;
+        }
+    }
+}
+
+/// A connected client.
+pub struct Connection<S: Store, W> {
+    broker: Arc<Broker<S>>,
+    writer: WriteHalf<W>,
+    out: BytesMut,
+    version: Version,
+    client_id: String,
+    entry: Arc<SessionEntry>,
+    session: OwnedMutexGuard<Session>,
+    kick: Arc<Notify>,
+    wake: Arc<Notify>,
+    watchers: JoinSet<()>,
+    watched: HashSet<PartitionId>,
+    keep_alive: Option<Duration>,
+    last_packet: Instant,
+    /// The client's Receive Maximum for our QoS 1 deliveries.
+    client_receive_max: usize,
+    /// The client's Maximum Packet Size.
+    client_max_packet: usize,
+    will: Option<Will>,
+    /// MQTT 5 topic aliases the client set up for its publishes.
+    aliases: HashMap<u16, String>,
+    pending: Vec<Pending>,
+    appending: Option<JoinHandle<(Vec<Pending>, Vec<Outcome>)>>,
+    rate: RateLimit,
+}
+
+impl<S: Store, W> std::fmt::Debug for Connection<S, W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("client_id", &self.client_id)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Event {
+    Read(std::io::Result<usize>),
+    Stored(Result<(Vec<Pending>, Vec<Outcome>), tokio::task::JoinError>),
+    Wake,
+    Kicked,
+    KeepAliveExpired,
+    Shutdown,
+    Tick,
+}
+
+impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+    async fn run<R: AsyncRead>(
+        &mut self,
+        reader: &mut ReadHalf<R>,
+        mut inbuf: BytesMut,
+        mut shutdown: Shutdown,
+    ) -> Result<Flow, ConnError> {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        self.resume().await?;
+        loop {
+            self.flush().await?;
+            let deadline = self.keep_alive.map(|k| self.last_packet + k.mul_f32(1.5));
+            let can_read = self.pending.len() < usize::from(self.broker.config.inflight) * 2;
+            let event = tokio::select! {
+                read = reader.read_buf(&mut inbuf), if can_read => Event::Read(read),
+                stored = join(&mut self.appending) => Event::Stored(stored),
+                () = self.wake.notified() => Event::Wake,
+                () = self.kick.notified() => Event::Kicked,
+                () = sleep_until(deadline) => Event::KeepAliveExpired,
+                () = shutdown.wait() => Event::Shutdown,
+                _ = tick.tick() => Event::Tick,
+            };
+            match event {
+                Event::Read(read) => {
+                    if read? == 0 {
+                        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+                    }
+                    if let Flow::Disconnect { will } = self.process(&mut inbuf).await? {
+                        return Ok(Flow::Disconnect { will });
+                    }
+                }
+                Event::Stored(done) => self.stored(done)?,
+                Event::Wake => self.pump()?,
+                Event::Kicked => {
+                    self.disconnect(DisconnectReason::SessionTakenOver).await;
+                    return Ok(Flow::Disconnect { will: true });
+                }
+                Event::KeepAliveExpired => {
+                    MqttMetrics::inc(&self.broker.metrics.keep_alive_timeouts);
+                    self.disconnect(DisconnectReason::KeepAliveTimeout).await;
+                    return Err(ConnError::Protocol {
+                        reason: "keep alive expired",
+                        code: DisconnectReason::KeepAliveTimeout,
+                    });
+                }
+                Event::Shutdown => {
+                    self.drain_appends().await?;
+                    self.disconnect(DisconnectReason::ServerShuttingDown).await;
+                    return Ok(Flow::Disconnect { will: false });
+                }
+                Event::Tick => self.commit_cursors().await?,
+            }
+        }
+    }
+
+    /// Decodes and handles every complete frame in `inbuf`.
+    async fn process(&mut self, inbuf: &mut BytesMut) -> Result<Flow, ConnError> {
+        let max = self.broker.config.max_packet_size.0 as usize;
+        while let Some(len) = codec::frame_len(inbuf, max)? {
+            let frame = inbuf.split_to(len);
+            self.last_packet = Instant::now();
+            let packet = codec::decode(self.version, &frame)?;
+            let flow = self.handle(packet).await?;
+            if flow != Flow::Continue {
+                return Ok(flow);
+            }
+        }
+        self.start_append();
+        Ok(Flow::Continue)
+    }
+
+    /// Writes everything queued in `out`. A client that stops reading cannot stall a takeover
+    /// (the kick interrupts the write) nor hold its session forever (the write times out).
+    async fn flush(&mut self) -> Result<(), ConnError> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        tokio::select! {
+            written = self.writer.write_all(&self.out) => written?,
+            () = self.kick.notified() => {
+                self.kick.notify_one();
+                return Err(ConnError::Protocol {
+                    reason: "taken over while the client was not reading",
+                    code: DisconnectReason::SessionTakenOver,
+                });
+            }
+            () = tokio::time::sleep(WRITE_TIMEOUT) => {
+                let err = std::io::Error::new(std::io::ErrorKind::TimedOut, "client stopped reading");
+                return Err(err.into());
+            }
+        }
+        self.out.clear();
+        Ok(())
+    }
+
+    fn send(&mut self, packet: Outgoing) -> Result<(), ConnError> {
+        codec::encode(self.version, packet, &mut self.out)?;
+        Ok(())
+    }
+
+    /// Sends DISCONNECT with `reason` (MQTT 5 only) and flushes, ignoring socket errors.
+    async fn disconnect(&mut self, reason: DisconnectReason) {
+        if self.version == Version::V5 && self.send(Outgoing::Disconnect { reason }).is_ok() {
+            let _ = self.flush().await;
+        }
+    }
+
+    /// Starts storing the queued publishes if no append is running.
+    fn start_append(&mut self) {
+        if self.appending.is_some() || self.pending.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.pending);
+        let task = ingest::ingest(self.broker.clone(), self.client_id.clone(), batch);
+        self.appending = Some(tokio::spawn(task));
+    }
+
+    /// Sends the acks of a stored batch, in order, and starts the next batch.
+    fn stored(
+        &mut self,
+        done: Result<(Vec<Pending>, Vec<Outcome>), tokio::task::JoinError>,
+    ) -> Result<(), ConnError> {
+        self.appending = None;
+        let (batch, outcomes) = done.map_err(|err| StoreError::Failed {
+            op: "append",
+            topic: String::new(),
+            message: err.to_string(),
+        })?;
+        for (pending, outcome) in batch.iter().zip(outcomes) {
+            self.settle(pending, outcome)?;
+        }
+        self.start_append();
+        Ok(())
+    }
+
+    fn settle(&mut self, pending: &Pending, outcome: Outcome) -> Result<(), ConnError> {
+        let metrics = self.broker.metrics.clone();
+        match outcome {
+            Outcome::Stored => {
+                if let Reply::PubRec(pkid) = pending.ack {
+                    self.session.pending_qos2.insert(pkid);
+                }
+                if pending.ack != Reply::None {
+                    MqttMetrics::inc(&metrics.acks_sent);
+                }
+                self.send_ack(pending.ack, false)
+            }
+            Outcome::Full => {
+                MqttMetrics::inc(&metrics.publishes_rejected);
+                tracing::warn!(client_id = %self.client_id, "log full: publish refused");
+                match self.version {
+                    Version::V5 => self.send_ack(pending.ack, true),
+                    Version::V4 => Ok(()),
+                }
+            }
+            Outcome::Failed(err) => Err(err.into()),
+        }
+    }
+
+    fn send_ack(&mut self, ack: Reply, quota_exceeded: bool) -> Result<(), ConnError> {
+        match ack {
+            Reply::None => Ok(()),
+            Reply::PubAck(pkid) => {
+                let reason = if quota_exceeded {
+                    codec::PubAckReason::QuotaExceeded
+                } else {
+                    codec::PubAckReason::Success
+                };
+                self.send(Outgoing::PubAck { pkid, reason })
+            }
+            Reply::PubRec(pkid) => {
+                let reason = if quota_exceeded {
+                    codec::PubRecReason::QuotaExceeded
+                } else {
+                    codec::PubRecReason::Success
+                };
+                self.send(Outgoing::PubRec { pkid, reason })
+            }
+        }
+    }
+
+    /// Waits for every queued publish to be settled (graceful shutdown, DISCONNECT).
+    async fn drain_appends(&mut self) -> Result<(), ConnError> {
+        self.start_append();
+        while self.appending.is_some() {
+            let done = join(&mut self.appending).await;
+            self.stored(done)?;
+        }
+        self.flush().await
+    }
+
+    /// Cleans up after the packet loop: cursors, will, non-persistent state, takeover slot.
+    async fn finish(mut self, result: Result<Flow, ConnError>, peer: SocketAddr) {
+        let publish_will = match &result {
+            Ok(Flow::Disconnect { will }) => *will,
+            Ok(Flow::Continue) => false,
+            Err(err) => {
+                self.log_end(err, peer).await;
+                true
+            }
+        };
+        if let Err(err) = self.drain_appends().await {
+            tracing::debug!(client_id = %self.client_id, %err, "unsettled publishes at close");
+        }
+        self.watchers.abort_all();
+        if let Err(err) = self.commit_cursors().await {
+            tracing::warn!(client_id = %self.client_id, %err, "cannot save session cursors");
+        }
+        if let Some(will) = self.will.take().filter(|_| publish_will) {
+            super::will::schedule(
+                self.broker.clone(),
+                self.entry.clone(),
+                will,
+                self.session.expiry,
+            );
+        }
+        if !self.session.persistent() {
+            if let Err(err) = self.broker.forget_session(&mut self.session).await {
+                tracing::warn!(client_id = %self.client_id, %err, "cannot remove session");
+            }
+        }
+        self.entry.release(&self.kick);
+        let _ = self.writer.shutdown().await;
+    }
+
+    async fn log_end(&mut self, err: &ConnError, peer: SocketAddr) {
+        match err {
+            ConnError::Io(_) => {
+                tracing::debug!(%peer, client_id = %self.client_id, %err, "MQTT connection lost");
+            }
+            ConnError::Codec(codec_err) => {
+                MqttMetrics::inc(&self.broker.metrics.malformed_packets);
+                tracing::warn!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
+                let reason = match codec_err {
+                    CodecError::TooLarge { .. } => DisconnectReason::PacketTooLarge,
+                    CodecError::Protocol { .. } => DisconnectReason::ProtocolError,
+                    _ => DisconnectReason::MalformedPacket,
+                };
+                self.disconnect(reason).await;
+            }
+            ConnError::Protocol { code, .. } => {
+                tracing::warn!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
+                let code = *code;
+                if code != DisconnectReason::KeepAliveTimeout {
+                    self.disconnect(code).await;
+                }
+            }
+            ConnError::Store(_) => {
+                tracing::error!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
+                self.disconnect(DisconnectReason::UnspecifiedError).await;
+            }
+        }
+    }
+}
+
+/// Awaits an optional task; never resolves when there is none.
+async fn join<T>(task: &mut Option<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
+    match task {
+        Some(handle) => handle.await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A token bucket of publishes per second.
+#[derive(Debug)]
+struct RateLimit {
+    per_second: u32,
+    tokens: f64,
+    last: Instant,
+}
+
+impl RateLimit {
+    fn new(per_second: u32) -> Self {
+        Self {
+            per_second,
+            tokens: f64::from(per_second),
+            last: Instant::now(),
+        }
+    }
+
+    /// Takes one token, waiting for it if the bucket is empty.
+    async fn take(&mut self) {
+        if self.per_second == 0 {
+            return;
+        }
+        let rate = f64::from(self.per_second);
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * rate).min(rate);
+        self.last = now;
+        if self.tokens < 1.0 {
+            let wait = Duration::from_secs_f64((1.0 - self.tokens) / rate);
+            tokio::time::sleep(wait).await;
+            self.tokens = 1.0;
+            self.last = Instant::now();
+        }
+        self.tokens -= 1.0;
+    }
+}
+
+/// Builds the `Connect`-derived limits; shared by the handshake.
+fn client_limits(connect: &Connect) -> (usize, usize) {
+    let properties = connect.properties.as_ref();
+    let receive_max = properties
+        .and_then(|p| p.receive_maximum)
+        .filter(|r| *r > 0)
+        .map_or(usize::from(u16::MAX), usize::from);
+    let max_packet = properties
+        .and_then(|p| p.max_packet_size)
+        .filter(|m| *m > 0)
+        .map_or(usize::MAX, |m| m as usize);
+    (receive_max, max_packet)
+}

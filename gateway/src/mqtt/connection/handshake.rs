@@ -1,0 +1,215 @@
+//! The CONNECT/CONNACK handshake: the first packet within the connect timeout, protocol version
+//! detection, connection and client-id limits, session takeover, clean start and session expiry,
+//! keep alive, and the MQTT 5 CONNACK properties announcing tern's limits.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadHalf, WriteHalf};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::super::auth::Verdict;
+use super::super::broker::Broker;
+use super::super::codec::{
+    self, ConnAckCode, ConnAckProperties, Connect, Incoming, Outgoing, Version,
+};
+use super::super::store::Store;
+use super::super::will::Will;
+use super::{ConnError, Connection, RateLimit, client_limits};
+
+/// A refusal: the error and, when the client can understand one, the CONNACK to send.
+pub(super) type Refusal = (ConnError, Option<(Version, ConnAckCode)>);
+
+/// Reads and checks the CONNECT packet.
+pub(super) async fn read_connect<S: Store, R: AsyncRead>(
+    broker: &Broker<S>,
+    reader: &mut ReadHalf<R>,
+    inbuf: &mut BytesMut,
+    peer: SocketAddr,
+) -> Result<Box<Connect>, Refusal> {
+    let limit = broker.config.connect_timeout.0;
+    let frame = tokio::time::timeout(limit, read_frame(broker, reader, inbuf))
+        .await
+        .map_err(|_| {
+            let err = std::io::Error::new(std::io::ErrorKind::TimedOut, "no CONNECT in time");
+            (ConnError::Io(err), None)
+        })??;
+    let version = codec::connect_version(&frame).map_err(|err| {
+        let reply = matches!(err, codec::CodecError::UnsupportedVersion { .. })
+            .then_some((Version::V4, ConnAckCode::UnsupportedProtocolVersion));
+        (ConnError::Codec(err), reply)
+    })?;
+    let Incoming::Connect(connect) =
+        codec::decode(version, &frame).map_err(|e| (e.into(), None))?
+    else {
+        return Err((protocol("first packet is not CONNECT"), None));
+    };
+    let open = broker.metrics.connections.load(Ordering::Relaxed);
+    if open >= broker.config.max_connections as u64 {
+        tracing::warn!(%peer, open, "connection limit reached");
+        return Err((
+            protocol("connection limit reached"),
+            Some((version, ConnAckCode::ServerBusy)),
+        ));
+    }
+    let verdict = broker
+        .auth
+        .verify(connect.username.as_deref(), connect.password.as_deref())
+        .await;
+    let refused = match verdict {
+        Verdict::Accepted => None,
+        Verdict::BadCredentials => Some(("bad user name or password", ConnAckCode::BadCredentials)),
+        Verdict::NotAuthorized => {
+            Some(("anonymous access not allowed", ConnAckCode::NotAuthorized))
+        }
+    };
+    if let Some((reason, code)) = refused {
+        return Err((protocol(reason), Some((version, code))));
+    }
+    if connect.client_id.is_empty() && version == Version::V4 && !connect.clean_start {
+        let reply = Some((version, ConnAckCode::ClientIdentifierNotValid));
+        return Err((protocol("empty client id needs clean session"), reply));
+    }
+    Ok(connect)
+}
+
+async fn read_frame<S: Store, R: AsyncRead>(
+    broker: &Broker<S>,
+    reader: &mut ReadHalf<R>,
+    inbuf: &mut BytesMut,
+) -> Result<BytesMut, Refusal> {
+    let max = broker.config.max_packet_size.0 as usize;
+    loop {
+        if let Some(len) = codec::frame_len(inbuf, max).map_err(|e| (e.into(), None))? {
+            return Ok(inbuf.split_to(len));
+        }
+        let read = reader.read_buf(inbuf).await.map_err(|e| (e.into(), None))?;
+        if read == 0 {
+            let eof = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+            return Err((eof.into(), None));
+        }
+    }
+}
+
+fn protocol(reason: &'static str) -> ConnError {
+    ConnError::Protocol {
+        reason,
+        code: codec::DisconnectReason::ProtocolError,
+    }
+}
+
+/// Takes over the session, answers CONNACK and returns the ready connection.
+pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
+    broker: Arc<Broker<S>>,
+    writer: WriteHalf<W>,
+    connect: Connect,
+    id: u64,
+) -> Result<Connection<S, W>, ConnError> {
+    let assigned = connect
+        .client_id
+        .is_empty()
+        .then(|| broker.assign_client_id(id));
+    let client_id = assigned
+        .clone()
+        .unwrap_or_else(|| connect.client_id.clone());
+    let will = Will::from_connect(&connect, &client_id, &broker.limits)?;
+    let kick = Arc::new(Notify::new());
+    let (entry, mut session) = broker.take_session(&client_id, kick.clone()).await?;
+    if connect.clean_start {
+        broker.forget_session(&mut session).await?;
+    }
+    let session_present = !connect.clean_start && session.present();
+    let (expiry, expiry_changed) = session_expiry(&broker, &connect);
+    session.expiry = expiry;
+    if session.persistent() {
+        broker
+            .state
+            .put_session(&client_id, Some(&session.to_stored()))
+            .await?;
+        session.stored = true;
+    }
+    let (keep_alive, server_keep_alive) = keep_alive(&broker, &connect);
+    let (client_receive_max, client_max_packet) = client_limits(&connect);
+    let properties = (connect.version == Version::V5).then(|| ConnAckProperties {
+        session_expiry_interval: expiry_changed.then_some(expiry),
+        receive_max: Some(broker.config.inflight),
+        max_packet_size: u32::try_from(broker.config.max_packet_size.0).ok(),
+        retain_available: Some(1),
+        topic_alias_max: Some(broker.config.topic_alias_maximum),
+        assigned_client_identifier: assigned,
+        wildcard_subscription_available: Some(1),
+        subscription_identifiers_available: Some(0),
+        shared_subscription_available: Some(0),
+        server_keep_alive,
+        ..ConnAckProperties::default()
+    });
+    let mut conn = Connection {
+        out: BytesMut::with_capacity(256),
+        version: connect.version,
+        client_id,
+        entry,
+        session,
+        kick,
+        wake: Arc::new(Notify::new()),
+        watchers: JoinSet::new(),
+        watched: Default::default(),
+        keep_alive,
+        last_packet: Instant::now(),
+        client_receive_max,
+        client_max_packet,
+        will,
+        aliases: HashMap::new(),
+        pending: Vec::new(),
+        appending: None,
+        rate: RateLimit::new(broker.config.max_publish_rate),
+        writer,
+        broker,
+    };
+    conn.send(Outgoing::ConnAck {
+        session_present,
+        code: ConnAckCode::Success,
+        properties,
+    })?;
+    Ok(conn)
+}
+
+/// The granted session expiry and whether it differs from what the client asked.
+fn session_expiry<S: Store>(broker: &Broker<S>, connect: &Connect) -> (u32, bool) {
+    let max = u32::try_from(broker.config.max_session_expiry.0.as_secs()).unwrap_or(u32::MAX);
+    match connect.version {
+        Version::V4 if connect.clean_start => (0, false),
+        Version::V4 => (max, false),
+        Version::V5 => {
+            let asked = connect
+                .properties
+                .as_ref()
+                .and_then(|p| p.session_expiry_interval)
+                .unwrap_or(0);
+            let granted = asked.min(max);
+            (granted, granted != asked)
+        }
+    }
+}
+
+/// The enforced keep alive and, for MQTT 5, the Server Keep Alive to announce.
+fn keep_alive<S: Store>(broker: &Broker<S>, connect: &Connect) -> (Option<Duration>, Option<u16>) {
+    let max = u16::try_from(broker.config.max_keep_alive.0.as_secs()).unwrap_or(u16::MAX);
+    let asked = connect.keep_alive;
+    match connect.version {
+        Version::V4 => ((asked > 0).then(|| secs(asked)), None),
+        Version::V5 if asked == 0 || asked > max => {
+            (Some(secs(max)).filter(|_| max > 0), Some(max))
+        }
+        Version::V5 => (Some(secs(asked)), None),
+    }
+}
+
+fn secs(value: u16) -> Duration {
+    Duration::from_secs(u64::from(value))
+}

@@ -1,0 +1,67 @@
+//! The MQTT TCP listener: binds, accepts connections and runs each in its own task until
+//! shutdown, then waits for them to finish their in-flight work. Also runs the session-expiry
+//! sweep. The connection limit itself is checked in the handshake so refused clients get a
+//! CONNACK; the listener never reads client bytes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use super::MqttError;
+use super::broker::Broker;
+use super::connection;
+use super::store::Store;
+use crate::shutdown::Shutdown;
+
+/// How often expired sessions are removed.
+const EXPIRY_SWEEP: Duration = Duration::from_secs(5);
+
+/// A bound MQTT listener.
+#[derive(Debug)]
+pub struct MqttListener<S> {
+    listener: TcpListener,
+    broker: Arc<Broker<S>>,
+}
+
+impl<S: Store> MqttListener<S> {
+    pub async fn bind(addr: SocketAddr, broker: Arc<Broker<S>>) -> Result<Self, MqttError> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| MqttError::Bind { addr, source })?;
+        Ok(Self { listener, broker })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts until `shutdown`, then waits for every connection to close.
+    pub async fn run(self, mut shutdown: Shutdown) {
+        let mut connections = JoinSet::new();
+        let mut sweep = tokio::time::interval(EXPIRY_SWEEP);
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok((socket, peer)) => {
+                        let _ = socket.set_nodelay(true);
+                        let task = connection::serve(self.broker.clone(), socket, peer, shutdown.clone());
+                        connections.spawn(task);
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, "cannot accept MQTT connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                _ = sweep.tick() => self.broker.expire_sessions().await,
+                () = shutdown.wait() => break,
+            }
+        }
+        drop(self.listener);
+        while connections.join_next().await.is_some() {}
+        tracing::info!("MQTT listener stopped");
+    }
+}

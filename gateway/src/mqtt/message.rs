@@ -1,0 +1,219 @@
+//! The mapping between an MQTT message and a log record: the payload becomes the value, the
+//! broker's receive time the timestamp, and the MQTT topic, QoS, retain flag, client id and
+//! MQTT 5 properties become headers (names below, values as UTF-8 text or raw bytes). Both
+//! directions live here so they cannot drift apart. Pure; never touches storage.
+
+use bytes::Bytes;
+
+use super::codec::{PublishProperties, QoS};
+use super::store::{Headers, Record};
+
+pub const TOPIC: &str = "mqtt.topic";
+pub const QOS: &str = "mqtt.qos";
+pub const RETAIN: &str = "mqtt.retain";
+pub const CLIENT_ID: &str = "mqtt.client_id";
+pub const PAYLOAD_FORMAT: &str = "mqtt.payload_format";
+pub const MESSAGE_EXPIRY: &str = "mqtt.message_expiry";
+pub const CONTENT_TYPE: &str = "mqtt.content_type";
+pub const RESPONSE_TOPIC: &str = "mqtt.response_topic";
+pub const CORRELATION_DATA: &str = "mqtt.correlation_data";
+/// Prefix of one header per user property: `mqtt.user.{name}` = value (repeats allowed).
+pub const USER_PREFIX: &str = "mqtt.user.";
+
+/// An MQTT application message as tern stores and delivers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub topic: String,
+    pub payload: Bytes,
+    pub qos: QoS,
+    pub retain: bool,
+    pub client_id: String,
+    pub properties: Option<PublishProperties>,
+    pub timestamp_ms: i64,
+}
+
+impl Message {
+    /// The record for the log, keyed by `key`.
+    pub fn to_record(&self, key: Option<Vec<u8>>) -> Record {
+        let mut headers = vec![
+            (TOPIC.to_owned(), self.topic.as_bytes().to_vec()),
+            (QOS.to_owned(), vec![b'0' + self.qos as u8]),
+            (
+                RETAIN.to_owned(),
+                vec![if self.retain { b'1' } else { b'0' }],
+            ),
+            (CLIENT_ID.to_owned(), self.client_id.as_bytes().to_vec()),
+        ];
+        if let Some(p) = &self.properties {
+            push_properties(&mut headers, p);
+        }
+        Record {
+            timestamp_ms: self.timestamp_ms,
+            key,
+            value: self.payload.to_vec(),
+            headers,
+        }
+    }
+
+    /// The message a record holds; `None` for records not written by the MQTT server.
+    pub fn from_record(record: &Record) -> Option<Message> {
+        let topic = std::str::from_utf8(record.header(TOPIC)?).ok()?.to_owned();
+        let qos = match record.header(QOS) {
+            Some(b"1") => QoS::AtLeastOnce,
+            Some(b"2") => QoS::ExactlyOnce,
+            _ => QoS::AtMostOnce,
+        };
+        Some(Message {
+            topic,
+            payload: Bytes::copy_from_slice(&record.value),
+            qos,
+            retain: record.header(RETAIN) == Some(b"1"),
+            client_id: text(record, CLIENT_ID).unwrap_or_default(),
+            properties: read_properties(record),
+            timestamp_ms: record.timestamp_ms,
+        })
+    }
+
+    /// Whether a message expiry interval has passed by `now_ms`.
+    pub fn expired(&self, now_ms: i64) -> bool {
+        self.remaining_expiry(now_ms) == Some(0)
+    }
+
+    /// Seconds of the message expiry interval left at `now_ms`.
+    pub fn remaining_expiry(&self, now_ms: i64) -> Option<u32> {
+        let interval = self.properties.as_ref()?.message_expiry_interval?;
+        let elapsed = u32::try_from((now_ms - self.timestamp_ms).max(0) / 1000).unwrap_or(u32::MAX);
+        Some(interval.saturating_sub(elapsed))
+    }
+}
+
+fn push_properties(headers: &mut Vec<(String, Vec<u8>)>, p: &PublishProperties) {
+    if let Some(format) = p.payload_format_indicator {
+        headers.push((PAYLOAD_FORMAT.to_owned(), format.to_string().into_bytes()));
+    }
+    if let Some(expiry) = p.message_expiry_interval {
+        headers.push((MESSAGE_EXPIRY.to_owned(), expiry.to_string().into_bytes()));
+    }
+    if let Some(content_type) = &p.content_type {
+        headers.push((CONTENT_TYPE.to_owned(), content_type.as_bytes().to_vec()));
+    }
+    if let Some(topic) = &p.response_topic {
+        headers.push((RESPONSE_TOPIC.to_owned(), topic.as_bytes().to_vec()));
+    }
+    if let Some(data) = &p.correlation_data {
+        headers.push((CORRELATION_DATA.to_owned(), data.to_vec()));
+    }
+    for (name, value) in &p.user_properties {
+        headers.push((format!("{USER_PREFIX}{name}"), value.as_bytes().to_vec()));
+    }
+}
+
+fn text(record: &Record, name: &str) -> Option<String> {
+    record
+        .header(name)
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(str::to_owned)
+}
+
+fn read_properties(record: &Record) -> Option<PublishProperties> {
+    let text = |name| text(record, name);
+    let user_properties: Vec<(String, String)> = record
+        .headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let name = name.strip_prefix(USER_PREFIX)?;
+            Some((name.to_owned(), String::from_utf8(value.clone()).ok()?))
+        })
+        .collect();
+    let properties = PublishProperties {
+        payload_format_indicator: text(PAYLOAD_FORMAT).and_then(|v| v.parse().ok()),
+        message_expiry_interval: text(MESSAGE_EXPIRY).and_then(|v| v.parse().ok()),
+        topic_alias: None,
+        response_topic: text(RESPONSE_TOPIC),
+        correlation_data: record.header(CORRELATION_DATA).map(Bytes::copy_from_slice),
+        user_properties,
+        subscription_identifiers: Vec::new(),
+        content_type: text(CONTENT_TYPE),
+    };
+    (properties != PublishProperties::default()).then_some(properties)
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(properties: Option<PublishProperties>) -> Message {
+        Message {
+            topic: "site/a/temp".to_owned(),
+            payload: Bytes::from_static(b"21.5"),
+            qos: QoS::ExactlyOnce,
+            retain: true,
+            client_id: "dev-a".to_owned(),
+            properties,
+            timestamp_ms: 1_700_000_000_000,
+        }
+    }
+
+    #[test]
+    fn headers_carry_topic_qos_retain_and_client() {
+        let record = message(None).to_record(Some(b"k".to_vec()));
+        assert_eq!(record.header(TOPIC), Some(&b"site/a/temp"[..]));
+        assert_eq!(record.header(QOS), Some(&b"2"[..]));
+        assert_eq!(record.header(RETAIN), Some(&b"1"[..]));
+        assert_eq!(record.header(CLIENT_ID), Some(&b"dev-a"[..]));
+        assert_eq!(record.value, b"21.5");
+        assert_eq!(record.timestamp_ms, 1_700_000_000_000);
+        assert_eq!(Message::from_record(&record), Some(message(None)));
+    }
+
+    #[test]
+    fn v5_properties_round_trip_through_headers() {
+        let properties = PublishProperties {
+            payload_format_indicator: Some(1),
+            message_expiry_interval: Some(60),
+            content_type: Some("application/json".to_owned()),
+            response_topic: Some("reply/a".to_owned()),
+            correlation_data: Some(Bytes::from_static(&[0, 1, 255])),
+            user_properties: vec![
+                ("a".to_owned(), "1".to_owned()),
+                ("a".to_owned(), "2".to_owned()),
+            ],
+            ..PublishProperties::default()
+        };
+        let original = message(Some(properties));
+        let record = original.to_record(None);
+        assert_eq!(record.header("mqtt.user.a"), Some(&b"1"[..]));
+        assert_eq!(Message::from_record(&record), Some(original));
+    }
+
+    #[test]
+    fn expiry_counts_down_from_the_receive_time() {
+        let properties = PublishProperties {
+            message_expiry_interval: Some(10),
+            ..PublishProperties::default()
+        };
+        let m = message(Some(properties));
+        assert_eq!(m.remaining_expiry(m.timestamp_ms + 3_500), Some(7));
+        assert!(m.expired(m.timestamp_ms + 11_000));
+        assert!(!message(None).expired(i64::MAX));
+    }
+
+    #[test]
+    fn foreign_records_are_not_messages() {
+        let record = Record {
+            timestamp_ms: 0,
+            key: None,
+            value: vec![],
+            headers: vec![],
+        };
+        assert_eq!(Message::from_record(&record), None);
+    }
+}

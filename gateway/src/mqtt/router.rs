@@ -1,0 +1,152 @@
+//! Routing of publishes to log topics: the `[[route]]` rules in order (first match wins), else
+//! the default log topic keyed by MQTT topic. Decides the log topic and the record key only; the
+//! partition comes from the key through the log's partitioner. Never touches storage.
+
+use super::config::{RouteConfig, RouteKey};
+use super::topic;
+
+/// Where one publish goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination<'a> {
+    pub log_topic: &'a str,
+    pub key: Vec<u8>,
+}
+
+/// The compiled routing table.
+#[derive(Debug, Clone)]
+pub struct Router {
+    routes: Vec<RouteConfig>,
+    default_topic: String,
+}
+
+impl Router {
+    pub fn new(routes: Vec<RouteConfig>, default_topic: String) -> Self {
+        Self {
+            routes,
+            default_topic,
+        }
+    }
+
+    /// The destination of a publish on `mqtt_topic` by `client_id`.
+    pub fn route(&self, mqtt_topic: &str, client_id: &str) -> Destination<'_> {
+        let rule = self
+            .routes
+            .iter()
+            .find(|r| topic::matches(&r.filter, mqtt_topic));
+        let (log_topic, key) = match rule {
+            Some(rule) => (rule.topic.as_str(), rule.key),
+            None => (self.default_topic.as_str(), RouteKey::MqttTopic),
+        };
+        let key = match key {
+            RouteKey::MqttTopic => mqtt_topic,
+            RouteKey::ClientId => client_id,
+            RouteKey::Level(n) => topic::level(mqtt_topic, n).unwrap_or(mqtt_topic),
+        };
+        Destination {
+            log_topic,
+            key: key.as_bytes().to_vec(),
+        }
+    }
+
+    /// Every log topic a publish can land in (subscriptions read these), without duplicates.
+    pub fn log_topics(&self) -> Vec<String> {
+        let mut topics = vec![self.default_topic.clone()];
+        for route in &self.routes {
+            if !topics.contains(&route.topic) {
+                topics.push(route.topic.clone());
+            }
+        }
+        topics
+    }
+
+    /// The log topics whose records a subscription `filter` may match.
+    pub fn log_topics_for(&self, filter: &str) -> Vec<String> {
+        self.log_topics()
+            .into_iter()
+            .filter(|t| {
+                *t == self.default_topic
+                    || self
+                        .routes
+                        .iter()
+                        .any(|r| r.topic == *t && overlaps(&r.filter, filter))
+            })
+            .collect()
+    }
+}
+
+/// Whether some topic name could match both filters.
+fn overlaps(a: &str, b: &str) -> bool {
+    let mut left = a.split('/');
+    let mut right = b.split('/');
+    loop {
+        match (left.next(), right.next()) {
+            (Some("#"), _) | (_, Some("#")) => return true,
+            (None, None) => return true,
+            (Some(x), Some(y)) if x == "+" || y == "+" || x == y => {}
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(filter: &str, topic: &str, key: RouteKey) -> RouteConfig {
+        RouteConfig {
+            filter: filter.to_owned(),
+            topic: topic.to_owned(),
+            key,
+        }
+    }
+
+    fn router() -> Router {
+        Router::new(
+            vec![
+                route("site/+/temp", "temperature", RouteKey::Level(1)),
+                route("cmd/#", "commands", RouteKey::ClientId),
+                route("site/#", "site", RouteKey::MqttTopic),
+            ],
+            "mqtt".to_owned(),
+        )
+    }
+
+    #[test]
+    fn first_matching_route_wins_and_picks_the_key() {
+        let router = router();
+        let d = router.route("site/dev-7/temp", "c1");
+        assert_eq!(
+            (d.log_topic, d.key.as_slice()),
+            ("temperature", &b"dev-7"[..])
+        );
+        let d = router.route("site/dev-7/hum", "c1");
+        assert_eq!(
+            (d.log_topic, d.key.as_slice()),
+            ("site", &b"site/dev-7/hum"[..])
+        );
+        let d = router.route("cmd/x", "c9");
+        assert_eq!((d.log_topic, d.key.as_slice()), ("commands", &b"c9"[..]));
+    }
+
+    #[test]
+    fn unmatched_publishes_go_to_the_default_topic_keyed_by_topic() {
+        let router = router();
+        let d = router.route("other/x", "c1");
+        assert_eq!((d.log_topic, d.key.as_slice()), ("mqtt", &b"other/x"[..]));
+    }
+
+    #[test]
+    fn subscriptions_read_only_overlapping_log_topics() {
+        let router = router();
+        assert_eq!(
+            router.log_topics(),
+            ["mqtt", "temperature", "commands", "site"]
+        );
+        assert_eq!(router.log_topics_for("cmd/+"), ["mqtt", "commands"]);
+        assert_eq!(
+            router.log_topics_for("site/a/temp"),
+            ["mqtt", "temperature", "site"]
+        );
+        assert_eq!(router.log_topics_for("#"), router.log_topics());
+    }
+}

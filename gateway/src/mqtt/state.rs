@@ -1,0 +1,440 @@
+//! The MQTT server's own durable state — retained messages, persistent sessions' subscriptions
+//! and QoS 2 packet ids awaiting PUBREL — kept append-only in the internal log topic
+//! `__mqtt_state` (partition 0). Each record is a key (`retained/{topic}`, `session/{client}`,
+//! `qos2/{client}/{pkid}`) and a value; the latest record per key wins and an empty value deletes.
+//! At startup the topic is folded into memory. Writes are serialized so the in-memory view and
+//! the durable order agree. Compaction is append-only too: when dead records outnumber live
+//! ones, every live record is appended again as a snapshot and the cursor `mqtt-state` moves to
+//! the snapshot, so log retention may delete what lies before it — and nothing after it.
+//! Never holds message data other than retained messages.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+use super::codec::QoS;
+use super::message::Message;
+use super::store::{Record, Store, StoreError};
+
+/// The internal log topic.
+pub const STATE_TOPIC: &str = "__mqtt_state";
+/// The cursor that keeps retention away from live state records.
+pub const STATE_CURSOR: &str = "mqtt-state";
+const READ_CHUNK: usize = 256 * 1024;
+/// Snapshot records per append (the log caps one batch at 16 MiB).
+const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+/// Compaction never runs before this many records were appended since the last snapshot.
+const MIN_RECORDS_BEFORE_COMPACTION: u64 = 1024;
+
+/// A persistent session as stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredSession {
+    /// Session expiry in seconds; `u32::MAX` never expires.
+    pub expiry: u32,
+    pub subscriptions: Vec<StoredSubscription>,
+    /// Incoming QoS 2 packet ids whose PUBREC was sent and PUBREL not yet received.
+    #[serde(skip)]
+    pub pending_qos2: HashSet<u16>,
+}
+
+/// One subscription as stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredSubscription {
+    pub filter: String,
+    /// Granted QoS, 0..=2.
+    pub qos: u8,
+    #[serde(default)]
+    pub no_local: bool,
+    #[serde(default)]
+    pub retain_as_published: bool,
+    #[serde(default)]
+    pub id: Option<usize>,
+}
+
+/// Everything folded from the state topic.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub retained: HashMap<String, Message>,
+    pub sessions: HashMap<String, StoredSession>,
+    /// How many records were read (compaction heuristics and logs).
+    pub records: u64,
+    /// Pending QoS 2 ids per client, merged into `sessions` at the end of the fold.
+    qos2: HashMap<String, HashSet<u16>>,
+}
+
+/// Serialized writer of the state topic.
+#[derive(Debug)]
+pub struct StateLog<S> {
+    store: S,
+    writer: tokio::sync::Mutex<()>,
+    live: Mutex<Live>,
+}
+
+/// The latest non-deleting record per key, and the appends since the last snapshot.
+#[derive(Debug, Default)]
+struct Live {
+    records: BTreeMap<Vec<u8>, Record>,
+    appended: u64,
+}
+
+impl<S: Store> StateLog<S> {
+    pub fn new(store: S) -> Result<Self, StoreError> {
+        store.ensure_topic(STATE_TOPIC)?;
+        Ok(Self {
+            store,
+            writer: tokio::sync::Mutex::new(()),
+            live: Mutex::default(),
+        })
+    }
+
+    /// Reads the whole state topic and folds it; pins it against retention on first use.
+    pub async fn load(&self) -> Result<Loaded, StoreError> {
+        let (start, end) = self.store.offsets(STATE_TOPIC, 0)?;
+        if self.store.cursor(STATE_CURSOR, STATE_TOPIC, 0).is_none() {
+            self.store
+                .commit_cursor(STATE_CURSOR, STATE_TOPIC, 0, start)
+                .await?;
+        }
+        let mut loaded = Loaded::default();
+        let mut live = Live::default();
+        let mut next = start;
+        while next < end {
+            let batch = self.store.read(STATE_TOPIC, 0, next, READ_CHUNK)?;
+            let Some(last) = batch.last() else { break };
+            next = last.offset + 1;
+            for stored in batch {
+                loaded.records += 1;
+                apply(&mut loaded, &stored.record);
+                live.remember(stored.record);
+            }
+        }
+        live.appended = loaded.records;
+        for (client, pending) in std::mem::take(&mut loaded.qos2) {
+            if let Some(session) = loaded.sessions.get_mut(&client) {
+                session.pending_qos2 = pending;
+            }
+        }
+        *self.lock_live() = live;
+        Ok(loaded)
+    }
+
+    fn lock_live(&self) -> MutexGuard<'_, Live> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends every live record again and moves the state cursor to them when dead records
+    /// dominate. Runs with the writer held.
+    async fn compact_if_due(&self) -> Result<(), StoreError> {
+        let snapshot: Vec<Record> = {
+            let live = self.lock_live();
+            let threshold = MIN_RECORDS_BEFORE_COMPACTION.max(2 * live.records.len() as u64);
+            if live.appended < threshold {
+                return Ok(());
+            }
+            live.records.values().cloned().collect()
+        };
+        let count = snapshot.len() as u64;
+        let mut base = None;
+        let mut chunk = Vec::new();
+        let mut chunk_bytes = 0;
+        for record in snapshot {
+            chunk_bytes += record.value.len() + 64;
+            chunk.push(record);
+            if chunk_bytes >= SNAPSHOT_CHUNK_BYTES {
+                let offset = self
+                    .store
+                    .append(STATE_TOPIC, 0, std::mem::take(&mut chunk))
+                    .await?;
+                base.get_or_insert(offset);
+                chunk_bytes = 0;
+            }
+        }
+        if !chunk.is_empty() {
+            let offset = self.store.append(STATE_TOPIC, 0, chunk).await?;
+            base.get_or_insert(offset);
+        }
+        let start = match base {
+            Some(offset) => offset,
+            None => self.store.offsets(STATE_TOPIC, 0)?.1,
+        };
+        self.store
+            .commit_cursor(STATE_CURSOR, STATE_TOPIC, 0, start)
+            .await?;
+        self.lock_live().appended = count;
+        tracing::info!(live = count, from = start, "MQTT state compacted");
+        Ok(())
+    }
+
+    /// Durably appends a keyed record (an empty value deletes its key), then runs `apply` while still holding
+    /// the writer, so memory follows the durable order.
+    pub async fn put<T>(
+        &self,
+        mut record: Record,
+        apply: impl FnOnce() -> T,
+    ) -> Result<T, StoreError> {
+        let _guard = self.writer.lock().await;
+        if record.timestamp_ms == 0 {
+            record.timestamp_ms = super::message::now_ms();
+        }
+        self.store
+            .append(STATE_TOPIC, 0, vec![record.clone()])
+            .await?;
+        let result = apply();
+        {
+            let mut live = self.lock_live();
+            live.appended += 1;
+            live.remember(record);
+        }
+        if let Err(err) = self.compact_if_due().await {
+            tracing::warn!(%err, "MQTT state compaction failed; will retry");
+        }
+        Ok(result)
+    }
+
+    /// Stores a retained message (an empty payload clears the topic).
+    pub async fn put_retained<T>(
+        &self,
+        message: &Message,
+        apply: impl FnOnce() -> T,
+    ) -> Result<T, StoreError> {
+        let record = message.to_record(Some(retained_key(&message.topic).into_bytes()));
+        self.put(record, apply).await
+    }
+
+    /// Stores (or with `None` deletes) a persistent session's subscriptions and expiry.
+    pub async fn put_session(
+        &self,
+        client_id: &str,
+        session: Option<&StoredSession>,
+    ) -> Result<(), StoreError> {
+        let value = match session {
+            Some(session) => serde_json::to_vec(session).map_err(|err| StoreError::Failed {
+                op: "encode session",
+                topic: STATE_TOPIC.to_owned(),
+                message: err.to_string(),
+            })?,
+            None => Vec::new(),
+        };
+        self.put(plain(format!("session/{client_id}"), value), || ())
+            .await
+    }
+
+    /// Marks an incoming QoS 2 packet id as received (`true`) or released (`false`).
+    pub async fn put_qos2(
+        &self,
+        client_id: &str,
+        pkid: u16,
+        pending: bool,
+    ) -> Result<(), StoreError> {
+        let value = if pending { b"1".to_vec() } else { Vec::new() };
+        self.put(plain(format!("qos2/{client_id}/{pkid}"), value), || ())
+            .await
+    }
+}
+
+impl Live {
+    /// Keeps `record` as its key's latest value, or forgets the key for an empty value.
+    fn remember(&mut self, record: Record) {
+        let Some(key) = record.key.clone() else {
+            return;
+        };
+        if record.value.is_empty() {
+            self.records.remove(&key);
+        } else {
+            self.records.insert(key, record);
+        }
+    }
+}
+
+fn plain(key: String, value: Vec<u8>) -> Record {
+    Record {
+        timestamp_ms: 0,
+        key: Some(key.into_bytes()),
+        value,
+        headers: Vec::new(),
+    }
+}
+
+fn retained_key(topic: &str) -> String {
+    format!("retained/{topic}")
+}
+
+fn apply(loaded: &mut Loaded, record: &Record) {
+    let Some(key) = record
+        .key
+        .as_deref()
+        .and_then(|k| std::str::from_utf8(k).ok())
+    else {
+        return;
+    };
+    if let Some(topic) = key.strip_prefix("retained/") {
+        match Message::from_record(record).filter(|_| !record.value.is_empty()) {
+            Some(message) => loaded.retained.insert(topic.to_owned(), message),
+            None => loaded.retained.remove(topic),
+        };
+    } else if let Some(client) = key.strip_prefix("session/") {
+        let parsed = serde_json::from_slice::<StoredSession>(&record.value).ok();
+        match parsed {
+            Some(session) => {
+                let entry = loaded.sessions.entry(client.to_owned()).or_default();
+                entry.expiry = session.expiry;
+                entry.subscriptions = session.subscriptions;
+            }
+            None => {
+                loaded.sessions.remove(client);
+                loaded.qos2.remove(client);
+            }
+        }
+    } else if let Some(rest) = key.strip_prefix("qos2/") {
+        let Some((client, pkid)) = rest.rsplit_once('/') else {
+            return;
+        };
+        let Ok(pkid) = pkid.parse::<u16>() else {
+            return;
+        };
+        if let Some(session) = loaded.sessions.get_mut(client) {
+            if record.value.is_empty() {
+                session.pending_qos2.remove(&pkid);
+            } else {
+                session.pending_qos2.insert(pkid);
+            }
+        }
+    }
+}
+
+/// QoS as stored in sessions.
+pub fn qos_from_u8(value: u8) -> QoS {
+    match value {
+        0 => QoS::AtMostOnce,
+        1 => QoS::AtLeastOnce,
+        _ => QoS::ExactlyOnce,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::super::memstore::MemoryStore;
+    use super::*;
+
+    fn retained(topic: &str, payload: &'static [u8]) -> Message {
+        Message {
+            topic: topic.to_owned(),
+            payload: Bytes::from_static(payload),
+            qos: QoS::AtLeastOnce,
+            retain: true,
+            client_id: "c".to_owned(),
+            properties: None,
+            timestamp_ms: 5,
+        }
+    }
+
+    #[tokio::test]
+    async fn state_folds_latest_value_per_key() {
+        let store = MemoryStore::new(1);
+        let log = StateLog::new(store.clone()).expect("state log");
+        log.put_retained(&retained("a", b"1"), || ())
+            .await
+            .expect("put");
+        log.put_retained(&retained("b", b"2"), || ())
+            .await
+            .expect("put");
+        log.put_retained(&retained("a", b""), || ())
+            .await
+            .expect("clear");
+        let session = StoredSession {
+            expiry: 60,
+            subscriptions: vec![StoredSubscription {
+                filter: "x/#".to_owned(),
+                qos: 1,
+                ..StoredSubscription::default()
+            }],
+            pending_qos2: HashSet::new(),
+        };
+        log.put_session("dev", Some(&session))
+            .await
+            .expect("session");
+        log.put_qos2("dev", 7, true).await.expect("qos2");
+        log.put_qos2("dev", 8, true).await.expect("qos2");
+        log.put_qos2("dev", 7, false).await.expect("qos2");
+        log.put_session("gone", Some(&session))
+            .await
+            .expect("session");
+        log.put_session("gone", None).await.expect("delete");
+
+        let loaded = StateLog::new(store)
+            .expect("reopen")
+            .load()
+            .await
+            .expect("load");
+        assert_eq!(loaded.retained.len(), 1);
+        assert_eq!(loaded.retained.get("b"), Some(&retained("b", b"2")));
+        assert_eq!(loaded.sessions.len(), 1);
+        let dev = loaded.sessions.get("dev").expect("dev survives");
+        assert_eq!(dev.subscriptions, session.subscriptions);
+        assert_eq!(dev.pending_qos2, HashSet::from([8]));
+        assert_eq!(loaded.records, 9);
+    }
+}
+
+#[cfg(test)]
+mod compaction_tests {
+    use super::super::memstore::MemoryStore;
+    use super::*;
+
+    #[tokio::test]
+    async fn compaction_snapshots_live_records_and_moves_the_cursor() {
+        let store = MemoryStore::new(1);
+        let log = StateLog::new(store.clone()).expect("state log");
+        log.load().await.expect("load");
+        assert_eq!(store.cursor(STATE_CURSOR, STATE_TOPIC, 0), Some(0));
+        let session = StoredSession {
+            expiry: 60,
+            subscriptions: vec![StoredSubscription {
+                filter: "a/#".to_owned(),
+                qos: 1,
+                ..StoredSubscription::default()
+            }],
+            pending_qos2: HashSet::new(),
+        };
+        log.put_session("keep", Some(&session))
+            .await
+            .expect("session");
+        log.put_qos2("keep", 3, true).await.expect("qos2");
+        for i in 0..MIN_RECORDS_BEFORE_COMPACTION {
+            log.put_qos2("churn", (i % 7) as u16, i % 2 == 0)
+                .await
+                .expect("churn");
+        }
+        let cursor = store.cursor(STATE_CURSOR, STATE_TOPIC, 0).expect("cursor");
+        assert!(
+            cursor >= MIN_RECORDS_BEFORE_COMPACTION,
+            "cursor moved to the snapshot: {cursor}"
+        );
+
+        let loaded = StateLog::new(store.clone())
+            .expect("reopen")
+            .load()
+            .await
+            .expect("load");
+        let keep = loaded
+            .sessions
+            .get("keep")
+            .expect("session survives compaction");
+        assert_eq!(keep.pending_qos2, HashSet::from([3]));
+
+        let (_, end) = store.offsets(STATE_TOPIC, 0).expect("offsets");
+        let from_snapshot = store
+            .read(STATE_TOPIC, 0, cursor, usize::MAX)
+            .expect("read");
+        assert_eq!(from_snapshot.len() as u64, end - cursor);
+        let keys: Vec<Vec<u8>> = from_snapshot
+            .iter()
+            .filter_map(|r| r.record.key.clone())
+            .collect();
+        assert!(keys.contains(&b"session/keep".to_vec()));
+        assert!(keys.contains(&b"qos2/keep/3".to_vec()));
+    }
+}

@@ -1,0 +1,180 @@
+//! MQTT topic names and topic filters: validation against the spec and tern's limits, and
+//! matching with `+`/`#` wildcards under the `$`-topic rule (a filter starting with a wildcard
+//! never matches a topic starting with `$`). Pure functions; never allocates per match.
+
+/// Limits applied on top of the spec's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicLimits {
+    /// Longest topic name or filter in bytes.
+    pub max_len: usize,
+    /// Most levels (`/`-separated parts).
+    pub max_levels: usize,
+}
+
+/// Why a topic name or filter was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TopicError {
+    #[error("empty topic")]
+    Empty,
+    #[error("topic of {len} bytes exceeds the limit of {max}")]
+    TooLong { len: usize, max: usize },
+    #[error("topic has {levels} levels, the limit is {max}")]
+    TooManyLevels { levels: usize, max: usize },
+    #[error("topic is not valid UTF-8")]
+    NotUtf8,
+    #[error("topic contains a NUL character")]
+    Nul,
+    #[error("topic name contains a wildcard")]
+    WildcardInName,
+    #[error("wildcard `{wildcard}` must occupy a whole level{tail}")]
+    MisplacedWildcard { wildcard: char, tail: &'static str },
+}
+
+/// Checks a topic name as used in PUBLISH; returns it as `&str`.
+pub fn validate_name<'a>(raw: &'a [u8], limits: &TopicLimits) -> Result<&'a str, TopicError> {
+    let name = common(raw, limits)?;
+    if name.contains(['+', '#']) {
+        return Err(TopicError::WildcardInName);
+    }
+    Ok(name)
+}
+
+/// Checks a topic filter as used in SUBSCRIBE/UNSUBSCRIBE and in routes.
+pub fn validate_filter(filter: &str, limits: &TopicLimits) -> Result<(), TopicError> {
+    common(filter.as_bytes(), limits)?;
+    let mut levels = filter.split('/').peekable();
+    while let Some(level) = levels.next() {
+        let last = levels.peek().is_none();
+        if level.contains('#') && (level != "#" || !last) {
+            return Err(TopicError::MisplacedWildcard {
+                wildcard: '#',
+                tail: " and be the last one",
+            });
+        }
+        if level.contains('+') && level != "+" {
+            return Err(TopicError::MisplacedWildcard {
+                wildcard: '+',
+                tail: "",
+            });
+        }
+    }
+    Ok(())
+}
+
+fn common<'a>(raw: &'a [u8], limits: &TopicLimits) -> Result<&'a str, TopicError> {
+    if raw.is_empty() {
+        return Err(TopicError::Empty);
+    }
+    if raw.len() > limits.max_len {
+        return Err(TopicError::TooLong {
+            len: raw.len(),
+            max: limits.max_len,
+        });
+    }
+    let text = std::str::from_utf8(raw).map_err(|_| TopicError::NotUtf8)?;
+    if text.contains('\0') {
+        return Err(TopicError::Nul);
+    }
+    let levels = text.split('/').count();
+    if levels > limits.max_levels {
+        return Err(TopicError::TooManyLevels {
+            levels,
+            max: limits.max_levels,
+        });
+    }
+    Ok(text)
+}
+
+/// Whether topic name `topic` matches the (valid) filter `filter`.
+pub fn matches(filter: &str, topic: &str) -> bool {
+    if topic.starts_with('$') && filter.starts_with(['+', '#']) {
+        return false;
+    }
+    let mut names = topic.split('/');
+    for part in filter.split('/') {
+        match (part, names.next()) {
+            ("#", _) => return true,
+            ("+", Some(_)) => {}
+            (part, Some(name)) if part == name => {}
+            _ => return false,
+        }
+    }
+    names.next().is_none()
+}
+
+/// The `n`-th level (0-based) of a topic name, if it has one.
+pub fn level(topic: &str, n: usize) -> Option<&str> {
+    topic.split('/').nth(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: TopicLimits = TopicLimits {
+        max_len: 64,
+        max_levels: 4,
+    };
+
+    #[test]
+    fn wildcards_match_per_the_spec() {
+        let cases = [
+            ("a/b/c", "a/b/c", true),
+            ("a/+/c", "a/b/c", true),
+            ("a/+/c", "a/b/d", false),
+            ("a/#", "a", true),
+            ("a/#", "a/b/c", true),
+            ("#", "a/b", true),
+            ("+", "a", true),
+            ("+", "a/b", false),
+            ("+/+", "/a", true),
+            ("a/b", "a/b/c", false),
+            ("a/b/c", "a/b", false),
+            ("+/#", "a", true),
+            ("#", "$SYS/x", false),
+            ("+/x", "$SYS/x", false),
+            ("$SYS/#", "$SYS/x", true),
+            ("a/+", "a/", true),
+        ];
+        for (filter, topic, expected) in cases {
+            assert_eq!(matches(filter, topic), expected, "{filter} vs {topic}");
+        }
+    }
+
+    #[test]
+    fn filters_are_validated() {
+        for good in ["a", "a/+/c", "#", "a/#", "+", "/", "+/+"] {
+            assert_eq!(validate_filter(good, &LIMITS), Ok(()), "{good}");
+        }
+        for bad in ["", "a#", "a/#/b", "a+", "a/b+/c", "a/b/c/d/e", "x\0"] {
+            assert!(validate_filter(bad, &LIMITS).is_err(), "{bad}");
+        }
+        let long = "a".repeat(65);
+        assert_eq!(
+            validate_filter(&long, &LIMITS),
+            Err(TopicError::TooLong { len: 65, max: 64 })
+        );
+    }
+
+    #[test]
+    fn names_are_validated() {
+        assert_eq!(validate_name(b"a/b", &LIMITS), Ok("a/b"));
+        assert_eq!(
+            validate_name(b"a/+", &LIMITS),
+            Err(TopicError::WildcardInName)
+        );
+        assert_eq!(validate_name(b"", &LIMITS), Err(TopicError::Empty));
+        assert_eq!(
+            validate_name(&[0xff, 0xfe], &LIMITS),
+            Err(TopicError::NotUtf8)
+        );
+        assert!(validate_name(b"a/b/c/d/e", &LIMITS).is_err());
+    }
+
+    #[test]
+    fn levels_are_indexed_from_zero() {
+        assert_eq!(level("site/dev-7/temp", 1), Some("dev-7"));
+        assert_eq!(level("site", 1), None);
+    }
+}
