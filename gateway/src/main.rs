@@ -102,6 +102,7 @@ fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {
             rate,
             seconds,
             record_bytes,
+            retention_bytes,
         } => {
             drop(out);
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -116,6 +117,7 @@ fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {
                 rate,
                 seconds,
                 record_bytes,
+                retention_bytes,
             };
             runtime.block_on(tools::stress(&data_dir, options))
         }

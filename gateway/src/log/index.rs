@@ -317,6 +317,17 @@ mod tests {
     }
 
     #[test]
+    fn offset_index_golden_bytes() {
+        let mut b = IndexBuilder::new(100);
+        b.add_batch(0, 32, 60, 50);
+        let (offsets, _) = b.encode(92, 1);
+        let expected = "5445524e49445800 0100 0800 01000000 5c00000000000000 0100000000000000 \
+                        3200000000000000 81d1c368 00000000 00000000 20000000";
+        let hex: String = offsets.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, expected.replace([' ', '\\', '\n'], ""));
+    }
+
+    #[test]
     fn a_damaged_index_is_refused() {
         let (mut offsets, _) = builder().encode(400, 15);
         if let Some(byte) = offsets.last_mut() {

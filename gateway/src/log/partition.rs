@@ -199,9 +199,16 @@ impl Partition {
             (seg.base, seg.end)
         };
         let cache = &self.shared.cache;
-        let log = cache
-            .get(&segment::log_path(&self.dir, target))
-            .map_err(|e| LogError::io("open", segment::log_path(&self.dir, target), e))?;
+        let path = segment::log_path(&self.dir, target);
+        let log = match cache.get(&path) {
+            Ok(log) => log,
+            // Retention deleted the segment since the lookup above.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let (start, end) = self.offsets();
+                return Err(self.out_of_range(offset, start, end));
+            }
+            Err(e) => return Err(LogError::io("open", path, e)),
+        };
         let index = cache.get(&segment::index_path(&self.dir, target)).ok();
         Ok(Some((
             View::Sealed {

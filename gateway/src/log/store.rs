@@ -52,6 +52,13 @@ pub struct Log {
     inner: Arc<Inner>,
 }
 
+/// Compile-time proof of the contract's "Send + Sync + 'static".
+const _: fn() = || {
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<Log>();
+    shareable::<CursorStore>();
+};
+
 fn open_topic(
     shared: &Arc<Shared>,
     dir: &Path,

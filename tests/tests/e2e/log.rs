@@ -287,3 +287,33 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record() -> anyhow::Result<()
     assert!(status.success(), "{stdout}");
     Ok(())
 }
+
+#[test]
+fn log_settings_are_checked_and_errors_name_the_key() -> anyhow::Result<()> {
+    let dir = TempDir::new("logconfig")?;
+    let cases = [
+        ("[log.flush]\nmax_delay = \"soon\"\n", "log.flush.max_delay"),
+        ("[log]\nsegment_bytes = \"1KiB\"\n", "log.segment_bytes"),
+        (
+            "[log.retention]\non_full = \"explode\"\n",
+            "log.retention.on_full",
+        ),
+        ("[[log.topic]]\nname = \"bad/name\"\n", "log.topic[0].name"),
+    ];
+    for (text, key) in cases {
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, text)?;
+        let (status, _, stderr) = run_tern(&["config", "check", &dir_arg(&file)])?;
+        assert_eq!(status.code(), Some(1), "{text}: {stderr}");
+        assert!(stderr.contains(key), "{text} should name {key}: {stderr}");
+    }
+    let (status, stdout, stderr) = run_tern(&[
+        "config",
+        "check",
+        &dir_arg(&workspace_root().join("tern.example.toml")),
+    ])?;
+    assert!(status.success(), "{stderr}");
+    assert!(stdout.contains("max_delay = \"20ms\""), "{stdout}");
+    assert!(stdout.contains("on_full = \"reject\""), "{stdout}");
+    Ok(())
+}

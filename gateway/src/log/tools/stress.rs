@@ -28,6 +28,8 @@ pub struct StressOptions {
     pub rate: u64,
     pub seconds: u64,
     pub record_bytes: usize,
+    /// Partition size limit (`retention.bytes`; 0 = none).
+    pub retention_bytes: u64,
 }
 
 /// Value of record `i` of append `seq` by `task` in process `pid`: unique across runs.
@@ -43,6 +45,8 @@ pub async fn stress(data_dir: &Path, options: StressOptions) -> anyhow::Result<(
         ..LogConfig::default()
     };
     config.flush.max_delay = HumanDuration(options.max_delay);
+    config.retention.bytes = ByteSize(options.retention_bytes);
+    config.retention.on_full = crate::log::OnFull::DropOldest;
     let log = Log::open(&data_dir.join("log"), &config).await?;
     log.ensure_topic("stress")?;
     if options.rate > 0 {
@@ -135,6 +139,7 @@ async fn open_loop(log: &Log, options: &StressOptions) -> anyhow::Result<serde_j
         "commits": after.commits - before.commits,
         "fsyncs": after.fsyncs - before.fsyncs,
         "bytes_written": after.bytes_written - before.bytes_written,
+        "segments_recycled": after.segments_recycled - before.segments_recycled,
         "ack_p50_ms": pct(0.5),
         "ack_p99_ms": pct(0.99),
     }))
