@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod datadir;

@@ -25,6 +25,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             tern_gateway::logging::init(&config.logging);
             app::serve(config)
         }
+        Command::Bench(command) => Ok(tern_gateway::bench::run(command)?),
         Command::Config(ConfigCommand::Check { file }) => {
             let config = config::load(Some(&file), &config::Overrides::default())?;
             print!("{}", config.to_toml()?);

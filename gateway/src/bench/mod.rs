@@ -1,0 +1,221 @@
+//! `tern bench …`: performance figures printed for people, never asserted by tests. `bench log`
+//! runs every workload in one run on one file system (a loop-mounted ext4 image as root) and
+//! prints a table of medians or one JSON object.
+//!
+//! This module is glue: it picks sizes, runs the workloads of its submodules in order and builds
+//! the report. It must never run as part of `tern serve` or touch a data directory it did not
+//! create.
+
+mod device;
+mod raw;
+mod report;
+#[cfg(feature = "bench-sqlite")]
+mod sqlite;
+mod stats;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cli::{BenchCommand, BenchLogArgs};
+
+pub use report::Report;
+use stats::Latency;
+
+/// Why a bench could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot parse {path}")]
+    Parse { path: PathBuf },
+    #[error("{program}: {message}")]
+    Tool { program: String, message: String },
+    #[error("sqlite {op}: {message}")]
+    Sqlite { op: &'static str, message: String },
+    #[error("{message}")]
+    Setup { message: String },
+}
+
+/// One append workload: `appenders` concurrent writers of `record_size`-byte values, until
+/// `max_records` are written or `max_duration` has passed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppendSpec {
+    pub record_size: usize,
+    pub appenders: usize,
+    pub max_records: u64,
+    pub max_duration: Duration,
+}
+
+/// What one append workload measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppendRun {
+    pub records: u64,
+    /// Value bytes acknowledged.
+    pub payload_bytes: u64,
+    pub secs: f64,
+    /// Bytes the target's counter saw, from before opening to after closing.
+    pub device_bytes: u64,
+    pub latency: Latency,
+    /// fdatasync calls, where the store tells.
+    pub fdatasyncs: Option<u64>,
+}
+
+impl AppendRun {
+    pub fn records_per_s(&self) -> f64 {
+        stats::ratio(self.records as f64, self.secs)
+    }
+
+    pub fn mb_per_s(&self) -> f64 {
+        stats::ratio(self.payload_bytes as f64, self.secs) / 1e6
+    }
+
+    pub fn write_amplification(&self) -> f64 {
+        stats::ratio(self.device_bytes as f64, self.payload_bytes as f64)
+    }
+}
+
+/// Sizes of one bench run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub quick: bool,
+    /// Runs of each throughput workload; the median is quoted.
+    pub runs: usize,
+    pub image_bytes: u64,
+    pub raw_bytes: u64,
+    pub raw_block: usize,
+    pub appenders: usize,
+    pub append_budget: Duration,
+    /// Payload bytes per tern append run (records = this ÷ record size).
+    pub append_bytes: u64,
+    pub sqlite_budget: Duration,
+    pub sqlite_max_records: u64,
+    pub recovery_bytes: u64,
+    pub read_samples: usize,
+}
+
+impl Plan {
+    pub fn new(quick: bool) -> Self {
+        if quick {
+            return Self {
+                quick,
+                runs: 1,
+                image_bytes: 1 << 30,
+                raw_bytes: 32 << 20,
+                raw_block: 1 << 20,
+                appenders: 64,
+                append_budget: Duration::from_secs(2),
+                append_bytes: 8 << 20,
+                sqlite_budget: Duration::from_secs(1),
+                sqlite_max_records: 5_000,
+                recovery_bytes: 32 << 20,
+                read_samples: 1_000,
+            };
+        }
+        Self {
+            quick,
+            runs: 3,
+            image_bytes: 3 << 30,
+            raw_bytes: 512 << 20,
+            raw_block: 1 << 20,
+            appenders: 64,
+            append_budget: Duration::from_secs(20),
+            append_bytes: 128 << 20,
+            sqlite_budget: Duration::from_secs(10),
+            sqlite_max_records: 1 << 20,
+            recovery_bytes: 1 << 30,
+            read_samples: 10_000,
+        }
+    }
+
+    /// Record sizes every append workload runs with.
+    pub const RECORD_SIZES: [usize; 2] = [100, 1024];
+}
+
+/// Runs a `tern bench` subcommand and prints its figures.
+pub fn run(command: BenchCommand) -> Result<(), BenchError> {
+    match command {
+        BenchCommand::Log(args) => {
+            let report = run_log(&args)?;
+            if args.json {
+                println!("{}", report.to_json()?);
+            } else {
+                print!("{}", report.to_table());
+            }
+            Ok(())
+        }
+        BenchCommand::LogWriter(_) => Err(BenchError::Setup {
+            message: "the log writer needs the log module".to_owned(),
+        }),
+    }
+}
+
+/// Every workload of `tern bench log`, in order, on one target.
+pub fn run_log(args: &BenchLogArgs) -> Result<Report, BenchError> {
+    let plan = Plan::new(args.quick);
+    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let target = device::Target::prepare(&parent, plan.image_bytes, !args.no_loop)?;
+    progress(&format!("target: {}", target.description()));
+    progress("raw O_DIRECT sequential write");
+    let raw = repeat(
+        plan.runs,
+        |_| raw::sequential_write(&target, plan.raw_bytes, plan.raw_block),
+        |r| r.mb_per_s,
+    )?;
+    let mut report = Report::header(&plan, &target, raw);
+    #[cfg(feature = "bench-sqlite")]
+    {
+        report.sqlite = run_sqlite(&plan, &target)?;
+    }
+    Ok(report)
+}
+
+#[cfg(feature = "bench-sqlite")]
+fn run_sqlite(
+    plan: &Plan,
+    target: &device::Target,
+) -> Result<Vec<report::SqliteFigures>, BenchError> {
+    let mut figures = Vec::new();
+    for sync in [sqlite::Synchronous::Normal, sqlite::Synchronous::Full] {
+        for record_size in Plan::RECORD_SIZES {
+            progress(&format!("sqlite {sync:?} {record_size} B"));
+            let spec = AppendSpec {
+                record_size,
+                appenders: plan.appenders,
+                max_records: plan.sqlite_max_records,
+                max_duration: plan.sqlite_budget,
+            };
+            let dir = target.dir().join("sqlite");
+            let run = repeat(
+                plan.runs,
+                |_| sqlite::append(target, &dir, sync, &spec),
+                AppendRun::records_per_s,
+            )?;
+            figures.push(report::SqliteFigures::new(sync, record_size, &run));
+        }
+    }
+    Ok(figures)
+}
+
+/// Runs `workload` `runs` times and keeps the run with the median `key`.
+fn repeat<T>(
+    runs: usize,
+    mut workload: impl FnMut(usize) -> Result<T, BenchError>,
+    key: impl Fn(&T) -> f64,
+) -> Result<T, BenchError> {
+    let results = (0..runs.max(1))
+        .map(&mut workload)
+        .collect::<Result<Vec<_>, _>>()?;
+    stats::median_run(results, key).ok_or(BenchError::Setup {
+        message: "no run completed".to_owned(),
+    })
+}
+
+/// A progress line on stderr, so stdout stays the table or the JSON alone.
+fn progress(what: &str) {
+    eprintln!("tern bench: {what}");
+}
