@@ -8,6 +8,7 @@ use anyhow::Context;
 use crate::admin::AdminServer;
 use crate::config::Config;
 use crate::datadir::DataDirLock;
+use crate::log::{Log, LogMetrics};
 use crate::metrics::{MetricsSource, ProcessMetrics};
 use crate::shutdown::{self, Shutdown};
 
@@ -35,7 +36,16 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
     let lock = DataDirLock::acquire(&config.data_dir)?;
     tracing::info!(data_dir = %lock.path().display(), "data directory locked");
 
-    let sources: Vec<Arc<dyn MetricsSource>> = vec![Arc::new(ProcessMetrics::new())];
+    let log_dir = config.data_dir.join("log");
+    let log = Log::open(&log_dir, &config.log)
+        .await
+        .with_context(|| format!("cannot open the log in {}", log_dir.display()))?;
+    tracing::info!(topics = log.topics().len(), "log opened");
+
+    let sources: Vec<Arc<dyn MetricsSource>> = vec![
+        Arc::new(ProcessMetrics::new()),
+        Arc::new(LogMetrics(log.clone())),
+    ];
     let admin = AdminServer::bind(config.admin.listen, sources).await?;
     tracing::info!(
         "admin endpoint listening on {}",
@@ -54,6 +64,9 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
             ?grace,
             "in-flight work did not finish within the grace period"
         );
+    }
+    if let Err(err) = log.close().await {
+        tracing::warn!(%err, "closing the log failed");
     }
     drop(lock);
     tracing::info!("shutdown complete");

@@ -26,6 +26,56 @@ pub enum Command {
     /// Measure performance and print the figures (never part of the tests' pass/fail).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Inspect and check a log directory (read-only; safe while tern runs).
+    #[command(subcommand)]
+    Log(LogCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LogCommand {
+    /// Print records as JSON lines: topic, partition, offset, timestamp, key, headers, value
+    /// (UTF-8 text when valid, else base64, flagged by *_encoding).
+    Dump {
+        /// The data directory (the log lives in its `log` subdirectory).
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+        #[arg(long)]
+        topic: String,
+        /// Only this partition [default: all].
+        #[arg(long)]
+        partition: Option<u32>,
+        /// First offset (`120`), or first time: `@<ms since epoch>` or RFC 3339
+        /// (`2026-01-31T12:00:00Z`) [default: the oldest record].
+        #[arg(long, value_name = "OFFSET|TIME")]
+        from: Option<String>,
+        /// Print at most this many records.
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Check every segment, batch CRC, index, topic metadata and the cursor log; exits 1 and
+    /// names file and byte on damage.
+    Verify {
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+    },
+    /// List topics and partitions with offsets, sizes and segment counts.
+    Topics {
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+    },
+    /// Crash-test helper: append from several tasks, printing each acknowledged append.
+    #[command(hide = true)]
+    Stress {
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+        #[arg(long, default_value_t = 4)]
+        tasks: u32,
+        /// Appends per task; 0 = until killed.
+        #[arg(long, default_value_t = 0)]
+        appends: u64,
+        #[arg(long, default_value_t = 64 * 1024)]
+        segment_bytes: u64,
+    },
 }
 
 /// Flags of `tern serve`. Each flag overrides the same setting of the configuration file.
@@ -143,5 +193,37 @@ mod tests {
             Some("127.0.0.1:1".parse().expect("addr"))
         );
         assert_eq!(overrides.admin_listen, None);
+    }
+
+    #[test]
+    fn log_dump_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "tern",
+            "log",
+            "dump",
+            "--data-dir",
+            "/d",
+            "--topic",
+            "t",
+            "--from",
+            "@5",
+            "--count",
+            "2",
+        ])
+        .expect("valid command line");
+        let Command::Log(LogCommand::Dump {
+            topic,
+            from,
+            count,
+            partition,
+            ..
+        }) = cli.command
+        else {
+            panic!("expected log dump, got {:?}", cli.command);
+        };
+        assert_eq!(
+            (topic.as_str(), from.as_deref(), count, partition),
+            ("t", Some("@5"), Some(2), None)
+        );
     }
 }

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod datadir;
+pub mod log;
 pub mod logging;
 pub mod metrics;
 pub mod shutdown;

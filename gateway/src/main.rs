@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tern_gateway::cli::{Cli, Command, ConfigCommand};
+use tern_gateway::cli::{Cli, Command, ConfigCommand, LogCommand};
 use tern_gateway::{app, config};
 
 fn main() -> ExitCode {
@@ -30,6 +30,51 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let config = config::load(Some(&file), &config::Overrides::default())?;
             print!("{}", config.to_toml()?);
             Ok(())
+        }
+        Command::Log(command) => run_log_tool(command),
+    }
+}
+
+fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {
+    use tern_gateway::log::tools;
+    let mut out = std::io::stdout().lock();
+    match command {
+        LogCommand::Dump {
+            data_dir,
+            topic,
+            partition,
+            from,
+            count,
+        } => {
+            let from = match from {
+                Some(text) => tools::From::parse(&text).map_err(anyhow::Error::msg)?,
+                None => tools::From::Offset(0),
+            };
+            tools::dump(&data_dir, &topic, partition, from, count, &mut out)?;
+            Ok(())
+        }
+        LogCommand::Verify { data_dir } => match tools::verify(&data_dir, &mut out)? {
+            0 => Ok(()),
+            n => anyhow::bail!("{n} problem(s) in the log of {}", data_dir.display()),
+        },
+        LogCommand::Topics { data_dir } => tools::topics(&data_dir, &mut out),
+        LogCommand::Stress {
+            data_dir,
+            tasks,
+            appends,
+            segment_bytes,
+        } => {
+            drop(out);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            let options = tools::StressOptions {
+                tasks,
+                appends,
+                segment_bytes,
+            };
+            runtime.block_on(tools::stress(&data_dir, options))
         }
     }
 }

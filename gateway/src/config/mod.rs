@@ -47,6 +47,7 @@ pub struct Config {
     pub admin: AdminConfig,
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
+    pub log: crate::log::LogConfig,
 }
 
 impl Default for Config {
@@ -57,6 +58,7 @@ impl Default for Config {
             admin: AdminConfig::default(),
             logging: LoggingConfig::default(),
             shutdown: ShutdownConfig::default(),
+            log: crate::log::LogConfig::default(),
         }
     }
 }
@@ -216,7 +218,9 @@ impl Config {
         if self.shutdown.grace.0.is_zero() {
             return Err(invalid("shutdown.grace", "must be longer than zero"));
         }
-        Ok(())
+        self.log
+            .validate()
+            .map_err(|(key, message)| invalid(&key, message))
     }
 
     /// The effective configuration as TOML, as `tern config check` prints it.
@@ -289,6 +293,26 @@ mod tests {
         assert_eq!(config.data_dir, PathBuf::from("/d"));
         assert_eq!(config.mqtt.listen.port(), 2);
         assert_eq!(config.admin.listen.port(), 9090);
+    }
+
+    #[test]
+    fn log_keys_are_named_in_errors() {
+        let err =
+            parse("[log.flush]\nmax_delay = \"soon\"\n", Path::new("t.toml")).expect_err("bad");
+        assert!(err.to_string().contains("log.flush.max_delay"), "{err}");
+        let err = parse(
+            "[log.retention]\non_full = \"panic\"\n",
+            Path::new("t.toml"),
+        )
+        .expect_err("bad");
+        assert!(err.to_string().contains("log.retention.on_full"), "{err}");
+        let config =
+            parse("[log]\nsegment_bytes = \"1KiB\"\n", Path::new("t.toml")).expect("parses");
+        let err = config.validate().expect_err("too small");
+        assert!(err.to_string().contains("log.segment_bytes"), "{err}");
+        let config = parse("[[log.topic]]\nname = \"a/b\"\n", Path::new("t.toml")).expect("parses");
+        let err = config.validate().expect_err("bad name");
+        assert!(err.to_string().contains("log.topic[0].name"), "{err}");
     }
 
     #[test]

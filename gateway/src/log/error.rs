@@ -1,0 +1,71 @@
+//! The log's error type: one enum for every failure the storage layer reports. Variants are
+//! structured (topic, partition, path, position) so callers can react and operators can find the
+//! place; nothing here formats MQTT or Kafka concepts.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the log.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogError {
+    /// The partition reached its retention limit and `on_full = "reject"`: callers turn this
+    /// into backpressure.
+    #[error("log full: topic {topic} partition {partition} reached its retention limit")]
+    Full { topic: String, partition: u32 },
+    #[error("unknown topic {topic}")]
+    UnknownTopic { topic: String },
+    #[error("unknown partition {partition} of topic {topic}")]
+    UnknownPartition { topic: String, partition: u32 },
+    #[error(
+        "offset {offset} out of range for topic {topic} partition {partition} (log holds {start}..{end})"
+    )]
+    OffsetOutOfRange {
+        topic: String,
+        partition: u32,
+        offset: u64,
+        start: u64,
+        end: u64,
+    },
+    #[error("invalid topic name {topic:?}: {reason}")]
+    InvalidTopicName { topic: String, reason: String },
+    /// An append that can never be stored (empty, or larger than a batch may be).
+    #[error("cannot append to topic {topic}: {reason}")]
+    InvalidAppend { topic: String, reason: String },
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Bytes on disk that fail their checksum or structure checks.
+    #[error("corrupt data in {path} at byte {position}: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        position: u64,
+        reason: String,
+    },
+    /// An earlier fdatasync failed: what reached the disk is unknown, so the partition refuses
+    /// appends until the log is reopened (reads keep working).
+    #[error("topic {topic} partition {partition} stopped after a failed sync: {reason}")]
+    Failed {
+        topic: String,
+        partition: u32,
+        reason: String,
+    },
+    #[error("the log is closed")]
+    Closed,
+}
+
+impl LogError {
+    /// Builds an [`LogError::Io`] naming the operation and the file.
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Shorthand for results of the log.
+pub type Result<T, E = LogError> = std::result::Result<T, E>;

@@ -1,0 +1,455 @@
+//! A fault-injecting, in-memory file system for power-cut tests. Each file keeps its durable
+//! content (as of its last fdatasync) and the operations applied since; each directory entry is
+//! durable only once its directory was synced. After [`FaultyFs::fail_after`] operations every
+//! call fails (the power is gone); [`FaultyFs::crash`] then rebuilds what a disk would hold: the
+//! durable state plus, depending on the seeded [`CrashMode`], nothing more, a prefix of the
+//! unsynced writes ending in a torn one, or all of them with one bit flipped.
+//!
+//! Test equipment only: directories themselves are always durable, and nothing here is fast.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::{Fs, ReadFile, WriteFile};
+
+/// What a crash does to writes not yet fdatasync'd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Every unsynced write is lost.
+    DropUnsynced,
+    /// A random prefix of the unsynced writes survives, the last of them torn at a random byte.
+    TearLastWrite,
+    /// Every unsynced write survives, with one random bit of the unsynced bytes flipped.
+    FlipBit,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write { pos: u64, data: Vec<u8> },
+    SetLen(u64),
+}
+
+#[derive(Debug, Default)]
+struct Inode {
+    durable: Vec<u8>,
+    current: Vec<u8>,
+    pending: Vec<Op>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    inodes: BTreeMap<u64, Inode>,
+    names: BTreeMap<PathBuf, u64>,
+    durable_names: BTreeMap<PathBuf, u64>,
+    dirs: BTreeSet<PathBuf>,
+    next_inode: u64,
+    ops: u64,
+    fail_after: Option<u64>,
+    rng: u64,
+}
+
+/// The fault-injecting file system. Cheap to clone; clones share one disk.
+#[derive(Debug, Clone)]
+pub struct FaultyFs {
+    state: Arc<Mutex<State>>,
+}
+
+fn power_cut() -> io::Error {
+    io::Error::other("simulated power cut")
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{} not found", path.display()),
+    )
+}
+
+fn apply(data: &mut Vec<u8>, op: &Op) {
+    match op {
+        Op::Write { pos, data: bytes } => {
+            let pos = usize::try_from(*pos).unwrap_or(usize::MAX);
+            let end = pos.saturating_add(bytes.len());
+            if data.len() < end {
+                data.resize(end, 0);
+            }
+            if let Some(target) = data.get_mut(pos..end) {
+                target.copy_from_slice(bytes);
+            }
+        }
+        Op::SetLen(len) => data.resize(usize::try_from(*len).unwrap_or(usize::MAX), 0),
+    }
+}
+
+impl State {
+    /// Counts an operation; fails once the power is gone.
+    fn tick(&mut self) -> io::Result<()> {
+        self.ops += 1;
+        match self.fail_after {
+            Some(limit) if self.ops > limit => Err(power_cut()),
+            _ => Ok(()),
+        }
+    }
+
+    fn random(&mut self, bound: u64) -> u64 {
+        // splitmix64: small, seedable, good enough to pick crash points.
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % bound.max(1)
+    }
+
+    fn inode(&mut self, path: &Path) -> io::Result<&mut Inode> {
+        let id = *self.names.get(path).ok_or_else(|| not_found(path))?;
+        self.inodes.get_mut(&id).ok_or_else(|| not_found(path))
+    }
+
+    fn crash_inode(&mut self, id: u64, mode: CrashMode) {
+        let Some(inode) = self.inodes.get(&id) else {
+            return;
+        };
+        let pending = inode.pending.clone();
+        let mut data = inode.durable.clone();
+        match mode {
+            CrashMode::DropUnsynced => {}
+            CrashMode::TearLastWrite => {
+                let keep = self.random(pending.len() as u64 + 1) as usize;
+                for op in pending.iter().take(keep) {
+                    apply(&mut data, op);
+                }
+                if let Some(Op::Write { pos, data: bytes }) = pending.get(keep) {
+                    let cut = self.random(bytes.len() as u64) as usize;
+                    let torn = bytes.get(..cut).unwrap_or_default().to_vec();
+                    apply(
+                        &mut data,
+                        &Op::Write {
+                            pos: *pos,
+                            data: torn,
+                        },
+                    );
+                }
+            }
+            CrashMode::FlipBit => {
+                for op in &pending {
+                    apply(&mut data, op);
+                }
+                let written: Vec<(u64, usize)> = pending
+                    .iter()
+                    .filter_map(|op| match op {
+                        Op::Write { pos, data } if !data.is_empty() => Some((*pos, data.len())),
+                        _ => None,
+                    })
+                    .collect();
+                if !written.is_empty() {
+                    let pick = self.random(written.len() as u64) as usize;
+                    if let Some((pos, len)) = written.get(pick) {
+                        let at = *pos as usize + self.random(*len as u64) as usize;
+                        let bit = self.random(8) as u8;
+                        if let Some(byte) = data.get_mut(at) {
+                            *byte ^= 1 << bit;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(inode) = self.inodes.get_mut(&id) {
+            inode.durable = data.clone();
+            inode.current = data;
+            inode.pending.clear();
+        }
+    }
+}
+
+impl FaultyFs {
+    /// An empty disk whose crash choices follow `seed`.
+    pub fn new(seed: u64) -> Self {
+        let state = State {
+            rng: seed,
+            ..State::default()
+        };
+        Self {
+            state: Arc::new(Mutex::new(state)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Cuts the power after `ops` more operations: from then on every call fails.
+    pub fn fail_after(&self, ops: u64) {
+        let mut state = self.lock();
+        state.fail_after = Some(state.ops + ops);
+    }
+
+    /// Whether the power is out (an operation was refused since [`Self::fail_after`]).
+    pub fn power_failed(&self) -> bool {
+        let state = self.lock();
+        state.fail_after.is_some_and(|limit| state.ops > limit)
+    }
+
+    /// Operations performed so far.
+    pub fn ops(&self) -> u64 {
+        self.lock().ops
+    }
+
+    /// A seeded random number below `bound`, from the disk's own generator.
+    pub fn random(&self, bound: u64) -> u64 {
+        self.lock().random(bound)
+    }
+
+    /// Simulates the power cut and the reboot: the disk keeps only durable names and, per file,
+    /// its durable bytes plus whatever `mode` lets through. The power is back afterwards.
+    pub fn crash(&self, mode: CrashMode) {
+        let mut state = self.lock();
+        state.names = state.durable_names.clone();
+        let live: BTreeSet<u64> = state.names.values().copied().collect();
+        state.inodes.retain(|id, _| live.contains(id));
+        for id in live {
+            state.crash_inode(id, mode);
+        }
+        state.fail_after = None;
+    }
+
+    /// Flips one bit of a file's content, durably (bit rot on a sealed file).
+    pub fn corrupt(&self, path: &Path, at: u64) -> io::Result<()> {
+        let mut state = self.lock();
+        let inode = state.inode(path)?;
+        let at = usize::try_from(at).unwrap_or(usize::MAX);
+        for data in [&mut inode.durable, &mut inode.current] {
+            if let Some(byte) = data.get_mut(at) {
+                *byte ^= 0x10;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct FaultyFile {
+    fs: FaultyFs,
+    id: u64,
+}
+
+impl FaultyFile {
+    fn with<T>(&self, f: impl FnOnce(&mut Inode) -> T) -> io::Result<T> {
+        let mut state = self.fs.lock();
+        state.tick()?;
+        let inode = state
+            .inodes
+            .get_mut(&self.id)
+            .ok_or_else(|| io::Error::other("file was removed"))?;
+        Ok(f(inode))
+    }
+
+    fn push(&self, op: Op) -> io::Result<()> {
+        self.with(|inode| {
+            apply(&mut inode.current, &op);
+            inode.pending.push(op);
+        })
+    }
+}
+
+impl WriteFile for FaultyFile {
+    fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<()> {
+        self.push(Op::Write {
+            pos,
+            data: data.to_vec(),
+        })
+    }
+    fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.with(|inode| {
+            let pos = usize::try_from(pos).unwrap_or(usize::MAX);
+            let src = inode
+                .current
+                .get(pos..pos.saturating_add(buf.len()))
+                .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past end"))?;
+            buf.copy_from_slice(src);
+            Ok(())
+        })?
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.with(|inode| {
+            inode.durable = inode.current.clone();
+            inode.pending.clear();
+        })
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.push(Op::SetLen(len))
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.with(|inode| inode.current.len() as u64)
+    }
+    fn preallocate(&self, len: u64) -> io::Result<()> {
+        let current = self.len()?;
+        if len > current {
+            self.set_len(len)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct Snapshot(Vec<u8>);
+
+impl ReadFile for Snapshot {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Fs for FaultyFs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.lock();
+        state.tick()?;
+        for dir in path.ancestors() {
+            state.dirs.insert(dir.to_owned());
+        }
+        Ok(())
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let mut state = self.lock();
+        state.tick()?;
+        if !state.dirs.contains(path) {
+            return Err(not_found(path));
+        }
+        let files = state.names.keys().filter(|p| p.parent() == Some(path));
+        let dirs = state.dirs.iter().filter(|p| p.parent() == Some(path));
+        let mut names: Vec<String> = files
+            .chain(dirs)
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        self.lock().dirs.contains(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        let state = self.lock();
+        state.dirs.contains(path) || state.names.contains_key(path)
+    }
+    fn create(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>> {
+        let mut state = self.lock();
+        state.tick()?;
+        if !path.parent().is_some_and(|dir| state.dirs.contains(dir)) {
+            return Err(not_found(path));
+        }
+        let id = state.next_inode;
+        state.next_inode += 1;
+        state.inodes.insert(id, Inode::default());
+        state.names.insert(path.to_owned(), id);
+        Ok(Arc::new(FaultyFile {
+            fs: self.clone(),
+            id,
+        }))
+    }
+    fn open_write(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>> {
+        let mut state = self.lock();
+        state.tick()?;
+        let id = *state.names.get(path).ok_or_else(|| not_found(path))?;
+        Ok(Arc::new(FaultyFile {
+            fs: self.clone(),
+            id,
+        }))
+    }
+    fn open_read(&self, path: &Path) -> io::Result<Arc<dyn ReadFile>> {
+        Ok(Arc::new(Snapshot(self.read(path)?)))
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let mut state = self.lock();
+        state.tick()?;
+        Ok(state.inode(path)?.current.clone())
+    }
+    fn file_len(&self, path: &Path) -> io::Result<u64> {
+        let mut state = self.lock();
+        state.tick()?;
+        Ok(state.inode(path)?.current.len() as u64)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut state = self.lock();
+        state.tick()?;
+        let id = state.names.remove(from).ok_or_else(|| not_found(from))?;
+        state.names.insert(to.to_owned(), id);
+        Ok(())
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.lock();
+        state.tick()?;
+        state
+            .names
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| not_found(path))
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.lock();
+        state.tick()?;
+        let in_dir = |p: &PathBuf| p.parent() == Some(path);
+        state.durable_names.retain(|p, _| !in_dir(p));
+        let entries: Vec<(PathBuf, u64)> = state
+            .names
+            .iter()
+            .filter(|(p, _)| in_dir(p))
+            .map(|(p, id)| (p.clone(), *id))
+            .collect();
+        state.durable_names.extend(entries);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsynced_writes_and_entries_vanish_in_a_crash() {
+        let fs = FaultyFs::new(1);
+        let dir = Path::new("/d");
+        fs.create_dir_all(dir).expect("mkdir");
+        let a = fs.create(&dir.join("a")).expect("create a");
+        a.write_at(0, b"hello").expect("write");
+        a.sync_data().expect("sync");
+        fs.sync_dir(dir).expect("sync dir");
+        a.write_at(5, b" world").expect("write");
+        let b = fs.create(&dir.join("b")).expect("create b");
+        b.write_at(0, b"lost").expect("write");
+        b.sync_data().expect("sync b");
+        fs.crash(CrashMode::DropUnsynced);
+        assert_eq!(fs.read(&dir.join("a")).expect("a survives"), b"hello");
+        assert!(!fs.exists(&dir.join("b")), "entry never synced");
+    }
+
+    #[test]
+    fn operations_fail_after_the_power_cut() {
+        let fs = FaultyFs::new(2);
+        fs.create_dir_all(Path::new("/d")).expect("mkdir");
+        fs.fail_after(1);
+        let file = fs.create(Path::new("/d/x")).expect("first op works");
+        assert!(file.write_at(0, b"x").is_err(), "second op fails");
+        fs.crash(CrashMode::TearLastWrite);
+        assert!(fs.create(Path::new("/d/y")).is_ok(), "power is back");
+    }
+
+    #[test]
+    fn torn_and_flipped_writes_differ_from_what_was_written() {
+        for seed in 0..20 {
+            let fs = FaultyFs::new(seed);
+            fs.create_dir_all(Path::new("/d")).expect("mkdir");
+            let f = fs.create(Path::new("/d/x")).expect("create");
+            fs.sync_dir(Path::new("/d")).expect("sync dir");
+            f.write_at(0, &[7u8; 64]).expect("write");
+            fs.crash(CrashMode::FlipBit);
+            let data = fs.read(Path::new("/d/x")).expect("read");
+            assert_eq!(data.len(), 64);
+            assert_eq!(
+                data.iter().filter(|b| **b != 7).count(),
+                1,
+                "one byte flipped"
+            );
+        }
+    }
+}

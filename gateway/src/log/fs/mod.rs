@@ -1,0 +1,190 @@
+//! The file operations the log needs, behind a small [`Fs`] trait: the real file system
+//! ([`RealFs`]: std files, `memmap2` for sealed files) and, for tests, a fault-injecting
+//! in-memory one ([`FaultyFs`]) that simulates power cuts.
+//!
+//! Only this module touches the operating system's files for the log; it knows nothing of
+//! segments, batches or topics.
+
+#[cfg(any(test, feature = "fault-injection"))]
+mod faulty;
+
+use std::fmt::Debug;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+#[cfg(any(test, feature = "fault-injection"))]
+pub use faulty::{CrashMode, FaultyFs};
+
+/// A file the log appends to (the active segment, the cursor log).
+pub trait WriteFile: Send + Sync + Debug {
+    /// Writes all of `data` at byte `pos`.
+    fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<()>;
+    /// Fills `buf` from byte `pos`; fails if the file is shorter.
+    fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// fdatasync: everything written so far survives a power cut once this returns.
+    fn sync_data(&self) -> io::Result<()>;
+    /// Truncates or extends the file.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    fn len(&self) -> io::Result<u64>;
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// Reserves `len` bytes of disk space (the file's length grows to at least `len`). File
+    /// systems without support leave the file as it is.
+    fn preallocate(&self, len: u64) -> io::Result<()>;
+}
+
+/// A file read whole, typically memory-mapped: sealed segments and their indexes.
+pub trait ReadFile: Send + Sync + Debug {
+    fn bytes(&self) -> &[u8];
+}
+
+/// The file-system operations of the log. Paths are absolute or relative to the process.
+pub trait Fs: Send + Sync + Debug {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Names of the entries of a directory, sorted.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    fn is_dir(&self, path: &Path) -> bool;
+    fn exists(&self, path: &Path) -> bool;
+    /// Creates (or truncates) a file for writing.
+    fn create(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>>;
+    /// Opens an existing file for reading and writing.
+    fn open_write(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>>;
+    /// Opens a file that is no longer written, for reading in place.
+    fn open_read(&self, path: &Path) -> io::Result<Arc<dyn ReadFile>>;
+    /// Reads a whole file into memory (small files, and files still being written).
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    fn file_len(&self, path: &Path) -> io::Result<u64>;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// fsync of a directory: makes created, renamed and removed entries durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+}
+
+/// Writes `data` to `path` atomically and durably: temp file, fdatasync, rename, directory fsync.
+pub fn write_atomic(fs: &dyn Fs, path: &Path, data: &[u8]) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = Path::new(&tmp);
+    let file = fs.create(tmp)?;
+    file.write_at(0, data)?;
+    file.sync_data()?;
+    drop(file);
+    fs.rename(tmp, path)?;
+    fs.sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// The operating system's file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+#[derive(Debug)]
+struct RealFile(File);
+
+impl WriteFile for RealFile {
+    fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<()> {
+        self.0.write_all_at(data, pos)
+    }
+    fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.0.read_exact_at(buf, pos)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn preallocate(&self, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let len = libc::off_t::try_from(len).map_err(|_| io::Error::other("length too large"))?;
+        // SAFETY: fallocate only reads the descriptor number, which `self.0` keeps open.
+        let rc = unsafe { libc::fallocate(self.0.as_raw_fd(), 0, 0, len) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
+            _ => Err(err),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Mapped {
+    Map(memmap2::Mmap),
+    Empty,
+}
+
+impl ReadFile for Mapped {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Map(map) => map,
+            Self::Empty => &[],
+        }
+    }
+}
+
+impl Fs for RealFs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(path)
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(path)? {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        path.is_dir()
+    }
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+    fn create(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        Ok(Arc::new(RealFile(file)))
+    }
+    fn open_write(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Arc::new(RealFile(file)))
+    }
+    fn open_read(&self, path: &Path) -> io::Result<Arc<dyn ReadFile>> {
+        let file = File::open(path)?;
+        if file.metadata()?.len() == 0 {
+            return Ok(Arc::new(Mapped::Empty));
+        }
+        // SAFETY: the log maps only sealed files, which it never writes or truncates again;
+        // deleting a mapped file keeps the mapping valid on Linux.
+        let map = unsafe { memmap2::Mmap::map(&file)? };
+        Ok(Arc::new(Mapped::Map(map)))
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+    fn file_len(&self, path: &Path) -> io::Result<u64> {
+        Ok(std::fs::metadata(path)?.len())
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+}

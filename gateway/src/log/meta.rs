@@ -1,0 +1,117 @@
+//! Topic metadata on disk: `topics/<name>/topic.meta` holds the partition count, written once
+//! by temp file + fdatasync + rename + directory fsync, so it is either absent or complete.
+//! A topic directory without valid metadata is an interrupted creation and is ignored.
+//!
+//! Never rewritten in place; knows nothing of segments.
+
+use std::path::{Path, PathBuf};
+
+use super::TopicInfo;
+use super::batch::{DecodeError, FORMAT_VERSION, Reader};
+use super::error::{LogError, Result};
+use super::fs::{self, Fs};
+
+/// File name of a topic's metadata inside its directory.
+pub const TOPIC_META: &str = "topic.meta";
+const MAGIC: [u8; 8] = *b"TERNTOP\0";
+
+/// Directory holding one directory per topic.
+pub fn topics_dir(log_dir: &Path) -> PathBuf {
+    log_dir.join("topics")
+}
+
+/// Directory of one partition.
+pub fn partition_dir(log_dir: &Path, topic: &str, partition: u32) -> PathBuf {
+    topics_dir(log_dir).join(topic).join(partition.to_string())
+}
+
+pub fn encode(partitions: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(20);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&partitions.to_le_bytes());
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// The partition count stored in a metadata file.
+pub fn decode(bytes: &[u8]) -> Result<u32, DecodeError> {
+    let mut r = Reader::new(bytes);
+    if r.take(8)? != MAGIC || r.u16()? != FORMAT_VERSION {
+        return Err(DecodeError::Corrupt("not a tern topic metadata file"));
+    }
+    let _reserved = r.u16()?;
+    let partitions = r.u32()?;
+    let stored = r.u32()?;
+    let got = crc32c::crc32c(bytes.get(..16).unwrap_or_default());
+    if stored != got {
+        return Err(DecodeError::Checksum {
+            expected: stored,
+            got,
+        });
+    }
+    if partitions == 0 {
+        return Err(DecodeError::Corrupt("topic with zero partitions"));
+    }
+    Ok(partitions)
+}
+
+/// Every complete topic under `log_dir`, by name.
+pub fn list(fs: &dyn Fs, log_dir: &Path) -> Result<Vec<TopicInfo>> {
+    let dir = topics_dir(log_dir);
+    if !fs.exists(&dir) {
+        return Ok(Vec::new());
+    }
+    let names = fs
+        .list_dir(&dir)
+        .map_err(|e| LogError::io("list", &dir, e))?;
+    let mut topics = Vec::new();
+    for name in names {
+        let path = dir.join(&name).join(TOPIC_META);
+        match fs.read(&path).ok().map(|b| decode(&b)) {
+            Some(Ok(partitions)) => topics.push(TopicInfo { name, partitions }),
+            Some(Err(err)) => {
+                tracing::warn!(path = %path.display(), %err, "ignoring topic with damaged metadata");
+            }
+            None => tracing::warn!(topic = %name, "ignoring topic whose creation was interrupted"),
+        }
+    }
+    Ok(topics)
+}
+
+/// Creates the directories of a topic and then, as the commit point, its metadata.
+pub fn create(fs: &dyn Fs, log_dir: &Path, name: &str, partitions: u32) -> Result<()> {
+    let dir = topics_dir(log_dir).join(name);
+    for p in 0..partitions {
+        let part = dir.join(p.to_string());
+        fs.create_dir_all(&part)
+            .map_err(|e| LogError::io("create directory", &part, e))?;
+    }
+    let topics = topics_dir(log_dir);
+    fs.sync_dir(&topics)
+        .map_err(|e| LogError::io("fsync directory", &topics, e))?;
+    let path = dir.join(TOPIC_META);
+    fs::write_atomic(fs, &path, &encode(partitions)).map_err(|e| LogError::io("write", &path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_golden_bytes() {
+        let bytes = encode(3);
+        assert_eq!(
+            bytes.get(..16),
+            Some(&b"TERNTOP\0\x01\x00\x00\x00\x03\x00\x00\x00"[..])
+        );
+        assert_eq!(decode(&bytes), Ok(3));
+        let mut bad = bytes.clone();
+        if let Some(b) = bad.get_mut(12) {
+            *b = 4;
+        }
+        assert!(matches!(decode(&bad), Err(DecodeError::Checksum { .. })));
+    }
+}

@@ -1,0 +1,408 @@
+//! One partition: its segments (sealed ones described in RAM by a few numbers each, the active
+//! one with its in-RAM sparse indexes), and the read paths over them: records from an offset,
+//! the first offset at a timestamp. Appends, rolls and retention live in `writer.rs`.
+//!
+//! Readers never see bytes past the committed end, and a damaged batch in a segment is
+//! reported and skipped, never fatal.
+
+use std::collections::VecDeque;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::watch;
+
+use super::batch::{self, SEGMENT_HEADER_LEN};
+use super::cache::FileCache;
+use super::config::{LogConfig, TopicSettings};
+use super::cursors::CursorStore;
+use super::error::{LogError, Result};
+use super::fs::{Fs, ReadFile, WriteFile};
+use super::index::{self, IndexBuilder, IndexView, OffsetEntry};
+use super::segment::{self, Active, Damage, Mapped};
+use super::stats::{Counters, PartitionStats};
+use super::{Record, StoredRecord};
+
+/// What every partition of one log shares.
+#[derive(Debug)]
+pub struct Shared {
+    pub fs: Arc<dyn Fs>,
+    pub config: LogConfig,
+    pub cache: FileCache,
+    pub counters: Arc<Counters>,
+    pub cursors: CursorStore,
+}
+
+/// A sealed segment, described by what retention and lookups need.
+#[derive(Debug, Clone)]
+pub struct SealedSegment {
+    pub base: u64,
+    pub end: u64,
+    pub len: u64,
+    pub max_ts: i64,
+    pub generation: u32,
+}
+
+/// The segment being appended to.
+#[derive(Debug)]
+pub struct ActiveSegment {
+    pub base: u64,
+    pub generation: u32,
+    pub file: Arc<dyn WriteFile>,
+    /// Committed bytes (readers see no further).
+    pub len: u64,
+    /// Committed end offset.
+    pub end: u64,
+    pub index: IndexBuilder,
+}
+
+#[derive(Debug)]
+pub struct PartState {
+    pub sealed: VecDeque<SealedSegment>,
+    pub active: ActiveSegment,
+    /// Set when a sync failed: appends are refused until the log is reopened.
+    pub failed: Option<String>,
+}
+
+impl PartState {
+    pub fn start(&self) -> u64 {
+        self.sealed.front().map_or(self.active.base, |s| s.base)
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.sealed.iter().map(|s| s.len).sum::<u64>() + self.active.len
+    }
+}
+
+#[derive(Debug)]
+pub struct Partition {
+    pub topic: String,
+    pub id: u32,
+    pub dir: PathBuf,
+    pub settings: TopicSettings,
+    pub shared: Arc<Shared>,
+    state: Mutex<PartState>,
+    durable: watch::Sender<u64>,
+}
+
+/// A segment pinned for reading.
+enum View {
+    Sealed {
+        base: u64,
+        log: Arc<dyn ReadFile>,
+        index: Option<Arc<dyn ReadFile>>,
+    },
+    Active {
+        base: u64,
+        src: Active,
+    },
+}
+
+impl View {
+    fn base(&self) -> u64 {
+        match self {
+            Self::Sealed { base, .. } | Self::Active { base, .. } => *base,
+        }
+    }
+}
+
+fn approx_size(record: &Record) -> usize {
+    record.value.len() + record.key.as_ref().map_or(0, Vec::len) + 16
+}
+
+impl Partition {
+    pub fn new(
+        topic: String,
+        id: u32,
+        dir: PathBuf,
+        settings: TopicSettings,
+        shared: Arc<Shared>,
+        state: PartState,
+    ) -> Self {
+        let (durable, _) = watch::channel(state.active.end);
+        Self {
+            topic,
+            id,
+            dir,
+            settings,
+            shared,
+            state: Mutex::new(state),
+            durable,
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, PartState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.durable.subscribe()
+    }
+
+    /// Tells live readers the new durable end.
+    pub fn publish(&self, end: u64) {
+        self.durable.send_replace(end);
+    }
+
+    pub fn offsets(&self) -> (u64, u64) {
+        let st = self.lock();
+        (st.start(), st.active.end)
+    }
+
+    pub fn stats(&self) -> PartitionStats {
+        let st = self.lock();
+        PartitionStats {
+            topic: self.topic.clone(),
+            partition: self.id,
+            start_offset: st.start(),
+            end_offset: st.active.end,
+            bytes: st.bytes(),
+            segments: st.sealed.len() + 1,
+        }
+    }
+
+    fn out_of_range(&self, offset: u64, start: u64, end: u64) -> LogError {
+        LogError::OffsetOutOfRange {
+            topic: self.topic.clone(),
+            partition: self.id,
+            offset,
+            start,
+            end,
+        }
+    }
+
+    /// Pins the segment holding `offset`, or `None` at the end.
+    fn view(&self, offset: u64) -> Result<Option<(View, u64)>> {
+        let (target, end) = {
+            let st = self.lock();
+            let (start, end) = (st.start(), st.active.end);
+            if offset < start || offset > end {
+                return Err(self.out_of_range(offset, start, end));
+            }
+            if offset == end {
+                return Ok(None);
+            }
+            if offset >= st.active.base {
+                let src = Active {
+                    file: Arc::clone(&st.active.file),
+                    committed: st.active.len,
+                };
+                let view = View::Active {
+                    base: st.active.base,
+                    src,
+                };
+                return Ok(Some((view, end)));
+            }
+            let i = st.sealed.partition_point(|s| s.base <= offset);
+            let seg = i.checked_sub(1).and_then(|i| st.sealed.get(i));
+            let seg = seg.ok_or_else(|| self.out_of_range(offset, start, end))?;
+            (seg.base, seg.end)
+        };
+        let cache = &self.shared.cache;
+        let log = cache
+            .get(&segment::log_path(&self.dir, target))
+            .map_err(|e| LogError::io("open", segment::log_path(&self.dir, target), e))?;
+        let index = cache.get(&segment::index_path(&self.dir, target)).ok();
+        Ok(Some((
+            View::Sealed {
+                base: target,
+                log,
+                index,
+            },
+            end,
+        )))
+    }
+
+    /// Offset index entries of a view, through `f`.
+    fn with_offsets<T>(
+        &self,
+        view: &View,
+        f: impl Fn(usize, &dyn Fn(usize) -> Option<OffsetEntry>) -> T,
+    ) -> T {
+        match view {
+            View::Sealed { index, .. } => {
+                let parsed = index
+                    .as_ref()
+                    .and_then(|file| IndexView::parse(file.bytes(), false).ok());
+                match parsed {
+                    Some(v) => f(v.len(), &|i| v.offset_entry(i)),
+                    None => f(0, &|_| None),
+                }
+            }
+            View::Active { base, .. } => {
+                let st = self.lock();
+                if st.active.base == *base {
+                    let entries = &st.active.index.offsets;
+                    f(entries.len(), &|i| entries.get(i).copied())
+                } else {
+                    f(0, &|_| None)
+                }
+            }
+        }
+    }
+
+    /// Byte position to start scanning from for `offset`.
+    fn seek(&self, view: &View, offset: u64) -> u64 {
+        let rel = u32::try_from(offset.saturating_sub(view.base())).unwrap_or(u32::MAX);
+        self.with_offsets(view, |n, get| index::seek_offset(n, get, rel))
+            .map_or(SEGMENT_HEADER_LEN as u64, |e| u64::from(e.pos))
+    }
+
+    /// The first index entry past a damaged position: where reading resumes.
+    fn resume_after(&self, view: &View, damage: &Damage) -> Option<(u64, u64)> {
+        self.shared.counters.corrupt_batch();
+        tracing::error!(
+            topic = %self.topic,
+            partition = self.id,
+            segment = view.base(),
+            position = damage.position,
+            reason = %damage.reason,
+            "damaged batch skipped"
+        );
+        self.with_offsets(view, |n, get| {
+            (0..n)
+                .filter_map(get)
+                .find(|e| u64::from(e.pos) > damage.position)
+                .map(|e| (view.base() + u64::from(e.rel), u64::from(e.pos)))
+        })
+    }
+
+    /// Walks `view` from `offset`, skipping damaged stretches; `visit` sees each good batch.
+    fn walk_view(
+        &self,
+        view: &View,
+        offset: u64,
+        mut visit: impl FnMut(&batch::BatchHeader, &[u8]) -> ControlFlow<()>,
+    ) {
+        let mut pos = self.seek(view, offset);
+        loop {
+            let walked = match view {
+                View::Sealed { log, .. } => {
+                    segment::walk(&Mapped(Arc::clone(log)), pos, |_, h, b| visit(h, b))
+                }
+                View::Active { src, .. } => segment::walk(src, pos, |_, h, b| visit(h, b)),
+            };
+            match walked {
+                Ok(()) => return,
+                Err(damage) => match self.resume_after(view, &damage) {
+                    Some((_, next)) => pos = next,
+                    None => return,
+                },
+            }
+        }
+    }
+
+    /// Records with offset >= `from`, up to about `max_bytes` (at least one if any exist).
+    pub fn read(&self, from: u64, max_bytes: usize) -> Result<Vec<StoredRecord>> {
+        let mut from = from;
+        loop {
+            let Some((view, end)) = self.view(from)? else {
+                return Ok(Vec::new());
+            };
+            let mut out = Vec::new();
+            let mut size = 0usize;
+            let mut last_seen = from;
+            self.walk_view(&view, from, |header, bytes| {
+                last_seen = header.next_offset();
+                if header.next_offset() <= from {
+                    return ControlFlow::Continue(());
+                }
+                let Ok((_, records)) = batch::decode_batch(bytes) else {
+                    return ControlFlow::Continue(());
+                };
+                for (offset, record) in (header.base_offset..).zip(records) {
+                    if offset < from {
+                        continue;
+                    }
+                    size += approx_size(&record);
+                    out.push(StoredRecord { offset, record });
+                    if size >= max_bytes {
+                        return ControlFlow::Break(());
+                    }
+                }
+                ControlFlow::Continue(())
+            });
+            if !out.is_empty() {
+                return Ok(out);
+            }
+            // Nothing readable here (damage): go on with the next segment.
+            let next = self.segment_end(view.base()).max(last_seen).max(from + 1);
+            if next >= end {
+                return Ok(Vec::new());
+            }
+            from = next;
+        }
+    }
+
+    /// End offset of the segment starting at `base`.
+    fn segment_end(&self, base: u64) -> u64 {
+        let st = self.lock();
+        st.sealed
+            .iter()
+            .find(|s| s.base == base)
+            .map_or(st.active.end, |s| s.end)
+    }
+
+    /// The first offset whose timestamp is >= `ts`, `None` past the end.
+    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<u64>> {
+        let candidates: Vec<u64> = {
+            let st = self.lock();
+            let sealed = st.sealed.iter().filter(|s| s.max_ts >= ts).map(|s| s.base);
+            let active = (st.active.index.max_timestamp >= ts).then_some(st.active.base);
+            sealed.chain(active).collect()
+        };
+        for base in candidates {
+            let Some((view, _)) = self.view(base.max(self.offsets().0))? else {
+                return Ok(None);
+            };
+            let rel = self.time_seek(&view, ts);
+            let start = base + u64::from(rel);
+            let mut found = None;
+            self.walk_view(&view, start, |header, bytes| {
+                if header.max_timestamp < ts || header.next_offset() <= start {
+                    return ControlFlow::Continue(());
+                }
+                let Ok((_, records)) = batch::decode_batch(bytes) else {
+                    return ControlFlow::Continue(());
+                };
+                found = (header.base_offset..)
+                    .zip(records)
+                    .find(|(o, r)| *o >= start && r.timestamp_ms >= ts)
+                    .map(|(o, _)| o);
+                if found.is_some() {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            });
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Relative offset to start a timestamp scan at, from the time index.
+    fn time_seek(&self, view: &View, ts: i64) -> u32 {
+        match view {
+            View::Sealed { base, .. } => {
+                let path = segment::time_index_path(&self.dir, *base);
+                let file = self.shared.cache.get(&path).ok();
+                let parsed = file
+                    .as_ref()
+                    .and_then(|f| IndexView::parse(f.bytes(), true).ok());
+                parsed
+                    .and_then(|v| index::seek_time(v.len(), |i| v.time_entry(i), ts))
+                    .unwrap_or(0)
+            }
+            View::Active { base, .. } => {
+                let st = self.lock();
+                if st.active.base != *base {
+                    return 0;
+                }
+                let times = &st.active.index.times;
+                index::seek_time(times.len(), |i| times.get(i).copied(), ts).unwrap_or(0)
+            }
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Opening a partition directory after a clean or unclean stop. Sealed segments are trusted:
+//! only their index files are checked against the segment (length, end offset, CRC) and rebuilt
+//! when missing or stale. The active (last) segment is validated batch by batch and its torn or
+//! stale tail truncated at the first invalid batch, so recovery reads at most one segment.
+//!
+//! Recovery never deletes a segment and never rewrites bytes before the last valid batch.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::batch::{SEGMENT_HEADER_LEN, SegmentHeader};
+use super::config::TopicSettings;
+use super::error::{LogError, Result};
+use super::fs::{self, Fs};
+use super::index::{IndexBuilder, IndexView};
+use super::partition::{ActiveSegment, PartState, Partition, SealedSegment, Shared};
+use super::segment;
+use super::writer;
+
+/// Opens (creating if missing) partition `id` of `topic` in `dir`.
+pub fn open_partition(
+    topic: &str,
+    id: u32,
+    dir: PathBuf,
+    settings: TopicSettings,
+    shared: Arc<Shared>,
+) -> Result<Partition> {
+    let fs = &*shared.fs;
+    fs.create_dir_all(&dir)
+        .map_err(|e| LogError::io("create directory", &dir, e))?;
+    let names = fs
+        .list_dir(&dir)
+        .map_err(|e| LogError::io("list", &dir, e))?;
+    for name in names.iter().filter(|n| n.ends_with(".tmp")) {
+        let path = dir.join(name);
+        fs.remove(&path)
+            .map_err(|e| LogError::io("remove", &path, e))?;
+    }
+    let bases: Vec<u64> = names
+        .iter()
+        .filter_map(|n| segment::parse_log_name(n))
+        .collect();
+    let mut sealed = VecDeque::new();
+    for (i, base) in bases.iter().enumerate() {
+        if let Some(next) = bases.get(i + 1) {
+            sealed.push_back(open_sealed(&shared, &dir, *base, *next)?);
+        }
+    }
+    let active = match bases.last() {
+        Some(base) => {
+            let previous = sealed.back().map_or(0, |s: &SealedSegment| s.generation);
+            open_active(&shared, &dir, *base, previous)?
+        }
+        None => writer::create_segment(&shared, &dir, 0, 1)?,
+    };
+    let state = PartState {
+        sealed,
+        active,
+        failed: None,
+    };
+    Ok(Partition::new(
+        topic.to_owned(),
+        id,
+        dir,
+        settings,
+        shared,
+        state,
+    ))
+}
+
+/// Reads the header of a segment file, if it has a valid one.
+fn read_header(fs: &dyn Fs, path: &Path) -> Option<SegmentHeader> {
+    let file = fs.open_read(path).ok()?;
+    SegmentHeader::decode(file.bytes()).ok()
+}
+
+/// Describes a sealed segment, rebuilding its indexes if they do not match it.
+fn open_sealed(shared: &Shared, dir: &Path, base: u64, next: u64) -> Result<SealedSegment> {
+    let fs = &*shared.fs;
+    let log = segment::log_path(dir, base);
+    let len = fs
+        .file_len(&log)
+        .map_err(|e| LogError::io("stat", &log, e))?;
+    let generation = read_header(fs, &log).map_or(0, |h| h.generation);
+    let offsets = fs.read(&segment::index_path(dir, base)).ok();
+    let times = fs.read(&segment::time_index_path(dir, base)).ok();
+    let valid = |bytes: &Option<Vec<u8>>, time| {
+        bytes
+            .as_deref()
+            .and_then(|b| IndexView::parse(b, time).ok())
+            .map(|v| v.header)
+            .filter(|h| h.log_len == len && h.end_offset == next)
+    };
+    if let (Some(_), Some(header)) = (valid(&offsets, false), valid(&times, true)) {
+        return Ok(SealedSegment {
+            base,
+            end: next,
+            len,
+            max_ts: header.max_timestamp,
+            generation,
+        });
+    }
+    tracing::info!(segment = %log.display(), "rebuilding missing or stale index");
+    let mapped = fs
+        .open_read(&log)
+        .map_err(|e| LogError::io("read", &log, e))?;
+    let index = match segment::scan(mapped.bytes(), base, shared.config.index_interval.0) {
+        Ok(scan) => {
+            if let Some(damage) = &scan.damage {
+                tracing::error!(segment = %log.display(), position = damage.position, reason = %damage.reason, "sealed segment damaged; reads skip the damage");
+            }
+            scan.index
+        }
+        Err(damage) => {
+            tracing::error!(segment = %log.display(), reason = %damage.reason, "sealed segment unreadable");
+            IndexBuilder::new(shared.config.index_interval.0)
+        }
+    };
+    let (offsets, times) = index.encode(len, next);
+    for (path, data) in [
+        (segment::index_path(dir, base), offsets),
+        (segment::time_index_path(dir, base), times),
+    ] {
+        shared.counters.wrote(data.len());
+        shared
+            .counters
+            .timed_sync(|| fs::write_atomic(fs, &path, &data))
+            .map_err(|e| LogError::io("write index", &path, e))?;
+    }
+    Ok(SealedSegment {
+        base,
+        end: next,
+        len,
+        max_ts: if index.offsets.is_empty() {
+            i64::MAX
+        } else {
+            index.max_timestamp
+        },
+        generation,
+    })
+}
+
+/// Validates the active segment, truncating its torn tail; repairs a torn file header.
+fn open_active(
+    shared: &Shared,
+    dir: &Path,
+    base: u64,
+    previous_generation: u32,
+) -> Result<ActiveSegment> {
+    let fs = &*shared.fs;
+    let path = segment::log_path(dir, base);
+    for stale in [
+        segment::index_path(dir, base),
+        segment::time_index_path(dir, base),
+    ] {
+        if fs.exists(&stale) {
+            fs.remove(&stale)
+                .map_err(|e| LogError::io("remove", &stale, e))?;
+        }
+    }
+    let mapped = fs
+        .open_read(&path)
+        .map_err(|e| LogError::io("read", &path, e))?;
+    let file = fs
+        .open_write(&path)
+        .map_err(|e| LogError::io("open", &path, e))?;
+    let io = |op: &'static str| {
+        let path = path.clone();
+        move |e| LogError::io(op, path, e)
+    };
+    let file_len = mapped.bytes().len() as u64;
+    let scanned = segment::scan(mapped.bytes(), base, shared.config.index_interval.0);
+    drop(mapped);
+    let (active, valid_len) = match scanned {
+        Ok(scan) => {
+            if let Some(damage) = &scan.damage {
+                tracing::info!(segment = %path.display(), position = damage.position, reason = %damage.reason, "truncating torn tail");
+            }
+            let active = ActiveSegment {
+                base,
+                generation: scan.header.generation,
+                file: Arc::clone(&file),
+                len: scan.valid_len,
+                end: scan.end_offset,
+                index: scan.index,
+            };
+            (active, scan.valid_len)
+        }
+        Err(damage) => {
+            tracing::warn!(segment = %path.display(), reason = %damage.reason, "rewriting torn segment header");
+            let header = SegmentHeader {
+                generation: previous_generation.wrapping_add(1),
+                base_offset: base,
+            };
+            file.set_len(0).map_err(io("truncate"))?;
+            file.write_at(0, &header.encode()).map_err(io("write"))?;
+            let active = ActiveSegment {
+                base,
+                generation: header.generation,
+                file: Arc::clone(&file),
+                len: SEGMENT_HEADER_LEN as u64,
+                end: base,
+                index: IndexBuilder::new(shared.config.index_interval.0),
+            };
+            (active, SEGMENT_HEADER_LEN as u64)
+        }
+    };
+    if file_len != valid_len {
+        file.set_len(valid_len).map_err(io("truncate"))?;
+    }
+    file.preallocate(shared.config.segment_bytes.0)
+        .map_err(io("preallocate"))?;
+    shared
+        .counters
+        .timed_sync(|| file.sync_data())
+        .map_err(io("fdatasync"))?;
+    shared
+        .counters
+        .timed_sync(|| fs.sync_dir(dir))
+        .map_err(|e| LogError::io("fsync directory", dir, e))?;
+    Ok(active)
+}

@@ -1,0 +1,333 @@
+//! The [`Log`] handle: opens the log directory (topics, partitions, cursors), starts one writer
+//! task per partition, routes appends and reads to partitions, and closes everything in order.
+//!
+//! It holds no format knowledge of its own; it only wires the pieces together.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use super::cache::FileCache;
+use super::config::LogConfig;
+use super::cursors::CursorStore;
+use super::error::{LogError, Result};
+use super::fs::{Fs, RealFs};
+use super::partition::{Partition, Shared};
+use super::stats::{Counters, LogStats, PartitionStats};
+use super::writer::{self, AppendRequest};
+use super::{Record, StoredRecord, TopicInfo, meta, recovery, validate_topic_name};
+
+/// Appends waiting for a partition's writer before `append` itself waits.
+const QUEUE_DEPTH: usize = 1024;
+
+#[derive(Debug)]
+struct PartitionEntry {
+    part: Arc<Partition>,
+    tx: Mutex<Option<mpsc::Sender<AppendRequest>>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct TopicEntry {
+    info: TopicInfo,
+    partitions: Vec<PartitionEntry>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    shared: Arc<Shared>,
+    dir: PathBuf,
+    runtime: tokio::runtime::Handle,
+    topics: RwLock<BTreeMap<String, Arc<TopicEntry>>>,
+    closed: AtomicBool,
+}
+
+/// The segmented log. Cheap to clone (Arc inside); Send + Sync + 'static.
+#[derive(Debug, Clone)]
+pub struct Log {
+    inner: Arc<Inner>,
+}
+
+fn open_topic(
+    shared: &Arc<Shared>,
+    dir: &Path,
+    info: TopicInfo,
+    runtime: &tokio::runtime::Handle,
+) -> Result<TopicEntry> {
+    let mut settings = shared.config.topic_settings(&info.name);
+    settings.partitions = info.partitions;
+    let mut partitions = Vec::new();
+    for id in 0..info.partitions {
+        let pdir = meta::partition_dir(dir, &info.name, id);
+        let part =
+            recovery::open_partition(&info.name, id, pdir, settings.clone(), Arc::clone(shared))?;
+        let part = Arc::new(part);
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let task = runtime.spawn(writer::run(Arc::clone(&part), rx));
+        partitions.push(PartitionEntry {
+            part,
+            tx: Mutex::new(Some(tx)),
+            task: Mutex::new(Some(task)),
+        });
+    }
+    Ok(TopicEntry { info, partitions })
+}
+
+fn open_blocking(
+    fs: Arc<dyn Fs>,
+    dir: PathBuf,
+    config: LogConfig,
+    runtime: tokio::runtime::Handle,
+) -> Result<Inner> {
+    fs.create_dir_all(&meta::topics_dir(&dir))
+        .map_err(|e| LogError::io("create directory", &dir, e))?;
+    let counters = Arc::new(Counters::default());
+    let cursors = CursorStore::open(Arc::clone(&fs), &dir, Arc::clone(&counters))?;
+    let shared = Arc::new(Shared {
+        cache: FileCache::new(Arc::clone(&fs), config.max_open_files),
+        fs: Arc::clone(&fs),
+        config,
+        counters,
+        cursors,
+    });
+    let mut topics = BTreeMap::new();
+    for info in meta::list(&*fs, &dir)? {
+        let name = info.name.clone();
+        topics.insert(name, Arc::new(open_topic(&shared, &dir, info, &runtime)?));
+    }
+    Ok(Inner {
+        shared,
+        dir,
+        runtime,
+        topics: RwLock::new(topics),
+        closed: AtomicBool::new(false),
+    })
+}
+
+impl Log {
+    /// Opens (creating if missing) the log under `dir` (normally `<data_dir>/log`), recovering
+    /// every partition. Uses the real file system.
+    pub async fn open(dir: &Path, config: &LogConfig) -> Result<Log> {
+        Self::open_with_fs(Arc::new(RealFs), dir, config).await
+    }
+
+    /// Same with an explicit file system (fault injection in tests).
+    pub async fn open_with_fs(fs: Arc<dyn Fs>, dir: &Path, config: &LogConfig) -> Result<Log> {
+        let runtime = tokio::runtime::Handle::current();
+        let (dir, config) = (dir.to_owned(), config.clone());
+        let inner = tokio::task::spawn_blocking(move || open_blocking(fs, dir, config, runtime))
+            .await
+            .map_err(|_| LogError::Closed)??;
+        Ok(Log {
+            inner: Arc::new(inner),
+        })
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(LogError::Closed);
+        }
+        Ok(())
+    }
+
+    fn topic(&self, topic: &str) -> Result<Arc<TopicEntry>> {
+        let topics = self
+            .inner
+            .topics
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        topics
+            .get(topic)
+            .cloned()
+            .ok_or_else(|| LogError::UnknownTopic {
+                topic: topic.to_owned(),
+            })
+    }
+
+    fn partition(&self, topic: &str, partition: u32) -> Result<Arc<Partition>> {
+        let entry = self.topic(topic)?;
+        let found = entry.partitions.get(partition as usize);
+        found
+            .map(|p| Arc::clone(&p.part))
+            .ok_or_else(|| LogError::UnknownPartition {
+                topic: topic.to_owned(),
+                partition,
+            })
+    }
+
+    /// Creates the topic with its configured (or default) partition count if missing. Creating
+    /// does blocking file I/O (a few fsyncs); finding an existing topic does none.
+    pub fn ensure_topic(&self, topic: &str) -> Result<TopicInfo> {
+        self.check_open()?;
+        validate_topic_name(topic).map_err(|reason| LogError::InvalidTopicName {
+            topic: topic.to_owned(),
+            reason,
+        })?;
+        if let Ok(entry) = self.topic(topic) {
+            return Ok(entry.info.clone());
+        }
+        let mut topics = self
+            .inner
+            .topics
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = topics.get(topic) {
+            return Ok(entry.info.clone());
+        }
+        let shared = &self.inner.shared;
+        let partitions = shared.config.topic_settings(topic).partitions;
+        meta::create(&*shared.fs, &self.inner.dir, topic, partitions)?;
+        let info = TopicInfo {
+            name: topic.to_owned(),
+            partitions,
+        };
+        let entry = open_topic(shared, &self.inner.dir, info.clone(), &self.inner.runtime)?;
+        topics.insert(topic.to_owned(), Arc::new(entry));
+        Ok(info)
+    }
+
+    pub fn topics(&self) -> Vec<TopicInfo> {
+        let topics = self
+            .inner
+            .topics
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        topics.values().map(|t| t.info.clone()).collect()
+    }
+
+    /// Appends records; resolves with the base offset once durable under the topic's policy
+    /// (sync: after the group-committed fdatasync). Err(Full) under on_full = reject.
+    pub async fn append(&self, topic: &str, partition: u32, records: Vec<Record>) -> Result<u64> {
+        self.check_open()?;
+        let entry = self.topic(topic)?;
+        let part =
+            entry
+                .partitions
+                .get(partition as usize)
+                .ok_or_else(|| LogError::UnknownPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                })?;
+        let tx = part
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let tx = tx.ok_or(LogError::Closed)?;
+        let (reply, answer) = oneshot::channel();
+        tx.send(AppendRequest { records, reply })
+            .await
+            .map_err(|_| LogError::Closed)?;
+        answer.await.map_err(|_| LogError::Closed)?
+    }
+
+    /// Records with offset >= from, up to about max_bytes (at least one if any exist).
+    /// Only durable (committed) records are visible. Empty vec at the end.
+    pub fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<StoredRecord>> {
+        self.partition(topic, partition)?.read(from, max_bytes)
+    }
+
+    /// (start offset, end offset = next offset to be written).
+    pub fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64)> {
+        Ok(self.partition(topic, partition)?.offsets())
+    }
+
+    /// The first offset whose timestamp >= ts_ms, None if past the end.
+    pub fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        ts_ms: i64,
+    ) -> Result<Option<u64>> {
+        self.partition(topic, partition)?
+            .offset_for_timestamp(ts_ms)
+    }
+
+    /// Watch of the partition's durable end offset; changes after every commit.
+    pub fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>> {
+        Ok(self.partition(topic, partition)?.subscribe())
+    }
+
+    /// The durable cursor store (forwarders, MQTT sessions, consumer groups).
+    pub fn cursors(&self) -> CursorStore {
+        self.inner.shared.cursors.clone()
+    }
+
+    /// Counters of the log's I/O since it was opened.
+    pub fn stats(&self) -> LogStats {
+        self.inner.shared.counters.snapshot()
+    }
+
+    /// Offsets and sizes of every partition.
+    pub fn partition_stats(&self) -> Vec<PartitionStats> {
+        let topics = self
+            .inner
+            .topics
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        topics
+            .values()
+            .flat_map(|t| t.partitions.iter().map(|p| p.part.stats()))
+            .collect()
+    }
+
+    /// Runs retention on every partition now (normally done after rolls and every 30 s).
+    pub async fn enforce_retention(&self) {
+        let parts: Vec<Arc<Partition>> = {
+            let topics = self
+                .inner
+                .topics
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            topics
+                .values()
+                .flat_map(|t| t.partitions.iter().map(|p| Arc::clone(&p.part)))
+                .collect()
+        };
+        let _ = tokio::task::spawn_blocking(move || {
+            for part in parts {
+                part.enforce_retention(0);
+            }
+        })
+        .await;
+    }
+
+    /// Lets every writer finish its queued appends and syncs; later calls return Err(Closed).
+    pub async fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Err(LogError::Closed);
+        }
+        let entries: Vec<Arc<TopicEntry>> = {
+            let topics = self
+                .inner
+                .topics
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            topics.values().cloned().collect()
+        };
+        for topic in &entries {
+            for p in &topic.partitions {
+                p.tx.lock().unwrap_or_else(PoisonError::into_inner).take();
+            }
+        }
+        for topic in &entries {
+            for p in &topic.partitions {
+                let task = p.task.lock().unwrap_or_else(PoisonError::into_inner).take();
+                if let Some(task) = task {
+                    let _ = task.await;
+                }
+            }
+        }
+        Ok(())
+    }
+}

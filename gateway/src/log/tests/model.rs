@@ -1,0 +1,351 @@
+//! Model-based tests: random appends, reads, time lookups, reopenings and retention, checked
+//! against a plain vector of records.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use super::{open, read_all, record, runtime};
+use crate::config::ByteSize;
+use crate::log::fs::{FaultyFs, Fs};
+use crate::log::{LogConfig, LogError, OnFull, Record};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Append { count: u64, ts_jitter: i64 },
+    Read { at: prop::sample::Index, max: usize },
+    Time { ts: i64 },
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (1u64..6, -50i64..50).prop_map(|(count, ts_jitter)| Op::Append { count, ts_jitter }),
+        2 => (any::<prop::sample::Index>(), 1usize..400).prop_map(|(at, max)| Op::Read { at, max }),
+        2 => (-100i64..2_000).prop_map(|ts| Op::Time { ts }),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+fn first_at_or_after(model: &[Record], ts: i64) -> Option<u64> {
+    model
+        .iter()
+        .position(|r| r.timestamp_ms >= ts)
+        .map(|i| i as u64)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn log_matches_a_vector_of_records(ops in proptest::collection::vec(op(), 1..40)) {
+        let rt = runtime();
+        let fs = FaultyFs::new(7);
+        let config = LogConfig::for_tests(700);
+        rt.block_on(async {
+            let mut log = open(&fs, &config).await;
+            log.ensure_topic("t").expect("topic");
+            let mut model: Vec<Record> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Append { count, ts_jitter } => {
+                        let base = model.len() as u64;
+                        let records: Vec<Record> = (0..count)
+                            .map(|i| record(0, base + i, (base + i) as i64 * 10 + ts_jitter))
+                            .collect();
+                        let offset = log.append("t", 0, records.clone()).await.expect("append");
+                        assert_eq!(offset, base, "offsets are dense");
+                        model.extend(records);
+                    }
+                    Op::Read { at, max } => {
+                        if model.is_empty() { continue; }
+                        let from = at.index(model.len());
+                        let got = log.read("t", 0, from as u64, max).expect("read");
+                        assert!(!got.is_empty(), "at least one record");
+                        for (i, stored) in got.iter().enumerate() {
+                            assert_eq!(stored.offset, (from + i) as u64);
+                            assert_eq!(Some(&stored.record), model.get(from + i));
+                        }
+                    }
+                    Op::Time { ts } => {
+                        let got = log.offset_for_timestamp("t", 0, ts).expect("lookup");
+                        assert_eq!(got, first_at_or_after(&model, ts), "timestamp {ts}");
+                    }
+                    Op::Reopen => {
+                        log.close().await.expect("close");
+                        log = open(&fs, &config).await;
+                    }
+                }
+                assert_eq!(log.offsets("t", 0).expect("offsets"), (0, model.len() as u64));
+            }
+            let all: Vec<Record> = read_all(&log, "t", 0).into_iter().map(|s| s.record).collect();
+            assert_eq!(all, model);
+            assert!(log.read("t", 0, model.len() as u64, 100).expect("read at end").is_empty());
+            assert!(matches!(
+                log.read("t", 0, model.len() as u64 + 1, 100),
+                Err(LogError::OffsetOutOfRange { .. })
+            ));
+        });
+    }
+}
+
+#[test]
+fn missing_and_stale_indexes_are_rebuilt() {
+    let rt = runtime();
+    let fs = FaultyFs::new(3);
+    let config = LogConfig::for_tests(600);
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        for i in 0..40 {
+            log.append("t", 0, vec![record(1, i, i as i64)])
+                .await
+                .expect("append");
+        }
+        log.close().await.expect("close");
+        let dir = Path::new("/data/log/topics/t/0");
+        let names = fs.list_dir(dir).expect("list");
+        let indexes: Vec<&String> = names.iter().filter(|n| n.ends_with(".index")).collect();
+        assert!(indexes.len() >= 3, "several sealed segments: {names:?}");
+        let first = dir.join(indexes.first().map(|s| s.as_str()).unwrap_or_default());
+        fs.remove(&first).expect("remove an index");
+        let second = dir.join(indexes.get(1).map(|s| s.as_str()).unwrap_or_default());
+        let stale = fs.create(&second).expect("replace with garbage");
+        stale.write_at(0, b"TERNIDX\0garbage").expect("write");
+        let log = open(&fs, &config).await;
+        assert!(fs.exists(&first), "index rebuilt");
+        let all = read_all(&log, "t", 0);
+        assert_eq!(all.len(), 40);
+        for (i, stored) in all.iter().enumerate() {
+            assert_eq!(stored.record, record(1, i as u64, i as i64));
+        }
+        assert_eq!(
+            log.offset_for_timestamp("t", 0, 17).expect("lookup"),
+            Some(17)
+        );
+    });
+}
+
+#[test]
+fn retention_deletes_oldest_segments_and_respects_cursors() {
+    let rt = runtime();
+    let fs = FaultyFs::new(4);
+    let mut config = LogConfig::for_tests(600);
+    config.retention.bytes = ByteSize(2_000);
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        log.cursors()
+            .commit("fwd", "t", 0, 0)
+            .await
+            .expect("cursor");
+        let mut appended = 0u64;
+        let full = loop {
+            match log.append("t", 0, vec![record(1, appended, 0)]).await {
+                Ok(_) => appended += 1,
+                Err(err) => break err,
+            }
+            assert!(appended < 1000, "the log must fill up");
+        };
+        assert!(matches!(full, LogError::Full { .. }), "{full}");
+        assert_eq!(
+            log.offsets("t", 0).expect("offsets").0,
+            0,
+            "cursor kept everything"
+        );
+        log.cursors()
+            .commit("fwd", "t", 0, appended)
+            .await
+            .expect("cursor");
+        let offset = log
+            .append("t", 0, vec![record(1, appended, 0)])
+            .await
+            .expect("room again");
+        assert_eq!(offset, appended);
+        let (start, end) = log.offsets("t", 0).expect("offsets");
+        assert!(start > 0, "old segments deleted");
+        assert_eq!(end, appended + 1);
+        let stats = log.stats();
+        assert!(
+            stats.segments_deleted > 0 && stats.segments_recycled > 0,
+            "{stats:?}"
+        );
+        let bytes: u64 = log.partition_stats().iter().map(|p| p.bytes).sum();
+        assert!(bytes <= 2_000, "{bytes}");
+        let rest = read_all(&log, "t", 0);
+        assert_eq!(rest.first().map(|s| s.offset), Some(start));
+        for stored in &rest {
+            assert_eq!(stored.record, record(1, stored.offset, 0));
+        }
+    });
+}
+
+#[test]
+fn drop_oldest_deletes_even_what_cursors_need() {
+    let rt = runtime();
+    let fs = FaultyFs::new(5);
+    let mut config = LogConfig::for_tests(600);
+    config.retention.bytes = ByteSize(2_000);
+    config.retention.on_full = OnFull::DropOldest;
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        log.cursors()
+            .commit("fwd", "t", 0, 0)
+            .await
+            .expect("cursor");
+        for i in 0..200 {
+            log.append("t", 0, vec![record(1, i, 0)])
+                .await
+                .expect("never full");
+        }
+        let (start, end) = log.offsets("t", 0).expect("offsets");
+        assert!(start > 0 && end == 200, "{start}..{end}");
+        // Recycled segment files hold stale batches that must never be read back.
+        log.close().await.expect("close");
+        let log = open(&fs, &config).await;
+        let rest = read_all(&log, "t", 0);
+        assert_eq!(rest.len() as u64, end - start);
+        for stored in &rest {
+            assert_eq!(stored.record, record(1, stored.offset, 0));
+        }
+    });
+}
+
+#[test]
+fn cursors_survive_reopen_and_compaction() {
+    let rt = runtime();
+    let fs = FaultyFs::new(6);
+    let config = LogConfig::for_tests(600);
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        let cursors = log.cursors();
+        for i in 0..3_000u64 {
+            cursors
+                .commit(&format!("c{}", i % 5), "t", (i % 2) as u32, i)
+                .await
+                .expect("commit");
+        }
+        assert!(
+            cursors.file_len() < 64 * 1024 + 200,
+            "compacted: {}",
+            cursors.file_len()
+        );
+        cursors.remove("c4").await.expect("remove");
+        assert_eq!(cursors.get("c0", "t", 1), Some(2_995));
+        assert_eq!(cursors.min_offset("t", 0), Some(2_990));
+        log.close().await.expect("close");
+        let log = open(&fs, &config).await;
+        let list = log.cursors().list();
+        assert_eq!(list.len(), 8, "{list:?}");
+        assert_eq!(log.cursors().get("c3", "t", 1), Some(2_993));
+        assert_eq!(log.cursors().get("c4", "t", 0), None);
+    });
+}
+
+#[test]
+fn a_damaged_sealed_batch_is_skipped_not_fatal() {
+    let rt = runtime();
+    let fs = FaultyFs::new(8);
+    let config = LogConfig::for_tests(2_000);
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        for i in 0..60 {
+            log.append("t", 0, vec![record(1, i, i as i64)])
+                .await
+                .expect("append");
+        }
+        log.close().await.expect("close");
+        fs.corrupt(
+            Path::new("/data/log/topics/t/0/00000000000000000000.log"),
+            100,
+        )
+        .expect("flip a bit");
+        let log = open(&fs, &config).await;
+        let all = read_all(&log, "t", 0);
+        assert!(
+            all.len() < 60 && all.len() > 40,
+            "only the damaged stretch is skipped: {}",
+            all.len()
+        );
+        for stored in &all {
+            assert_eq!(
+                stored.record,
+                record(1, stored.offset, stored.offset as i64)
+            );
+        }
+        assert!(log.stats().corrupt_batches > 0);
+        log.append("t", 0, vec![record(1, 60, 60)])
+            .await
+            .expect("appends continue");
+    });
+}
+
+#[test]
+fn bad_names_and_unknown_partitions_are_typed_errors() {
+    let rt = runtime();
+    let fs = FaultyFs::new(9);
+    rt.block_on(async {
+        let log = open(&fs, &LogConfig::for_tests(600)).await;
+        for bad in ["", ".", "..", "a/b", "é", &"x".repeat(201)] {
+            assert!(
+                matches!(
+                    log.ensure_topic(bad),
+                    Err(LogError::InvalidTopicName { .. })
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            log.append("nope", 0, vec![record(0, 0, 0)]).await,
+            Err(LogError::UnknownTopic { .. })
+        ));
+        log.ensure_topic("t").expect("topic");
+        assert!(matches!(
+            log.read("t", 3, 0, 10),
+            Err(LogError::UnknownPartition { .. })
+        ));
+        assert!(matches!(
+            log.append("t", 0, Vec::new()).await,
+            Err(LogError::InvalidAppend { .. })
+        ));
+        let mut watch = log.subscribe("t", 0).expect("subscribe");
+        log.append("t", 0, vec![record(0, 0, 0)])
+            .await
+            .expect("append");
+        watch.changed().await.expect("watch wakes");
+        assert_eq!(*watch.borrow(), 1);
+        log.close().await.expect("close");
+        assert!(matches!(log.close().await, Err(LogError::Closed)));
+        assert!(matches!(
+            log.append("t", 0, vec![record(0, 1, 0)]).await,
+            Err(LogError::Closed)
+        ));
+    });
+}
+
+#[test]
+fn murmur2_matches_kafka() {
+    use crate::log::murmur2;
+    let cases: [(&[u8], i32); 6] = [
+        (b"21", -973_932_308),
+        (b"foobar", -790_332_482),
+        (b"a-little-bit-long-string", -985_981_536),
+        (b"a-little-bit-longer-string", -1_486_304_829),
+        (
+            b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+            -58_897_971,
+        ),
+        (b"abc", 479_470_107),
+    ];
+    for (key, expected) in cases {
+        assert_eq!(
+            murmur2(key) as i32,
+            expected,
+            "{:?}",
+            String::from_utf8_lossy(key)
+        );
+    }
+    assert!(crate::log::partition_for_key(b"foobar", 7) < 7);
+}
