@@ -157,6 +157,9 @@ pub struct LogWriterArgs {
     /// Concurrent appenders.
     #[arg(long, default_value_t = 64)]
     pub appenders: usize,
+    /// Records per append call.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
     /// Stop appending (and exit without closing the log) after this many payload bytes.
     #[arg(long)]
     pub max_bytes: u64,

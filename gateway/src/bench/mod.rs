@@ -7,6 +7,7 @@
 //! create.
 
 mod device;
+mod log;
 mod raw;
 mod report;
 #[cfg(feature = "bench-sqlite")]
@@ -37,6 +38,8 @@ pub enum BenchError {
     Tool { program: String, message: String },
     #[error("sqlite {op}: {message}")]
     Sqlite { op: &'static str, message: String },
+    #[error("log {op}: {message}")]
+    Log { op: &'static str, message: String },
     #[error("{message}")]
     Setup { message: String },
 }
@@ -148,9 +151,7 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
             }
             Ok(())
         }
-        BenchCommand::LogWriter(_) => Err(BenchError::Setup {
-            message: "the log writer needs the log module".to_owned(),
-        }),
+        BenchCommand::LogWriter(args) => log::writer(&args),
     }
 }
 
@@ -167,11 +168,75 @@ pub fn run_log(args: &BenchLogArgs) -> Result<Report, BenchError> {
         |r| r.mb_per_s,
     )?;
     let mut report = Report::header(&plan, &target, raw);
+    let runtime = runtime()?;
+    runtime.block_on(run_tern(&plan, &target, &mut report))?;
     #[cfg(feature = "bench-sqlite")]
     {
         report.sqlite = run_sqlite(&plan, &target)?;
     }
+    report.finish();
     Ok(report)
+}
+
+/// tern's appends (the 1 KiB log is then read back), then recovery after a kill.
+async fn run_tern(
+    plan: &Plan,
+    target: &device::Target,
+    report: &mut Report,
+) -> Result<(), BenchError> {
+    let dir = target.dir().join("log");
+    for record_size in Plan::RECORD_SIZES {
+        progress(&format!(
+            "tern log append {record_size} B, {} appenders",
+            plan.appenders
+        ));
+        let spec = AppendSpec {
+            record_size,
+            appenders: plan.appenders,
+            max_records: plan.append_bytes / record_size as u64,
+            max_duration: plan.append_budget,
+        };
+        let mut runs = Vec::new();
+        for _ in 0..plan.runs.max(1) {
+            runs.push(log::append(target, &dir, &spec).await?);
+        }
+        let run = stats::median_run(runs, AppendRun::records_per_s).ok_or(BenchError::Setup {
+            message: "no append run completed".to_owned(),
+        })?;
+        report.append.push(report::AppendFigures::new(
+            record_size,
+            &run,
+            report.raw.mb_per_s,
+        ));
+    }
+    progress("tern log reads (sequential cold, random warm)");
+    report.read = Some(log::reads(target, &dir, plan.read_samples).await?);
+    remove(&dir)?;
+    progress(&format!(
+        "tern log recovery after SIGKILL, {} MiB log",
+        plan.recovery_bytes >> 20
+    ));
+    report.recovery = Some(log::recovery(target, &dir, plan.recovery_bytes).await?);
+    remove(&dir)
+}
+
+fn remove(dir: &std::path::Path) -> Result<(), BenchError> {
+    std::fs::remove_dir_all(dir).map_err(|source| BenchError::Io {
+        op: "remove",
+        path: dir.to_owned(),
+        source,
+    })
+}
+
+/// The bench's async runtime: as many workers as `tern serve` would use.
+fn runtime() -> Result<tokio::runtime::Runtime, BenchError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get().min(4)))
+        .enable_all()
+        .build()
+        .map_err(|err| BenchError::Setup {
+            message: format!("cannot start the async runtime: {err}"),
+        })
 }
 
 #[cfg(feature = "bench-sqlite")]
