@@ -51,7 +51,7 @@ pub async fn append(
         .map_err(|source| log_error("close", source))?;
     target.sync()?;
     let device_bytes = target.written()?.saturating_sub(before);
-    let records = latencies.len() as u64;
+    let records = latencies.len() as u64 * spec.batch.max(1) as u64;
     Ok(AppendRun {
         records,
         payload_bytes: records * spec.record_size as u64,
@@ -71,8 +71,8 @@ async fn open(dir: &Path, config: &LogConfig) -> Result<Log, BenchError> {
     Ok(log)
 }
 
-/// `spec.appenders` tokio tasks, each appending one record at a time and waiting for it to be
-/// durable; the latency of every append.
+/// `spec.appenders` tokio tasks, each appending `spec.batch` records at a time and waiting for
+/// them to be durable; the latency of every append call.
 async fn append_concurrently(log: &Log, spec: &AppendSpec) -> Result<Vec<Duration>, BenchError> {
     let claimed = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + spec.max_duration;
@@ -99,10 +99,13 @@ async fn appender(
     spec: AppendSpec,
 ) -> Result<Vec<Duration>, BenchError> {
     let mut latencies = Vec::new();
-    while Instant::now() < deadline && claimed.fetch_add(1, Ordering::Relaxed) < spec.max_records {
-        let record = record(spec.record_size);
+    let batch = spec.batch.max(1);
+    while Instant::now() < deadline
+        && claimed.fetch_add(batch as u64, Ordering::Relaxed) < spec.max_records
+    {
+        let records = (0..batch).map(|_| record(spec.record_size)).collect();
         let started = Instant::now();
-        log.append(TOPIC, PARTITION, vec![record])
+        log.append(TOPIC, PARTITION, records)
             .await
             .map_err(|source| log_error("append", source))?;
         latencies.push(started.elapsed());
@@ -368,25 +371,26 @@ pub fn writer(args: &LogWriterArgs) -> Result<(), BenchError> {
         let spec = AppendSpec {
             record_size: args.record_size,
             appenders: args.appenders,
+            batch: args.batch.max(1),
             max_records: args.max_bytes / args.record_size.max(1) as u64,
             max_duration: Duration::from_secs(3600),
         };
         let done = Arc::new(AtomicU64::new(0));
         let reporter = tokio::spawn(report_progress(done.clone(), spec.record_size as u64));
-        let result = append_counting(&log, &spec, args.batch.max(1) as u64, &done).await;
+        let result = append_counting(&log, &spec, &done).await;
         reporter.abort();
         result
     })?;
     std::process::exit(0)
 }
 
-/// Appends `spec` in batches of `batch` records, adding each acknowledged batch to `done`.
+/// Appends `spec`, adding the records of each acknowledged append to `done`.
 async fn append_counting(
     log: &Log,
     spec: &AppendSpec,
-    batch: u64,
     done: &Arc<AtomicU64>,
 ) -> Result<(), BenchError> {
+    let batch = spec.batch as u64;
     let claimed = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..spec.appenders)
         .map(|_| {

@@ -44,12 +44,13 @@ pub enum BenchError {
     Setup { message: String },
 }
 
-/// One append workload: `appenders` concurrent writers of `record_size`-byte values, until
-/// `max_records` are written or `max_duration` has passed.
+/// One append workload: `appenders` concurrent writers of `record_size`-byte values, `batch`
+/// records per append call, until `max_records` are written or `max_duration` has passed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppendSpec {
     pub record_size: usize,
     pub appenders: usize,
+    pub batch: usize,
     pub max_records: u64,
     pub max_duration: Duration,
 }
@@ -137,6 +138,20 @@ impl Plan {
 
     /// Record sizes every append workload runs with.
     pub const RECORD_SIZES: [usize; 2] = [100, 1024];
+    /// Records per append of the extra batched 1 KiB workload: enough bytes in flight for the
+    /// group commit to fill a fast device's bandwidth.
+    pub const BATCH: usize = 64;
+
+    /// tern's append workload for one record size and batch.
+    pub fn append_spec(&self, record_size: usize, batch: usize) -> AppendSpec {
+        AppendSpec {
+            record_size,
+            appenders: self.appenders,
+            batch,
+            max_records: self.append_bytes / record_size as u64,
+            max_duration: self.append_budget,
+        }
+    }
 }
 
 /// Runs a `tern bench` subcommand and prints its figures.
@@ -190,27 +205,23 @@ async fn run_tern(
             "tern log append {record_size} B, {} appenders",
             plan.appenders
         ));
-        let spec = AppendSpec {
-            record_size,
-            appenders: plan.appenders,
-            max_records: plan.append_bytes / record_size as u64,
-            max_duration: plan.append_budget,
-        };
-        let mut runs = Vec::new();
-        for _ in 0..plan.runs.max(1) {
-            runs.push(log::append(target, &dir, &spec).await?);
-        }
-        let run = stats::median_run(runs, AppendRun::records_per_s).ok_or(BenchError::Setup {
-            message: "no append run completed".to_owned(),
-        })?;
-        report.append.push(report::AppendFigures::new(
-            record_size,
-            &run,
-            report.raw.mb_per_s,
-        ));
+        let spec = plan.append_spec(record_size, 1);
+        let run = append_median(plan, target, &dir, &spec).await?;
+        let figures = report::AppendFigures::new(&spec, &run, report.raw.mb_per_s);
+        report.append.push(figures);
     }
     progress("tern log reads (sequential cold, random warm)");
     report.read = Some(log::reads(target, &dir, plan.read_samples).await?);
+    remove(&dir)?;
+    progress(&format!(
+        "tern log append 1024 B, {} appenders × {} records per append",
+        plan.appenders,
+        Plan::BATCH
+    ));
+    let batched = plan.append_spec(1024, Plan::BATCH);
+    let run = append_median(plan, target, &dir, &batched).await?;
+    let figures = report::AppendFigures::new(&batched, &run, report.raw.mb_per_s);
+    report.append.push(figures);
     remove(&dir)?;
     progress(&format!(
         "tern log recovery after SIGKILL, {} MiB log",
@@ -218,6 +229,22 @@ async fn run_tern(
     ));
     report.recovery = Some(log::recovery(target, &dir, plan.recovery_bytes).await?);
     remove(&dir)
+}
+
+/// Runs the append workload `plan.runs` times and keeps the median run by records/s.
+async fn append_median(
+    plan: &Plan,
+    target: &device::Target,
+    dir: &std::path::Path,
+    spec: &AppendSpec,
+) -> Result<AppendRun, BenchError> {
+    let mut runs = Vec::new();
+    for _ in 0..plan.runs.max(1) {
+        runs.push(log::append(target, dir, spec).await?);
+    }
+    stats::median_run(runs, AppendRun::records_per_s).ok_or(BenchError::Setup {
+        message: "no append run completed".to_owned(),
+    })
 }
 
 fn remove(dir: &std::path::Path) -> Result<(), BenchError> {
@@ -251,6 +278,7 @@ fn run_sqlite(
             let spec = AppendSpec {
                 record_size,
                 appenders: plan.appenders,
+                batch: 1,
                 max_records: plan.sqlite_max_records,
                 max_duration: plan.sqlite_budget,
             };

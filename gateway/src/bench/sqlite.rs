@@ -78,7 +78,8 @@ fn open(path: &Path, sync: Synchronous) -> Result<Connection, BenchError> {
 }
 
 /// `spec.appenders` threads share the one connection (SQLite has one writer at a time), each
-/// inserting one row per transaction until the record or time budget is spent.
+/// inserting one row per transaction until the record or time budget is spent (`spec.batch`
+/// does not apply: brokers' caches insert message by message).
 fn insert_concurrently(
     connection: Connection,
     spec: &AppendSpec,
@@ -163,6 +164,7 @@ mod tests {
         let spec = AppendSpec {
             record_size: 100,
             appenders: 4,
+            batch: 1,
             max_records: 200,
             max_duration: Duration::from_secs(20),
         };

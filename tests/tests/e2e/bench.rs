@@ -19,6 +19,11 @@ const FIGURES: &[&str] = &[
     "/append/1/mb_per_s",
     "/append/1/ratio_to_raw",
     "/append/1/write_amplification",
+    "/append/1/fdatasyncs_per_s",
+    "/append/1/latency_p99_us",
+    "/append/2/records_per_s",
+    "/append/2/ratio_to_raw",
+    "/append/2/write_amplification",
     "/read/random_p50_us",
     "/read/random_p99_us",
     "/read/sequential_mb_per_s",
@@ -54,6 +59,8 @@ fn quick_bench_prints_every_figure_as_json() -> anyhow::Result<()> {
     assert_eq!(report["counter"], "process", "{stdout}");
     assert_eq!(report["append"][0]["record_size"], 100);
     assert_eq!(report["append"][1]["record_size"], 1024);
+    assert_eq!(report["append"][1]["batch"], 1);
+    assert_eq!(report["append"][2]["batch"], 64);
     let modes: Vec<Option<&str>> = (0..4)
         .map(|i| report["sqlite"][i]["synchronous"].as_str())
         .collect();
