@@ -101,6 +101,7 @@ async fn appender(
     let mut latencies = Vec::new();
     let batch = spec.batch.max(1);
     while Instant::now() < deadline
+        && !super::interrupted()
         && claimed.fetch_add(batch as u64, Ordering::Relaxed) < spec.max_records
     {
         let records = (0..batch).map(|_| record(spec.record_size)).collect();
@@ -307,6 +308,9 @@ impl Writer {
         })?;
         let mut written = 0;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if super::interrupted() {
+                return Err(BenchError::Interrupted);
+            }
             written = line
                 .strip_prefix("written ")
                 .and_then(|n| n.parse().ok())

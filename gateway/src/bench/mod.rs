@@ -15,6 +15,7 @@ mod sqlite;
 mod stats;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::cli::{BenchCommand, BenchLogArgs};
@@ -42,6 +43,8 @@ pub enum BenchError {
     Log { op: &'static str, message: String },
     #[error("{message}")]
     Setup { message: String },
+    #[error("interrupted by a signal")]
+    Interrupted,
 }
 
 /// One append workload: `appenders` concurrent writers of `record_size`-byte values, `batch`
@@ -172,11 +175,12 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
 
 /// Every workload of `tern bench log`, in order, on one target.
 pub fn run_log(args: &BenchLogArgs) -> Result<Report, BenchError> {
+    catch_interrupts();
     let plan = Plan::new(args.quick);
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let target = device::Target::prepare(&parent, plan.image_bytes, !args.no_loop)?;
-    progress(&format!("target: {}", target.description()));
-    progress("raw O_DIRECT sequential write");
+    step(&format!("target: {}", target.description()))?;
+    step("raw O_DIRECT sequential write")?;
     let raw = repeat(
         plan.runs,
         |_| raw::sequential_write(&target, plan.raw_bytes, plan.raw_block),
@@ -201,32 +205,32 @@ async fn run_tern(
 ) -> Result<(), BenchError> {
     let dir = target.dir().join("log");
     for record_size in Plan::RECORD_SIZES {
-        progress(&format!(
+        step(&format!(
             "tern log append {record_size} B, {} appenders",
             plan.appenders
-        ));
+        ))?;
         let spec = plan.append_spec(record_size, 1);
         let run = append_median(plan, target, &dir, &spec).await?;
         let figures = report::AppendFigures::new(&spec, &run, report.raw.mb_per_s);
         report.append.push(figures);
     }
-    progress("tern log reads (sequential cold, random warm)");
+    step("tern log reads (sequential cold, random warm)")?;
     report.read = Some(log::reads(target, &dir, plan.read_samples).await?);
     remove(&dir)?;
-    progress(&format!(
+    step(&format!(
         "tern log append 1024 B, {} appenders × {} records per append",
         plan.appenders,
         Plan::BATCH
-    ));
+    ))?;
     let batched = plan.append_spec(1024, Plan::BATCH);
     let run = append_median(plan, target, &dir, &batched).await?;
     let figures = report::AppendFigures::new(&batched, &run, report.raw.mb_per_s);
     report.append.push(figures);
     remove(&dir)?;
-    progress(&format!(
+    step(&format!(
         "tern log recovery after SIGKILL, {} MiB log",
         plan.recovery_bytes >> 20
-    ));
+    ))?;
     report.recovery = Some(log::recovery(target, &dir, plan.recovery_bytes).await?);
     remove(&dir)
 }
@@ -239,7 +243,10 @@ async fn append_median(
     spec: &AppendSpec,
 ) -> Result<AppendRun, BenchError> {
     let mut runs = Vec::new();
-    for _ in 0..plan.runs.max(1) {
+    for run in 0..plan.runs.max(1) {
+        if run > 0 {
+            step(&format!("run {}", run + 1))?;
+        }
         runs.push(log::append(target, dir, spec).await?);
     }
     stats::median_run(runs, AppendRun::records_per_s).ok_or(BenchError::Setup {
@@ -274,7 +281,7 @@ fn run_sqlite(
     let mut figures = Vec::new();
     for sync in [sqlite::Synchronous::Normal, sqlite::Synchronous::Full] {
         for record_size in Plan::RECORD_SIZES {
-            progress(&format!("sqlite {sync:?} {record_size} B"));
+            step(&format!("sqlite {sync:?} {record_size} B"))?;
             let spec = AppendSpec {
                 record_size,
                 appenders: plan.appenders,
@@ -308,7 +315,35 @@ fn repeat<T>(
     })
 }
 
-/// A progress line on stderr, so stdout stays the table or the JSON alone.
-fn progress(what: &str) {
+/// Set by SIGINT/SIGTERM/SIGHUP while `bench log` runs.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_signal: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Turns the termination signals into a flag checked between workloads, so an interrupted bench
+/// still unmounts and detaches its loop device (each workload is bounded to seconds).
+fn catch_interrupts() {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe; exec'd
+        // children get the default handlers back.
+        unsafe { libc::signal(signal, on_signal as *const () as libc::sighandler_t) };
+    }
+}
+
+/// Whether a termination signal arrived: long loops stop early when it did.
+fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Starts the next step: a progress line on stderr (stdout stays the table or the JSON alone),
+/// or `Interrupted` if a termination signal arrived.
+fn step(what: &str) -> Result<(), BenchError> {
+    if interrupted() {
+        eprintln!("tern bench: interrupted, cleaning up");
+        return Err(BenchError::Interrupted);
+    }
     eprintln!("tern bench: {what}");
+    Ok(())
 }

@@ -115,7 +115,10 @@ fn appender(
     payload: &[u8],
 ) -> Result<Vec<Duration>, BenchError> {
     let mut latencies = Vec::new();
-    while Instant::now() < deadline && claimed.fetch_add(1, Ordering::Relaxed) < max_records {
+    while Instant::now() < deadline
+        && !super::interrupted()
+        && claimed.fetch_add(1, Ordering::Relaxed) < max_records
+    {
         let started = Instant::now();
         let connection = shared.lock().map_err(|_| panicked())?;
         let now_ms = std::time::SystemTime::now()
