@@ -22,6 +22,9 @@ use crate::cli::LogWriterArgs;
 use crate::config::ByteSize;
 use crate::log::{Log, LogConfig, LogError, Record};
 
+/// Value size of the recovery writer's records (its `--record-size` default).
+const WRITER_RECORD_SIZE: u64 = 1024;
+
 /// Records per append call of the recovery writer: 64 appenders × 16 KiB fill the default
 /// 1 MiB commit early, so a 1 GiB log is written in seconds, not minutes.
 const WRITER_BATCH: usize = 16;
@@ -231,6 +234,9 @@ pub struct RecoveryFigures {
     /// Bytes of the log's files on disk.
     pub log_file_bytes: u64,
     pub records_recovered: u64,
+    /// Records the child had acknowledged (as last reported) but `Log::open` did not find:
+    /// anything but 0 is a durability bug.
+    pub acknowledged_records_lost: u64,
     /// `Log::open` after the kill, page cache dropped first.
     pub open_ms: f64,
     /// VmHWM of the child that did only the writing.
@@ -266,6 +272,7 @@ pub async fn recovery(
         log_payload_bytes: written,
         log_file_bytes: dir_bytes(dir)?,
         records_recovered: end - start,
+        acknowledged_records_lost: (written / WRITER_RECORD_SIZE).saturating_sub(end - start),
         open_ms,
         writer_peak_rss_bytes: peak,
         writer_batch_records: WRITER_BATCH,
@@ -292,6 +299,7 @@ impl Writer {
             .arg(dir)
             .args(["--max-bytes", &(bytes * 2).to_string()])
             .args(["--batch", &WRITER_BATCH.to_string()])
+            .args(["--record-size", &WRITER_RECORD_SIZE.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -439,10 +447,7 @@ async fn report_progress(done: Arc<AtomicU64>, record_size: u64) {
 }
 
 fn log_error(op: &'static str, source: LogError) -> BenchError {
-    BenchError::Log {
-        op,
-        message: source.to_string(),
-    }
+    BenchError::Log { op, source }
 }
 
 fn io(op: &'static str, path: &Path, source: std::io::Error) -> BenchError {

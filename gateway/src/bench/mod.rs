@@ -39,8 +39,11 @@ pub enum BenchError {
     Tool { program: String, message: String },
     #[error("sqlite {op}: {message}")]
     Sqlite { op: &'static str, message: String },
-    #[error("log {op}: {message}")]
-    Log { op: &'static str, message: String },
+    #[error("log {op}: {source}")]
+    Log {
+        op: &'static str,
+        source: crate::log::LogError,
+    },
     #[error("{message}")]
     Setup { message: String },
     #[error("interrupted by a signal")]
@@ -115,9 +118,9 @@ impl Plan {
                 raw_bytes: 32 << 20,
                 raw_block: 1 << 20,
                 appenders: 64,
-                append_budget: Duration::from_secs(2),
-                append_bytes: 8 << 20,
-                sqlite_budget: Duration::from_secs(1),
+                append_budget: Duration::from_secs(1),
+                append_bytes: 4 << 20,
+                sqlite_budget: Duration::from_millis(500),
                 sqlite_max_records: 5_000,
                 recovery_bytes: 32 << 20,
                 read_samples: 1_000,

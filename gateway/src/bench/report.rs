@@ -220,7 +220,7 @@ impl Report {
         if let Some(r) = &self.recovery {
             let _ = writeln!(
                 out,
-                "recovery after SIGKILL of a writer with {} MiB acknowledged ({} MiB of files{}): Log::open {:.1} ms (target ≤ 1 s {}), {} records",
+                "recovery after SIGKILL of a writer with {} MiB acknowledged ({} MiB of files{}): Log::open {:.1} ms (target ≤ 1 s {}), {} records recovered, {} acknowledged records lost",
                 r.log_payload_bytes >> 20,
                 r.log_file_bytes >> 20,
                 if self.quick {
@@ -230,7 +230,8 @@ impl Report {
                 },
                 r.open_ms,
                 verdict(r.open_ms <= 1000.0),
-                r.records_recovered
+                r.records_recovered,
+                r.acknowledged_records_lost
             );
             let _ = writeln!(
                 out,
