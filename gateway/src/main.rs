@@ -63,6 +63,10 @@ fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {
             tasks,
             appends,
             segment_bytes,
+            max_delay_ms,
+            rate,
+            seconds,
+            record_bytes,
         } => {
             drop(out);
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -73,6 +77,10 @@ fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {
                 tasks,
                 appends,
                 segment_bytes,
+                max_delay: std::time::Duration::from_millis(max_delay_ms),
+                rate,
+                seconds,
+                record_bytes,
             };
             runtime.block_on(tools::stress(&data_dir, options))
         }

@@ -13,7 +13,7 @@ use crate::config::ByteSize;
 use crate::log::fs::{CrashMode, FaultyFs};
 use crate::log::{Log, LogConfig, Record};
 
-const CRASH_POINTS: u64 = 2_100;
+const CRASH_POINTS: u64 = 2_200;
 const PRODUCERS: u64 = 3;
 const BATCHES_PER_PRODUCER: u64 = 8;
 
@@ -156,7 +156,7 @@ fn power_cuts_never_lose_acknowledged_records() {
         let fs = FaultyFs::new(seed);
         let config = config_for(seed);
         let ops = full_ops.get((seed % 2) as usize).copied().unwrap_or(100);
-        fs.fail_after(fs.random(ops) + 1);
+        fs.fail_after(fs.random(ops * 3 / 4) + 1);
         let outcome = rt.block_on(run_until_power_cut(&fs, &config));
         if !fs.power_failed() {
             full_runs += 1;

@@ -349,3 +349,110 @@ fn murmur2_matches_kafka() {
     }
     assert!(crate::log::partition_for_key(b"foobar", 7) < 7);
 }
+
+#[test]
+fn concurrent_appends_share_commits() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fs = FaultyFs::new(10);
+    let mut config = LogConfig::for_tests(1 << 20);
+    config.flush.max_delay = crate::config::HumanDuration(std::time::Duration::from_millis(20));
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        let before = log.stats();
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let log = log.clone();
+                tokio::spawn(async move { log.append("t", 0, vec![record(i, 0, 0)]).await })
+            })
+            .collect();
+        let mut offsets = Vec::new();
+        for task in tasks {
+            offsets.push(task.await.expect("task").expect("append"));
+        }
+        offsets.sort_unstable();
+        assert_eq!(offsets, (0..64).collect::<Vec<u64>>(), "dense and distinct");
+        let after = log.stats();
+        let commits = after.commits - before.commits;
+        assert!(commits < 16, "64 appends took {commits} commits");
+        assert_eq!(
+            after.fsyncs - before.fsyncs,
+            commits,
+            "one fdatasync per commit"
+        );
+        assert_eq!(after.records - before.records, 64);
+    });
+}
+
+#[test]
+fn periodic_durability_acknowledges_before_the_sync() {
+    let rt = runtime();
+    let fs = FaultyFs::new(11);
+    let mut config = LogConfig::for_tests(1 << 20);
+    config.durability = crate::log::Durability::Periodic;
+    config.sync_interval = crate::config::HumanDuration(std::time::Duration::from_millis(30));
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        let before = log.stats().fsyncs;
+        for i in 0..20 {
+            log.append("t", 0, vec![record(0, i, 0)])
+                .await
+                .expect("append");
+        }
+        assert_eq!(log.stats().fsyncs, before, "no fdatasync per append");
+        assert_eq!(read_all(&log, "t", 0).len(), 20, "visible after the write");
+        tokio::time::sleep(std::time::Duration::from_millis(80)).await;
+        assert!(log.stats().fsyncs > before, "synced within the interval");
+        log.close().await.expect("close");
+        fs.crash(crate::log::fs::CrashMode::DropUnsynced);
+        let log = open(&fs, &config).await;
+        assert_eq!(
+            read_all(&log, "t", 0).len(),
+            20,
+            "durable after the periodic sync"
+        );
+    });
+}
+
+#[test]
+fn the_real_file_system_round_trips_through_mapped_segments() {
+    let dir = std::env::temp_dir().join(format!("tern-log-realfs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let rt = runtime();
+    let config = LogConfig::for_tests(8192);
+    rt.block_on(async {
+        let log = crate::log::Log::open(&dir, &config).await.expect("open");
+        log.ensure_topic("t").expect("topic");
+        for i in 0..300 {
+            log.append("t", 0, vec![record(2, i, i as i64)])
+                .await
+                .expect("append");
+        }
+        log.close().await.expect("close");
+        let log = crate::log::Log::open(&dir, &config).await.expect("reopen");
+        assert!(log.partition_stats().iter().all(|p| p.segments > 3));
+        let all = read_all(&log, "t", 0);
+        assert_eq!(all.len(), 300);
+        for stored in &all {
+            assert_eq!(
+                stored.record,
+                record(2, stored.offset, stored.offset as i64)
+            );
+        }
+        assert_eq!(
+            log.offset_for_timestamp("t", 0, 123).expect("lookup"),
+            Some(123)
+        );
+        assert_eq!(
+            log.offset_for_timestamp("t", 0, 1_000).expect("lookup"),
+            None
+        );
+        log.close().await.expect("close");
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -155,7 +155,7 @@ pub fn dump(
     for p in partitions {
         let files = partition_files(&fs, &log_dir, topic, p);
         let mut started = matches!(from, From::Offset(_));
-        for base in &files.bases {
+        for (i, base) in files.bases.iter().enumerate() {
             let (scan, _, bytes) = match scan_file(&fs, &files.dir, *base) {
                 Ok(found) => found,
                 Err(damage) => {
@@ -163,35 +163,58 @@ pub fn dump(
                     continue;
                 }
             };
-            let valid = bytes.get(..scan.valid_len as usize).unwrap_or_default();
+            // The active segment ends at its last valid batch; a sealed one is read to its end,
+            // skipping damaged stretches the way the log's readers do.
+            let last = i + 1 == files.bases.len();
+            let limit = if last {
+                scan.valid_len as usize
+            } else {
+                bytes.len()
+            };
+            let valid = bytes.get(..limit).unwrap_or_default();
             let mut stop = false;
-            let _ = segment::walk(valid, SEGMENT_HEADER_LEN as u64, |_, _, batch_bytes| {
-                let Ok((header, records)) = batch::decode_batch(batch_bytes) else {
-                    return ControlFlow::Continue(());
-                };
-                for (offset, record) in (header.base_offset..).zip(records) {
-                    started =
-                        started || matches!(from, From::Time(ts) if record.timestamp_ms >= ts);
-                    let wanted = match from {
-                        From::Offset(o) => offset >= o,
-                        From::Time(_) => started,
+            let mut pos = SEGMENT_HEADER_LEN as u64;
+            let mut next_offset = *base;
+            loop {
+                let walked = segment::walk(valid, pos, |_, _, batch_bytes| {
+                    let Ok((header, records)) = batch::decode_batch(batch_bytes) else {
+                        return ControlFlow::Continue(());
                     };
-                    if !wanted {
-                        continue;
+                    next_offset = header.next_offset();
+                    for (offset, record) in (header.base_offset..).zip(records) {
+                        started =
+                            started || matches!(from, From::Time(ts) if record.timestamp_ms >= ts);
+                        let wanted = match from {
+                            From::Offset(o) => offset >= o,
+                            From::Time(_) => started,
+                        };
+                        if !wanted {
+                            continue;
+                        }
+                        if count.is_some_and(|c| printed >= c) {
+                            stop = true;
+                            return ControlFlow::Break(());
+                        }
+                        let line = record_json(topic, p, &StoredRecord { offset, record });
+                        if writeln!(out, "{line}").is_err() {
+                            stop = true;
+                            return ControlFlow::Break(());
+                        }
+                        printed += 1;
                     }
-                    if count.is_some_and(|c| printed >= c) {
-                        stop = true;
-                        return ControlFlow::Break(());
-                    }
-                    let line = record_json(topic, p, &StoredRecord { offset, record });
-                    if writeln!(out, "{line}").is_err() {
-                        stop = true;
-                        return ControlFlow::Break(());
-                    }
-                    printed += 1;
+                    ControlFlow::Continue(())
+                });
+                let Err(damage) = walked else { break };
+                eprintln!(
+                    "damaged batch in segment {base} of {topic}/{p} at byte {}: {}",
+                    damage.position, damage.reason
+                );
+                let generation = scan.header.generation;
+                match segment::resync(valid, damage.position, generation, next_offset) {
+                    Some(next) => pos = next,
+                    None => break,
                 }
-                ControlFlow::Continue(())
-            });
+            }
             if stop {
                 break;
             }
