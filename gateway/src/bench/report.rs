@@ -29,6 +29,10 @@ pub struct Report {
     pub counter: &'static str,
     pub counter_note: String,
     pub appenders: usize,
+    /// The log's default group-commit window (`flush.max_delay`) and early-commit size
+    /// (`flush.max_bytes`) the append workloads ran with.
+    pub commit_window_ms: f64,
+    pub commit_max_bytes: u64,
     pub raw: RawRun,
     /// tern's append workloads, 100 B then 1 KiB.
     pub append: Vec<AppendFigures>,
@@ -40,6 +44,7 @@ pub struct Report {
 
 impl Report {
     pub fn header(plan: &Plan, target: &Target, raw: RawRun) -> Self {
+        let flush = crate::log::LogConfig::default().flush;
         let (counter, counter_note) = match (target.counter(), target.fallback_reason()) {
             (Counter::Device { name }, _) => (
                 "device",
@@ -62,6 +67,8 @@ impl Report {
             counter,
             counter_note,
             appenders: plan.appenders,
+            commit_window_ms: flush.max_delay.0.as_secs_f64() * 1e3,
+            commit_max_bytes: flush.max_bytes.0,
             raw,
             append: Vec::new(),
             read: None,
@@ -140,8 +147,11 @@ impl Report {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "tern log append, durability sync, {} concurrent appenders, default commit window:",
-            self.appenders
+            "tern log append, durability sync, {} concurrent appenders, default commit window \
+             ({} ms or {} KiB):",
+            self.appenders,
+            self.commit_window_ms,
+            self.commit_max_bytes >> 10
         );
         let _ = writeln!(
             out,
