@@ -15,6 +15,10 @@ packages=(
   mosquitto-clients mosquitto
   # Test helpers (firmware responder, ELF size reader).
   python3
+  # `tern bench log` as root: mkfs.ext4 for the image, losetup and mount for the loop mount.
+  e2fsprogs mount util-linux
+  # A C compiler for the bundled SQLite of the bench's comparison (feature bench-sqlite).
+  gcc libc6-dev
 )
 
 missing=()

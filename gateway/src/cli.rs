@@ -23,12 +23,12 @@ pub enum Command {
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Measure performance and print the figures (never part of the tests' pass/fail).
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Inspect and check a log directory (read-only; safe while tern runs).
     #[command(subcommand)]
     Log(LogCommand),
-    /// Measure performance (prints numbers; see docs in each subcommand).
-    #[command(subcommand)]
-    Bench(BenchCommand),
     /// Add or change an MQTT user in a password file (argon2id); the password is read from
     /// the first line of stdin.
     Passwd {
@@ -128,7 +128,21 @@ impl ServeArgs {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a configuration file and print the effective configuration.
+    Check {
+        /// The TOML file to check.
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum BenchCommand {
+    /// The log against the raw device and SQLite: throughput, write amplification, latency,
+    /// reads, recovery, memory and a flash-lifetime projection, all on one file system.
+    Log(BenchLogArgs),
+    /// Internal: appends to a log until killed, printing progress (the bench's child process
+    /// for recovery time and peak memory).
     /// Load an MQTT 3.1.1 broker: N publishers x M messages of S bytes; prints msgs/s and PUBACK
     /// latency p50/p99/max, optionally against a second broker with the throughput ratio.
     Mqtt {
@@ -162,15 +176,47 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    #[command(hide = true)]
+    LogWriter(LogWriterArgs),
 }
 
-#[derive(Debug, Subcommand)]
-pub enum ConfigCommand {
-    /// Validate a configuration file and print the effective configuration.
-    Check {
-        /// The TOML file to check.
-        file: PathBuf,
-    },
+/// Flags of `tern bench log`.
+#[derive(Debug, Args)]
+pub struct BenchLogArgs {
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Parent directory for the bench's files (the ext4 image as root) [default: the system
+    /// temporary directory].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Smaller sizes and a single run per workload: seconds instead of minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Do not make a loop-mounted ext4 image even as root: write in DIR and count the process's
+    /// own write_bytes.
+    #[arg(long)]
+    pub no_loop: bool,
+}
+
+/// Flags of the hidden `tern bench log-writer`.
+#[derive(Debug, Args)]
+pub struct LogWriterArgs {
+    /// Log directory to append to.
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Value size of each record in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub record_size: usize,
+    /// Concurrent appenders.
+    #[arg(long, default_value_t = 64)]
+    pub appenders: usize,
+    /// Records per append call.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Stop appending (and exit without closing the log) after this many payload bytes.
+    #[arg(long)]
+    pub max_bytes: u64,
 }
 
 #[cfg(test)]

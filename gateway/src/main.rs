@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tern_gateway::cli::{BenchCommand, Cli, Command, ConfigCommand, LogCommand};
+use tern_gateway::cli::{Cli, Command, ConfigCommand, LogCommand};
 use tern_gateway::{app, config};
 
 fn main() -> ExitCode {
@@ -31,31 +31,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Log(command) => run_log_tool(command),
-        Command::Bench(BenchCommand::Mqtt {
-            broker,
-            compare,
-            publishers,
-            messages,
-            size,
-            qos,
-            window,
-            idle,
-            broker_pid,
-            json,
-        }) => {
-            let options = tern_gateway::bench::BenchOptions {
-                broker,
-                compare,
-                publishers,
-                messages,
-                size,
-                qos,
-                window,
-                idle,
-                broker_pid,
-            };
-            tern_gateway::bench::run(&options, json)
-        }
+        Command::Bench(command) => Ok(tern_gateway::bench::run(command)?),
         Command::Passwd { file, user } => {
             let mut password = String::new();
             std::io::stdin().read_line(&mut password)?;

@@ -1,0 +1,109 @@
+//! The anchor figure: sequential write bandwidth of the target's device, measured by writing a
+//! file with `O_DIRECT` in large aligned blocks and one `fdatasync` at the end.
+//!
+//! It only writes its own scratch file and removes it afterwards; it never uses the log.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::Instant;
+
+use super::BenchError;
+use super::device::Target;
+
+/// Alignment O_DIRECT needs on every Linux file system tern cares about.
+const ALIGN: usize = 4096;
+
+/// One raw write run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RawRun {
+    pub bytes: u64,
+    pub secs: f64,
+    pub mb_per_s: f64,
+    /// False when the file system refused O_DIRECT and buffered writes were used instead.
+    pub direct_io: bool,
+    /// Bytes the target's counter saw during the run.
+    pub device_bytes: u64,
+}
+
+/// Writes `total` bytes in `block`-sized aligned writes to a scratch file in `target`, then
+/// fdatasyncs it. `block` must be a multiple of 4 KiB.
+pub fn sequential_write(target: &Target, total: u64, block: usize) -> Result<RawRun, BenchError> {
+    let path = target.dir().join("raw-sequential.bin");
+    target.drop_cache(&target.dir())?;
+    let before = target.written()?;
+    let started = Instant::now();
+    let direct_io = write_file(&path, total, block)?;
+    let secs = started.elapsed().as_secs_f64();
+    target.sync()?;
+    let device_bytes = target.written()?.saturating_sub(before);
+    std::fs::remove_file(&path).map_err(|source| io("remove", &path, source))?;
+    Ok(RawRun {
+        bytes: total,
+        secs,
+        mb_per_s: total as f64 / secs / 1e6,
+        direct_io,
+        device_bytes,
+    })
+}
+
+/// Writes and fdatasyncs the file; whether O_DIRECT was used.
+fn write_file(path: &Path, total: u64, block: usize) -> Result<bool, BenchError> {
+    let mut storage = vec![0xA5u8; block + ALIGN];
+    let start = storage.as_ptr().align_offset(ALIGN).min(ALIGN);
+    let buffer = storage
+        .get_mut(start..start + block)
+        .ok_or(BenchError::Setup {
+            message: "cannot align the write buffer".to_owned(),
+        })?;
+    let (mut file, direct_io) = open(path)?;
+    let mut written = 0u64;
+    while written < total {
+        file.write_all(buffer)
+            .map_err(|source| io("write", path, source))?;
+        written += block as u64;
+    }
+    file.sync_data()
+        .map_err(|source| io("fdatasync", path, source))?;
+    Ok(direct_io)
+}
+
+fn open(path: &Path) -> Result<(std::fs::File, bool), BenchError> {
+    let mut options = OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    match options.clone().custom_flags(libc::O_DIRECT).open(path) {
+        Ok(file) => Ok((file, true)),
+        Err(err) if err.raw_os_error() == Some(libc::EINVAL) => options
+            .open(path)
+            .map(|file| (file, false))
+            .map_err(|source| io("open", path, source)),
+        Err(source) => Err(io("open", path, source)),
+    }
+}
+
+fn io(op: &'static str, path: &Path, source: std::io::Error) -> BenchError {
+    BenchError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_the_requested_bytes_and_removes_its_file() -> Result<(), BenchError> {
+        let parent = std::env::temp_dir().join(format!("tern-raw-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&parent).map_err(|source| io("mkdir", &parent, source))?;
+        let target = Target::prepare(&parent, 1 << 20, false)?;
+        let run = sequential_write(&target, 4 << 20, 1 << 20)?;
+        assert_eq!(run.bytes, 4 << 20);
+        assert!(run.mb_per_s.is_finite() && run.mb_per_s > 0.0, "{run:?}");
+        assert!(!target.dir().join("raw-sequential.bin").exists());
+        drop(target);
+        std::fs::remove_dir_all(&parent).map_err(|source| io("rmdir", &parent, source))
+    }
+}
