@@ -4,3 +4,4 @@ mod foundation;
 mod log;
 mod mqtt;
 mod mqtt_durability;
+mod readings;
