@@ -262,10 +262,19 @@ pub fn run_tern(args: &[&str]) -> anyhow::Result<(ExitStatus, String, String)> {
 }
 
 /// A loopback address with a port that was free a moment ago (the OS picked it; the listener is
-/// closed again), for a server that must come back on the same port after a restart.
+/// closed again), for a server that must come back on the same port after a restart. Never the
+/// same port twice in one test process, so parallel tests cannot be handed the same one.
 pub fn free_port() -> anyhow::Result<SocketAddr> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?)
+    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..100 {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        if !handed_out.contains(&addr.port()) {
+            handed_out.push(addr.port());
+            return Ok(addr);
+        }
+    }
+    bail!("no new free loopback port after 100 tries")
 }
 
 /// A minimal HTTP/1.1 GET: (status, body).

@@ -105,3 +105,67 @@ impl Readings {
         self.list.iter().map(|r| r.sequence).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Readings 0..count of device 1 as the firmware samples them (period 200 ms).
+    fn sampled(count: u32) -> Vec<Reading> {
+        (0..count)
+            .map(|sequence| Reading {
+                device_id: 1,
+                sequence,
+                uptime_ms: 200 * u64::from(sequence),
+                dropped: 0,
+                values: simulate(1, sequence),
+            })
+            .collect()
+    }
+
+    fn readings(list: Vec<Reading>) -> Readings {
+        Readings { device_id: 1, list }
+    }
+
+    #[test]
+    fn a_resend_of_the_identical_reading_is_at_least_once() {
+        let mut list = sampled(6);
+        list.insert(3, list[2]);
+        let readings = readings(list);
+        assert_eq!(readings.distinct(), 6);
+        assert_eq!(readings.last_sequence(), 5);
+        readings.assert_gap_free_from_zero(6);
+    }
+
+    #[test]
+    #[should_panic(expected = "one sequence number, two samples")]
+    fn a_repeated_sequence_with_another_sample_fails() {
+        let mut list = sampled(6);
+        let mut resampled = list[2];
+        resampled.uptime_ms += 200;
+        list.insert(3, resampled);
+        readings(list).assert_gap_free_from_zero(6);
+    }
+
+    #[test]
+    #[should_panic(expected = "gap or reorder")]
+    fn a_gap_fails() {
+        let mut list = sampled(6);
+        list.remove(4);
+        readings(list).assert_gap_free_from_zero(5);
+    }
+
+    #[test]
+    #[should_panic(expected = "gap or reorder")]
+    fn a_resend_after_a_later_reading_fails() {
+        let mut list = sampled(6);
+        list.push(list[2]);
+        readings(list).assert_gap_free_from_zero(6);
+    }
+
+    #[test]
+    #[should_panic(expected = "only 6 readings")]
+    fn too_few_readings_fail() {
+        readings(sampled(6)).assert_gap_free_from_zero(7);
+    }
+}
