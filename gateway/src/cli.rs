@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::Overrides;
+use crate::log::tools::Decoder;
 
 /// tern: an edge message broker for ARM gateways. Devices publish over MQTT; every message is
 /// kept in a segmented log on local flash and forwarded upstream to Kafka.
@@ -42,7 +43,9 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum LogCommand {
     /// Print records as JSON lines: topic, partition, offset, timestamp, key, headers, value
-    /// (UTF-8 text when valid, else base64, flagged by *_encoding).
+    /// (UTF-8 text when valid, else base64, flagged by *_encoding). With `--decode reading`
+    /// each value is decoded as a sensor reading (`"reading": {...}`); a value that does not
+    /// decode keeps its raw `value` and gets a `decode_error`.
     Dump {
         /// The data directory (the log lives in its `log` subdirectory).
         #[arg(long, value_name = "DIR")]
@@ -59,6 +62,9 @@ pub enum LogCommand {
         /// Print at most this many records.
         #[arg(long)]
         count: Option<u64>,
+        /// Decode each value through a shared schema: `reading` (tern_shared::Reading).
+        #[arg(long, value_name = "SCHEMA")]
+        decode: Option<Decoder>,
     },
     /// Check every segment, batch CRC, index, topic metadata and the cursor log; exits 1 and
     /// names file and byte on damage.
@@ -266,6 +272,8 @@ mod tests {
             "@5",
             "--count",
             "2",
+            "--decode",
+            "reading",
         ])
         .expect("valid command line");
         let Command::Log(LogCommand::Dump {
@@ -273,14 +281,38 @@ mod tests {
             from,
             count,
             partition,
+            decode,
             ..
         }) = cli.command
         else {
             panic!("expected log dump, got {:?}", cli.command);
         };
         assert_eq!(
-            (topic.as_str(), from.as_deref(), count, partition),
-            ("t", Some("@5"), Some(2), None)
+            (topic.as_str(), from.as_deref(), count, partition, decode),
+            ("t", Some("@5"), Some(2), None, Some(Decoder::Reading))
+        );
+    }
+
+    #[test]
+    fn an_unknown_decoder_is_refused_with_the_known_ones() {
+        let err = Cli::try_parse_from([
+            "tern",
+            "log",
+            "dump",
+            "--data-dir",
+            "/d",
+            "--topic",
+            "t",
+            "--decode",
+            "json",
+        ])
+        .map(|cli| format!("{:?}", cli.command));
+        let message = err.map_err(|e| e.to_string());
+        assert!(
+            message
+                .as_ref()
+                .is_err_and(|m| m.contains("unknown decoder `json` (known: reading)")),
+            "{message:?}"
         );
     }
 }

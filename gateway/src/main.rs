@@ -56,12 +56,19 @@ fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {
             partition,
             from,
             count,
+            decode,
         } => {
             let from = match from {
                 Some(text) => tools::From::parse(&text).map_err(anyhow::Error::msg)?,
                 None => tools::From::Offset(0),
             };
-            tools::dump(&data_dir, &topic, partition, from, count, &mut out)?;
+            let options = tools::DumpOptions {
+                partition,
+                from,
+                count,
+                decode,
+            };
+            tools::dump(&data_dir, &topic, &options, &mut out)?;
             Ok(())
         }
         LogCommand::Verify { data_dir } => match tools::verify(&data_dir, &mut out)? {

@@ -98,6 +98,9 @@ pub struct Gateway {
 #[derive(Debug, Clone, Default)]
 pub struct ServeOptions {
     pub args: Vec<String>,
+    /// The MQTT listener's address [default: `127.0.0.1:0`, a free port]. A fixed one lets a
+    /// restarted gateway come back where its clients reconnect (see [`free_port`]).
+    pub mqtt_listen: Option<SocketAddr>,
 }
 
 impl Gateway {
@@ -110,17 +113,17 @@ impl Gateway {
 
     /// Starts `tern serve` without waiting for it to become ready.
     pub fn spawn(data_dir: &Path, options: &ServeOptions) -> anyhow::Result<Self> {
+        let mqtt = options
+            .mqtt_listen
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
         let mut command = Command::new(tern_binary()?);
         command
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
-            .args([
-                "--mqtt-listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-            ])
+            .arg("--mqtt-listen")
+            .arg(mqtt.to_string())
+            .args(["--admin-listen", "127.0.0.1:0"])
             .args(&options.args);
         Self::spawn_command(command)
     }
@@ -258,6 +261,22 @@ pub fn run_tern(args: &[&str]) -> anyhow::Result<(ExitStatus, String, String)> {
     ))
 }
 
+/// A loopback address with a port that was free a moment ago (the OS picked it; the listener is
+/// closed again), for a server that must come back on the same port after a restart. Never the
+/// same port twice in one test process, so parallel tests cannot be handed the same one.
+pub fn free_port() -> anyhow::Result<SocketAddr> {
+    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..100 {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        if !handed_out.contains(&addr.port()) {
+            handed_out.push(addr.port());
+            return Ok(addr);
+        }
+    }
+    bail!("no new free loopback port after 100 tries")
+}
+
 /// A minimal HTTP/1.1 GET: (status, body).
 pub fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
@@ -309,6 +328,26 @@ pub fn read_log(data_dir: &Path, topic: &str) -> anyhow::Result<Vec<DumpedRecord
         bail!("tern log dump failed: {stderr}");
     }
     stdout.lines().map(parse_dump_line).collect()
+}
+
+/// Every record of `topic` under `data_dir` as the JSON objects `tern log dump EXTRA…` prints
+/// (for example `--decode reading`).
+pub fn dump_json(
+    data_dir: &Path,
+    topic: &str,
+    extra: &[&str],
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let dir = data_dir.display().to_string();
+    let mut args = vec!["log", "dump", "--data-dir", &dir, "--topic", topic];
+    args.extend_from_slice(extra);
+    let (status, stdout, stderr) = run_tern(&args)?;
+    if !status.success() {
+        bail!("tern {} failed: {stderr}", args.join(" "));
+    }
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).with_context(|| format!("dump line {line:?}")))
+        .collect()
 }
 
 fn parse_dump_line(line: &str) -> anyhow::Result<DumpedRecord> {

@@ -5,3 +5,4 @@ mod foundation;
 mod log;
 mod mqtt;
 mod mqtt_durability;
+mod readings;

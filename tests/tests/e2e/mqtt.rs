@@ -316,6 +316,7 @@ fn password_file_users_connect_and_others_are_refused() -> anyhow::Result<()> {
     )?;
     let options = ServeOptions {
         args: vec!["--config".to_owned(), config.display().to_string()],
+        ..ServeOptions::default()
     };
     let gateway = Gateway::start(dir.path(), &options)?;
     for version in ["mqttv311", "mqttv5"] {

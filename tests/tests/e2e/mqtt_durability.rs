@@ -134,6 +134,7 @@ fn a_full_log_gets_quota_exceeded_on_v5_and_no_puback_on_v311() -> anyhow::Resul
     )?;
     let options = ServeOptions {
         args: vec!["--config".to_owned(), config.display().to_string()],
+        ..ServeOptions::default()
     };
     let mut gateway = Gateway::start(dir.path(), &options)?;
     // A persistent session that never reads keeps its cursor at the start of the log.

@@ -127,15 +127,42 @@ pub fn record_json(topic: &str, partition: u32, stored: &StoredRecord) -> serde_
     })
 }
 
+/// Which records `tern log dump` prints, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DumpOptions {
+    /// Only this partition; `None` = all, in partition order.
+    pub partition: Option<u32>,
+    pub from: From,
+    /// Print at most this many records.
+    pub count: Option<u64>,
+    /// Decode each value through this schema (`--decode`).
+    pub decode: Option<Decoder>,
+}
+
+impl Default for DumpOptions {
+    fn default() -> Self {
+        Self {
+            partition: None,
+            from: From::Offset(0),
+            count: None,
+            decode: None,
+        }
+    }
+}
+
 /// `tern log dump`: records as JSON lines on `out`; returns how many were printed.
 pub fn dump(
     data_dir: &Path,
     topic: &str,
-    partition: Option<u32>,
-    from: From,
-    count: Option<u64>,
+    options: &DumpOptions,
     out: &mut dyn Write,
 ) -> anyhow::Result<u64> {
+    let DumpOptions {
+        partition,
+        from,
+        count,
+        decode,
+    } = *options;
     let fs = RealFs;
     let log_dir = data_dir.join("log");
     let info = meta::list(&fs, &log_dir)?
@@ -156,6 +183,7 @@ pub fn dump(
         partition: 0,
         from,
         count,
+        decode,
         printed: 0,
         started: false,
         out,
@@ -199,6 +227,7 @@ struct Dumper<'a> {
     partition: u32,
     from: From,
     count: Option<u64>,
+    decode: Option<Decoder>,
     printed: u64,
     /// Whether the `--from` time has been reached in this partition.
     started: bool,
@@ -251,7 +280,10 @@ impl Dumper<'_> {
         if self.count.is_some_and(|c| self.printed >= c) {
             return ControlFlow::Break(());
         }
-        let line = record_json(self.topic, self.partition, &stored);
+        let mut line = record_json(self.topic, self.partition, &stored);
+        if let (Some(decoder), serde_json::Value::Object(fields)) = (self.decode, &mut line) {
+            decoder.apply(&stored.record.value, fields);
+        }
         if writeln!(self.out, "{line}").is_err() {
             return ControlFlow::Break(());
         }
@@ -318,8 +350,10 @@ pub fn topics(data_dir: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+mod decode;
 mod stress;
 mod verify;
 
+pub use decode::{Decoder, UnknownDecoder};
 pub use stress::{StressOptions, stress};
 pub use verify::verify;
