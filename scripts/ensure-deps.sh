@@ -6,12 +6,14 @@ set -euo pipefail
 # Debian packages: (package, a command it provides).
 packages=(
     "mosquitto-clients mosquitto_pub"
+    "mosquitto mosquitto"
 )
 
 missing=()
 for entry in "${packages[@]}"; do
     read -r package command <<<"$entry"
-    if ! command -v "$command" >/dev/null 2>&1; then
+    # Daemons such as mosquitto live in /usr/sbin, which is not on every user's PATH.
+    if ! command -v "$command" >/dev/null 2>&1 && [[ ! -x "/usr/sbin/$command" ]]; then
         missing+=("$package")
     fi
 done

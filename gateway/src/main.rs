@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tern_gateway::cli::{Cli, Command, ConfigCommand, LogCommand};
+use tern_gateway::cli::{BenchCommand, Cli, Command, ConfigCommand, LogCommand};
 use tern_gateway::{app, config};
 
 fn main() -> ExitCode {
@@ -31,6 +31,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Log(command) => run_log_tool(command),
+        Command::Bench(BenchCommand::Mqtt(args)) => {
+            let report = tern_gateway::mqtt::bench::run(&args.options())?;
+            if args.json {
+                println!("{}", report.to_json());
+            } else {
+                print!("{report}");
+            }
+            Ok(())
+        }
     }
 }
 

@@ -2,4 +2,5 @@
 
 mod foundation;
 mod mqtt;
+mod mqtt_bench;
 mod mqtt_durability;
