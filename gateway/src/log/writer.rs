@@ -50,6 +50,7 @@ pub async fn run(part: Arc<Partition>, mut rx: mpsc::Receiver<AppendRequest>) {
     let periodic = part.settings.durability == Durability::Periodic;
     let mut dirty = false;
     let mut last_sync = Instant::now();
+    let mut last_commit: Option<Instant> = None;
     loop {
         let wake = if dirty {
             last_sync + config.sync_interval.0
@@ -70,7 +71,8 @@ pub async fn run(part: Arc<Partition>, mut rx: mpsc::Receiver<AppendRequest>) {
             }
         };
         let Some(first) = first else { break };
-        let requests = gather(&part, &mut rx, first).await;
+        let requests = gather(&part, &mut rx, first, last_commit).await;
+        last_commit = Some(Instant::now());
         let p = Arc::clone(&part);
         let _ = tokio::task::spawn_blocking(move || p.commit(requests)).await;
         dirty |= periodic;
@@ -80,11 +82,14 @@ pub async fn run(part: Arc<Partition>, mut rx: mpsc::Receiver<AppendRequest>) {
     }
 }
 
-/// Collects the requests of one commit window.
+/// Collects the requests of one commit window. The window runs from the previous commit's start,
+/// so commits start at most once per `max_delay` and appends that queued up while the previous
+/// commit was writing and syncing do not wait a second window.
 async fn gather(
     part: &Partition,
     rx: &mut mpsc::Receiver<AppendRequest>,
     first: AppendRequest,
+    last_commit: Option<Instant>,
 ) -> Vec<AppendRequest> {
     let flush = &part.shared.config.flush;
     let size = |r: &AppendRequest| batch::encoded_len(&r.records) as u64;
@@ -94,7 +99,7 @@ async fn gather(
         Durability::Sync => flush.max_delay.0,
         Durability::Periodic => Duration::ZERO,
     };
-    let deadline = Instant::now() + window;
+    let deadline = last_commit.map_or_else(Instant::now, |at| at + window);
     while bytes < flush.max_bytes.0 {
         let next = match rx.try_recv() {
             Ok(request) => Some(request),
