@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::Overrides;
 use crate::log::tools::Decoder;
+use crate::mqtt::bench::BenchOptions;
 
 /// tern: an edge message broker for ARM gateways. Devices publish over MQTT; every message is
 /// kept in a segmented log on local flash and forwarded upstream to Kafka.
@@ -38,6 +39,62 @@ pub enum Command {
         /// The user name.
         user: String,
     },
+}
+
+/// Flags of `tern bench mqtt`; unset ones take the full (or --quick) defaults.
+#[derive(Debug, Args)]
+pub struct MqttBenchArgs {
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Measure only this running broker instead of starting tern and Mosquitto.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub broker: Option<String>,
+    /// Publisher connections [default: 16; quick: 4].
+    #[arg(long, value_name = "N")]
+    pub publishers: Option<usize>,
+    /// Messages per publisher [default: 5000; quick: 500].
+    #[arg(long, value_name = "M")]
+    pub messages: Option<usize>,
+    /// Payload bytes per message [default: 64].
+    #[arg(long, value_name = "S")]
+    pub size: Option<usize>,
+    /// Only this QoS level [default: 1 and 0].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub qos: Option<u8>,
+    /// Unacknowledged QoS 1 publishes per connection [default: 64].
+    #[arg(long, value_name = "W")]
+    pub window: Option<usize>,
+    /// Runs per figure; the median is printed [default: 3; quick: 1].
+    #[arg(long, value_name = "R")]
+    pub repetitions: Option<usize>,
+    /// Idle clients connected for tern's memory figure [default: 1000; quick: 100].
+    #[arg(long, value_name = "K")]
+    pub idle_clients: Option<usize>,
+    /// A few seconds' run that checks the bench works (smaller defaults).
+    #[arg(long)]
+    pub quick: bool,
+}
+
+impl MqttBenchArgs {
+    /// The bench these flags describe.
+    pub fn options(&self) -> BenchOptions {
+        let base = if self.quick {
+            BenchOptions::quick()
+        } else {
+            BenchOptions::full()
+        };
+        BenchOptions {
+            broker: self.broker.clone(),
+            publishers: self.publishers.unwrap_or(base.publishers),
+            messages: self.messages.unwrap_or(base.messages),
+            size: self.size.unwrap_or(base.size),
+            qos: self.qos.or(base.qos),
+            window: self.window.unwrap_or(base.window),
+            repetitions: self.repetitions.unwrap_or(base.repetitions),
+            idle_clients: self.idle_clients.unwrap_or(base.idle_clients),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -149,39 +206,10 @@ pub enum BenchCommand {
     Log(BenchLogArgs),
     /// Internal: appends to a log until killed, printing progress (the bench's child process
     /// for recovery time and peak memory).
-    /// Load an MQTT 3.1.1 broker: N publishers x M messages of S bytes; prints msgs/s and PUBACK
-    /// latency p50/p99/max, optionally against a second broker with the throughput ratio.
-    Mqtt {
-        /// The broker to measure (e.g. a running tern).
-        #[arg(long, value_name = "HOST:PORT")]
-        broker: SocketAddr,
-        /// A second broker given the same load (e.g. Mosquitto); prints the ratio.
-        #[arg(long, value_name = "HOST:PORT")]
-        compare: Option<SocketAddr>,
-        #[arg(long, default_value_t = 10)]
-        publishers: usize,
-        /// Messages per publisher.
-        #[arg(long, default_value_t = 5000)]
-        messages: usize,
-        /// Payload bytes.
-        #[arg(long, default_value_t = 64)]
-        size: usize,
-        /// 0 or 1.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
-        qos: u8,
-        /// Unacknowledged QoS 1 messages per publisher.
-        #[arg(long, default_value_t = 32)]
-        window: usize,
-        /// Idle connections held open during the run.
-        #[arg(long, default_value_t = 0)]
-        idle: usize,
-        /// PID of the first broker, to print its resident memory with the idle clients.
-        #[arg(long)]
-        broker_pid: Option<u32>,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    /// MQTT publish throughput and PUBACK latency: tern (durable acks) next to Mosquitto under
+    /// the same load, with their ratio, plus tern's memory with idle clients. Needs `mosquitto`
+    /// on PATH unless --broker is given.
+    Mqtt(MqttBenchArgs),
     #[command(hide = true)]
     LogWriter(LogWriterArgs),
 }
@@ -256,6 +284,24 @@ mod tests {
             Some("127.0.0.1:1".parse().expect("addr"))
         );
         assert_eq!(overrides.admin_listen, None);
+    }
+
+    #[test]
+    fn bench_mqtt_flags_override_the_quick_defaults() {
+        let cli = Cli::try_parse_from([
+            "tern", "bench", "mqtt", "--quick", "--json", "--qos", "1", "--size", "512",
+        ])
+        .expect("valid command line");
+        let Command::Bench(BenchCommand::Mqtt(args)) = cli.command else {
+            panic!("expected bench mqtt, got {:?}", cli.command);
+        };
+        assert!(args.json);
+        let options = args.options();
+        assert_eq!(
+            (options.qos, options.size, options.publishers),
+            (Some(1), 512, BenchOptions::quick().publishers)
+        );
+        assert!(Cli::try_parse_from(["tern", "bench", "mqtt", "--qos", "2"]).is_err());
     }
 
     #[test]

@@ -8,7 +8,6 @@
 
 mod device;
 mod log;
-pub mod mqtt;
 mod raw;
 mod report;
 #[cfg(feature = "bench-sqlite")]
@@ -174,32 +173,17 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
             Ok(())
         }
         BenchCommand::LogWriter(args) => log::writer(&args),
-        BenchCommand::Mqtt {
-            broker,
-            compare,
-            publishers,
-            messages,
-            size,
-            qos,
-            window,
-            idle,
-            broker_pid,
-            json,
-        } => {
-            let options = mqtt::BenchOptions {
-                broker,
-                compare,
-                publishers,
-                messages,
-                size,
-                qos,
-                window,
-                idle,
-                broker_pid,
-            };
-            mqtt::run(&options, json).map_err(|err| BenchError::Setup {
-                message: format!("{err:#}"),
-            })
+        BenchCommand::Mqtt(args) => {
+            let report =
+                crate::mqtt::bench::run(&args.options()).map_err(|err| BenchError::Setup {
+                    message: format!("{err:#}"),
+                })?;
+            if args.json {
+                println!("{}", report.to_json());
+            } else {
+                print!("{report}");
+            }
+            Ok(())
         }
     }
 }

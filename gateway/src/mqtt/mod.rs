@@ -4,6 +4,7 @@
 //! through the `Store` trait (`store.rs`).
 
 pub mod auth;
+pub mod bench;
 mod broker;
 pub mod codec;
 pub mod config;

@@ -4,5 +4,6 @@ mod bench;
 mod foundation;
 mod log;
 mod mqtt;
+mod mqtt_bench;
 mod mqtt_durability;
 mod readings;

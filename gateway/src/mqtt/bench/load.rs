@@ -1,0 +1,229 @@
+//! One load run against one broker: N publisher connections, each sending M messages of S bytes
+//! at QoS 0 or 1, pipelined with an inflight window, timed from the first publish to the last
+//! PUBACK (QoS 1) or to the PINGRESP that follows the last publish (QoS 0: the broker answers
+//! PINGREQ only after it has read everything before it). Also holds idle connections open for
+//! the memory figure.
+//!
+//! It must never start or stop a broker (that is `servers.rs`) and never judge the figures.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+
+use super::BenchError;
+use super::wire::{self, FromBroker};
+
+/// The shape of one load run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Load {
+    pub publishers: usize,
+    pub messages: usize,
+    pub size: usize,
+    pub qos1: bool,
+    /// Unacknowledged QoS 1 publishes per connection.
+    pub window: usize,
+}
+
+/// What one load run measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measured {
+    pub msgs_per_sec: f64,
+    /// PUBACK latencies in microseconds, sorted (empty at QoS 0).
+    pub latencies_us: Vec<f64>,
+}
+
+/// A broker that says nothing for this long has stalled.
+const STALL: Duration = Duration::from_secs(30);
+
+/// Keep alive announced by bench clients; long enough that idle clients never ping.
+const KEEP_ALIVE_SECS: u16 = 600;
+
+/// A connected publisher.
+#[derive(Debug)]
+struct Publisher {
+    stream: TcpStream,
+    inbuf: BytesMut,
+    topic: String,
+}
+
+/// Runs `load` against `broker`; `label` keeps client ids of runs apart.
+pub async fn run(broker: SocketAddr, load: Load, label: &str) -> Result<Measured, BenchError> {
+    let mut publishers = Vec::with_capacity(load.publishers);
+    for i in 0..load.publishers {
+        let id = format!("bench-{label}-{i}");
+        let (stream, inbuf) = connect(broker, &id).await?;
+        let topic = format!("bench/{i}");
+        publishers.push(Publisher {
+            stream,
+            inbuf,
+            topic,
+        });
+    }
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for publisher in publishers {
+        tasks.spawn(publisher.send_all(load));
+    }
+    let mut latencies = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        let done = joined.map_err(|err| BenchError::Task {
+            reason: err.to_string(),
+        })??;
+        latencies.extend(done);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    let total = (load.publishers * load.messages) as f64;
+    Ok(Measured {
+        msgs_per_sec: total / elapsed.max(f64::MIN_POSITIVE),
+        latencies_us: latencies,
+    })
+}
+
+/// Opens a TCP connection and completes the MQTT handshake; returns leftover read bytes.
+pub async fn connect(broker: SocketAddr, id: &str) -> Result<(TcpStream, BytesMut), BenchError> {
+    let io = |source| BenchError::Io {
+        what: "connecting a bench client",
+        source,
+    };
+    let mut stream = TcpStream::connect(broker).await.map_err(io)?;
+    stream.set_nodelay(true).map_err(io)?;
+    let mut out = BytesMut::new();
+    wire::connect(&mut out, id, KEEP_ALIVE_SECS);
+    stream.write_all(&out).await.map_err(io)?;
+    let mut inbuf = BytesMut::with_capacity(4096);
+    match read_packet(&mut stream, &mut inbuf).await? {
+        FromBroker::ConnAck { code: 0 } => Ok((stream, inbuf)),
+        FromBroker::ConnAck { code } => Err(BenchError::Refused { code }),
+        other => Err(BenchError::Unexpected {
+            got: format!("{other:?}"),
+            wanted: "CONNACK",
+        }),
+    }
+}
+
+/// Connects `count` clients that stay idle until the returned streams drop.
+pub async fn idle_clients(broker: SocketAddr, count: usize) -> Result<Vec<TcpStream>, BenchError> {
+    let mut clients = Vec::with_capacity(count);
+    for i in 0..count {
+        let (stream, _) = connect(broker, &format!("bench-idle-{i}")).await?;
+        clients.push(stream);
+    }
+    Ok(clients)
+}
+
+/// Reads until one packet is complete.
+async fn read_packet(
+    stream: &mut TcpStream,
+    inbuf: &mut BytesMut,
+) -> Result<FromBroker, BenchError> {
+    loop {
+        if let Some(packet) = wire::next(inbuf)? {
+            return Ok(packet);
+        }
+        let read = tokio::time::timeout(STALL, stream.read_buf(inbuf))
+            .await
+            .map_err(|_| BenchError::Stalled { after: STALL })?
+            .map_err(|source| BenchError::Io {
+                what: "reading from the broker",
+                source,
+            })?;
+        if read == 0 {
+            return Err(BenchError::Closed);
+        }
+    }
+}
+
+impl Publisher {
+    /// Sends every message, returning PUBACK latencies in microseconds.
+    async fn send_all(mut self, load: Load) -> Result<Vec<f64>, BenchError> {
+        let payload = vec![0x5a; load.size];
+        let mut out = BytesMut::with_capacity(64 * 1024);
+        let mut sent_at: HashMap<u16, Instant> = HashMap::with_capacity(load.window);
+        let mut latencies = Vec::with_capacity(if load.qos1 { load.messages } else { 0 });
+        let mut sent = 0usize;
+        let mut next_pkid: u16 = 1;
+        let window = if load.qos1 { load.window.max(1) } else { 64 };
+        while sent < load.messages || !sent_at.is_empty() {
+            while sent < load.messages && sent_at.len() < window && out.len() < 64 * 1024 {
+                wire::publish(&mut out, &self.topic, load.qos1, next_pkid, &payload);
+                if load.qos1 {
+                    sent_at.insert(next_pkid, Instant::now());
+                    next_pkid = next_pkid.checked_add(1).unwrap_or(1);
+                }
+                sent += 1;
+            }
+            if !out.is_empty() {
+                self.write(&out).await?;
+                out.clear();
+            }
+            if !load.qos1 {
+                continue;
+            }
+            self.read_acks(&mut sent_at, &mut latencies).await?;
+        }
+        if !load.qos1 {
+            wire::pingreq(&mut out);
+            self.write(&out).await?;
+            self.await_packet(FromBroker::PingResp, "PINGRESP").await?;
+        }
+        out.clear();
+        wire::disconnect(&mut out);
+        self.write(&out).await?;
+        Ok(latencies)
+    }
+
+    /// Waits for at least one packet, then handles every complete one.
+    async fn read_acks(
+        &mut self,
+        sent_at: &mut HashMap<u16, Instant>,
+        latencies: &mut Vec<f64>,
+    ) -> Result<(), BenchError> {
+        let mut packet = Some(read_packet(&mut self.stream, &mut self.inbuf).await?);
+        while let Some(got) = packet {
+            if let FromBroker::PubAck { pkid } = got {
+                let at = sent_at.remove(&pkid).ok_or(BenchError::Unexpected {
+                    got: format!("PUBACK for unknown packet id {pkid}"),
+                    wanted: "PUBACK",
+                })?;
+                latencies.push(at.elapsed().as_secs_f64() * 1e6);
+            }
+            packet = wire::next(&mut self.inbuf)?;
+        }
+        Ok(())
+    }
+
+    async fn await_packet(
+        &mut self,
+        wanted: FromBroker,
+        name: &'static str,
+    ) -> Result<(), BenchError> {
+        loop {
+            let got = read_packet(&mut self.stream, &mut self.inbuf).await?;
+            if got == wanted {
+                return Ok(());
+            }
+            if !matches!(got, FromBroker::Other { .. }) {
+                return Err(BenchError::Unexpected {
+                    got: format!("{got:?}"),
+                    wanted: name,
+                });
+            }
+        }
+    }
+
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), BenchError> {
+        tokio::time::timeout(STALL, self.stream.write_all(bytes))
+            .await
+            .map_err(|_| BenchError::Stalled { after: STALL })?
+            .map_err(|source| BenchError::Io {
+                what: "writing to the broker",
+                source,
+            })
+    }
+}

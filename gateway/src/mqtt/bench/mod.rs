@@ -1,0 +1,287 @@
+//! `tern bench mqtt`: a lean MQTT 3.1.1 load generator and the run that puts tern (durable QoS 1
+//! acks at the default commit window) next to Debian's Mosquitto under the same load, plus
+//! tern's memory with many idle clients. It owns the bench's options, its error type and the
+//! order of measurements; the wire bytes are in `wire.rs`, the load in `load.rs`, the child
+//! brokers in `servers.rs` and the figures in `report.rs`.
+//!
+//! It must never assert a target (it prints whether each is met) and never touch a process it did
+//! not start.
+
+mod load;
+mod report;
+mod servers;
+mod wire;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use report::Report;
+
+use load::Load;
+use report::{BrokerFigures, Memory, Run};
+use servers::Server;
+
+/// What to measure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BenchOptions {
+    /// Measure only this broker, `HOST:PORT` (no child processes, no memory figure).
+    pub broker: Option<String>,
+    pub publishers: usize,
+    pub messages: usize,
+    pub size: usize,
+    /// `None` measures QoS 1 and QoS 0.
+    pub qos: Option<u8>,
+    /// Unacknowledged QoS 1 publishes per connection.
+    pub window: usize,
+    pub repetitions: usize,
+    /// Idle clients connected for tern's memory figure.
+    pub idle_clients: usize,
+}
+
+impl BenchOptions {
+    /// The full bench.
+    pub fn full() -> Self {
+        Self {
+            broker: None,
+            publishers: 16,
+            messages: 5_000,
+            size: 64,
+            qos: None,
+            window: 64,
+            repetitions: 3,
+            idle_clients: 1_000,
+        }
+    }
+
+    /// A few seconds' run that checks the bench works.
+    pub fn quick() -> Self {
+        Self {
+            publishers: 4,
+            messages: 500,
+            repetitions: 1,
+            idle_clients: 100,
+            ..Self::full()
+        }
+    }
+
+    fn validate(&self) -> Result<(), BenchError> {
+        let checks = [
+            (self.publishers == 0, "--publishers", "must be at least 1"),
+            (self.messages == 0, "--messages", "must be at least 1"),
+            (self.repetitions == 0, "--repetitions", "must be at least 1"),
+            (
+                !(1..=65_535).contains(&self.window),
+                "--window",
+                "must be between 1 and 65535",
+            ),
+            (
+                self.size > 256 * 1024 - 64,
+                "--size",
+                "must fit tern's default 256KiB packet limit",
+            ),
+            (self.qos.is_some_and(|q| q > 1), "--qos", "must be 0 or 1"),
+        ];
+        match checks.iter().find(|(bad, ..)| *bad) {
+            Some((_, option, reason)) => Err(BenchError::Invalid { option, reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// QoS levels to run, QoS 1 first.
+    fn qos_levels(&self) -> Vec<bool> {
+        match self.qos {
+            Some(q) => vec![q == 1],
+            None => vec![true, false],
+        }
+    }
+
+    fn load(&self, qos1: bool) -> Load {
+        Load {
+            publishers: self.publishers,
+            messages: self.messages,
+            size: self.size,
+            qos1,
+            window: self.window,
+        }
+    }
+}
+
+/// Why the bench could not finish.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    #[error("{option} {reason}")]
+    Invalid {
+        option: &'static str,
+        reason: &'static str,
+    },
+    #[error("--broker {broker} is not a reachable HOST:PORT")]
+    Resolve { broker: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("cannot start {broker} (is it installed?): {source}")]
+    Spawn {
+        broker: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{broker} did not start listening; its output:\n{output}")]
+    Start {
+        broker: &'static str,
+        output: String,
+    },
+    #[error("the broker refused a bench client with CONNACK code {code}")]
+    Refused { code: u8 },
+    #[error("expected {wanted} from the broker, got {got}")]
+    Unexpected { got: String, wanted: &'static str },
+    #[error("the broker sent nothing for {after:?}")]
+    Stalled { after: Duration },
+    #[error("the broker closed a bench connection")]
+    Closed,
+    #[error("the broker sent bytes that are not MQTT: {0}")]
+    Wire(#[from] wire::WireError),
+    #[error("a publisher task failed: {reason}")]
+    Task { reason: String },
+    #[error("cannot read memory figures from {path}")]
+    Proc { path: String },
+}
+
+/// Runs the bench described by `options` and returns every figure.
+pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
+    options.validate()?;
+    raise_open_files_limit(options.idle_clients + options.publishers + 256);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| BenchError::Io {
+            what: "starting the async runtime",
+            source,
+        })?;
+    match &options.broker {
+        Some(broker) => runtime.block_on(one_broker(options, resolve(broker)?)),
+        None => side_by_side(options, &runtime),
+    }
+}
+
+/// The first address `HOST:PORT` resolves to.
+fn resolve(broker: &str) -> Result<SocketAddr, BenchError> {
+    use std::net::ToSocketAddrs;
+    let unresolved = || BenchError::Resolve {
+        broker: broker.to_owned(),
+    };
+    broker
+        .to_socket_addrs()
+        .map_err(|_| unresolved())?
+        .next()
+        .ok_or_else(unresolved)
+}
+
+/// `--broker`: the load against one running broker.
+async fn one_broker(options: &BenchOptions, addr: SocketAddr) -> Result<Report, BenchError> {
+    let mut figures = BrokerFigures::default();
+    for rep in 0..options.repetitions {
+        for qos1 in options.qos_levels() {
+            let measured = load::run(addr, options.load(qos1), &format!("b{rep}")).await?;
+            figures.add(qos1, Run::from(measured));
+        }
+    }
+    Ok(Report::single(options, addr, figures))
+}
+
+/// tern and Mosquitto as children, the same load against each, interleaved run by run.
+fn side_by_side(
+    options: &BenchOptions,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Report, BenchError> {
+    let tern = Server::tern()?;
+    let memory = runtime.block_on(idle_memory(&tern, options.idle_clients))?;
+    let mosquitto = Server::mosquitto()?;
+    let mut tern_figures = BrokerFigures::default();
+    let mut mosquitto_figures = BrokerFigures::default();
+    for rep in 0..options.repetitions {
+        for qos1 in options.qos_levels() {
+            let load = options.load(qos1);
+            let run = runtime.block_on(load::run(tern.addr, load, &format!("t{rep}")))?;
+            tern_figures.add(qos1, Run::from(run));
+            let run = runtime.block_on(load::run(mosquitto.addr, load, &format!("m{rep}")))?;
+            mosquitto_figures.add(qos1, Run::from(run));
+        }
+    }
+    let (_, peak_kib) = tern.rss_kib()?;
+    let memory = Memory { peak_kib, ..memory };
+    Ok(Report::side_by_side(
+        options,
+        tern_figures,
+        mosquitto_figures,
+        memory,
+    ))
+}
+
+/// tern's RSS before and with `count` connected idle clients.
+async fn idle_memory(tern: &Server, count: usize) -> Result<Memory, BenchError> {
+    let (start_kib, _) = tern.rss_kib()?;
+    let clients = load::idle_clients(tern.addr, count).await?;
+    // Let every connection task settle before reading the figure.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (idle_kib, _) = tern.rss_kib()?;
+    drop(clients);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(Memory {
+        idle_clients: count,
+        start_kib,
+        idle_kib,
+        peak_kib: idle_kib,
+    })
+}
+
+/// Raises this process's soft open-files limit towards `wanted` (children inherit it).
+fn raise_open_files_limit(wanted: usize) {
+    let wanted = libc::rlim_t::try_from(wanted).unwrap_or(libc::rlim_t::MAX);
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own and pass by valid pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 || limit.rlim_cur >= wanted
+    {
+        return;
+    }
+    limit.rlim_cur = wanted.min(limit.rlim_max);
+    // SAFETY: setrlimit only reads the struct; a refusal leaves the old limit in place.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+        tracing::warn!("cannot raise the open-files limit to {wanted}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_options_name_the_flag() {
+        let options = BenchOptions {
+            qos: Some(2),
+            ..BenchOptions::quick()
+        };
+        let err = options.validate().expect_err("QoS 2 is not benchmarked");
+        assert_eq!(err.to_string(), "--qos must be 0 or 1");
+        let options = BenchOptions {
+            window: 0,
+            ..BenchOptions::full()
+        };
+        assert!(options.validate().is_err());
+        assert!(BenchOptions::full().validate().is_ok());
+    }
+
+    #[test]
+    fn both_qos_levels_run_unless_one_is_chosen() {
+        assert_eq!(BenchOptions::full().qos_levels(), vec![true, false]);
+        let options = BenchOptions {
+            qos: Some(0),
+            ..BenchOptions::full()
+        };
+        assert_eq!(options.qos_levels(), vec![false]);
+    }
+}
