@@ -394,7 +394,8 @@ fn periodic_durability_acknowledges_before_the_sync() {
     let fs = FaultyFs::new(11);
     let mut config = LogConfig::for_tests(1 << 20);
     config.durability = crate::log::Durability::Periodic;
-    config.sync_interval = crate::config::HumanDuration(std::time::Duration::from_millis(30));
+    // Long enough that 20 appends finish inside one interval even under QEMU emulation.
+    config.sync_interval = crate::config::HumanDuration(std::time::Duration::from_secs(2));
     rt.block_on(async {
         let log = open(&fs, &config).await;
         log.ensure_topic("t").expect("topic");
@@ -406,7 +407,7 @@ fn periodic_durability_acknowledges_before_the_sync() {
         }
         assert_eq!(log.stats().fsyncs, before, "no fdatasync per append");
         assert_eq!(read_all(&log, "t", 0).len(), 20, "visible after the write");
-        tokio::time::sleep(std::time::Duration::from_millis(80)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
         assert!(log.stats().fsyncs > before, "synced within the interval");
         log.close().await.expect("close");
         fs.crash(crate::log::fs::CrashMode::DropUnsynced);
