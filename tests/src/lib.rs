@@ -2,6 +2,11 @@
 //! is ready, talks HTTP to its admin endpoint, and cleans up its temporary data directories.
 //! Every process it starts is ended by its own PID when the handle drops.
 
+pub mod kafka;
+pub mod kafka_tools;
+
+pub use kafka::KafkaCluster;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

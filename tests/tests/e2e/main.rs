@@ -1,3 +1,4 @@
 //! End-to-end suites: each module drives the real `tern` binary as a user would.
 
 mod foundation;
+mod kafka;
