@@ -162,6 +162,11 @@ impl KafkaCluster {
         &self.dir
     }
 
+    /// PID of node `id`'s JVM while it runs.
+    pub fn pid(&self, id: u32) -> Option<u32> {
+        self.node(id).and_then(|n| n.child.as_ref()).map(Child::id)
+    }
+
     /// Whether node `id`'s JVM is running.
     pub fn is_running(&mut self, id: u32) -> bool {
         let Some(node) = self.nodes.iter_mut().find(|n| n.id == id) else {
