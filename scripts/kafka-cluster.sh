@@ -24,7 +24,7 @@ need_dir() {
 
 fetch() {
     if ! ls "$root"/tests/kafka/cache/kafka_2.13-*.jar >/dev/null 2>&1; then
-        (cd "$root/tests/kafka" && mvn -q -B dependency:copy-dependencies)
+        (cd "$root/tests/kafka" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies)
     fi
 }
 

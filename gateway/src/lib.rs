@@ -10,3 +10,4 @@ pub mod datadir;
 pub mod logging;
 pub mod metrics;
 pub mod shutdown;
+pub mod upstream;

@@ -42,7 +42,12 @@ fn fetch_jars() -> anyhow::Result<String> {
     let cache = dir.join("cache");
     if !has_broker_jar(&cache) {
         let status = Command::new("mvn")
-            .args(["-q", "-B", "dependency:copy-dependencies"])
+            .args([
+                "-q",
+                "-B",
+                "-Dstyle.color=never",
+                "dependency:copy-dependencies",
+            ])
             .current_dir(&dir)
             .status()
             .context("cannot run mvn (install maven and a Java 17 JDK: scripts/ensure-deps.sh)")?;
