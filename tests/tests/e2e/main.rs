@@ -2,3 +2,4 @@
 
 mod foundation;
 mod kafka;
+mod upstream;
