@@ -2,12 +2,15 @@
 //! controller) on loopback ports, replication factor 3, `min.insync.replicas=2`, run from the jars
 //! that `tests/kafka/pom.xml` copies into `tests/kafka/cache/`. It owns the broker JVMs: each is
 //! ended by its own PID, and each dies with the test process (`PR_SET_PDEATHSIG`). Single brokers
-//! can be killed and restarted for failover tests. It never speaks the Kafka protocol itself: what
-//! reached Kafka is checked with Kafka's own tools ([`crate::kafka_tools`]), independently of tern.
+//! can be killed and restarted for failover tests. Clients under test (tern) can reach the brokers
+//! through cuttable TCP proxies ([`KafkaCluster::proxied_bootstrap`]): each broker has a second
+//! listener advertised at its proxy's port, while replication and Kafka's own tools stay direct.
+//! It never speaks the Kafka protocol itself: what reached Kafka is checked with Kafka's own tools
+//! ([`crate::kafka_tools`]), independently of tern.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 
+use crate::proxy::TcpProxy;
 use crate::{TempDir, workspace_root};
 
 /// Nodes in every cluster; replication factor and `min.insync.replicas` follow from it.
@@ -93,6 +97,9 @@ struct Node {
     id: u32,
     broker_port: u16,
     controller_port: u16,
+    /// Listener for clients under test, advertised at the proxy's port.
+    client_port: u16,
+    proxy: TcpProxy,
     child: Option<Child>,
 }
 
@@ -119,15 +126,23 @@ impl KafkaCluster {
     pub fn start_in(dir: &Path, temp: Option<TempDir>) -> anyhow::Result<Self> {
         let started = Instant::now();
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let ports = free_port_block(2 * NODES as usize)?;
+        let ports = free_port_block(4 * NODES as usize)?;
+        let port = |block: u32, i: u32| ports[(block * NODES + i) as usize];
         let nodes = (0..NODES)
-            .map(|i| Node {
-                id: i + 1,
-                broker_port: ports[i as usize],
-                controller_port: ports[(NODES + i) as usize],
-                child: None,
+            .map(|i| {
+                let target = SocketAddr::from(([127, 0, 0, 1], port(2, i)));
+                let proxy = TcpProxy::start(SocketAddr::from(([127, 0, 0, 1], port(3, i))), target)
+                    .context("starting a client proxy")?;
+                Ok(Node {
+                    id: i + 1,
+                    broker_port: port(0, i),
+                    controller_port: port(1, i),
+                    client_port: port(2, i),
+                    proxy,
+                    child: None,
+                })
             })
-            .collect();
+            .collect::<anyhow::Result<_>>()?;
         let mut cluster = Self {
             dir: dir.to_path_buf(),
             _temp: temp,
@@ -151,6 +166,31 @@ impl KafkaCluster {
     pub fn bootstrap(&self) -> String {
         let addrs: Vec<String> = self.nodes.iter().map(|n| self.broker(n.id)).collect();
         addrs.join(",")
+    }
+
+    /// `host:port,…` of every broker's client listener, through the cuttable proxies: what tern
+    /// under test should use.
+    pub fn proxied_bootstrap(&self) -> String {
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| n.proxy.addr().to_string())
+            .collect();
+        addrs.join(",")
+    }
+
+    /// Cuts every client proxy: open connections close, new ones are refused.
+    pub fn cut_clients(&self) {
+        for node in &self.nodes {
+            node.proxy.cut();
+        }
+    }
+
+    /// Lets clients connect again after [`KafkaCluster::cut_clients`].
+    pub fn restore_clients(&self) {
+        for node in &self.nodes {
+            node.proxy.restore();
+        }
     }
 
     /// `127.0.0.1:port` of broker `id`.
@@ -337,10 +377,10 @@ fn node_config(node: &Node, voters: &str, data: &Path) -> String {
         "process.roles=broker,controller\n\
          node.id={id}\n\
          controller.quorum.voters={voters}\n\
-         listeners=PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller}\n\
-         advertised.listeners=PLAINTEXT://127.0.0.1:{broker}\n\
+         listeners=PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},CLIENT://127.0.0.1:{client}\n\
+         advertised.listeners=PLAINTEXT://127.0.0.1:{broker},CLIENT://{proxy}\n\
          controller.listener.names=CONTROLLER\n\
-         listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n\
+         listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT\n\
          inter.broker.listener.name=PLAINTEXT\n\
          log.dirs={data}\n\
          num.partitions=1\n\
@@ -365,6 +405,8 @@ fn node_config(node: &Node, voters: &str, data: &Path) -> String {
         id = node.id,
         broker = node.broker_port,
         controller = node.controller_port,
+        client = node.client_port,
+        proxy = node.proxy.addr(),
         data = data.display(),
     )
 }

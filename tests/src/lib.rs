@@ -4,6 +4,7 @@
 
 pub mod kafka;
 pub mod kafka_tools;
+pub mod proxy;
 
 pub use kafka::KafkaCluster;
 

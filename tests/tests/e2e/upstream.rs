@@ -1,7 +1,7 @@
 //! tern's mirror-mode forwarder (`tern_gateway::upstream`) against the real three-node Kafka
-//! cluster: records appended while the partition leader is killed and the forwarder itself is cut
-//! off mid-flight and restarted arrive upstream exactly once and in order, checked with Kafka's
-//! console consumer. Until the storage branch lands, the edge side is a small in-memory
+//! cluster: records appended while the link to Kafka is cut and restored, the partition leader is
+//! killed, and the forwarder itself is cut off mid-flight and restarted arrive upstream exactly
+//! once and in order, checked with Kafka's console consumer. Until the storage branch lands, the edge side is a small in-memory
 //! [`EdgeLog`]; once `tern_gateway::log::Log` exists this suite should open a real one instead
 //! (and the full MQTT-to-Kafka proof drives the `tern` binary).
 
@@ -126,7 +126,11 @@ struct Forwarder {
 impl Forwarder {
     fn start(cluster: &KafkaCluster, log: &MemoryLog) -> anyhow::Result<Self> {
         let config = UpstreamConfig {
-            bootstrap: cluster.bootstrap().split(',').map(str::to_owned).collect(),
+            bootstrap: cluster
+                .proxied_bootstrap()
+                .split(',')
+                .map(str::to_owned)
+                .collect(),
             gateway_id: Some("gw-e2e".to_owned()),
             compression: Codec::Lz4,
             max_batch_bytes: ByteSize(16 * 1024),
@@ -158,6 +162,12 @@ impl Forwarder {
         let map = self.status.lock().unwrap_or_else(|e| e.into_inner());
         map.get(&(TOPIC.to_owned(), partition))
             .map_or(0, |s| s.next)
+    }
+
+    /// Whether some partition's forwarder has lost its connection.
+    fn disconnected(&self) -> bool {
+        let map = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        map.values().any(|s| !s.connected && s.last_error.is_some())
     }
 
     fn wait_until(
@@ -223,7 +233,8 @@ fn assert_mirrors(cluster: &KafkaCluster, log: &MemoryLog) -> anyhow::Result<()>
 }
 
 #[test]
-fn forwarder_mirrors_exactly_once_across_leader_crash_and_its_own_crash() -> anyhow::Result<()> {
+fn forwarder_mirrors_exactly_once_across_link_cuts_leader_crash_and_its_own_crash()
+-> anyhow::Result<()> {
     let mut cluster = KafkaCluster::start()?;
     let log = MemoryLog::new();
     for p in 0..PARTITIONS {
@@ -244,6 +255,24 @@ fn forwarder_mirrors_exactly_once_across_leader_crash_and_its_own_crash() -> any
         log.append(p, 1_000);
     }
     forwarder.wait_until(&log, |_| 1_500, Duration::from_secs(120))?;
+
+    // The link goes down three times while records keep arriving.
+    for round in 1..=3u64 {
+        cluster.cut_clients();
+        for p in 0..PARTITIONS {
+            log.append(p, 300);
+        }
+        std::thread::sleep(Duration::from_millis(1_500));
+        assert!(
+            forwarder.disconnected(),
+            "round {round}: the cut went unnoticed"
+        );
+        cluster.restore_clients();
+        forwarder
+            .wait_until(&log, |p| log.end(p), Duration::from_secs(120))
+            .with_context(|| format!("after cut {round}"))?;
+    }
+
     let leader = cluster.leader(UPSTREAM, 0)?;
     cluster.kill_broker(leader)?;
     for p in 0..PARTITIONS {
