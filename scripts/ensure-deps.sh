@@ -1,35 +1,40 @@
 #!/usr/bin/env bash
-# Installs what tern's builds and tests need on a fresh Debian machine, and nothing that is
-# already there: idempotent, safe to run before every test run (tests/run calls it).
+# Installs what tern's test command needs when it is missing: idempotent, and quick when
+# everything is present. Called by tests/run; safe to run by hand (as root, or with sudo).
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Debian packages, one group per purpose.
+packages=(
+  # ARM cross-builds with the distro toolchain (-Z build-std), run under QEMU user mode.
+  rustc-web cargo-web rust-web-src
+  gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross
+  qemu-user
+  # Firmware: lld links thumbv7m binaries; qemu-system-arm runs them.
+  lld qemu-system-arm
+  # Independent MQTT clients and a reference broker for tests and benchmarks.
+  mosquitto-clients mosquitto
+  # The real Apache Kafka 4.x test cluster (tests/src/kafka.rs): Java 17 and Maven for its jars.
+  openjdk-17-jre-headless maven
+)
 
-# Debian packages whose command is missing: "command:package".
 missing=()
-need() {
-    command -v "${1%%:*}" >/dev/null 2>&1 || missing+=("${1#*:}")
-}
-
-# --- Kafka test cluster (tests/src/kafka.rs): a Java 17 runtime and Maven for the jars ---
-need java:openjdk-17-jre-headless
-need mvn:maven
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
 
 if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "ensure-deps: missing packages ${missing[*]} (run as root to install)" >&2
-        exit 1
-    fi
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  echo "ensure-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Kafka 4.x brokers need Java 17 or newer.
-java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
-if [ "${java_major:-0}" -lt 17 ]; then
-    echo "ensure-deps: java ${java_major:-?} found, Kafka needs 17 or newer" >&2
-    exit 1
-fi
+# rustfmt and clippy come with the rustup toolchain; say clearly if they are not there.
+for tool in rustfmt cargo-clippy; do
+  command -v "$tool" >/dev/null || { echo "ensure-deps: $tool is missing (rustup component add ${tool#cargo-})" >&2; exit 1; }
+done
+# The Kafka jars (tests/kafka/pom.xml), copied into tests/kafka/cache once and kept there.
+"$(dirname "${BASH_SOURCE[0]}")/kafka-cluster.sh" fetch
 
-# The Kafka jars, cached in tests/kafka/cache between runs.
-"$root/scripts/kafka-cluster.sh" fetch
+echo "ensure-deps: all present"

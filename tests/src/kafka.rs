@@ -411,10 +411,12 @@ fn node_config(node: &Node, voters: &str, data: &Path) -> String {
     )
 }
 
-/// Broker logs: warnings, plus the lifecycle lines the harness waits for.
+/// Logs to stderr (tools print records on stdout): warnings, plus the broker lifecycle lines the
+/// harness waits for.
 const LOG4J2: &str = "status = warn
 appender.console.type = Console
 appender.console.name = STDOUT
+appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = warn

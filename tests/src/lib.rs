@@ -48,6 +48,14 @@ fn build_tern() -> anyhow::Result<PathBuf> {
     Ok(binary)
 }
 
+/// Wall-clock milliseconds since the epoch, for record timestamps: Kafka's retention (7 days by
+/// default) removes records with older timestamps right after they arrive.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// The repository root.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -192,11 +192,19 @@ impl<L: EdgeLog> PartitionForwarder<L> {
     /// Where to resume: after the last record the follower holds, clamped to the edge log.
     async fn catch_up(&self, upstream: &UpstreamPartition) -> Result<u64, UpstreamError> {
         let (topic, partition) = (&self.source.topic, self.source.partition);
-        let upstream_next = upstream.next_edge_offset(&self.source).await?;
         let (start, end) = self
             .log
             .offsets(topic, partition)
             .map_err(|e| edge_error("offsets", e))?;
+        let cursor = self.log.cursor(&self.cursor_name(), topic, partition);
+        let upstream_next = match upstream.next_edge_offset(&self.source).await? {
+            Some(next) => next,
+            None => {
+                // Upstream retention removed every record: our own cursor is the best record left.
+                tracing::warn!(%topic, partition, ?cursor, "upstream partition has no records left; resuming from the forwarder's cursor");
+                cursor.unwrap_or(start)
+            }
+        };
         if upstream_next > end {
             return Err(UpstreamError::AheadOfEdge {
                 topic: topic.clone(),
@@ -211,7 +219,7 @@ impl<L: EdgeLog> PartitionForwarder<L> {
         } else {
             upstream_next
         };
-        if self.log.cursor(&self.cursor_name(), topic, partition) != Some(next) {
+        if cursor != Some(next) {
             self.log
                 .commit_cursor(&self.cursor_name(), topic, partition, next)
                 .await

@@ -135,16 +135,28 @@ pub struct UpstreamPartition {
 
 impl UpstreamPartition {
     /// The catch-up question: the edge offset after the last record this follower holds (0 when
-    /// it is empty), from the `tern-offset` header of its last record. Fails when that record
-    /// was not mirrored from `source`.
-    pub async fn next_edge_offset(&self, source: &Provenance) -> Result<u64, UpstreamError> {
+    /// it never held any), from the `tern-offset` header of its last record. `None` when it held
+    /// records but retention removed them all, so there is no last record to ask. Fails when the
+    /// last record was not mirrored from `source`.
+    pub async fn next_edge_offset(
+        &self,
+        source: &Provenance,
+    ) -> Result<Option<u64>, UpstreamError> {
         let end = self
             .client
             .get_offset(OffsetAt::Latest)
             .await
             .map_err(|e| self.error("list offsets", e))?;
         if end <= 0 {
-            return Ok(0);
+            return Ok(Some(0));
+        }
+        let start = self
+            .client
+            .get_offset(OffsetAt::Earliest)
+            .await
+            .map_err(|e| self.error("list offsets", e))?;
+        if start >= end {
+            return Ok(None);
         }
         let (records, _high_watermark) = self
             .client
@@ -170,7 +182,7 @@ impl UpstreamPartition {
             && headers.get(H_PARTITION).map(Vec::as_slice)
                 == Some(source.partition.to_string().as_bytes());
         match offset {
-            Some(offset) if origin_matches => Ok(offset + 1),
+            Some(offset) if origin_matches => Ok(Some(offset + 1)),
             _ => Err(UpstreamError::NotMirrored {
                 topic: self.client.topic().to_owned(),
                 partition: source.partition,

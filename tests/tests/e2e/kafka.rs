@@ -13,11 +13,10 @@ use rskafka::chrono::{DateTime, Utc};
 use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::Record;
-use tern_tests::KafkaCluster;
 use tern_tests::kafka_tools::ConsumedRecord;
+use tern_tests::{KafkaCluster, now_ms};
 
 const TOPIC: &str = "tern.spike.sensors";
-const BASE_TS: i64 = 1_700_000_000_000;
 const CODECS: [Compression; 5] = [
     Compression::NoCompression,
     Compression::Gzip,
@@ -26,8 +25,9 @@ const CODECS: [Compression; 5] = [
     Compression::Zstd,
 ];
 
-/// The edge record with offset `i`, carrying tern's upstream headers.
-fn edge_record(i: u64) -> Record {
+/// The edge record with offset `i` and timestamp `base_ts + i`, carrying tern's upstream headers.
+/// Timestamps must be recent: upstream retention (7 days by default) removes older records.
+fn edge_record(base_ts: i64, i: u64) -> Record {
     let headers = BTreeMap::from([
         ("sensor".to_owned(), format!("s{}", i % 3).into_bytes()),
         ("tern-gateway".to_owned(), b"gw-spike".to_vec()),
@@ -39,7 +39,7 @@ fn edge_record(i: u64) -> Record {
         key: Some(format!("key-{i}").into_bytes()),
         value: Some(format!("value-{i}").into_bytes()),
         headers,
-        timestamp: DateTime::<Utc>::from_timestamp_millis(BASE_TS + i as i64).unwrap_or_default(),
+        timestamp: DateTime::<Utc>::from_timestamp_millis(base_ts + i as i64).unwrap_or_default(),
     }
 }
 
@@ -115,7 +115,7 @@ async fn forward(client: &Client, edge: &[Record], patience: Duration) -> anyhow
     }
 }
 
-fn assert_exactly(records: &[ConsumedRecord], count: u64) {
+fn assert_exactly(records: &[ConsumedRecord], base_ts: i64, count: u64) {
     assert_eq!(records.len() as u64, count, "{records:#?}");
     for (i, record) in (0..count).zip(records) {
         assert_eq!(record.offset, i, "{record:?}");
@@ -133,7 +133,7 @@ fn assert_exactly(records: &[ConsumedRecord], count: u64) {
         assert_eq!(record.header("tern-partition"), Some("0"), "{record:?}");
         assert_eq!(record.key.as_deref(), Some(format!("key-{i}").as_str()));
         assert_eq!(record.value, format!("value-{i}"));
-        assert_eq!(record.timestamp_ms, BASE_TS + i as i64);
+        assert_eq!(record.timestamp_ms, base_ts + i as i64);
     }
 }
 
@@ -158,7 +158,8 @@ fn rskafka_forwards_exactly_once_across_a_leader_crash() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let edge: Vec<Record> = (0..40).map(edge_record).collect();
+    let base_ts = now_ms();
+    let edge: Vec<Record> = (0..40).map(|i| edge_record(base_ts, i)).collect();
     let client = runtime.block_on(async {
         let client = connect(&cluster).await?;
         client
@@ -174,7 +175,7 @@ fn rskafka_forwards_exactly_once_across_a_leader_crash() -> anyhow::Result<()> {
     // First half, every codec; then a re-run from scratch adds nothing (catch-up, no duplicates).
     runtime.block_on(forward(&client, &edge[..20], Duration::from_secs(60)))?;
     runtime.block_on(forward(&client, &edge[..20], Duration::from_secs(60)))?;
-    assert_exactly(&cluster.consume_all(TOPIC, 0)?, 20);
+    assert_exactly(&cluster.consume_all(TOPIC, 0)?, base_ts, 20);
 
     // Crash the leader; the same client carries on with the survivors (min.insync.replicas=2).
     let leader = cluster.leader(TOPIC, 0)?;
@@ -182,11 +183,11 @@ fn rskafka_forwards_exactly_once_across_a_leader_crash() -> anyhow::Result<()> {
     runtime.block_on(forward(&client, &edge, Duration::from_secs(120)))?;
     let new_leader = cluster.leader(TOPIC, 0)?;
     assert_ne!(new_leader, leader);
-    assert_exactly(&cluster.consume_all(TOPIC, 0)?, 40);
+    assert_exactly(&cluster.consume_all(TOPIC, 0)?, base_ts, 40);
 
     // The crashed broker comes back and catches up as a follower.
     cluster.restart_broker(leader)?;
     wait_for_full_isr(&cluster, Duration::from_secs(90))?;
-    assert_exactly(&cluster.consume_all(TOPIC, 0)?, 40);
+    assert_exactly(&cluster.consume_all(TOPIC, 0)?, base_ts, 40);
     Ok(())
 }

@@ -15,7 +15,7 @@ use tern_gateway::shutdown;
 use tern_gateway::upstream::{
     self, Codec, EdgeLog, EdgeLogError, EdgeRecord, StatusMap, UpstreamConfig,
 };
-use tern_tests::KafkaCluster;
+use tern_tests::{KafkaCluster, now_ms};
 use tokio::sync::watch;
 
 const TOPIC: &str = "sensors";
@@ -46,7 +46,7 @@ impl MemoryLog {
             let offset = records.len() as u64;
             records.push(EdgeRecord {
                 offset,
-                timestamp_ms: 1_700_000_000_000 + offset as i64,
+                timestamp_ms: now_ms(),
                 key: Some(format!("dev-{}", offset % 7).into_bytes()),
                 value: format!("p{partition}-{offset:06}-{}", "x".repeat(200)).into_bytes(),
                 headers: vec![("unit".to_owned(), b"C".to_vec())],
