@@ -29,6 +29,9 @@ pub const NODES: u32 = 3;
 const CLUSTER_ID: &str = "dGVybi10ZXN0LWthZmthIQ";
 /// Heap of each broker JVM: the machine is small and shared.
 const BROKER_JVM: &[&str] = &["-Xmx256m", "-Xms64m", "-XX:+UseSerialGC"];
+/// The user every cluster knows on its SASL listener, for PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.
+pub const SASL_USER: &str = "tern";
+pub const SASL_PASSWORD: &str = "tern-secret";
 /// How long a node may take to report "Kafka Server started" (JVM start on a loaded machine).
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -99,6 +102,8 @@ struct Node {
     controller_port: u16,
     /// Listener for clients under test, advertised at the proxy's port.
     client_port: u16,
+    /// SASL_PLAINTEXT listener (PLAIN and SCRAM) for authentication tests.
+    sasl_port: u16,
     proxy: TcpProxy,
     child: Option<Child>,
 }
@@ -126,7 +131,7 @@ impl KafkaCluster {
     pub fn start_in(dir: &Path, temp: Option<TempDir>) -> anyhow::Result<Self> {
         let started = Instant::now();
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let ports = free_port_block(4 * NODES as usize)?;
+        let ports = free_port_block(5 * NODES as usize)?;
         let port = |block: u32, i: u32| ports[(block * NODES + i) as usize];
         let nodes = (0..NODES)
             .map(|i| {
@@ -138,6 +143,7 @@ impl KafkaCluster {
                     broker_port: port(0, i),
                     controller_port: port(1, i),
                     client_port: port(2, i),
+                    sasl_port: port(4, i),
                     proxy,
                     child: None,
                 })
@@ -175,6 +181,16 @@ impl KafkaCluster {
             .nodes
             .iter()
             .map(|n| n.proxy.addr().to_string())
+            .collect();
+        addrs.join(",")
+    }
+
+    /// `host:port,…` of every broker's SASL_PLAINTEXT listener (user [`SASL_USER`]).
+    pub fn sasl_bootstrap(&self) -> String {
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.sasl_port))
             .collect();
         addrs.join(",")
     }
@@ -306,7 +322,9 @@ impl KafkaCluster {
                 "kafka.tools.StorageTool",
             )?;
             command
-                .args(["format", "--ignore-formatted", "-t", CLUSTER_ID, "-c"])
+                .args(["format", "--ignore-formatted", "-t", CLUSTER_ID])
+                .args(scram_credentials())
+                .arg("-c")
                 .arg(self.config_path(id))
                 .stdout(out.try_clone()?)
                 .stderr(out);
@@ -377,10 +395,14 @@ fn node_config(node: &Node, voters: &str, data: &Path) -> String {
         "process.roles=broker,controller\n\
          node.id={id}\n\
          controller.quorum.voters={voters}\n\
-         listeners=PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},CLIENT://127.0.0.1:{client}\n\
-         advertised.listeners=PLAINTEXT://127.0.0.1:{broker},CLIENT://{proxy}\n\
+         listeners=PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},CLIENT://127.0.0.1:{client},SASL://127.0.0.1:{sasl}\n\
+         advertised.listeners=PLAINTEXT://127.0.0.1:{broker},CLIENT://{proxy},SASL://127.0.0.1:{sasl}\n\
          controller.listener.names=CONTROLLER\n\
-         listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT\n\
+         listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT,SASL:SASL_PLAINTEXT\n\
+         sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\n\
+         listener.name.sasl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_{user}=\"{password}\";\n\
+         listener.name.sasl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
+         listener.name.sasl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
          inter.broker.listener.name=PLAINTEXT\n\
          log.dirs={data}\n\
          num.partitions=1\n\
@@ -406,9 +428,25 @@ fn node_config(node: &Node, voters: &str, data: &Path) -> String {
         broker = node.broker_port,
         controller = node.controller_port,
         client = node.client_port,
+        sasl = node.sasl_port,
+        user = SASL_USER,
+        password = SASL_PASSWORD,
         proxy = node.proxy.addr(),
         data = data.display(),
     )
+}
+
+/// `--add-scram` arguments for `kafka-storage format`: SCRAM credentials live in the metadata log.
+fn scram_credentials() -> Vec<String> {
+    ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+        .iter()
+        .flat_map(|mechanism| {
+            [
+                "--add-scram".to_owned(),
+                format!("{mechanism}=[name={SASL_USER},password={SASL_PASSWORD}]"),
+            ]
+        })
+        .collect()
 }
 
 /// Logs to stderr (tools print records on stdout): warnings, plus the broker lifecycle lines the

@@ -2,7 +2,8 @@
 //! 4.x cluster, rskafka producing with acks=all, headers and every compression codec, and the
 //! catch-up protocol in miniature (ask the follower for its end offset and the `tern-offset` header
 //! of its last record, resume from the next edge offset) — across a crash of the partition leader.
-//! What reached Kafka is checked only with Kafka's own console consumer.
+//! Also SASL PLAIN / SCRAM-SHA-256 / SCRAM-SHA-512 authentication. What reached Kafka is checked
+//! only with Kafka's own console consumer.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -11,8 +12,9 @@ use anyhow::{Context, bail};
 use rskafka::BackoffConfig;
 use rskafka::chrono::{DateTime, Utc};
 use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, UnknownTopicHandling};
-use rskafka::client::{Client, ClientBuilder};
+use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
 use rskafka::record::Record;
+use tern_tests::kafka::{SASL_PASSWORD, SASL_USER};
 use tern_tests::kafka_tools::ConsumedRecord;
 use tern_tests::{KafkaCluster, now_ms};
 
@@ -189,5 +191,64 @@ fn rskafka_forwards_exactly_once_across_a_leader_crash() -> anyhow::Result<()> {
     cluster.restart_broker(leader)?;
     wait_for_full_isr(&cluster, Duration::from_secs(90))?;
     assert_exactly(&cluster.consume_all(TOPIC, 0)?, base_ts, 40);
+    Ok(())
+}
+
+/// Produces one record as `sasl` and returns the offset it got.
+async fn produce_as(cluster: &KafkaCluster, sasl: SaslConfig, topic: &str) -> anyhow::Result<i64> {
+    let bootstrap = cluster
+        .sasl_bootstrap()
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let client = ClientBuilder::new(bootstrap)
+        .backoff_config(BackoffConfig {
+            deadline: Some(Duration::ZERO),
+            ..BackoffConfig::default()
+        })
+        .sasl_config(sasl)
+        .build()
+        .await?;
+    let partition = client
+        .partition_client(topic, 0, UnknownTopicHandling::Retry)
+        .await?;
+    let offsets = partition
+        .produce(vec![edge_record(now_ms(), 0)], Compression::Zstd)
+        .await?;
+    offsets
+        .first()
+        .copied()
+        .context("produce returned no offset")
+}
+
+#[test]
+fn rskafka_authenticates_with_sasl_plain_and_scram() -> anyhow::Result<()> {
+    let cluster = KafkaCluster::start()?;
+    let topic = "tern.spike.sasl";
+    cluster.create_topic(topic, 1, 3)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let credentials = || Credentials::new(SASL_USER.to_owned(), SASL_PASSWORD.to_owned());
+    let mechanisms = [
+        SaslConfig::Plain(credentials()),
+        SaslConfig::ScramSha256(credentials()),
+        SaslConfig::ScramSha512(credentials()),
+    ];
+    for (expected, sasl) in (0..).zip(mechanisms) {
+        let offset = runtime.block_on(produce_as(&cluster, sasl, topic))?;
+        assert_eq!(offset, expected);
+    }
+    let wrong = Credentials::new(SASL_USER.to_owned(), "wrong".to_owned());
+    for sasl in [
+        SaslConfig::Plain(wrong.clone()),
+        SaslConfig::ScramSha512(wrong),
+    ] {
+        let refused = runtime.block_on(produce_as(&cluster, sasl, topic));
+        assert!(refused.is_err(), "a wrong password must be refused");
+    }
+    let records = cluster.consume_all(topic, 0)?;
+    assert_eq!(records.len(), 3, "{records:?}");
+    assert!(records.iter().all(|r| r.value == "value-0"), "{records:?}");
     Ok(())
 }
