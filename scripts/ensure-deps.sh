@@ -15,6 +15,8 @@ packages=(
   mosquitto-clients mosquitto
   # The real Apache Kafka 4.x test cluster (tests/src/kafka.rs): Java 17 and Maven for its jars.
   openjdk-17-jre-headless maven
+  # Certificates for the Kafka test cluster's TLS listener.
+  openssl
 )
 
 missing=()

@@ -104,6 +104,8 @@ struct Node {
     client_port: u16,
     /// SASL_PLAINTEXT listener (PLAIN and SCRAM) for authentication tests.
     sasl_port: u16,
+    /// SSL listener with a certificate from the cluster's own CA ([`KafkaCluster::tls_ca`]).
+    tls_port: u16,
     proxy: TcpProxy,
     child: Option<Child>,
 }
@@ -131,7 +133,7 @@ impl KafkaCluster {
     pub fn start_in(dir: &Path, temp: Option<TempDir>) -> anyhow::Result<Self> {
         let started = Instant::now();
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let ports = free_port_block(5 * NODES as usize)?;
+        let ports = free_port_block(6 * NODES as usize)?;
         let port = |block: u32, i: u32| ports[(block * NODES + i) as usize];
         let nodes = (0..NODES)
             .map(|i| {
@@ -144,6 +146,7 @@ impl KafkaCluster {
                     controller_port: port(1, i),
                     client_port: port(2, i),
                     sasl_port: port(4, i),
+                    tls_port: port(5, i),
                     proxy,
                     child: None,
                 })
@@ -156,6 +159,7 @@ impl KafkaCluster {
             spawner: Spawner::new(),
             startup: Duration::ZERO,
         };
+        make_certificates(&cluster.dir.join("tls"))?;
         cluster.write_configs()?;
         cluster.format()?;
         for id in cluster.node_ids() {
@@ -193,6 +197,21 @@ impl KafkaCluster {
             .map(|n| format!("127.0.0.1:{}", n.sasl_port))
             .collect();
         addrs.join(",")
+    }
+
+    /// `host:port,…` of every broker's TLS listener; its certificate names IP 127.0.0.1.
+    pub fn tls_bootstrap(&self) -> String {
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.tls_port))
+            .collect();
+        addrs.join(",")
+    }
+
+    /// PEM file of the CA that signed the brokers' TLS certificate.
+    pub fn tls_ca(&self) -> PathBuf {
+        self.dir.join("tls").join("ca.pem")
     }
 
     /// Cuts every client proxy: open connections close, new ones are refused.
@@ -301,11 +320,7 @@ impl KafkaCluster {
             .map(|n| format!("{}@127.0.0.1:{}", n.id, n.controller_port))
             .collect();
         for node in &self.nodes {
-            let config = node_config(
-                node,
-                &voters.join(","),
-                &self.dir.join(format!("data-{}", node.id)),
-            );
+            let config = node_config(node, &voters.join(","), &self.dir);
             fs::write(self.config_path(node.id), config)?;
         }
         Ok(())
@@ -390,15 +405,17 @@ impl Drop for KafkaCluster {
     }
 }
 
-fn node_config(node: &Node, voters: &str, data: &Path) -> String {
+fn node_config(node: &Node, voters: &str, dir: &Path) -> String {
     format!(
         "process.roles=broker,controller\n\
          node.id={id}\n\
          controller.quorum.voters={voters}\n\
-         listeners=PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},CLIENT://127.0.0.1:{client},SASL://127.0.0.1:{sasl}\n\
-         advertised.listeners=PLAINTEXT://127.0.0.1:{broker},CLIENT://{proxy},SASL://127.0.0.1:{sasl}\n\
+         listeners=PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},CLIENT://127.0.0.1:{client},SASL://127.0.0.1:{sasl},SSL://127.0.0.1:{tls}\n\
+         advertised.listeners=PLAINTEXT://127.0.0.1:{broker},CLIENT://{proxy},SASL://127.0.0.1:{sasl},SSL://127.0.0.1:{tls}\n\
          controller.listener.names=CONTROLLER\n\
-         listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT,SASL:SASL_PLAINTEXT\n\
+         listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT,SASL:SASL_PLAINTEXT,SSL:SSL\n\
+         listener.name.ssl.ssl.keystore.type=PEM\n\
+         listener.name.ssl.ssl.keystore.location={keystore}\n\
          sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\n\
          listener.name.sasl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_{user}=\"{password}\";\n\
          listener.name.sasl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
@@ -429,11 +446,98 @@ fn node_config(node: &Node, voters: &str, data: &Path) -> String {
         controller = node.controller_port,
         client = node.client_port,
         sasl = node.sasl_port,
+        tls = node.tls_port,
+        keystore = dir.join("tls").join("broker.pem").display(),
         user = SASL_USER,
         password = SASL_PASSWORD,
         proxy = node.proxy.addr(),
-        data = data.display(),
+        data = dir.join(format!("data-{}", node.id)).display(),
     )
+}
+
+/// A CA and one broker certificate for IP 127.0.0.1 signed by it, made with `openssl` in `dir`:
+/// `ca.pem` for clients, `broker.pem` (PKCS#8 key and certificate) as the brokers' PEM keystore.
+fn make_certificates(dir: &Path) -> anyhow::Result<()> {
+    fs::create_dir_all(dir)?;
+    fs::write(
+        dir.join("broker.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+         extendedKeyUsage=serverAuth\n",
+    )?;
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let steps: [&[&str]; 3] = [
+        &[
+            &["req", "-x509"][..],
+            &ec[..],
+            &[
+                "-days",
+                "3",
+                "-subj",
+                "/CN=tern test CA",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+            ],
+        ]
+        .concat(),
+        &[
+            &["req"][..],
+            &ec[..],
+            &[
+                "-subj",
+                "/CN=localhost",
+                "-keyout",
+                "broker.key",
+                "-out",
+                "broker.csr",
+            ],
+        ]
+        .concat(),
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "broker.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "3",
+            "-extfile",
+            "broker.ext",
+            "-out",
+            "broker.crt",
+        ],
+    ];
+    for args in steps {
+        let output = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .context("cannot run openssl (scripts/ensure-deps.sh installs it)")?;
+        if !output.status.success() {
+            bail!(
+                "openssl {args:?} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+    let keystore = [
+        fs::read_to_string(dir.join("broker.key"))?,
+        fs::read_to_string(dir.join("broker.crt"))?,
+    ]
+    .concat();
+    fs::write(dir.join("broker.pem"), keystore)?;
+    Ok(())
 }
 
 /// `--add-scram` arguments for `kafka-storage format`: SCRAM credentials live in the metadata log.

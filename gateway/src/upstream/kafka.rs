@@ -1,11 +1,12 @@
 //! The Kafka side of forwarding, and the only module that imports the Kafka client (rskafka):
-//! connecting (SASL), creating upstream topics, asking a follower partition where it is (end
+//! connecting (TLS via rustls with a custom CA, SASL), creating upstream topics, asking a follower partition where it is (end
 //! offset and the `tern-offset` header of its last record) and producing batches with acks=all.
 //! It never retries a produce itself: rskafka's internal retries are switched off, because a
 //! retried produce whose first attempt was stored would duplicate records. The forwarder re-runs
 //! the catch-up protocol after every error instead.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rskafka::BackoffConfig;
@@ -14,8 +15,10 @@ use rskafka::client::error::{Error as ClientError, ProtocolError};
 use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
 use rskafka::record::Record;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
-use super::config::{Codec, SaslMechanism, UpstreamConfig};
+use super::config::{Codec, SaslMechanism, TlsSettings, UpstreamConfig};
 use super::edge::EdgeRecord;
 use super::{Provenance, UpstreamError};
 
@@ -50,10 +53,8 @@ impl KafkaUpstream {
                 SaslMechanism::ScramSha512 => SaslConfig::ScramSha512(credentials),
             });
         }
-        if config.tls.is_some() {
-            return Err(UpstreamError::Unsupported {
-                what: "TLS (upstream.tls)".to_owned(),
-            });
+        if let Some(tls) = &config.tls {
+            builder = builder.tls_config(tls_config(tls)?);
         }
         let client = builder.build().await.map_err(|e| UpstreamError::Connect {
             bootstrap: bootstrap.clone(),
@@ -219,6 +220,31 @@ impl UpstreamPartition {
     }
 }
 
+/// A rustls client configuration trusting the CAs in `settings.ca_file` (PEM).
+fn tls_config(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, UpstreamError> {
+    let path = &settings.ca_file;
+    let tls_error = |message: String| UpstreamError::Tls {
+        path: path.clone(),
+        message,
+    };
+    let pem = std::fs::read(path).map_err(|e| tls_error(e.to_string()))?;
+    let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| tls_error(format!("not a PEM certificate file: {e}")))?;
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(certificates);
+    if added == 0 {
+        return Err(tls_error("holds no usable CA certificate".to_owned()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 /// The upstream copy of an edge record: key, value, timestamp and headers, then tern's headers
 /// (which replace edge headers of the same name). rskafka keeps headers in a map, so repeated
 /// edge header names keep only their last value.
@@ -252,6 +278,23 @@ fn compression(codec: Codec) -> Compression {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ca_file_without_certificates_is_a_clear_error() -> std::io::Result<()> {
+        let path = std::env::temp_dir().join(format!("tern-ca-{}.pem", std::process::id()));
+        std::fs::write(&path, "not a certificate\n")?;
+        let result = tls_config(&TlsSettings {
+            ca_file: path.clone(),
+        });
+        std::fs::remove_file(&path)?;
+        let err = result.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("holds no usable CA certificate"), "{err}");
+        let missing = tls_config(&TlsSettings {
+            ca_file: path.clone(),
+        });
+        assert!(matches!(missing, Err(UpstreamError::Tls { .. })));
+        Ok(())
+    }
 
     #[test]
     fn upstream_records_carry_edge_fields_and_tern_headers() {

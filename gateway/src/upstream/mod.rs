@@ -4,6 +4,8 @@
 //! settings, the error type, upstream topic names and the per-partition metrics. Only `kafka.rs`
 //! imports the Kafka client; nothing here appends to the edge log or answers devices.
 
+use std::path::PathBuf;
+
 mod config;
 mod edge;
 mod forwarder;
@@ -57,8 +59,8 @@ pub enum UpstreamError {
         op: &'static str,
         source: EdgeLogError,
     },
-    #[error("{what} is not supported yet")]
-    Unsupported { what: String },
+    #[error("upstream TLS: CA file {path}: {message}")]
+    Tls { path: PathBuf, message: String },
 }
 
 /// Where an upstream record came from: its `tern-*` headers.

@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use tern_gateway::config::{ByteSize, HumanDuration};
 use tern_gateway::shutdown;
 use tern_gateway::upstream::{
-    self, Codec, EdgeLog, EdgeLogError, EdgeRecord, StatusMap, UpstreamConfig,
+    self, Codec, EdgeLog, EdgeLogError, EdgeRecord, StatusMap, TlsSettings, UpstreamConfig,
 };
 use tern_tests::{KafkaCluster, now_ms};
 use tokio::sync::watch;
@@ -124,13 +124,10 @@ struct Forwarder {
 }
 
 impl Forwarder {
-    fn start(cluster: &KafkaCluster, log: &MemoryLog) -> anyhow::Result<Self> {
+    fn start(bootstrap: &str, log: &MemoryLog, tls: Option<TlsSettings>) -> anyhow::Result<Self> {
         let config = UpstreamConfig {
-            bootstrap: cluster
-                .proxied_bootstrap()
-                .split(',')
-                .map(str::to_owned)
-                .collect(),
+            bootstrap: bootstrap.split(',').map(str::to_owned).collect(),
+            tls,
             gateway_id: Some("gw-e2e".to_owned()),
             compression: Codec::Lz4,
             max_batch_bytes: ByteSize(16 * 1024),
@@ -242,7 +239,7 @@ fn forwarder_mirrors_exactly_once_across_link_cuts_leader_crash_and_its_own_cras
     }
 
     // A first forwarder creates the topic and gets part-way, then is cut off mid-flight.
-    let forwarder = Forwarder::start(&cluster, &log)?;
+    let forwarder = Forwarder::start(&cluster.proxied_bootstrap(), &log, None)?;
     forwarder.wait_until(&log, |_| 500, Duration::from_secs(120))?;
     drop(forwarder);
     let state = cluster.describe_topic(UPSTREAM)?;
@@ -250,7 +247,7 @@ fn forwarder_mirrors_exactly_once_across_link_cuts_leader_crash_and_its_own_cras
     assert!(state.iter().all(|p| p.replicas.len() == 3), "{state:?}");
 
     // A restarted forwarder resumes; meanwhile records keep coming and partition 0's leader dies.
-    let forwarder = Forwarder::start(&cluster, &log)?;
+    let forwarder = Forwarder::start(&cluster.proxied_bootstrap(), &log, None)?;
     for p in 0..PARTITIONS {
         log.append(p, 1_000);
     }
@@ -302,4 +299,20 @@ fn forwarder_mirrors_exactly_once_across_link_cuts_leader_crash_and_its_own_cras
         );
     }
     Ok(())
+}
+
+#[test]
+fn forwarder_speaks_tls_to_kafka_with_a_custom_ca() -> anyhow::Result<()> {
+    let cluster = KafkaCluster::start()?;
+    let log = MemoryLog::new();
+    for p in 0..PARTITIONS {
+        log.append(p, 300);
+    }
+    let tls = TlsSettings {
+        ca_file: cluster.tls_ca(),
+    };
+    let forwarder = Forwarder::start(&cluster.tls_bootstrap(), &log, Some(tls))?;
+    forwarder.wait_until(&log, |p| log.end(p), Duration::from_secs(120))?;
+    drop(forwarder);
+    assert_mirrors(&cluster, &log)
 }
