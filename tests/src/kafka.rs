@@ -33,7 +33,7 @@ const BROKER_JVM: &[&str] = &["-Xmx256m", "-Xms64m", "-XX:+UseSerialGC"];
 pub const SASL_USER: &str = "tern";
 pub const SASL_PASSWORD: &str = "tern-secret";
 /// How long a node may take to report "Kafka Server started" (JVM start on a loaded machine).
-const START_TIMEOUT: Duration = Duration::from_secs(120);
+const START_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The jars' directory, fetched through Maven on first use.
 pub fn kafka_classpath() -> anyhow::Result<String> {
