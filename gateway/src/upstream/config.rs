@@ -32,6 +32,9 @@ pub struct UpstreamConfig {
     pub backoff_max: HumanDuration,
     /// How often new edge topics are looked for.
     pub discover_interval: HumanDuration,
+    /// Catch-up waits until the follower's end offset stays the same for this long, so a batch
+    /// an interrupted request left on the leader shows up before tern decides what to resend.
+    pub catch_up_settle: HumanDuration,
     pub sasl: Option<SaslSettings>,
     pub tls: Option<TlsSettings>,
 }
@@ -50,6 +53,7 @@ impl Default for UpstreamConfig {
             backoff_min: HumanDuration(std::time::Duration::from_millis(100)),
             backoff_max: HumanDuration(std::time::Duration::from_secs(30)),
             discover_interval: HumanDuration(std::time::Duration::from_secs(1)),
+            catch_up_settle: HumanDuration(std::time::Duration::from_millis(500)),
             sasl: None,
             tls: None,
         }

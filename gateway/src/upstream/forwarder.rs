@@ -197,6 +197,7 @@ impl<L: EdgeLog> PartitionForwarder<L> {
             .offsets(topic, partition)
             .map_err(|e| edge_error("offsets", e))?;
         let cursor = self.log.cursor(&self.cursor_name(), topic, partition);
+        self.settle(upstream).await?;
         let upstream_next = match upstream.next_edge_offset(&self.source).await? {
             Some(next) => next,
             None => {
@@ -226,6 +227,21 @@ impl<L: EdgeLog> PartitionForwarder<L> {
                 .map_err(|e| edge_error("commit cursor", e))?;
         }
         Ok(next)
+    }
+
+    /// Waits until the follower's end offset holds still for `catch_up_settle`: a request cut
+    /// off in flight may have left a batch on the leader that is not committed yet, and resending
+    /// it before it shows would duplicate it.
+    async fn settle(&self, upstream: &UpstreamPartition) -> Result<(), UpstreamError> {
+        let mut end = upstream.end_offset().await?;
+        loop {
+            tokio::time::sleep(self.config.catch_up_settle.0).await;
+            let now = upstream.end_offset().await?;
+            if now == end {
+                return Ok(());
+            }
+            end = now;
+        }
     }
 
     fn forwarded(&self) -> u64 {

@@ -135,6 +135,14 @@ pub struct UpstreamPartition {
 }
 
 impl UpstreamPartition {
+    /// The follower's end offset (its high watermark: only records every in-sync replica holds).
+    pub async fn end_offset(&self) -> Result<i64, UpstreamError> {
+        self.client
+            .get_offset(OffsetAt::Latest)
+            .await
+            .map_err(|e| self.error("list offsets", e))
+    }
+
     /// The catch-up question: the edge offset after the last record this follower holds (0 when
     /// it never held any), from the `tern-offset` header of its last record. `None` when it held
     /// records but retention removed them all, so there is no last record to ask. Fails when the
