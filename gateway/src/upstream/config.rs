@@ -18,7 +18,8 @@ pub struct UpstreamConfig {
     pub gateway_id: Option<String>,
     /// Upstream topic of edge topic `t`: `{topic_prefix}{gateway_id}.{t}`.
     pub topic_prefix: String,
-    /// Edge topics to forward; empty forwards every topic.
+    /// Edge topics to forward; empty forwards every topic. Internal topics (names starting with
+    /// `__`, such as the MQTT session state) are never forwarded.
     pub topics: Vec<String>,
     /// Only `mirror` (exactly once, one upstream topic per edge topic) is implemented.
     pub mode: Mode,
@@ -145,6 +146,14 @@ impl UpstreamConfig {
     }
 }
 
+impl UpstreamConfig {
+    /// Whether edge topic `topic` is forwarded.
+    pub fn forwards(&self, topic: &str) -> bool {
+        !topic.starts_with("__")
+            && (self.topics.is_empty() || self.topics.iter().any(|t| t == topic))
+    }
+}
+
 /// Kafka topic names allow `[A-Za-z0-9._-]` and at most 249 characters.
 pub fn check_topic_part(part: &str) -> Result<(), String> {
     match part
@@ -161,6 +170,17 @@ pub fn check_topic_part(part: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn internal_topics_are_never_forwarded() {
+        let mut config = UpstreamConfig::default();
+        assert!(config.forwards("sensors"));
+        assert!(!config.forwards("__mqtt_state"));
+        config.topics = vec!["alarms".into(), "__mqtt_state".into()];
+        assert!(config.forwards("alarms"));
+        assert!(!config.forwards("sensors"));
+        assert!(!config.forwards("__mqtt_state"));
+    }
 
     #[test]
     fn defaults_need_only_bootstrap_servers() {

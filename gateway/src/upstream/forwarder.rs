@@ -47,7 +47,7 @@ pub async fn run<L: EdgeLog>(
     let mut tasks = JoinSet::new();
     loop {
         for (topic, partitions) in log.topics() {
-            if !config.topics.is_empty() && !config.topics.contains(&topic) {
+            if !config.forwards(&topic) {
                 continue;
             }
             for partition in 0..partitions {
