@@ -19,6 +19,10 @@ packages=(
   e2fsprogs mount util-linux
   # A C compiler for the bundled SQLite of the bench's comparison (feature bench-sqlite).
   gcc libc6-dev
+  # The real Apache Kafka 4.x test cluster (tests/src/kafka.rs): Java 17 and Maven for its jars.
+  openjdk-17-jre-headless maven
+  # Certificates for the Kafka test cluster's TLS listener and the MQTT TLS tests.
+  openssl
 )
 
 missing=()
@@ -43,4 +47,7 @@ if ! command -v defmt-print >/dev/null; then
   echo "ensure-deps: installing defmt-print"
   cargo install --quiet --locked defmt-print
 fi
+# The Kafka jars (tests/kafka/pom.xml), copied into tests/kafka/cache once and kept there.
+"$(dirname "${BASH_SOURCE[0]}")/kafka-cluster.sh" fetch
+
 echo "ensure-deps: all present"

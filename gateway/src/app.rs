@@ -12,6 +12,7 @@ use crate::log::{Log, LogMetrics};
 use crate::metrics::{MetricsSource, ProcessMetrics};
 use crate::mqtt::{Broker, LogStore, MqttListener, MqttMetrics};
 use crate::shutdown::{self, Shutdown, Signals};
+use crate::upstream::{self, UpstreamMetrics};
 
 /// Runs the gateway until SIGINT/SIGTERM, then shuts down gracefully.
 pub fn serve(config: Config) -> anyhow::Result<()> {
@@ -54,11 +55,18 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
         mqtt.local_addr().context("MQTT listener has no address")?
     );
 
-    let sources: Vec<Arc<dyn MetricsSource>> = vec![
+    let upstream_status = upstream::StatusMap::default();
+    let mut sources: Vec<Arc<dyn MetricsSource>> = vec![
         Arc::new(ProcessMetrics::new()),
         Arc::new(LogMetrics(log.clone())),
         mqtt_metrics,
     ];
+    if !config.upstream.is_empty() {
+        sources.push(Arc::new(UpstreamMetrics::new(
+            Arc::clone(&upstream_status),
+            log.clone(),
+        )));
+    }
     let admin = AdminServer::bind(config.admin.listen, sources).await?;
     tracing::info!(
         "admin endpoint listening on {}",
@@ -68,6 +76,21 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
     );
     let admin_task = tokio::spawn(admin.run(shutdown.clone()));
     let mqtt_task = tokio::spawn(mqtt.run(shutdown.clone()));
+    let upstream_tasks: Vec<_> = config
+        .upstream
+        .iter()
+        .map(|settings| {
+            let gateway = upstream::gateway_id(settings);
+            tracing::info!(%gateway, bootstrap = ?settings.bootstrap, "forwarding upstream");
+            tokio::spawn(upstream::run(
+                settings.clone(),
+                gateway,
+                log.clone(),
+                Arc::clone(&upstream_status),
+                shutdown.clone(),
+            ))
+        })
+        .collect();
 
     tracing::info!("tern {} ready", env!("CARGO_PKG_VERSION"));
     shutdown.wait().await;
@@ -75,6 +98,11 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
     let grace = config.shutdown.grace.0;
     let drained = async {
         let _ = mqtt_task.await;
+        for task in upstream_tasks {
+            if let Ok(Err(err)) = task.await {
+                tracing::warn!(%err, "upstream forwarding failed");
+            }
+        }
         let _ = admin_task.await;
     };
     if tokio::time::timeout(grace, drained).await.is_err() {

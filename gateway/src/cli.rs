@@ -177,6 +177,13 @@ pub struct ServeArgs {
     /// Address of the admin HTTP endpoint (/healthz, /metrics) [default: 127.0.0.1:9090].
     #[arg(long, value_name = "ADDR")]
     pub admin_listen: Option<SocketAddr>,
+    /// Forward every topic to this Kafka cluster in mirror mode with default settings
+    /// (replaces the file's [[upstream]]).
+    #[arg(long, value_name = "BOOTSTRAP[,BOOTSTRAP...]", value_delimiter = ',')]
+    pub kafka: Option<Vec<String>>,
+    /// This gateway's name in upstream topic names [default: the host name].
+    #[arg(long, value_name = "ID")]
+    pub gateway_id: Option<String>,
 }
 
 impl ServeArgs {
@@ -186,6 +193,8 @@ impl ServeArgs {
             data_dir: self.data_dir.clone(),
             mqtt_listen: self.mqtt_listen,
             admin_listen: self.admin_listen,
+            kafka: self.kafka.clone(),
+            gateway_id: self.gateway_id.clone(),
         }
     }
 }

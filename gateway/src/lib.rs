@@ -13,3 +13,4 @@ pub mod logging;
 pub mod metrics;
 pub mod mqtt;
 pub mod shutdown;
+pub mod upstream;

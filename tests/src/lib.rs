@@ -2,6 +2,12 @@
 //! is ready, talks HTTP to its admin endpoint, and cleans up its temporary data directories.
 //! Every process it starts is ended by its own PID when the handle drops.
 
+pub mod kafka;
+pub mod kafka_tools;
+pub mod proxy;
+
+pub use kafka::KafkaCluster;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -43,6 +49,14 @@ fn build_tern() -> anyhow::Result<PathBuf> {
         bail!("tern binary missing at {} after building", binary.display());
     }
     Ok(binary)
+}
+
+/// Wall-clock milliseconds since the epoch, for record timestamps: Kafka's retention (7 days by
+/// default) removes records with older timestamps right after they arrive.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The repository root.

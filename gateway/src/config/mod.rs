@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 pub use units::{ByteSize, HumanDuration};
 
 pub use crate::mqtt::config::{MqttConfig, RouteConfig, RouteKey};
+use crate::upstream::UpstreamConfig;
 
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +54,10 @@ pub struct Config {
     /// `[[route]]`: MQTT topic filters mapped to log topics, first match wins.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub route: Vec<RouteConfig>,
+    /// `[[upstream]]`: the Kafka cluster the log is forwarded to (at most one for now). None by
+    /// default: tern then only stores.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub upstream: Vec<UpstreamConfig>,
 }
 
 impl Default for Config {
@@ -65,6 +70,7 @@ impl Default for Config {
             shutdown: ShutdownConfig::default(),
             log: crate::log::LogConfig::default(),
             route: Vec::new(),
+            upstream: Vec::new(),
         }
     }
 }
@@ -140,6 +146,11 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     pub mqtt_listen: Option<SocketAddr>,
     pub admin_listen: Option<SocketAddr>,
+    /// `--kafka`: forward to these bootstrap servers with default settings (replaces the file's
+    /// `[[upstream]]`).
+    pub kafka: Option<Vec<String>>,
+    /// `--gateway-id`: this gateway's name upstream.
+    pub gateway_id: Option<String>,
 }
 
 /// Loads `path` (or the built-in defaults when `None`), applies `overrides` and validates.
@@ -192,6 +203,17 @@ impl Config {
         if let Some(addr) = overrides.admin_listen {
             self.admin.listen = addr;
         }
+        if let Some(bootstrap) = &overrides.kafka {
+            self.upstream = vec![UpstreamConfig {
+                bootstrap: bootstrap.clone(),
+                ..UpstreamConfig::default()
+            }];
+        }
+        if let Some(id) = &overrides.gateway_id {
+            for upstream in &mut self.upstream {
+                upstream.gateway_id = Some(id.clone());
+            }
+        }
     }
 
     /// Checks what types alone cannot: relations between keys and sensible ranges.
@@ -207,6 +229,14 @@ impl Config {
         }
         if self.shutdown.grace.0.is_zero() {
             return Err(invalid("shutdown.grace", "must be longer than zero"));
+        }
+        if self.upstream.len() > 1 {
+            return Err(invalid("upstream", "only one [[upstream]] is supported"));
+        }
+        for upstream in &self.upstream {
+            upstream
+                .validate()
+                .map_err(|(key, message)| invalid(&key, message))?;
         }
         self.mqtt.validate(&self.route)?;
         self.log
@@ -299,6 +329,7 @@ mod tests {
             data_dir: Some(PathBuf::from("/d")),
             mqtt_listen: Some("127.0.0.1:2".parse().expect("addr")),
             admin_listen: None,
+            ..Overrides::default()
         });
         assert_eq!(config.data_dir, PathBuf::from("/d"));
         assert_eq!(config.mqtt.listen.port(), 2);
@@ -323,6 +354,31 @@ mod tests {
         let config = parse("[[log.topic]]\nname = \"a/b\"\n", Path::new("t.toml")).expect("parses");
         let err = config.validate().expect_err("bad name");
         assert!(err.to_string().contains("log.topic[0].name"), "{err}");
+    }
+
+    #[test]
+    fn kafka_flag_forwards_with_defaults_and_names_bad_upstream_keys() {
+        let mut config = Config::default();
+        config.apply(&Overrides {
+            kafka: Some(vec!["127.0.0.1:9092".into(), "127.0.0.1:9093".into()]),
+            gateway_id: Some("pi-7".into()),
+            ..Overrides::default()
+        });
+        assert_eq!(config.upstream.len(), 1);
+        assert_eq!(config.upstream[0].bootstrap.len(), 2);
+        assert_eq!(config.upstream[0].gateway_id.as_deref(), Some("pi-7"));
+        assert!(config.validate().is_ok());
+        let text = config.to_toml().expect("prints");
+        assert_eq!(parse(&text, Path::new("printed")).expect("parses"), config);
+        let err = parse(
+            "[[upstream]]\nbootstrap = [\"k:1\"]\ncompression = \"brotli\"\n",
+            Path::new("t.toml"),
+        )
+        .expect_err("bad codec");
+        assert!(err.to_string().contains("compression"), "{err}");
+        config.upstream[0].bootstrap.clear();
+        let err = config.validate().expect_err("no servers");
+        assert!(err.to_string().contains("upstream.bootstrap"), "{err}");
     }
 
     #[test]

@@ -2,8 +2,10 @@
 
 mod bench;
 mod foundation;
+mod kafka;
 mod log;
 mod mqtt;
 mod mqtt_bench;
 mod mqtt_durability;
 mod readings;
+mod upstream;

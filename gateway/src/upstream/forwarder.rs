@@ -1,0 +1,264 @@
+//! Mirror-mode forwarding: one task per edge partition copies its durable records, oldest first
+//! and in large batches, to partition p of `{prefix}{gateway_id}.{topic}`. Each session starts
+//! with the catch-up protocol — ask the follower for the `tern-offset` of its last record and
+//! resume after it — and every error ends the session, so the next one asks again. That keeps
+//! forwarding exactly once across reconnects, gateway crashes and broker failover. Progress is
+//! also committed to the log's cursor store (it holds retention back). It never appends to the
+//! edge log and never talks to Kafka except through `kafka.rs`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use tokio::task::JoinSet;
+
+use super::config::UpstreamConfig;
+use super::edge::EdgeLog;
+use super::kafka::{KafkaUpstream, UpstreamPartition};
+use super::{Provenance, UpstreamError, upstream_topic};
+use crate::shutdown::Shutdown;
+
+/// Per-partition progress, shared with the metrics endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionStatus {
+    /// Next edge offset to forward (everything before it is upstream).
+    pub next: u64,
+    pub forwarded_records: u64,
+    pub forwarded_bytes: u64,
+    pub connected: bool,
+    pub last_error: Option<String>,
+}
+
+/// Status of every forwarded partition, keyed by (edge topic, partition).
+pub type StatusMap = Arc<Mutex<BTreeMap<(String, u32), PartitionStatus>>>;
+
+/// Forwards the edge log to one upstream cluster until `shutdown` fires.
+pub async fn run<L: EdgeLog>(
+    config: UpstreamConfig,
+    gateway: String,
+    log: L,
+    status: StatusMap,
+    mut shutdown: Shutdown,
+) -> Result<(), UpstreamError> {
+    let Some(kafka) = connect(&config, &mut shutdown).await else {
+        return Ok(());
+    };
+    let kafka = Arc::new(kafka);
+    let mut running = HashSet::new();
+    let mut tasks = JoinSet::new();
+    loop {
+        for (topic, partitions) in log.topics() {
+            if !config.forwards(&topic) {
+                continue;
+            }
+            for partition in 0..partitions {
+                if running.insert((topic.clone(), partition)) {
+                    let forwarder = PartitionForwarder {
+                        config: config.clone(),
+                        kafka: Arc::clone(&kafka),
+                        log: log.clone(),
+                        upstream_topic: upstream_topic(&config.topic_prefix, &gateway, &topic),
+                        partitions,
+                        source: Provenance {
+                            gateway: gateway.clone(),
+                            topic: topic.clone(),
+                            partition,
+                        },
+                        status: Arc::clone(&status),
+                    };
+                    tasks.spawn(forwarder.run(shutdown.clone()));
+                }
+            }
+        }
+        tokio::select! {
+            () = shutdown.wait() => break,
+            () = tokio::time::sleep(config.discover_interval.0) => {}
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Connects with backoff; `None` when shutdown came first.
+async fn connect(config: &UpstreamConfig, shutdown: &mut Shutdown) -> Option<KafkaUpstream> {
+    let mut backoff = config.backoff_min.0;
+    loop {
+        match KafkaUpstream::connect(config).await {
+            Ok(kafka) => return Some(kafka),
+            Err(err) => tracing::warn!(%err, ?backoff, "upstream unreachable, retrying"),
+        }
+        tokio::select! {
+            () = shutdown.wait() => return None,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(config.backoff_max.0);
+    }
+}
+
+struct PartitionForwarder<L> {
+    config: UpstreamConfig,
+    kafka: Arc<KafkaUpstream>,
+    log: L,
+    upstream_topic: String,
+    partitions: u32,
+    source: Provenance,
+    status: StatusMap,
+}
+
+impl<L: EdgeLog> PartitionForwarder<L> {
+    /// The cursor holding this upstream's progress in the log's cursor store.
+    fn cursor_name(&self) -> String {
+        format!("upstream:{}", self.upstream_topic)
+    }
+
+    async fn run(self, mut shutdown: Shutdown) {
+        let mut backoff = self.config.backoff_min.0;
+        loop {
+            let forwarded_before = self.forwarded();
+            let ended = tokio::select! {
+                () = shutdown.wait() => return,
+                result = self.session() => result,
+            };
+            // A session only ends without an error when the edge log closes.
+            let Err(err) = ended else { return };
+            if self.forwarded() > forwarded_before {
+                backoff = self.config.backoff_min.0;
+            }
+            tracing::warn!(topic = %self.source.topic, partition = self.source.partition, %err, ?backoff, "forwarding interrupted");
+            self.update(|s| {
+                s.connected = false;
+                s.last_error = Some(err.to_string());
+            });
+            tokio::select! {
+                () = shutdown.wait() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(self.config.backoff_max.0);
+        }
+    }
+
+    /// One connected session: catch up, then forward until an error or until the log closes.
+    async fn session(&self) -> Result<(), UpstreamError> {
+        let (topic, partition) = (&self.source.topic, self.source.partition);
+        self.kafka
+            .ensure_topic(
+                &self.upstream_topic,
+                self.partitions,
+                self.config.replication_factor,
+            )
+            .await?;
+        let upstream = self
+            .kafka
+            .partition(&self.upstream_topic, partition)
+            .await?;
+        let mut next = self.catch_up(&upstream).await?;
+        self.update(|s| {
+            s.connected = true;
+            s.next = next;
+        });
+        let mut durable_end = self
+            .log
+            .subscribe(topic, partition)
+            .map_err(|e| edge_error("subscribe", e))?;
+        let max_bytes = usize::try_from(self.config.max_batch_bytes.0).unwrap_or(usize::MAX);
+        loop {
+            let batch = self
+                .log
+                .read(topic, partition, next, max_bytes)
+                .map_err(|e| edge_error("read", e))?;
+            let Some(last) = batch.last().map(|r| r.offset) else {
+                if durable_end.changed().await.is_err() {
+                    return Ok(());
+                }
+                continue;
+            };
+            upstream
+                .produce(&batch, &self.source, self.config.compression)
+                .await?;
+            next = last + 1;
+            self.log
+                .commit_cursor(&self.cursor_name(), topic, partition, next)
+                .await
+                .map_err(|e| edge_error("commit cursor", e))?;
+            let bytes: usize = batch.iter().map(|r| r.size()).sum();
+            self.update(|s| {
+                s.next = next;
+                s.forwarded_records += batch.len() as u64;
+                s.forwarded_bytes += bytes as u64;
+                s.last_error = None;
+            });
+        }
+    }
+
+    /// Where to resume: after the last record the follower holds, clamped to the edge log.
+    async fn catch_up(&self, upstream: &UpstreamPartition) -> Result<u64, UpstreamError> {
+        let (topic, partition) = (&self.source.topic, self.source.partition);
+        let (start, end) = self
+            .log
+            .offsets(topic, partition)
+            .map_err(|e| edge_error("offsets", e))?;
+        let cursor = self.log.cursor(&self.cursor_name(), topic, partition);
+        self.settle(upstream).await?;
+        let upstream_next = match upstream.next_edge_offset(&self.source).await? {
+            Some(next) => next,
+            None => {
+                // Upstream retention removed every record: our own cursor is the best record left.
+                tracing::warn!(%topic, partition, ?cursor, "upstream partition has no records left; resuming from the forwarder's cursor");
+                cursor.unwrap_or(start)
+            }
+        };
+        if upstream_next > end {
+            return Err(UpstreamError::AheadOfEdge {
+                topic: topic.clone(),
+                partition,
+                upstream_next,
+                edge_end: end,
+            });
+        }
+        let next = if upstream_next < start {
+            tracing::warn!(%topic, partition, lost = start - upstream_next, "records left the edge log before they were forwarded");
+            start
+        } else {
+            upstream_next
+        };
+        if cursor != Some(next) {
+            self.log
+                .commit_cursor(&self.cursor_name(), topic, partition, next)
+                .await
+                .map_err(|e| edge_error("commit cursor", e))?;
+        }
+        Ok(next)
+    }
+
+    /// Waits until the follower's end offset holds still for `catch_up_settle`: a request cut
+    /// off in flight may have left a batch on the leader that is not committed yet, and resending
+    /// it before it shows would duplicate it.
+    async fn settle(&self, upstream: &UpstreamPartition) -> Result<(), UpstreamError> {
+        let mut end = upstream.end_offset().await?;
+        loop {
+            tokio::time::sleep(self.config.catch_up_settle.0).await;
+            let now = upstream.end_offset().await?;
+            if now == end {
+                return Ok(());
+            }
+            end = now;
+        }
+    }
+
+    fn forwarded(&self) -> u64 {
+        let map = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&(self.source.topic.clone(), self.source.partition))
+            .map_or(0, |s| s.forwarded_records)
+    }
+
+    fn update(&self, change: impl FnOnce(&mut PartitionStatus)) {
+        let mut map = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        change(
+            map.entry((self.source.topic.clone(), self.source.partition))
+                .or_default(),
+        );
+    }
+}
+
+fn edge_error(op: &'static str, source: super::edge::EdgeLogError) -> UpstreamError {
+    UpstreamError::Edge { op, source }
+}

@@ -1,0 +1,335 @@
+//! The Kafka side of forwarding, and the only module that imports the Kafka client (rskafka):
+//! connecting (TLS via rustls with a custom CA, SASL), creating upstream topics, asking a follower partition where it is (end
+//! offset and the `tern-offset` header of its last record) and producing batches with acks=all.
+//! It never retries a produce itself: rskafka's internal retries are switched off, because a
+//! retried produce whose first attempt was stored would duplicate records. The forwarder re-runs
+//! the catch-up protocol after every error instead.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rskafka::BackoffConfig;
+use rskafka::chrono::{DateTime, Utc};
+use rskafka::client::error::{Error as ClientError, ProtocolError};
+use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, UnknownTopicHandling};
+use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
+use rskafka::record::Record;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+use super::config::{Codec, SaslMechanism, TlsSettings, UpstreamConfig};
+use super::edge::EdgeRecord;
+use super::{Provenance, UpstreamError};
+
+/// Header names tern adds to every upstream record.
+pub const H_GATEWAY: &str = "tern-gateway";
+pub const H_TOPIC: &str = "tern-topic";
+pub const H_PARTITION: &str = "tern-partition";
+pub const H_OFFSET: &str = "tern-offset";
+
+/// A connection to the upstream cluster.
+#[derive(Debug)]
+pub struct KafkaUpstream {
+    client: Client,
+    bootstrap: String,
+}
+
+impl KafkaUpstream {
+    pub async fn connect(config: &UpstreamConfig) -> Result<Self, UpstreamError> {
+        let bootstrap = config.bootstrap.join(",");
+        let no_retry = BackoffConfig {
+            deadline: Some(Duration::ZERO),
+            ..BackoffConfig::default()
+        };
+        let mut builder = ClientBuilder::new(config.bootstrap.clone())
+            .client_id("tern")
+            .backoff_config(no_retry);
+        if let Some(sasl) = &config.sasl {
+            let credentials = Credentials::new(sasl.username.clone(), sasl.password.clone());
+            builder = builder.sasl_config(match sasl.mechanism {
+                SaslMechanism::Plain => SaslConfig::Plain(credentials),
+                SaslMechanism::ScramSha256 => SaslConfig::ScramSha256(credentials),
+                SaslMechanism::ScramSha512 => SaslConfig::ScramSha512(credentials),
+            });
+        }
+        if let Some(tls) = &config.tls {
+            builder = builder.tls_config(tls_config(tls)?);
+        }
+        let client = builder.build().await.map_err(|e| UpstreamError::Connect {
+            bootstrap: bootstrap.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(Self { client, bootstrap })
+    }
+
+    /// Creates `topic` with `partitions` partitions unless it exists. A cluster that refuses
+    /// (policy, ACLs, too few brokers) yields [`UpstreamError::MissingTopic`] naming the topic.
+    pub async fn ensure_topic(
+        &self,
+        topic: &str,
+        partitions: u32,
+        replication: u16,
+    ) -> Result<(), UpstreamError> {
+        let exists = |topics: &[rskafka::topic::Topic]| topics.iter().any(|t| t.name == topic);
+        let listed = self
+            .client
+            .list_topics()
+            .await
+            .map_err(|e| self.error("list topics", topic, e))?;
+        if exists(&listed) {
+            return Ok(());
+        }
+        let controller = self
+            .client
+            .controller_client()
+            .map_err(|e| self.error("create topic", topic, e))?;
+        let (partitions, replication) = (
+            i32::try_from(partitions).unwrap_or(i32::MAX),
+            i16::try_from(replication).unwrap_or(i16::MAX),
+        );
+        match controller
+            .create_topic(topic, partitions, replication, 10_000)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(ClientError::ServerError {
+                protocol_error: ProtocolError::TopicAlreadyExists,
+                ..
+            }) => Ok(()),
+            Err(err) => Err(UpstreamError::MissingTopic {
+                topic: topic.to_owned(),
+                reason: err.to_string(),
+            }),
+        }
+    }
+
+    /// A handle on `topic`/`partition` at its current leader.
+    pub async fn partition(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<UpstreamPartition, UpstreamError> {
+        let index = i32::try_from(partition).unwrap_or(i32::MAX);
+        let client = self
+            .client
+            .partition_client(topic, index, UnknownTopicHandling::Error)
+            .await
+            .map_err(|e| self.error("find partition leader", topic, e))?;
+        Ok(UpstreamPartition { client })
+    }
+
+    fn error(&self, op: &'static str, topic: &str, err: ClientError) -> UpstreamError {
+        UpstreamError::Kafka {
+            op,
+            topic: topic.to_owned(),
+            message: format!("{err} (bootstrap {})", self.bootstrap),
+        }
+    }
+}
+
+/// One upstream partition, the follower of one edge partition.
+#[derive(Debug)]
+pub struct UpstreamPartition {
+    client: PartitionClient,
+}
+
+impl UpstreamPartition {
+    /// The follower's end offset (its high watermark: only records every in-sync replica holds).
+    pub async fn end_offset(&self) -> Result<i64, UpstreamError> {
+        self.client
+            .get_offset(OffsetAt::Latest)
+            .await
+            .map_err(|e| self.error("list offsets", e))
+    }
+
+    /// The catch-up question: the edge offset after the last record this follower holds (0 when
+    /// it never held any), from the `tern-offset` header of its last record. `None` when it held
+    /// records but retention removed them all, so there is no last record to ask. Fails when the
+    /// last record was not mirrored from `source`.
+    pub async fn next_edge_offset(
+        &self,
+        source: &Provenance,
+    ) -> Result<Option<u64>, UpstreamError> {
+        let end = self
+            .client
+            .get_offset(OffsetAt::Latest)
+            .await
+            .map_err(|e| self.error("list offsets", e))?;
+        if end <= 0 {
+            return Ok(Some(0));
+        }
+        let start = self
+            .client
+            .get_offset(OffsetAt::Earliest)
+            .await
+            .map_err(|e| self.error("list offsets", e))?;
+        if start >= end {
+            return Ok(None);
+        }
+        let (records, _high_watermark) = self
+            .client
+            .fetch_records(end - 1, 1..8 * 1024 * 1024, 1_000)
+            .await
+            .map_err(|e| self.error("fetch last record", e))?;
+        let last = records
+            .iter()
+            .find(|r| r.offset == end - 1)
+            .ok_or_else(|| {
+                self.error_text(
+                    "fetch last record",
+                    format!("no record at offset {}", end - 1),
+                )
+            })?;
+        let headers = &last.record.headers;
+        let offset = headers
+            .get(H_OFFSET)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let origin_matches = headers.get(H_TOPIC).map(Vec::as_slice)
+            == Some(source.topic.as_bytes())
+            && headers.get(H_PARTITION).map(Vec::as_slice)
+                == Some(source.partition.to_string().as_bytes());
+        match offset {
+            Some(offset) if origin_matches => Ok(Some(offset + 1)),
+            _ => Err(UpstreamError::NotMirrored {
+                topic: self.client.topic().to_owned(),
+                partition: source.partition,
+                offset: u64::try_from(end - 1).unwrap_or(0),
+            }),
+        }
+    }
+
+    /// Produces `records` with acks=all as one batch.
+    pub async fn produce(
+        &self,
+        records: &[EdgeRecord],
+        source: &Provenance,
+        codec: Codec,
+    ) -> Result<(), UpstreamError> {
+        let batch: Vec<Record> = records.iter().map(|r| upstream_record(r, source)).collect();
+        self.client
+            .produce(batch, compression(codec))
+            .await
+            .map_err(|e| self.error("produce", e))?;
+        Ok(())
+    }
+
+    fn error(&self, op: &'static str, err: ClientError) -> UpstreamError {
+        self.error_text(op, err.to_string())
+    }
+
+    fn error_text(&self, op: &'static str, message: String) -> UpstreamError {
+        UpstreamError::Kafka {
+            op,
+            topic: format!("{}/{}", self.client.topic(), self.client.partition()),
+            message,
+        }
+    }
+}
+
+/// A rustls client configuration trusting the CAs in `settings.ca_file` (PEM).
+fn tls_config(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, UpstreamError> {
+    let path = &settings.ca_file;
+    let tls_error = |message: String| UpstreamError::Tls {
+        path: path.clone(),
+        message,
+    };
+    let pem = std::fs::read(path).map_err(|e| tls_error(e.to_string()))?;
+    let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| tls_error(format!("not a PEM certificate file: {e}")))?;
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(certificates);
+    if added == 0 {
+        return Err(tls_error("holds no usable CA certificate".to_owned()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// The upstream copy of an edge record: key, value, timestamp and headers, then tern's headers
+/// (which replace edge headers of the same name). rskafka keeps headers in a map, so repeated
+/// edge header names keep only their last value.
+pub fn upstream_record(record: &EdgeRecord, source: &Provenance) -> Record {
+    let mut headers: BTreeMap<String, Vec<u8>> = record.headers.iter().cloned().collect();
+    headers.insert(H_GATEWAY.to_owned(), source.gateway.clone().into_bytes());
+    headers.insert(H_TOPIC.to_owned(), source.topic.clone().into_bytes());
+    headers.insert(
+        H_PARTITION.to_owned(),
+        source.partition.to_string().into_bytes(),
+    );
+    headers.insert(H_OFFSET.to_owned(), record.offset.to_string().into_bytes());
+    Record {
+        key: record.key.clone(),
+        value: Some(record.value.clone()),
+        headers,
+        timestamp: DateTime::<Utc>::from_timestamp_millis(record.timestamp_ms).unwrap_or_default(),
+    }
+}
+
+fn compression(codec: Codec) -> Compression {
+    match codec {
+        Codec::None => Compression::NoCompression,
+        Codec::Gzip => Compression::Gzip,
+        Codec::Lz4 => Compression::Lz4,
+        Codec::Snappy => Compression::Snappy,
+        Codec::Zstd => Compression::Zstd,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ca_file_without_certificates_is_a_clear_error() -> std::io::Result<()> {
+        let path = std::env::temp_dir().join(format!("tern-ca-{}.pem", std::process::id()));
+        std::fs::write(&path, "not a certificate\n")?;
+        let result = tls_config(&TlsSettings {
+            ca_file: path.clone(),
+        });
+        std::fs::remove_file(&path)?;
+        let err = result.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("holds no usable CA certificate"), "{err}");
+        let missing = tls_config(&TlsSettings {
+            ca_file: path.clone(),
+        });
+        assert!(matches!(missing, Err(UpstreamError::Tls { .. })));
+        Ok(())
+    }
+
+    #[test]
+    fn upstream_records_carry_edge_fields_and_tern_headers() {
+        let edge = EdgeRecord {
+            offset: 42,
+            timestamp_ms: 1_700_000_000_123,
+            key: Some(b"k".to_vec()),
+            value: b"v".to_vec(),
+            headers: vec![
+                ("tern-offset".into(), b"spoofed".to_vec()),
+                ("unit".into(), b"C".to_vec()),
+            ],
+        };
+        let source = Provenance {
+            gateway: "gw1".into(),
+            topic: "sensors".into(),
+            partition: 3,
+        };
+        let record = upstream_record(&edge, &source);
+        assert_eq!(record.key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(record.value.as_deref(), Some(&b"v"[..]));
+        assert_eq!(record.timestamp.timestamp_millis(), 1_700_000_000_123);
+        let header = |name: &str| record.headers.get(name).map(Vec::as_slice);
+        assert_eq!(header("unit"), Some(&b"C"[..]));
+        assert_eq!(header(H_OFFSET), Some(&b"42"[..]));
+        assert_eq!(header(H_GATEWAY), Some(&b"gw1"[..]));
+        assert_eq!(header(H_TOPIC), Some(&b"sensors"[..]));
+        assert_eq!(header(H_PARTITION), Some(&b"3"[..]));
+    }
+}

@@ -1,0 +1,287 @@
+//! Kafka's own command-line tools, run from the cluster's jars: topic creation and description,
+//! end offsets, and the console consumer that tests use to see what really reached Kafka. This is
+//! the independent check of tern's forwarding, so it must never use tern's code or its Kafka
+//! client; it only parses the tools' text output.
+
+use std::process::Output;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::kafka::{KafkaCluster, java};
+
+/// JVM flags for short-lived tools: quick start, small heap.
+const TOOL_JVM: &[&str] = &["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"];
+
+/// One partition as `kafka-topics --describe` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    pub partition: u32,
+    pub leader: Option<u32>,
+    pub replicas: Vec<u32>,
+    pub isr: Vec<u32>,
+}
+
+/// One record as the console consumer prints it (text keys, values and header values).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumedRecord {
+    pub offset: u64,
+    pub timestamp_ms: i64,
+    pub headers: Vec<(String, String)>,
+    pub key: Option<String>,
+    pub value: String,
+}
+
+impl ConsumedRecord {
+    /// The value of the first header named `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl KafkaCluster {
+    /// Runs a Kafka tool class against this cluster's bootstrap servers.
+    pub fn run_tool(&self, main_class: &str, args: &[&str]) -> anyhow::Result<Output> {
+        let mut command = java(self.dir(), TOOL_JVM, main_class)?;
+        command
+            .arg("--bootstrap-server")
+            .arg(self.bootstrap())
+            .args(args);
+        let output = command
+            .output()
+            .with_context(|| format!("cannot run {main_class}"))?;
+        if !output.status.success() {
+            bail!(
+                "{main_class} {args:?} failed ({}):\n{}\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(output)
+    }
+
+    /// `kafka-topics --create`.
+    pub fn create_topic(
+        &self,
+        topic: &str,
+        partitions: u32,
+        replication: u32,
+    ) -> anyhow::Result<()> {
+        let (partitions, replication) = (partitions.to_string(), replication.to_string());
+        self.run_tool(
+            "org.apache.kafka.tools.TopicCommand",
+            &[
+                "--create",
+                "--topic",
+                topic,
+                "--partitions",
+                &partitions,
+                "--replication-factor",
+                &replication,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// `kafka-topics --describe`: leader, replicas and ISR of every partition.
+    pub fn describe_topic(&self, topic: &str) -> anyhow::Result<Vec<PartitionState>> {
+        let output = self.run_tool(
+            "org.apache.kafka.tools.TopicCommand",
+            &["--describe", "--topic", topic],
+        )?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let states: Vec<PartitionState> = text.lines().filter_map(parse_partition_line).collect();
+        if states.is_empty() {
+            bail!("no partitions in the description of {topic}:\n{text}");
+        }
+        Ok(states)
+    }
+
+    /// The broker leading `topic`/`partition` now.
+    pub fn leader(&self, topic: &str, partition: u32) -> anyhow::Result<u32> {
+        self.describe_topic(topic)?
+            .into_iter()
+            .find(|s| s.partition == partition)
+            .and_then(|s| s.leader)
+            .with_context(|| format!("{topic}/{partition} has no leader"))
+    }
+
+    /// `kafka-get-offsets --time latest`: the partition's end offset (next offset to be written).
+    pub fn end_offset(&self, topic: &str, partition: u32) -> anyhow::Result<u64> {
+        let partition_arg = partition.to_string();
+        let output = self.run_tool(
+            "org.apache.kafka.tools.GetOffsetShell",
+            &[
+                "--topic",
+                topic,
+                "--partitions",
+                &partition_arg,
+                "--time",
+                "latest",
+            ],
+        )?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let prefix = format!("{topic}:{partition}:");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|n| n.trim().parse().ok())
+            .with_context(|| format!("no end offset for {topic}/{partition} in:\n{text}"))
+    }
+
+    /// Every record of `topic`/`partition`, read from offset 0 by the console consumer (no consumer
+    /// group): first asks for the end offset, then consumes exactly that many records.
+    pub fn consume_all(&self, topic: &str, partition: u32) -> anyhow::Result<Vec<ConsumedRecord>> {
+        let end = self.end_offset(topic, partition)?;
+        if end == 0 {
+            return Ok(Vec::new());
+        }
+        let records = self.consume(topic, partition, end, Duration::from_secs(60))?;
+        if records.len() as u64 != end {
+            bail!(
+                "expected {end} records in {topic}/{partition}, the console consumer got {}",
+                records.len()
+            );
+        }
+        Ok(records)
+    }
+
+    /// Up to `count` records of `topic`/`partition` from offset 0, giving up after `timeout`.
+    pub fn consume(
+        &self,
+        topic: &str,
+        partition: u32,
+        count: u64,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<ConsumedRecord>> {
+        let (partition_arg, count_arg) = (partition.to_string(), count.to_string());
+        let timeout_arg = timeout.as_millis().to_string();
+        let mut args = vec![
+            "--topic",
+            topic,
+            "--partition",
+            &partition_arg,
+            "--offset",
+            "earliest",
+            "--max-messages",
+            &count_arg,
+            "--timeout-ms",
+            &timeout_arg,
+        ];
+        for property in FORMAT {
+            args.extend(["--formatter-property", property]);
+        }
+        let output = self.run_tool("org.apache.kafka.tools.consumer.ConsoleConsumer", &args)?;
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(parse_record_line)
+            .collect()
+    }
+}
+
+/// Console consumer output: one line per record, fields split by tabs, headers by `|`, each
+/// header `key:value`.
+const FORMAT: &[&str] = &[
+    "print.timestamp=true",
+    "print.offset=true",
+    "print.headers=true",
+    "print.key=true",
+    "print.value=true",
+    "headers.separator=|",
+    "null.literal=<null>",
+];
+
+/// `CreateTime:TS\tOffset:N\tHEADERS\tKEY\tVALUE`.
+fn parse_record_line(line: &str) -> anyhow::Result<ConsumedRecord> {
+    let fields: Vec<&str> = line.splitn(5, '\t').collect();
+    let [ts, offset, headers, key, value] = fields[..] else {
+        bail!("unexpected console consumer line {line:?}");
+    };
+    let timestamp_ms = ts
+        .strip_prefix("CreateTime:")
+        .and_then(|t| t.parse().ok())
+        .with_context(|| format!("no timestamp in {line:?}"))?;
+    let offset = offset
+        .strip_prefix("Offset:")
+        .and_then(|o| o.parse().ok())
+        .with_context(|| format!("no offset in {line:?}"))?;
+    let headers = if headers == "NO_HEADERS" {
+        Vec::new()
+    } else {
+        headers
+            .split('|')
+            .map(|h| {
+                let (k, v) = h.split_once(':').unwrap_or((h, ""));
+                (k.to_owned(), v.to_owned())
+            })
+            .collect()
+    };
+    let key = (key != "<null>").then(|| key.to_owned());
+    Ok(ConsumedRecord {
+        offset,
+        timestamp_ms,
+        headers,
+        key,
+        value: value.to_owned(),
+    })
+}
+
+/// `\tTopic: t\tPartition: 0\tLeader: 3\tReplicas: 3,1,2\tIsr: 3,1,2\t…`.
+fn parse_partition_line(line: &str) -> Option<PartitionState> {
+    let field = |name: &str| {
+        line.split('\t')
+            .find_map(|f| f.trim().strip_prefix(name).map(str::trim))
+    };
+    let ids = |list: &str| {
+        list.split(',')
+            .filter_map(|id| id.trim().parse().ok())
+            .collect()
+    };
+    Some(PartitionState {
+        partition: field("Partition:")?.parse().ok()?,
+        leader: field("Leader:")?.parse().ok(),
+        replicas: ids(field("Replicas:")?),
+        isr: ids(field("Isr:")?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_console_consumer_line() -> anyhow::Result<()> {
+        let line = "CreateTime:1795943224507\tOffset:7\ttern-offset:7|tern-topic:s\tk1\tv\tx";
+        let record = parse_record_line(line)?;
+        assert_eq!(record.offset, 7);
+        assert_eq!(record.timestamp_ms, 1_795_943_224_507);
+        assert_eq!(record.header("tern-offset"), Some("7"));
+        assert_eq!(record.key.as_deref(), Some("k1"));
+        assert_eq!(record.value, "v\tx");
+        let bare = parse_record_line("CreateTime:1\tOffset:0\tNO_HEADERS\t<null>\tv")?;
+        assert_eq!((bare.headers.len(), bare.key), (0, None));
+        Ok(())
+    }
+
+    #[test]
+    fn parses_a_partition_description() {
+        let line = "\tTopic: t1\tPartition: 0\tLeader: 3\tReplicas: 3,1,2\tIsr: 3,1\tElr: \tLastKnownElr: ";
+        let state = parse_partition_line(line);
+        assert_eq!(
+            state,
+            Some(PartitionState {
+                partition: 0,
+                leader: Some(3),
+                replicas: vec![3, 1, 2],
+                isr: vec![3, 1]
+            })
+        );
+        assert_eq!(
+            parse_partition_line("Topic: t1\tTopicId: x\tPartitionCount: 1"),
+            None
+        );
+    }
+}
