@@ -377,6 +377,7 @@ pub enum DisconnectReason {
     UnspecifiedError = 0x80,
     MalformedPacket = 0x81,
     ProtocolError = 0x82,
+    NotAuthorized = 0x87,
     ServerBusy = 0x89,
     ServerShuttingDown = 0x8b,
     KeepAliveTimeout = 0x8d,
@@ -408,6 +409,7 @@ pub enum SubAckCode {
     Failure,
     TopicFilterInvalid,
     SharedNotSupported,
+    NotAuthorized,
 }
 
 /// Appends the encoding of `packet` for `version` to `out`.
@@ -520,6 +522,7 @@ fn suback_code(version: Version, code: SubAckCode) -> SubscribeReasonCode {
         (_, SubAckCode::Granted(qos)) => SubscribeReasonCode::Success(qos),
         (Version::V4, _) | (Version::V5, SubAckCode::Failure) => SubscribeReasonCode::Failure,
         (Version::V5, SubAckCode::TopicFilterInvalid) => SubscribeReasonCode::TopicFilterInvalid,
+        (Version::V5, SubAckCode::NotAuthorized) => SubscribeReasonCode::NotAuthorized,
         (Version::V5, SubAckCode::SharedNotSupported) => {
             SubscribeReasonCode::SharedSubscriptionsNotSupported
         }

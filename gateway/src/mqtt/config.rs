@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{ByteSize, ConfigError, HumanDuration};
 
+use super::acl::AclRule;
 use super::auth::Anonymous;
 use super::topic::{self, TopicLimits};
 
@@ -48,6 +49,9 @@ pub struct MqttConfig {
     /// `user:argon2-hash` lines written by `tern passwd`; none = no usernames accepted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub password_file: Option<PathBuf>,
+    /// `[[mqtt.acl]]` topic access rules; none = every client may publish and subscribe anywhere.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub acl: Vec<AclRule>,
 }
 
 impl Default for MqttConfig {
@@ -68,6 +72,7 @@ impl Default for MqttConfig {
             default_log_topic: "mqtt".to_owned(),
             allow_anonymous: Anonymous::Loopback,
             password_file: None,
+            acl: Vec::new(),
         }
     }
 }
@@ -119,6 +124,11 @@ impl MqttConfig {
             return Err(invalid("mqtt.max_keep_alive", "must be at most 65535s"));
         }
         validate_log_topic("mqtt.default_log_topic", &self.default_log_topic)?;
+        for (i, rule) in self.acl.iter().enumerate() {
+            let filter = rule.topic.replace("%u", "u").replace("%c", "c");
+            topic::validate_filter(&filter, &self.topic_limits())
+                .map_err(|err| invalid(&format!("mqtt.acl[{i}].topic"), err.to_string()))?;
+        }
         for (i, route) in routes.iter().enumerate() {
             route.validate(i, &self.topic_limits())?;
         }

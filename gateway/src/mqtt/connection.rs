@@ -51,6 +51,14 @@ pub enum ConnError {
     Store(#[from] StoreError),
 }
 
+/// The outcome an ack reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckReason {
+    Success,
+    QuotaExceeded,
+    NotAuthorized,
+}
+
 /// What the packet loop does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flow {
@@ -123,6 +131,7 @@ pub struct Connection<S: Store, W> {
     out: BytesMut,
     version: Version,
     client_id: String,
+    username: Option<String>,
     entry: Arc<SessionEntry>,
     session: OwnedMutexGuard<Session>,
     kick: Arc<Notify>,
@@ -300,6 +309,16 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
     fn settle(&mut self, pending: &Pending, outcome: Outcome) -> Result<(), ConnError> {
         let metrics = self.broker.metrics.clone();
         match outcome {
+            Outcome::Stored if pending.denied => {
+                MqttMetrics::inc(&metrics.publishes_rejected);
+                match self.version {
+                    Version::V5 => self.send_ack(pending.ack, AckReason::NotAuthorized),
+                    Version::V4 => Err(ConnError::Protocol {
+                        reason: "publish not authorized",
+                        code: DisconnectReason::NotAuthorized,
+                    }),
+                }
+            }
             Outcome::Stored => {
                 if let Reply::PubRec(pkid) = pending.ack {
                     self.session.pending_qos2.insert(pkid);
@@ -307,13 +326,13 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 if pending.ack != Reply::None {
                     MqttMetrics::inc(&metrics.acks_sent);
                 }
-                self.send_ack(pending.ack, false)
+                self.send_ack(pending.ack, AckReason::Success)
             }
             Outcome::Full => {
                 MqttMetrics::inc(&metrics.publishes_rejected);
                 tracing::warn!(client_id = %self.client_id, "log full: publish refused");
                 match self.version {
-                    Version::V5 => self.send_ack(pending.ack, true),
+                    Version::V5 => self.send_ack(pending.ack, AckReason::QuotaExceeded),
                     Version::V4 => Ok(()),
                 }
             }
@@ -321,22 +340,23 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         }
     }
 
-    fn send_ack(&mut self, ack: Reply, quota_exceeded: bool) -> Result<(), ConnError> {
+    fn send_ack(&mut self, ack: Reply, reason: AckReason) -> Result<(), ConnError> {
+        use codec::{PubAckReason as A, PubRecReason as R};
         match ack {
             Reply::None => Ok(()),
             Reply::PubAck(pkid) => {
-                let reason = if quota_exceeded {
-                    codec::PubAckReason::QuotaExceeded
-                } else {
-                    codec::PubAckReason::Success
+                let reason = match reason {
+                    AckReason::Success => A::Success,
+                    AckReason::QuotaExceeded => A::QuotaExceeded,
+                    AckReason::NotAuthorized => A::NotAuthorized,
                 };
                 self.send(Outgoing::PubAck { pkid, reason })
             }
             Reply::PubRec(pkid) => {
-                let reason = if quota_exceeded {
-                    codec::PubRecReason::QuotaExceeded
-                } else {
-                    codec::PubRecReason::Success
+                let reason = match reason {
+                    AckReason::Success => R::Success,
+                    AckReason::QuotaExceeded => R::QuotaExceeded,
+                    AckReason::NotAuthorized => R::NotAuthorized,
                 };
                 self.send(Outgoing::PubRec { pkid, reason })
             }

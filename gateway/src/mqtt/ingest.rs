@@ -26,6 +26,8 @@ pub struct Pending {
     /// `None` for a re-sent QoS 2 publish that is already stored: only the ack is repeated.
     pub message: Option<Message>,
     pub ack: Reply,
+    /// Refused by an ACL: nothing is stored; MQTT 5 gets "not authorized".
+    pub denied: bool,
     /// Whether a QoS 2 packet id must be recorded durably (persistent sessions).
     pub durable_qos2: bool,
 }

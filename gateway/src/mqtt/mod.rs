@@ -3,6 +3,7 @@
 //! imports `rumqttd`, and only for its packet codecs (in `codec.rs`). It reaches storage only
 //! through the `Store` trait (`store.rs`).
 
+pub mod acl;
 pub mod auth;
 mod broker;
 pub mod codec;

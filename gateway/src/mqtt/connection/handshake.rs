@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::super::acl;
 use super::super::auth::Verdict;
 use super::super::broker::Broker;
 use super::super::codec::{
@@ -119,6 +120,19 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         .clone()
         .unwrap_or_else(|| connect.client_id.clone());
     let will = Will::from_connect(&connect, &client_id, &broker.limits)?;
+    let identity = acl::Identity {
+        user: connect.username.as_deref(),
+        client: &client_id,
+    };
+    if will
+        .as_ref()
+        .is_some_and(|w| !acl::may_publish(&broker.config.acl, identity, &w.message.topic))
+    {
+        return Err(ConnError::Protocol {
+            reason: "will topic not authorized",
+            code: codec::DisconnectReason::NotAuthorized,
+        });
+    }
     let kick = Arc::new(Notify::new());
     let (entry, mut session) = broker.take_session(&client_id, kick.clone()).await?;
     if connect.clean_start {
@@ -153,6 +167,7 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         out: BytesMut::with_capacity(256),
         version: connect.version,
         client_id,
+        username: connect.username.clone(),
         entry,
         session,
         kick,

@@ -7,6 +7,7 @@
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
 
+use super::super::acl;
 use super::super::broker::cursor_name;
 use super::super::codec::{
     DisconnectReason, DisconnectReasonCode, InPublish, OutPublish, Outgoing, PublishProperties,
@@ -60,6 +61,13 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(Flow::Continue)
     }
 
+    fn identity(&self) -> acl::Identity<'_> {
+        acl::Identity {
+            user: self.username.as_deref(),
+            client: &self.client_id,
+        }
+    }
+
     async fn publish(&mut self, publish: InPublish) -> Result<(), ConnError> {
         self.rate.take().await;
         MqttMetrics::inc(&self.broker.metrics.publishes_in);
@@ -96,6 +104,17 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             self.pending.push(Pending {
                 message: None,
                 ack,
+                denied: false,
+                durable_qos2: false,
+            });
+            return Ok(());
+        }
+        if !acl::may_publish(&self.broker.config.acl, self.identity(), &name) {
+            tracing::info!(client_id = %self.client_id, topic = %name, "publish not authorized");
+            self.pending.push(Pending {
+                message: None,
+                ack,
+                denied: true,
                 durable_qos2: false,
             });
             return Ok(());
@@ -117,6 +136,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         self.pending.push(Pending {
             message: Some(message),
             ack,
+            denied: false,
             durable_qos2: self.session.persistent(),
         });
         Ok(())
@@ -144,6 +164,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             } else if let Err(err) = topic::validate_filter(&filter, &self.broker.limits) {
                 tracing::info!(client_id = %self.client_id, %filter, %err, "subscription refused");
                 codes.push(SubAckCode::TopicFilterInvalid);
+            } else if !acl::may_subscribe(&self.broker.config.acl, self.identity(), &filter) {
+                tracing::info!(client_id = %self.client_id, %filter, "subscription not authorized");
+                codes.push(SubAckCode::NotAuthorized);
             } else {
                 let granted = if request.qos == QoS::AtMostOnce {
                     request.qos
