@@ -4,7 +4,7 @@
 //! come from the log through `delivery.rs`. Bad input ends only this connection, with a log
 //! line; nothing here may panic.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +20,7 @@ use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoi
 use super::ingest::{self, Outcome, Pending, Reply};
 use super::metrics::MqttMetrics;
 use super::session::{PartitionId, Session};
-use super::store::{Store, StoreError};
+use super::store::{Store, StoreError, StoredRecord};
 use super::will::Will;
 use crate::shutdown::Shutdown;
 
@@ -138,6 +138,8 @@ pub struct Connection<S: Store, W> {
     wake: Arc<Notify>,
     watchers: JoinSet<()>,
     watched: HashSet<PartitionId>,
+    /// Records read from the log but not yet delivered, per partition.
+    readahead: HashMap<PartitionId, VecDeque<StoredRecord>>,
     keep_alive: Option<Duration>,
     last_packet: Instant,
     /// The client's Receive Maximum for our QoS 1 deliveries.

@@ -174,6 +174,7 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         wake: Arc::new(Notify::new()),
         watchers: JoinSet::new(),
         watched: Default::default(),
+        readahead: Default::default(),
         keep_alive,
         last_packet: Instant::now(),
         client_receive_max,

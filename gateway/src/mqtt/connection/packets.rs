@@ -21,8 +21,9 @@ use super::super::store::{Store, StoreError, StoredRecord};
 use super::super::topic;
 use super::{ConnError, Connection, Flow};
 
-/// Bytes read from the log per partition and step.
-const READ_BYTES: usize = 64 * 1024;
+/// Bytes read ahead from the log per partition; what the window cannot take yet waits in the
+/// connection's read-ahead buffer instead of being read again.
+const READ_BYTES: usize = 32 * 1024;
 /// Outgoing bytes buffered before the socket must take them.
 const OUT_HIGH_WATER: usize = 64 * 1024;
 
@@ -323,24 +324,30 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let Some(&next) = self.session.positions.get(partition) else {
             return Ok(false);
         };
-        let records = match self
-            .broker
-            .store
-            .read(&partition.0, partition.1, next, READ_BYTES)
-        {
-            Ok(records) => records,
-            Err(StoreError::OutOfRange { start, .. }) if start > next => {
-                tracing::warn!(client_id = %self.client_id, ?partition, next, start, "records expired before delivery");
-                self.session.positions.insert(partition.clone(), start);
-                return Ok(true);
+        let mut buffer = self.readahead.remove(partition).unwrap_or_default();
+        if buffer.front().is_some_and(|r| r.offset != next) {
+            buffer.clear();
+        }
+        if buffer.is_empty() {
+            match self
+                .broker
+                .store
+                .read(&partition.0, partition.1, next, READ_BYTES)
+            {
+                Ok(records) => buffer.extend(records),
+                Err(StoreError::OutOfRange { start, .. }) if start > next => {
+                    tracing::warn!(client_id = %self.client_id, ?partition, next, start, "records expired before delivery");
+                    self.session.positions.insert(partition.clone(), start);
+                    return Ok(true);
+                }
+                Err(err) => return Err(err.into()),
             }
-            Err(err) => return Err(err.into()),
-        };
+        }
         let mut moved = false;
-        for stored in records {
-            if self.window_full() || self.out.len() >= OUT_HIGH_WATER {
+        while !self.window_full() && self.out.len() < OUT_HIGH_WATER {
+            let Some(stored) = buffer.pop_front() else {
                 break;
-            }
+            };
             self.session
                 .positions
                 .insert(partition.clone(), stored.offset + 1);
@@ -349,6 +356,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             }
             moved = true;
             self.deliver_record(partition, stored)?;
+        }
+        if !buffer.is_empty() {
+            self.readahead.insert(partition.clone(), buffer);
         }
         Ok(moved)
     }
