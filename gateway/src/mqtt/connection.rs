@@ -503,3 +503,33 @@ fn client_limits(connect: &Connect) -> (usize, usize) {
         .map_or(usize::MAX, |m| m as usize);
     (receive_max, max_packet)
 }
+
+#[cfg(test)]
+mod rate_tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_publish_rate_is_held_to_its_limit() {
+        let mut rate = RateLimit::new(10);
+        let started = Instant::now();
+        for _ in 0..10 {
+            rate.take().await;
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(10),
+            "a full bucket bursts"
+        );
+        for _ in 0..15 {
+            rate.take().await;
+        }
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(1400), "{waited:?}");
+        assert!(waited <= Duration::from_millis(1700), "{waited:?}");
+        let mut unlimited = RateLimit::new(0);
+        let before = Instant::now();
+        for _ in 0..1000 {
+            unlimited.take().await;
+        }
+        assert_eq!(before.elapsed(), Duration::ZERO);
+    }
+}
