@@ -23,12 +23,15 @@ use super::session::{PartitionId, Session};
 use super::store::{Store, StoreError, StoredRecord};
 use super::will::Will;
 use crate::shutdown::Shutdown;
+use rate::RateLimit;
 
 /// How long a write to a client may take before the connection is given up.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
+mod delivery;
 mod handshake;
 mod packets;
+mod rate;
 #[cfg(test)]
 mod test;
 #[cfg(test)]
@@ -454,42 +457,6 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// A token bucket of publishes per second.
-#[derive(Debug)]
-struct RateLimit {
-    per_second: u32,
-    tokens: f64,
-    last: Instant,
-}
-
-impl RateLimit {
-    fn new(per_second: u32) -> Self {
-        Self {
-            per_second,
-            tokens: f64::from(per_second),
-            last: Instant::now(),
-        }
-    }
-
-    /// Takes one token, waiting for it if the bucket is empty.
-    async fn take(&mut self) {
-        if self.per_second == 0 {
-            return;
-        }
-        let rate = f64::from(self.per_second);
-        let now = Instant::now();
-        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * rate).min(rate);
-        self.last = now;
-        if self.tokens < 1.0 {
-            let wait = Duration::from_secs_f64((1.0 - self.tokens) / rate);
-            tokio::time::sleep(wait).await;
-            self.tokens = 1.0;
-            self.last = Instant::now();
-        }
-        self.tokens -= 1.0;
-    }
-}
-
 /// Builds the `Connect`-derived limits; shared by the handshake.
 fn client_limits(connect: &Connect) -> (usize, usize) {
     let properties = connect.properties.as_ref();
@@ -502,34 +469,4 @@ fn client_limits(connect: &Connect) -> (usize, usize) {
         .filter(|m| *m > 0)
         .map_or(usize::MAX, |m| m as usize);
     (receive_max, max_packet)
-}
-
-#[cfg(test)]
-mod rate_tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn the_publish_rate_is_held_to_its_limit() {
-        let mut rate = RateLimit::new(10);
-        let started = Instant::now();
-        for _ in 0..10 {
-            rate.take().await;
-        }
-        assert!(
-            started.elapsed() < Duration::from_millis(10),
-            "a full bucket bursts"
-        );
-        for _ in 0..15 {
-            rate.take().await;
-        }
-        let waited = started.elapsed();
-        assert!(waited >= Duration::from_millis(1400), "{waited:?}");
-        assert!(waited <= Duration::from_millis(1700), "{waited:?}");
-        let mut unlimited = RateLimit::new(0);
-        let before = Instant::now();
-        for _ in 0..1000 {
-            unlimited.take().await;
-        }
-        assert_eq!(before.elapsed(), Duration::ZERO);
-    }
 }
