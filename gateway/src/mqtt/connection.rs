@@ -172,6 +172,7 @@ enum Event {
     Wake,
     Kicked,
     KeepAliveExpired,
+    Throttled,
     Shutdown,
     Tick,
 }
@@ -187,14 +188,21 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         self.resume().await?;
         loop {
             self.flush().await?;
-            let deadline = self.keep_alive.map(|k| self.last_packet + k.mul_f32(1.5));
-            let can_read = self.pending.len() < usize::from(self.broker.config.inflight) * 2;
+            let throttled = self.rate.resume_at();
+            // While tern itself stops reading (rate limit), the client's pings wait unread.
+            let deadline = match throttled {
+                Some(_) => None,
+                None => self.keep_alive.map(|k| self.last_packet + k.mul_f32(1.5)),
+            };
+            let can_read = throttled.is_none()
+                && self.pending.len() < usize::from(self.broker.config.inflight) * 2;
             let event = tokio::select! {
                 read = reader.read_buf(&mut inbuf), if can_read => Event::Read(read),
                 stored = join(&mut self.appending) => Event::Stored(stored),
                 () = self.wake.notified() => Event::Wake,
                 () = self.kick.notified() => Event::Kicked,
                 () = sleep_until(deadline) => Event::KeepAliveExpired,
+                () = sleep_until(throttled) => Event::Throttled,
                 () = shutdown.wait() => Event::Shutdown,
                 _ = tick.tick() => Event::Tick,
             };
@@ -227,6 +235,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     return Ok(Flow::Disconnect { will: false });
                 }
                 Event::Tick => self.commit_cursors().await?,
+                Event::Throttled => self.last_packet = Instant::now(),
             }
         }
     }

@@ -60,7 +60,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
     }
 
     async fn publish(&mut self, publish: InPublish) -> Result<(), ConnError> {
-        self.rate.take().await;
+        self.rate.take();
         MqttMetrics::inc(&self.broker.metrics.publishes_in);
         let alias = publish.properties.as_ref().and_then(|p| p.topic_alias);
         if let Some(alias) = alias.filter(|_| publish.topic.is_empty()) {
