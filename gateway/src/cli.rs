@@ -83,6 +83,19 @@ pub enum LogCommand {
         appends: u64,
         #[arg(long, default_value_t = 64 * 1024)]
         segment_bytes: u64,
+        /// Group-commit window in milliseconds.
+        #[arg(long, default_value_t = 20)]
+        max_delay_ms: u64,
+        /// Open-loop appends per second (0 = closed loop printing acks).
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        #[arg(long, default_value_t = 100)]
+        record_bytes: usize,
+        /// Partition size limit; the oldest segments are dropped (and recycled) past it.
+        #[arg(long, default_value_t = 0)]
+        retention_bytes: u64,
     },
 }
 

@@ -98,6 +98,11 @@ fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {
             tasks,
             appends,
             segment_bytes,
+            max_delay_ms,
+            rate,
+            seconds,
+            record_bytes,
+            retention_bytes,
         } => {
             drop(out);
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -108,6 +113,11 @@ fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {
                 tasks,
                 appends,
                 segment_bytes,
+                max_delay: std::time::Duration::from_millis(max_delay_ms),
+                rate,
+                seconds,
+                record_bytes,
+                retention_bytes,
             };
             runtime.block_on(tools::stress(&data_dir, options))
         }

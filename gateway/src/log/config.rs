@@ -42,7 +42,7 @@ pub struct FlushConfig {
 impl Default for FlushConfig {
     fn default() -> Self {
         Self {
-            max_delay: HumanDuration(std::time::Duration::from_millis(10)),
+            max_delay: HumanDuration(std::time::Duration::from_millis(20)),
             max_bytes: ByteSize(1 << 20),
         }
     }

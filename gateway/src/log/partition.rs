@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
-use super::batch::{self, SEGMENT_HEADER_LEN};
+use super::batch::{self, SEGMENT_HEADER_LEN, SegmentHeader};
 use super::cache::FileCache;
 use super::config::{LogConfig, TopicSettings};
 use super::cursors::CursorStore;
@@ -199,9 +199,16 @@ impl Partition {
             (seg.base, seg.end)
         };
         let cache = &self.shared.cache;
-        let log = cache
-            .get(&segment::log_path(&self.dir, target))
-            .map_err(|e| LogError::io("open", segment::log_path(&self.dir, target), e))?;
+        let path = segment::log_path(&self.dir, target);
+        let log = match cache.get(&path) {
+            Ok(log) => log,
+            // Retention deleted the segment since the lookup above.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let (start, end) = self.offsets();
+                return Err(self.out_of_range(offset, start, end));
+            }
+            Err(e) => return Err(LogError::io("open", path, e)),
+        };
         let index = cache.get(&segment::index_path(&self.dir, target)).ok();
         Ok(Some((
             View::Sealed {
@@ -223,7 +230,7 @@ impl Partition {
             View::Sealed { index, .. } => {
                 let parsed = index
                     .as_ref()
-                    .and_then(|file| IndexView::parse(file.bytes(), false).ok());
+                    .and_then(|file| IndexView::parse_trusted(file.bytes(), false).ok());
                 match parsed {
                     Some(v) => f(v.len(), &|i| v.offset_entry(i)),
                     None => f(0, &|_| None),
@@ -248,8 +255,8 @@ impl Partition {
             .map_or(SEGMENT_HEADER_LEN as u64, |e| u64::from(e.pos))
     }
 
-    /// The first index entry past a damaged position: where reading resumes.
-    fn resume_after(&self, view: &View, damage: &Damage) -> Option<(u64, u64)> {
+    /// Counts and logs a damaged batch found while reading.
+    fn report(&self, view: &View, damage: &Damage) {
         self.shared.counters.corrupt_batch();
         tracing::error!(
             topic = %self.topic,
@@ -259,11 +266,15 @@ impl Partition {
             reason = %damage.reason,
             "damaged batch skipped"
         );
+    }
+
+    /// The first index entry past a damaged position.
+    fn next_entry_after(&self, view: &View, damaged: u64) -> Option<u64> {
         self.with_offsets(view, |n, get| {
             (0..n)
                 .filter_map(get)
-                .find(|e| u64::from(e.pos) > damage.position)
-                .map(|e| (view.base() + u64::from(e.rel), u64::from(e.pos)))
+                .map(|e| u64::from(e.pos))
+                .find(|pos| *pos > damaged)
         })
     }
 
@@ -275,6 +286,11 @@ impl Partition {
         mut visit: impl FnMut(&batch::BatchHeader, &[u8]) -> ControlFlow<()>,
     ) {
         let mut pos = self.seek(view, offset);
+        let next_offset = std::cell::Cell::new(view.base());
+        let mut visit = |h: &batch::BatchHeader, b: &[u8]| {
+            next_offset.set(h.next_offset());
+            visit(h, b)
+        };
         loop {
             let walked = match view {
                 View::Sealed { log, .. } => {
@@ -282,12 +298,22 @@ impl Partition {
                 }
                 View::Active { src, .. } => segment::walk(src, pos, |_, h, b| visit(h, b)),
             };
-            match walked {
-                Ok(()) => return,
-                Err(damage) => match self.resume_after(view, &damage) {
-                    Some((_, next)) => pos = next,
-                    None => return,
-                },
+            let Err(damage) = walked else { return };
+            self.report(view, &damage);
+            let resynced = match view {
+                View::Sealed { log, .. } => SegmentHeader::decode(log.bytes()).ok().and_then(|h| {
+                    segment::resync(
+                        log.bytes(),
+                        damage.position,
+                        h.generation,
+                        next_offset.get(),
+                    )
+                }),
+                View::Active { .. } => None,
+            };
+            match resynced.or_else(|| self.next_entry_after(view, damage.position)) {
+                Some(next) => pos = next,
+                None => return,
             }
         }
     }
@@ -390,7 +416,7 @@ impl Partition {
                 let file = self.shared.cache.get(&path).ok();
                 let parsed = file
                     .as_ref()
-                    .and_then(|f| IndexView::parse(f.bytes(), true).ok());
+                    .and_then(|f| IndexView::parse_trusted(f.bytes(), true).ok());
                 parsed
                     .and_then(|v| index::seek_time(v.len(), |i| v.time_entry(i), ts))
                     .unwrap_or(0)

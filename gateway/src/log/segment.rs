@@ -132,6 +132,21 @@ pub fn walk(
     Ok(())
 }
 
+/// After damage at byte `damaged`, the next position holding a whole, valid batch of
+/// `generation` whose base offset is at least `min_offset`: where reading resumes. Sealed
+/// segments only (it probes every byte position).
+pub fn resync(bytes: &[u8], damaged: u64, generation: u32, min_offset: u64) -> Option<u64> {
+    let start = usize::try_from(damaged).ok()?.saturating_add(1);
+    let end = bytes.len().saturating_sub(BATCH_HEADER_LEN - 1);
+    (start..end)
+        .find(|pos| {
+            let rest = bytes.get(*pos..).unwrap_or_default();
+            batch::check_batch(rest)
+                .is_ok_and(|h| h.generation == generation && h.base_offset >= min_offset)
+        })
+        .map(|pos| pos as u64)
+}
+
 /// What a full validation of a segment found.
 #[derive(Debug)]
 pub struct Scan {

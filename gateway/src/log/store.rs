@@ -52,6 +52,13 @@ pub struct Log {
     inner: Arc<Inner>,
 }
 
+/// Compile-time proof of the contract's "Send + Sync + 'static".
+const _: fn() = || {
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<Log>();
+    shareable::<CursorStore>();
+};
+
 fn open_topic(
     shared: &Arc<Shared>,
     dir: &Path,
@@ -85,6 +92,11 @@ fn open_blocking(
 ) -> Result<Inner> {
     fs.create_dir_all(&meta::topics_dir(&dir))
         .map_err(|e| LogError::io("create directory", &dir, e))?;
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    for synced in [dir.as_path(), parent.unwrap_or(Path::new("."))] {
+        fs.sync_dir(synced)
+            .map_err(|e| LogError::io("fsync directory", synced, e))?;
+    }
     let counters = Arc::new(Counters::default());
     let cursors = CursorStore::open(Arc::clone(&fs), &dir, Arc::clone(&counters))?;
     let shared = Arc::new(Shared {

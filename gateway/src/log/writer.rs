@@ -34,48 +34,77 @@ pub struct AppendRequest {
     pub reply: oneshot::Sender<Result<u64>>,
 }
 
-/// A batch encoded into the commit buffer, not yet durable.
-struct Pending {
-    reply: oneshot::Sender<Result<u64>>,
+/// The appends of one commit that share one batch, not yet written.
+struct Group {
+    /// Offset of the first record.
     base: u64,
-    pos: u64,
-    len: u64,
-    max_ts: i64,
-    count: u64,
+    records: Vec<Record>,
+    replies: Vec<(oneshot::Sender<Result<u64>>, u64)>,
+    /// Upper bound of the encoded size (each append's size as its own batch).
+    estimate: u64,
+}
+
+impl Group {
+    fn new(base: u64) -> Self {
+        Self {
+            base,
+            records: Vec::new(),
+            replies: Vec::new(),
+            estimate: 0,
+        }
+    }
+
+    fn fail(self, err: impl Fn() -> LogError) {
+        for (reply, _) in self.replies {
+            let _ = reply.send(Err(err()));
+        }
+    }
 }
 
 /// Runs the writer until every sender is dropped, then makes everything durable.
 pub async fn run(part: Arc<Partition>, mut rx: mpsc::Receiver<AppendRequest>) {
-    let config = &part.shared.config;
+    let sync_interval = part.shared.config.sync_interval.0;
     let periodic = part.settings.durability == Durability::Periodic;
-    let mut dirty = false;
-    let mut last_sync = Instant::now();
+    // Periodic policy: when the written-but-unsynced data must be synced.
+    let mut sync_due: Option<Instant> = None;
+    let mut retention_due = Instant::now() + RETENTION_TICK;
     loop {
-        let wake = if dirty {
-            last_sync + config.sync_interval.0
-        } else {
-            Instant::now() + RETENTION_TICK
-        };
+        let wake = sync_due.map_or(retention_due, |due| due.min(retention_due));
         let first = tokio::select! {
-            request = rx.recv() => request,
+            biased;
             () = tokio::time::sleep_until(wake) => {
+                let now = Instant::now();
+                let sync = sync_due.is_some_and(|due| due <= now);
+                let retain = retention_due <= now;
                 let p = Arc::clone(&part);
                 let _ = tokio::task::spawn_blocking(move || {
-                    if dirty { p.sync_now(); }
-                    p.enforce_retention(0);
-                }).await;
-                dirty = false;
-                last_sync = Instant::now();
+                    if sync {
+                        p.sync_now();
+                    }
+                    if retain {
+                        p.enforce_retention(0);
+                    }
+                })
+                .await;
+                if sync {
+                    sync_due = None;
+                }
+                if retain {
+                    retention_due = now + RETENTION_TICK;
+                }
                 continue;
             }
+            request = rx.recv() => request,
         };
         let Some(first) = first else { break };
         let requests = gather(&part, &mut rx, first).await;
         let p = Arc::clone(&part);
         let _ = tokio::task::spawn_blocking(move || p.commit(requests)).await;
-        dirty |= periodic;
+        if periodic && sync_due.is_none() {
+            sync_due = Some(Instant::now() + sync_interval);
+        }
     }
-    if dirty {
+    if sync_due.is_some() {
         let _ = tokio::task::spawn_blocking(move || part.sync_now()).await;
     }
 }
@@ -125,7 +154,8 @@ impl Partition {
         }
     }
 
-    /// Writes, syncs and publishes one commit's requests, answering each.
+    /// Writes, syncs and publishes one commit's requests, answering each. The appends of a
+    /// commit share one batch (one header, one CRC) unless a roll or the batch limit splits it.
     pub fn commit(&self, requests: Vec<AppendRequest>) {
         if let Some(reason) = self.lock().failed.clone() {
             for r in requests {
@@ -133,12 +163,7 @@ impl Partition {
             }
             return;
         }
-        let (mut pos, mut next, mut generation) = {
-            let st = self.lock();
-            (st.active.len, st.active.end, st.active.generation)
-        };
-        let mut buf = Vec::new();
-        let mut pending: Vec<Pending> = Vec::new();
+        let mut group = Group::new(self.lock().active.end);
         let segment_bytes = self.shared.config.segment_bytes.0;
         for request in requests {
             let len = batch::encoded_len(&request.records) as u64;
@@ -152,44 +177,31 @@ impl Partition {
                     .send(Err(self.invalid("batch larger than 16 MiB")));
                 continue;
             }
-            let start = pos + buf.len() as u64;
-            if start + len > segment_bytes && start > SEGMENT_HEADER_LEN as u64 {
-                let flushed = self.flush(&mut buf, std::mem::take(&mut pending));
-                let rolled = flushed.and_then(|()| self.roll());
-                let st = self.lock();
-                (pos, next, generation) = (st.active.len, st.active.end, st.active.generation);
-                drop(st);
+            let start = self.lock().active.len + group.estimate;
+            let roll = start + len > segment_bytes && start > SEGMENT_HEADER_LEN as u64;
+            if roll || group.estimate + len > MAX_BATCH_LEN as u64 {
+                let flushed = self.flush(std::mem::replace(&mut group, Group::new(0)));
+                let rolled = flushed.and_then(|()| if roll { self.roll() } else { Ok(()) });
+                group = Group::new(self.lock().active.end);
                 if let Err(err) = rolled {
                     let _ = request.reply.send(Err(err));
                     continue;
                 }
             }
-            if !self.make_room(pos + buf.len() as u64 + len) {
+            let active_len = self.lock().active.len;
+            if !self.make_room(active_len + group.estimate + len) {
                 let _ = request.reply.send(Err(LogError::Full {
                     topic: self.topic.clone(),
                     partition: self.id,
                 }));
                 continue;
             }
-            let at = pos + buf.len() as u64;
-            batch::encode_batch(next, generation, &request.records, &mut buf);
-            let count = request.records.len() as u64;
-            pending.push(Pending {
-                reply: request.reply,
-                base: next,
-                pos: at,
-                len,
-                max_ts: request
-                    .records
-                    .iter()
-                    .map(|r| r.timestamp_ms)
-                    .max()
-                    .unwrap_or(i64::MIN),
-                count,
-            });
-            next += count;
+            let base = group.base + group.records.len() as u64;
+            group.replies.push((request.reply, base));
+            group.records.extend(request.records);
+            group.estimate += len;
         }
-        let _ = self.flush(&mut buf, pending);
+        let _ = self.flush(group);
     }
 
     fn failed_error(&self, reason: &str) -> LogError {
@@ -200,19 +212,23 @@ impl Partition {
         }
     }
 
-    /// Writes `buf` at the committed end, syncs (policy `sync`), publishes and answers.
-    fn flush(&self, buf: &mut Vec<u8>, pending: Vec<Pending>) -> Result<()> {
-        let Some(first) = pending.first() else {
+    /// Writes `group` as one batch at the committed end, syncs (policy `sync`), publishes and
+    /// answers its appends.
+    fn flush(&self, group: Group) -> Result<()> {
+        if group.records.is_empty() {
             return Ok(());
-        };
-        let (file, at) = {
+        }
+        let (file, pos, base, generation) = {
             let st = self.lock();
-            (Arc::clone(&st.active.file), first.pos)
+            let a = &st.active;
+            (Arc::clone(&a.file), a.len, a.base, a.generation)
         };
-        let path = segment::log_path(&self.dir, self.lock().active.base);
+        let mut buf = Vec::with_capacity(usize::try_from(group.estimate).unwrap_or(0));
+        batch::encode_batch(group.base, generation, &group.records, &mut buf);
+        let path = segment::log_path(&self.dir, base);
         let counters = &self.shared.counters;
         let written = file
-            .write_at(at, buf)
+            .write_at(pos, &buf)
             .map_err(|e| LogError::io("write", &path, e));
         counters.wrote(buf.len());
         let synced = written.and_then(|()| {
@@ -224,30 +240,31 @@ impl Partition {
                 Ok(())
             }
         });
-        buf.clear();
         if let Err(err) = synced {
             // Nothing was published: the next commit overwrites these bytes.
-            for p in pending {
-                let _ = p.reply.send(Err(self.copy_error(&err)));
-            }
+            group.fail(|| self.copy_error(&err));
             return Err(err);
         }
-        let records: u64 = pending.iter().map(|p| p.count).sum();
+        let count = group.records.len() as u64;
+        let max_ts = group
+            .records
+            .iter()
+            .map(|r| r.timestamp_ms)
+            .max()
+            .unwrap_or(i64::MIN);
         let end = {
             let mut st = self.lock();
-            for p in &pending {
-                let rel = u32::try_from(p.base - st.active.base).unwrap_or(u32::MAX);
-                let at = u32::try_from(p.pos).unwrap_or(u32::MAX);
-                st.active.index.add_batch(rel, at, p.len, p.max_ts);
-                st.active.len = p.pos + p.len;
-                st.active.end = p.base + p.count;
-            }
+            let rel = u32::try_from(group.base - st.active.base).unwrap_or(u32::MAX);
+            let at = u32::try_from(pos).unwrap_or(u32::MAX);
+            st.active.index.add_batch(rel, at, buf.len() as u64, max_ts);
+            st.active.len = pos + buf.len() as u64;
+            st.active.end = group.base + count;
             st.active.end
         };
-        counters.committed(records);
+        counters.committed(count);
         self.publish(end);
-        for p in pending {
-            let _ = p.reply.send(Ok(p.base));
+        for (reply, base) in group.replies {
+            let _ = reply.send(Ok(base));
         }
         Ok(())
     }

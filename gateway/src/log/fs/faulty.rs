@@ -47,6 +47,8 @@ struct State {
     next_inode: u64,
     ops: u64,
     fail_after: Option<u64>,
+    /// Writes fail with ENOSPC while set.
+    full: bool,
     rng: u64,
 }
 
@@ -191,6 +193,11 @@ impl FaultyFs {
         state.fail_after.is_some_and(|limit| state.ops > limit)
     }
 
+    /// Makes every write fail with ENOSPC (disk full) until called with `false`.
+    pub fn set_full(&self, full: bool) {
+        self.lock().full = full;
+    }
+
     /// Operations performed so far.
     pub fn ops(&self) -> u64 {
         self.lock().ops
@@ -246,6 +253,9 @@ impl FaultyFile {
     }
 
     fn push(&self, op: Op) -> io::Result<()> {
+        if self.fs.lock().full {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
         self.with(|inode| {
             apply(&mut inode.current, &op);
             inode.pending.push(op);

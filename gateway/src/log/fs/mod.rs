@@ -74,7 +74,8 @@ pub fn write_atomic(fs: &dyn Fs, path: &Path, data: &[u8]) -> io::Result<()> {
     file.sync_data()?;
     drop(file);
     fs.rename(tmp, path)?;
-    fs.sync_dir(path.parent().unwrap_or(Path::new(".")))
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    fs.sync_dir(parent.unwrap_or(Path::new(".")))
 }
 
 /// The operating system's file system.

@@ -13,7 +13,7 @@ use crate::config::ByteSize;
 use crate::log::fs::{CrashMode, FaultyFs};
 use crate::log::{Log, LogConfig, Record};
 
-const CRASH_POINTS: u64 = 2_100;
+const CRASH_POINTS: u64 = 2_200;
 const PRODUCERS: u64 = 3;
 const BATCHES_PER_PRODUCER: u64 = 8;
 
@@ -55,7 +55,7 @@ async fn produce(log: Log, producer: u64, outcome: Arc<Mutex<Outcome>>) {
             .unwrap_or_else(PoisonError::into_inner)
             .acked
             .push((offset, records));
-        if producer == 0 && log.cursors().commit("fwd", "t", 0, offset).await.is_ok() {
+        if producer % 10 == 0 && log.cursors().commit("fwd", "t", 0, offset).await.is_ok() {
             let mut o = outcome.lock().unwrap_or_else(PoisonError::into_inner);
             o.cursor = o.cursor.max(Some(offset));
         }
@@ -63,7 +63,7 @@ async fn produce(log: Log, producer: u64, outcome: Arc<Mutex<Outcome>>) {
 }
 
 /// Runs until the power fails; returns what was sent and acknowledged.
-async fn run_until_power_cut(fs: &FaultyFs, config: &LogConfig) -> Outcome {
+async fn run_until_power_cut(fs: &FaultyFs, config: &LogConfig, first_producer: u64) -> Outcome {
     let outcome = Arc::new(Mutex::new(Outcome::default()));
     let path = std::path::Path::new("/data/log");
     let Ok(log) = Log::open_with_fs(Arc::new(fs.clone()), path, config).await else {
@@ -71,6 +71,7 @@ async fn run_until_power_cut(fs: &FaultyFs, config: &LogConfig) -> Outcome {
     };
     if log.ensure_topic("t").is_ok() {
         let tasks: Vec<_> = (0..PRODUCERS)
+            .map(|p| p + first_producer)
             .map(|p| tokio::spawn(produce(log.clone(), p, Arc::clone(&outcome))))
             .collect();
         for task in tasks {
@@ -148,7 +149,7 @@ fn power_cuts_never_lose_acknowledged_records() {
     let full_ops: Vec<u64> = (0..2)
         .map(|parity| {
             let fs = FaultyFs::new(parity);
-            rt.block_on(run_until_power_cut(&fs, &config_for(parity)));
+            rt.block_on(run_until_power_cut(&fs, &config_for(parity), 0));
             fs.ops()
         })
         .collect();
@@ -156,8 +157,8 @@ fn power_cuts_never_lose_acknowledged_records() {
         let fs = FaultyFs::new(seed);
         let config = config_for(seed);
         let ops = full_ops.get((seed % 2) as usize).copied().unwrap_or(100);
-        fs.fail_after(fs.random(ops) + 1);
-        let outcome = rt.block_on(run_until_power_cut(&fs, &config));
+        fs.fail_after(fs.random(ops * 3 / 4) + 1);
+        let mut outcome = rt.block_on(run_until_power_cut(&fs, &config, 0));
         if !fs.power_failed() {
             full_runs += 1;
         }
@@ -168,6 +169,15 @@ fn power_cuts_never_lose_acknowledged_records() {
         };
         fs.crash(mode);
         crashes += 1;
+        if seed % 4 == 0 {
+            // A second power cut, early in the next start: during recovery or soon after.
+            fs.fail_after(fs.random(60) + 1);
+            let second = rt.block_on(run_until_power_cut(&fs, &config, 10));
+            fs.crash(CrashMode::TearLastWrite);
+            outcome.sent.extend(second.sent);
+            outcome.acked.extend(second.acked);
+            outcome.cursor = outcome.cursor.max(second.cursor);
+        }
         acked_total += outcome.acked.len();
         rt.block_on(async {
             let log = open(&fs, &config).await;

@@ -349,3 +349,302 @@ fn murmur2_matches_kafka() {
     }
     assert!(crate::log::partition_for_key(b"foobar", 7) < 7);
 }
+
+#[test]
+fn concurrent_appends_share_commits() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fs = FaultyFs::new(10);
+    let mut config = LogConfig::for_tests(1 << 20);
+    config.flush.max_delay = crate::config::HumanDuration(std::time::Duration::from_millis(20));
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        let before = log.stats();
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let log = log.clone();
+                tokio::spawn(async move { log.append("t", 0, vec![record(i, 0, 0)]).await })
+            })
+            .collect();
+        let mut offsets = Vec::new();
+        for task in tasks {
+            offsets.push(task.await.expect("task").expect("append"));
+        }
+        offsets.sort_unstable();
+        assert_eq!(offsets, (0..64).collect::<Vec<u64>>(), "dense and distinct");
+        let after = log.stats();
+        let commits = after.commits - before.commits;
+        assert!(commits < 16, "64 appends took {commits} commits");
+        assert_eq!(
+            after.fsyncs - before.fsyncs,
+            commits,
+            "one fdatasync per commit"
+        );
+        assert_eq!(after.records - before.records, 64);
+    });
+}
+
+#[test]
+fn periodic_durability_acknowledges_before_the_sync() {
+    let rt = runtime();
+    let fs = FaultyFs::new(11);
+    let mut config = LogConfig::for_tests(1 << 20);
+    config.durability = crate::log::Durability::Periodic;
+    config.sync_interval = crate::config::HumanDuration(std::time::Duration::from_millis(30));
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        let before = log.stats().fsyncs;
+        for i in 0..20 {
+            log.append("t", 0, vec![record(0, i, 0)])
+                .await
+                .expect("append");
+        }
+        assert_eq!(log.stats().fsyncs, before, "no fdatasync per append");
+        assert_eq!(read_all(&log, "t", 0).len(), 20, "visible after the write");
+        tokio::time::sleep(std::time::Duration::from_millis(80)).await;
+        assert!(log.stats().fsyncs > before, "synced within the interval");
+        log.close().await.expect("close");
+        fs.crash(crate::log::fs::CrashMode::DropUnsynced);
+        let log = open(&fs, &config).await;
+        assert_eq!(
+            read_all(&log, "t", 0).len(),
+            20,
+            "durable after the periodic sync"
+        );
+    });
+}
+
+#[test]
+fn the_real_file_system_round_trips_through_mapped_segments() {
+    let dir = std::env::temp_dir().join(format!("tern-log-realfs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let rt = runtime();
+    let config = LogConfig::for_tests(8192);
+    rt.block_on(async {
+        let log = crate::log::Log::open(&dir, &config).await.expect("open");
+        log.ensure_topic("t").expect("topic");
+        for i in 0..300 {
+            log.append("t", 0, vec![record(2, i, i as i64)])
+                .await
+                .expect("append");
+        }
+        log.close().await.expect("close");
+        let log = crate::log::Log::open(&dir, &config).await.expect("reopen");
+        assert!(log.partition_stats().iter().all(|p| p.segments > 3));
+        let all = read_all(&log, "t", 0);
+        assert_eq!(all.len(), 300);
+        for stored in &all {
+            assert_eq!(
+                stored.record,
+                record(2, stored.offset, stored.offset as i64)
+            );
+        }
+        assert_eq!(
+            log.offset_for_timestamp("t", 0, 123).expect("lookup"),
+            Some(123)
+        );
+        assert_eq!(
+            log.offset_for_timestamp("t", 0, 1_000).expect("lookup"),
+            None
+        );
+        log.close().await.expect("close");
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[derive(Debug, Clone)]
+enum CursorOp {
+    Commit {
+        name: u8,
+        partition: u32,
+        offset: u64,
+    },
+    Remove {
+        name: u8,
+    },
+    Reopen,
+}
+
+fn cursor_op() -> impl Strategy<Value = CursorOp> {
+    prop_oneof![
+        6 => (0u8..4, 0u32..3, any::<u64>()).prop_map(|(name, partition, offset)| CursorOp::Commit { name, partition, offset }),
+        1 => (0u8..4).prop_map(|name| CursorOp::Remove { name }),
+        1 => Just(CursorOp::Reopen),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn cursor_store_matches_a_map(ops in proptest::collection::vec(cursor_op(), 1..60)) {
+        let rt = runtime();
+        let fs = FaultyFs::new(12);
+        let config = LogConfig::for_tests(4096);
+        rt.block_on(async {
+            let mut log = open(&fs, &config).await;
+            let mut model = std::collections::BTreeMap::new();
+            for op in ops {
+                match op {
+                    CursorOp::Commit { name, partition, offset } => {
+                        let name = format!("c{name}");
+                        log.cursors().commit(&name, "t", partition, offset).await.expect("commit");
+                        model.insert((name, "t".to_owned(), partition), offset);
+                    }
+                    CursorOp::Remove { name } => {
+                        let name = format!("c{name}");
+                        log.cursors().remove(&name).await.expect("remove");
+                        model.retain(|(n, _, _), _| *n != name);
+                    }
+                    CursorOp::Reopen => {
+                        log.close().await.expect("close");
+                        log = open(&fs, &config).await;
+                    }
+                }
+                let listed: Vec<(String, String, u32, u64)> = model
+                    .iter()
+                    .map(|((n, t, p), o)| (n.clone(), t.clone(), *p, *o))
+                    .collect();
+                assert_eq!(log.cursors().list(), listed);
+            }
+        });
+    }
+
+    #[test]
+    fn retention_keeps_a_dense_suffix_and_what_cursors_need(
+        ops in proptest::collection::vec((0u8..10, 1u64..4), 1..80),
+    ) {
+        let rt = runtime();
+        let fs = FaultyFs::new(13);
+        let mut config = LogConfig::for_tests(600);
+        config.retention.bytes = ByteSize(1_800);
+        rt.block_on(async {
+            let log = open(&fs, &config).await;
+            log.ensure_topic("t").expect("topic");
+            let mut model: Vec<Record> = Vec::new();
+            let mut cursor: Option<u64> = None;
+            for (kind, n) in ops {
+                if kind < 8 {
+                    let base = model.len() as u64;
+                    let records: Vec<Record> = (0..n).map(|i| record(3, base + i, 0)).collect();
+                    match log.append("t", 0, records.clone()).await {
+                        Ok(offset) => {
+                            assert_eq!(offset, base);
+                            model.extend(records);
+                        }
+                        Err(LogError::Full { .. }) => {
+                            assert!(cursor.is_some(), "full only when a cursor holds data");
+                        }
+                        Err(err) => panic!("append: {err}"),
+                    }
+                } else {
+                    let start = log.offsets("t", 0).expect("offsets").0;
+                    let at = (model.len() as u64 * u64::from(kind - 7) / 2).max(start);
+                    log.cursors().commit("c", "t", 0, at).await.expect("cursor");
+                    cursor = Some(at);
+                }
+                let (start, end) = log.offsets("t", 0).expect("offsets");
+                assert_eq!(end, model.len() as u64);
+                if let Some(c) = cursor {
+                    assert!(start <= c, "retention deleted what the cursor needs: {start} > {c}");
+                }
+                let rest = read_all(&log, "t", 0);
+                let expected: Vec<Record> = model.get(start as usize..).unwrap_or_default().to_vec();
+                assert_eq!(rest.into_iter().map(|s| s.record).collect::<Vec<_>>(), expected);
+            }
+        });
+    }
+}
+
+#[test]
+fn a_full_disk_fails_appends_cleanly_and_reads_keep_working() {
+    let rt = runtime();
+    let fs = FaultyFs::new(14);
+    let config = LogConfig::for_tests(4096);
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        for i in 0..5 {
+            log.append("t", 0, vec![record(4, i, 0)])
+                .await
+                .expect("append");
+        }
+        fs.set_full(true);
+        let err = log
+            .append("t", 0, vec![record(4, 99, 0)])
+            .await
+            .expect_err("disk full");
+        assert!(err.to_string().contains("No space left"), "{err}");
+        assert_eq!(read_all(&log, "t", 0).len(), 5, "reads keep working");
+        assert_eq!(log.offsets("t", 0).expect("offsets"), (0, 5));
+        fs.set_full(false);
+        let offset = log
+            .append("t", 0, vec![record(4, 5, 0)])
+            .await
+            .expect("space again");
+        assert_eq!(offset, 5, "the failed append left no trace");
+        log.close().await.expect("close");
+        let log = open(&fs, &config).await;
+        let all = read_all(&log, "t", 0);
+        assert_eq!(all.len(), 6);
+        for stored in &all {
+            assert_eq!(stored.record, record(4, stored.offset, 0));
+        }
+    });
+}
+
+#[test]
+fn age_retention_deletes_segments_whose_newest_record_is_too_old() {
+    let rt = runtime();
+    let fs = FaultyFs::new(15);
+    let mut config = LogConfig::for_tests(600);
+    config.retention.age = crate::config::HumanDuration(std::time::Duration::from_secs(3_600));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        for i in 0..30 {
+            log.append("t", 0, vec![record(5, i, now - 7_200_000)])
+                .await
+                .expect("old");
+        }
+        for i in 30..40 {
+            log.append("t", 0, vec![record(5, i, now)])
+                .await
+                .expect("new");
+        }
+        log.cursors()
+            .commit("slow", "t", 0, 10)
+            .await
+            .expect("cursor");
+        log.enforce_retention().await;
+        let (start, _) = log.offsets("t", 0).expect("offsets");
+        assert!(
+            start > 0 && start <= 10,
+            "deleted up to the cursor: {start}"
+        );
+        log.cursors()
+            .commit("slow", "t", 0, 40)
+            .await
+            .expect("cursor");
+        log.enforce_retention().await;
+        let (start, end) = log.offsets("t", 0).expect("offsets");
+        assert!(
+            start > 10 && start <= 30,
+            "old segments gone, new kept: {start}"
+        );
+        assert_eq!(end, 40);
+        let rest = read_all(&log, "t", 0);
+        assert!(
+            rest.iter()
+                .all(|s| s.record == record(5, s.offset, s.record.timestamp_ms))
+        );
+    });
+}

@@ -151,11 +151,20 @@ pub fn dump(
         ),
         None => (0..info.partitions).collect(),
     };
-    let mut printed = 0u64;
+    let mut dumper = Dumper {
+        topic,
+        partition: 0,
+        from,
+        count,
+        printed: 0,
+        started: false,
+        out,
+    };
     for p in partitions {
+        dumper.partition = p;
+        dumper.started = matches!(from, From::Offset(_));
         let files = partition_files(&fs, &log_dir, topic, p);
-        let mut started = matches!(from, From::Offset(_));
-        for base in &files.bases {
+        for (i, base) in files.bases.iter().enumerate() {
             let (scan, _, bytes) = match scan_file(&fs, &files.dir, *base) {
                 Ok(found) => found,
                 Err(damage) => {
@@ -163,42 +172,92 @@ pub fn dump(
                     continue;
                 }
             };
-            let valid = bytes.get(..scan.valid_len as usize).unwrap_or_default();
-            let mut stop = false;
-            let _ = segment::walk(valid, SEGMENT_HEADER_LEN as u64, |_, _, batch_bytes| {
-                let Ok((header, records)) = batch::decode_batch(batch_bytes) else {
-                    return ControlFlow::Continue(());
-                };
-                for (offset, record) in (header.base_offset..).zip(records) {
-                    started =
-                        started || matches!(from, From::Time(ts) if record.timestamp_ms >= ts);
-                    let wanted = match from {
-                        From::Offset(o) => offset >= o,
-                        From::Time(_) => started,
-                    };
-                    if !wanted {
-                        continue;
-                    }
-                    if count.is_some_and(|c| printed >= c) {
-                        stop = true;
-                        return ControlFlow::Break(());
-                    }
-                    let line = record_json(topic, p, &StoredRecord { offset, record });
-                    if writeln!(out, "{line}").is_err() {
-                        stop = true;
-                        return ControlFlow::Break(());
-                    }
-                    printed += 1;
-                }
-                ControlFlow::Continue(())
-            });
-            if stop {
+            // The active segment ends at its last valid batch; a sealed one is read to its end,
+            // skipping damaged stretches the way the log's readers do.
+            let last = i + 1 == files.bases.len();
+            let limit = if last {
+                scan.valid_len as usize
+            } else {
+                bytes.len()
+            };
+            let valid = bytes.get(..limit).unwrap_or_default();
+            if dumper
+                .segment(valid, *base, scan.header.generation)
+                .is_break()
+            {
                 break;
             }
         }
     }
-    out.flush()?;
-    Ok(printed)
+    dumper.out.flush()?;
+    Ok(dumper.printed)
+}
+
+/// The state of one `tern log dump`.
+struct Dumper<'a> {
+    topic: &'a str,
+    partition: u32,
+    from: From,
+    count: Option<u64>,
+    printed: u64,
+    /// Whether the `--from` time has been reached in this partition.
+    started: bool,
+    out: &'a mut dyn Write,
+}
+
+impl Dumper<'_> {
+    /// Prints the wanted records of one segment's bytes, resyncing past damaged batches.
+    fn segment(&mut self, valid: &[u8], base: u64, generation: u32) -> ControlFlow<()> {
+        let mut pos = SEGMENT_HEADER_LEN as u64;
+        let mut next_offset = base;
+        let mut flow = ControlFlow::Continue(());
+        loop {
+            let walked = segment::walk(valid, pos, |_, _, bytes| {
+                let Ok((header, records)) = batch::decode_batch(bytes) else {
+                    return ControlFlow::Continue(());
+                };
+                next_offset = header.next_offset();
+                for (offset, record) in (header.base_offset..).zip(records) {
+                    flow = self.record(StoredRecord { offset, record });
+                    if flow.is_break() {
+                        return flow;
+                    }
+                }
+                ControlFlow::Continue(())
+            });
+            let Err(damage) = walked else { return flow };
+            eprintln!(
+                "damaged batch in segment {base} of {}/{} at byte {}: {}",
+                self.topic, self.partition, damage.position, damage.reason
+            );
+            match segment::resync(valid, damage.position, generation, next_offset) {
+                Some(next) => pos = next,
+                None => return flow,
+            }
+        }
+    }
+
+    /// Prints one record if `--from` wants it; breaks at `--count` or when output fails.
+    fn record(&mut self, stored: StoredRecord) -> ControlFlow<()> {
+        let ts = stored.record.timestamp_ms;
+        self.started = self.started || matches!(self.from, From::Time(t) if ts >= t);
+        let wanted = match self.from {
+            From::Offset(o) => stored.offset >= o,
+            From::Time(_) => self.started,
+        };
+        if !wanted {
+            return ControlFlow::Continue(());
+        }
+        if self.count.is_some_and(|c| self.printed >= c) {
+            return ControlFlow::Break(());
+        }
+        let line = record_json(self.topic, self.partition, &stored);
+        if writeln!(self.out, "{line}").is_err() {
+            return ControlFlow::Break(());
+        }
+        self.printed += 1;
+        ControlFlow::Continue(())
+    }
 }
 
 /// Summary of one partition for `tern log topics`.
