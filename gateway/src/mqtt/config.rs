@@ -227,6 +227,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn routes_and_acls_print_and_parse_back() {
+        let text = r##"
+[mqtt]
+allow_anonymous = "never"
+password_file = "/etc/tern/passwd"
+
+[[mqtt.acl]]
+user = "ops"
+topic = "#"
+access = "read"
+
+[[route]]
+filter = "site/+/temp"
+topic = "temperature"
+key = "level:1"
+"##;
+        let path = std::path::Path::new("t.toml");
+        let config = crate::config::parse(text, path).expect("parses");
+        assert_eq!(config.route[0].key, RouteKey::Level(1));
+        assert_eq!(config.mqtt.acl[0].access, crate::mqtt::acl::Access::Read);
+        assert!(!config.mqtt.anonymous_allowed());
+        config.validate().expect("valid");
+        let printed = config.to_toml().expect("prints");
+        assert_eq!(
+            crate::config::parse(&printed, path).expect("parses back"),
+            config
+        );
+    }
+
+    #[test]
     fn route_keys_parse_and_print() {
         for text in ["mqtt-topic", "client-id", "level:3"] {
             let key = RouteKey::try_from(text.to_owned()).expect("parses");
