@@ -6,6 +6,7 @@ set -euo pipefail
 # Debian packages: (package, a command it provides).
 packages=(
     "mosquitto-clients mosquitto_pub"
+    "openssl openssl"
 )
 
 missing=()

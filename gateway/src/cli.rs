@@ -26,6 +26,18 @@ pub enum Command {
     /// Inspect and check a log directory (read-only; safe while tern runs).
     #[command(subcommand)]
     Log(LogCommand),
+    /// Add, change or delete a user of an MQTT password file (argon2id hashes, mode 0600).
+    /// The password is prompted for twice without echo on a terminal, else read from the first
+    /// line of standard input. A running tern picks the change up at the next CONNECT.
+    Passwd {
+        /// The password file (`mqtt.auth.password_file`); created if missing.
+        file: PathBuf,
+        /// The username.
+        user: String,
+        /// Remove the user instead of setting a password.
+        #[arg(long)]
+        delete: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

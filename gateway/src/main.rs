@@ -31,6 +31,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Log(command) => run_log_tool(command),
+        Command::Passwd { file, user, delete } => {
+            use tern_gateway::mqtt::auth::passwd;
+            let password = if delete {
+                None
+            } else {
+                Some(passwd::read_password()?)
+            };
+            passwd::update(&file, &user, password.as_deref())?;
+            Ok(())
+        }
     }
 }
 

@@ -122,7 +122,7 @@ pub enum Incoming {
 }
 
 /// CONNECT with everything tern uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Connect {
     pub version: Version,
     pub client_id: String,
@@ -132,6 +132,24 @@ pub struct Connect {
     pub will: Option<LastWill>,
     pub will_properties: Option<LastWillProperties>,
     pub username: Option<String>,
+    /// Never logged: `Connect`'s Debug output redacts it.
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for Connect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connect")
+            .field("version", &self.version)
+            .field("client_id", &self.client_id)
+            .field("clean_start", &self.clean_start)
+            .field("keep_alive", &self.keep_alive)
+            .field("properties", &self.properties)
+            .field("will", &self.will)
+            .field("will_properties", &self.will_properties)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// PUBLISH from a client, with the fields rumqttd keeps private.
@@ -198,7 +216,11 @@ fn convert(version: Version, packet: Packet, frame: &[u8]) -> Result<Incoming, C
                 properties,
                 will,
                 will_properties,
-                username: login.map(|l| l.username).filter(|u| !u.is_empty()),
+                username: login
+                    .as_ref()
+                    .map(|l| l.username.clone())
+                    .filter(|u| !u.is_empty()),
+                password: login.map(|l| l.password).filter(|p| !p.is_empty()),
             }))
         }
         Packet::Publish(publish, properties) => {
@@ -351,6 +373,7 @@ pub enum ConnAckCode {
     ClientIdentifierNotValid,
     ServerUnavailable,
     NotAuthorized,
+    BadUserNamePassword,
     ServerBusy,
 }
 
@@ -361,6 +384,7 @@ pub enum SubAckCode {
     Failure,
     TopicFilterInvalid,
     SharedNotSupported,
+    NotAuthorized,
 }
 
 /// Appends the encoding of `packet` for `version` to `out`.
@@ -464,6 +488,7 @@ fn connack_code(version: Version, code: ConnAckCode) -> protocol::ConnectReturnC
         (Version::V5, ConnAckCode::ServerUnavailable) => C::ServerUnavailable,
         (Version::V5, ConnAckCode::ServerBusy) => C::ServerBusy,
         (_, ConnAckCode::NotAuthorized) => C::NotAuthorized,
+        (_, ConnAckCode::BadUserNamePassword) => C::BadUserNamePassword,
     }
 }
 
@@ -475,6 +500,7 @@ fn suback_code(version: Version, code: SubAckCode) -> SubscribeReasonCode {
         (Version::V5, SubAckCode::SharedNotSupported) => {
             SubscribeReasonCode::SharedSubscriptionsNotSupported
         }
+        (Version::V5, SubAckCode::NotAuthorized) => SubscribeReasonCode::NotAuthorized,
     }
 }
 

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{ByteSize, ConfigError, HumanDuration};
 
+use super::auth::config::{AclConfig, AuthConfig};
+use super::tls::TlsConfig;
 use super::topic::{self, TopicLimits};
 
 /// `[mqtt]`: the device-facing listener.
@@ -39,6 +41,14 @@ pub struct MqttConfig {
     pub max_session_expiry: HumanDuration,
     /// Log topic for publishes that no `[[route]]` matches.
     pub default_log_topic: String,
+    /// `[mqtt.auth]`: password file and anonymous access.
+    pub auth: AuthConfig,
+    /// `[[mqtt.acl]]`: topic access rules; none = everything allowed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub acl: Vec<AclConfig>,
+    /// `[mqtt.tls]`: an additional TLS listener; none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for MqttConfig {
@@ -56,6 +66,9 @@ impl Default for MqttConfig {
             connect_timeout: HumanDuration(std::time::Duration::from_secs(10)),
             max_session_expiry: HumanDuration(std::time::Duration::from_secs(7 * 24 * 3600)),
             default_log_topic: "mqtt".to_owned(),
+            auth: AuthConfig::default(),
+            acl: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -98,6 +111,10 @@ impl MqttConfig {
             return Err(invalid("mqtt.max_keep_alive", "must be at most 65535s"));
         }
         validate_log_topic("mqtt.default_log_topic", &self.default_log_topic)?;
+        self.auth.validate(&self.acl, &self.topic_limits())?;
+        if let Some(tls) = &self.tls {
+            tls.validate(self.listen)?;
+        }
         for (i, route) in routes.iter().enumerate() {
             route.validate(i, &self.topic_limits())?;
         }

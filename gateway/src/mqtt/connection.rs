@@ -15,6 +15,7 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use super::auth::Origin;
 use super::broker::{Broker, SessionEntry};
 use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
 use super::ingest::{self, Outcome, Pending, Reply};
@@ -24,6 +25,7 @@ use super::store::{Store, StoreError};
 use super::will::Will;
 use crate::shutdown::Shutdown;
 
+mod authz;
 mod handshake;
 mod packets;
 #[cfg(test)]
@@ -58,15 +60,28 @@ enum Flow {
     },
 }
 
-/// Serves one accepted socket until it closes.
-pub async fn serve<S, IO>(broker: Arc<Broker<S>>, io: IO, peer: SocketAddr, shutdown: Shutdown)
-where
+/// Serves one accepted socket, which came through a listener described by `origin`, until it
+/// closes.
+pub async fn serve<S, IO>(
+    broker: Arc<Broker<S>>,
+    io: IO,
+    peer: SocketAddr,
+    origin: Origin,
+    shutdown: Shutdown,
+) where
     S: Store,
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (mut reader, writer) = tokio::io::split(io);
     let mut inbuf = BytesMut::with_capacity(4096);
     let connect = match handshake::read_connect(&broker, &mut reader, &mut inbuf, peer).await {
+        Ok(connect) => connect,
+        Err((err, reply)) => {
+            refuse(&broker, writer, reply, peer, &err).await;
+            return;
+        }
+    };
+    let connect = match authz::authenticate(&broker, connect, &origin).await {
         Ok(connect) => connect,
         Err((err, reply)) => {
             refuse(&broker, writer, reply, peer, &err).await;
@@ -120,6 +135,8 @@ pub struct Connection<S: Store, W> {
     out: BytesMut,
     version: Version,
     client_id: String,
+    /// The authenticated username (`None`: anonymous), for ACL checks.
+    user: Option<String>,
     entry: Arc<SessionEntry>,
     session: OwnedMutexGuard<Session>,
     kick: Arc<Notify>,
@@ -319,6 +336,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     codec::PubRecReason::Success
                 };
                 self.send(Outgoing::PubRec { pkid, reason })
+            }
+            Reply::NotAuthorized { pkid, exactly_once } => {
+                self.send_not_authorized(pkid, exactly_once)
             }
         }
     }

@@ -3,6 +3,7 @@
 //! imports `rumqttd`, and only for its packet codecs (in `codec.rs`). It reaches storage only
 //! through the `Store` trait (`store.rs`).
 
+pub mod auth;
 mod broker;
 pub mod codec;
 pub mod config;
@@ -19,6 +20,7 @@ pub mod router;
 mod session;
 pub mod state;
 pub mod store;
+pub mod tls;
 pub mod topic;
 mod will;
 
@@ -38,6 +40,10 @@ pub enum MqttError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("MQTT authentication: {0}")]
+    Auth(#[from] auth::AuthError),
+    #[error("MQTT TLS listener: {0}")]
+    Tls(#[from] tls::TlsError),
     #[error("cannot open MQTT state in the log: {0}")]
     Store(#[from] store::StoreError),
 }

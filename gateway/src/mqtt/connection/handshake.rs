@@ -136,6 +136,7 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         out: BytesMut::with_capacity(256),
         version: connect.version,
         client_id,
+        user: connect.username.clone(),
         entry,
         session,
         kick,

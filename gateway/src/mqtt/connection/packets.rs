@@ -7,6 +7,7 @@
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
 
+use super::super::auth::acl::Want;
 use super::super::broker::cursor_name;
 use super::super::codec::{
     DisconnectReason, DisconnectReasonCode, InPublish, OutPublish, Outgoing, QoS, SubAckCode,
@@ -74,6 +75,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 });
             }
         };
+        if !self.admit_publish(&publish, &name) {
+            return Ok(());
+        }
         let ack = ack_for(publish.qos, publish.pkid);
         if publish.qos == QoS::ExactlyOnce && self.session.pending_qos2.contains(&publish.pkid) {
             self.pending.push(Pending {
@@ -126,6 +130,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             } else if let Err(err) = topic::validate_filter(&filter, &self.broker.limits) {
                 tracing::info!(client_id = %self.client_id, %filter, %err, "subscription refused");
                 codes.push(SubAckCode::TopicFilterInvalid);
+            } else if !self.may(Want::Subscribe, &filter) {
+                tracing::info!(client_id = %self.client_id, %filter, "subscription denied by ACL");
+                codes.push(SubAckCode::NotAuthorized);
             } else {
                 let granted = if qos == QoS::AtMostOnce {
                     qos
@@ -317,7 +324,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         retain: bool,
     ) -> Result<(), ConnError> {
         let now = message::now_ms();
-        if message.expired(now) {
+        if message.expired(now) || !self.may_receive(&message.topic) {
             return Ok(());
         }
         let qos = if message.qos == QoS::AtMostOnce || granted == QoS::AtMostOnce {
