@@ -31,6 +31,8 @@ mod packets;
 #[cfg(test)]
 mod test;
 #[cfg(test)]
+mod test_auth;
+#[cfg(test)]
 mod test_sessions;
 
 /// Why a connection ended.
