@@ -2,4 +2,5 @@
 
 mod foundation;
 mod mqtt;
+mod mqtt_auth;
 mod mqtt_durability;
