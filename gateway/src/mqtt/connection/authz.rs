@@ -37,8 +37,8 @@ pub(super) async fn authenticate<S: Store>(
                 _ => "not authorized",
             };
             tracing::warn!(
-                client_id = %connect.client_id,
-                user = connect.username.as_deref().unwrap_or(""),
+                client_id = ?connect.client_id,
+                user = ?connect.username.as_deref().unwrap_or(""),
                 reason,
                 "MQTT authentication failed"
             );
@@ -70,9 +70,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             return true;
         }
         tracing::info!(
-            client_id = %self.client_id,
-            user = self.user.as_deref().unwrap_or(""),
-            %topic,
+            client_id = ?self.client_id,
+            user = ?self.user.as_deref().unwrap_or(""),
+            ?topic,
             "publish denied by ACL"
         );
         if publish.qos != QoS::AtMostOnce {

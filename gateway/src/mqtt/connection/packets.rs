@@ -131,7 +131,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 tracing::info!(client_id = %self.client_id, %filter, %err, "subscription refused");
                 codes.push(SubAckCode::TopicFilterInvalid);
             } else if !self.may(Want::Subscribe, &filter) {
-                tracing::info!(client_id = %self.client_id, %filter, "subscription denied by ACL");
+                tracing::info!(client_id = ?self.client_id, ?filter, "subscription denied by ACL");
                 codes.push(SubAckCode::NotAuthorized);
             } else {
                 let granted = if qos == QoS::AtMostOnce {
