@@ -1,3 +1,6 @@
+//! TLS tests with certificates made by `scripts/gen-test-certs.sh`: identity extraction (CN,
+//! else SAN), loading the rustls configuration, and the `[mqtt.tls]` validation rules.
+
 use super::*;
 
 /// Fresh certificates from `scripts/gen-test-certs.sh` (Debian's openssl) in a temp directory.

@@ -1,3 +1,6 @@
+//! Password file tests: argon2id PHC hashes, parsing with line numbers, and the atomic,
+//! mode-0600 rewrite behind `tern passwd`, on real files in a temp directory.
+
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;

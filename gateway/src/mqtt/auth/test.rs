@@ -1,3 +1,6 @@
+//! CONNECT decision tests: passwords from a real file (and its reload), anonymous access per
+//! listener, certificate identities and will topics checked against the ACL.
+
 use super::config::{Access, AclConfig};
 use super::*;
 use crate::mqtt::codec::{LastWill, QoS, Version};
