@@ -35,7 +35,8 @@ pub enum Anonymous {
     Never,
 }
 
-/// How `allow_anonymous` is written: `"loopback"`, `true` or `false`.
+/// How `allow_anonymous` is written: `"loopback"`, `true` (or `"always"`), `false` (or
+/// `"never"`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
 enum AnonymousText {
@@ -50,10 +51,14 @@ impl TryFrom<AnonymousText> for Anonymous {
         match text {
             AnonymousText::Flag(true) => Ok(Self::Always),
             AnonymousText::Flag(false) => Ok(Self::Never),
-            AnonymousText::Word(word) if word == "loopback" => Ok(Self::Loopback),
-            AnonymousText::Word(word) => Err(format!(
-                "expected true, false or \"loopback\", got {word:?}"
-            )),
+            AnonymousText::Word(word) => match word.as_str() {
+                "loopback" => Ok(Self::Loopback),
+                "always" => Ok(Self::Always),
+                "never" => Ok(Self::Never),
+                _ => Err(format!(
+                    "expected true, false, \"loopback\", \"always\" or \"never\", got {word:?}"
+                )),
+            },
         }
     }
 }
@@ -87,8 +92,8 @@ pub struct AclConfig {
     /// The rule applies only to clients authenticated as this user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// The rule applies only to clients with this client id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The rule applies only to clients with this client id (also accepted as `client`).
+    #[serde(default, alias = "client", skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
     /// Topic filter, `+`/`#` allowed; `%u` becomes the username, `%c` the client id.
     pub topic: String,
@@ -163,6 +168,8 @@ mod tests {
             ("true", Anonymous::Always),
             ("false", Anonymous::Never),
             ("\"loopback\"", Anonymous::Loopback),
+            ("\"always\"", Anonymous::Always),
+            ("\"never\"", Anonymous::Never),
         ];
         for (text, expected) in cases {
             let parsed = parse(&format!("[auth]\nallow_anonymous = {text}\n")).expect("parses");
@@ -181,6 +188,9 @@ mod tests {
 
     #[test]
     fn acl_rules_parse_and_bad_ones_are_named() {
+        let aliased = parse("[auth]\n[[acl]]\nclient = \"d\"\ntopic = \"t\"\naccess = \"read\"\n")
+            .expect("client is an alias of client_id");
+        assert_eq!(aliased.acl[0].client_id.as_deref(), Some("d"));
         let text = "[auth]\n[[acl]]\nuser = \"a\"\ntopic = \"s/%u/#\"\naccess = \"readwrite\"\n\
                     [[acl]]\ntopic = \"x/#/y\"\naccess = \"read\"\n";
         let parsed = parse(text).expect("parses");
