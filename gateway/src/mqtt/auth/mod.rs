@@ -11,6 +11,7 @@ pub mod config;
 pub mod passwd;
 
 use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -135,6 +136,10 @@ impl Passwords {
         let stamp = stamp(path);
         let users = PasswordFile::load(path)?.users();
         tracing::info!(path = %path.display(), users = users.len(), "password file loaded");
+        let mode = std::fs::metadata(path).map_or(0, |m| m.permissions().mode());
+        if mode & 0o077 != 0 {
+            tracing::warn!(path = %path.display(), mode = format!("{:o}", mode & 0o777), "password file is readable by other users; tern passwd writes it with mode 0600");
+        }
         Ok(Self {
             path: path.to_owned(),
             state: Mutex::new(Loaded { stamp, users }),
