@@ -25,7 +25,13 @@ pub(super) async fn authenticate<S: Store>(
     mut connect: Box<Connect>,
     origin: &Origin,
 ) -> Result<Box<Connect>, Refusal> {
-    match broker.auth.authenticate(&connect, origin).await {
+    // Verifications queue behind a small semaphore; a flood of CONNECTs must not pile up
+    // forever, so the wait is bounded by the connect timeout.
+    let limit = broker.config.connect_timeout.0;
+    let decision = tokio::time::timeout(limit, broker.auth.authenticate(&connect, origin))
+        .await
+        .unwrap_or(Err(ConnAckCode::ServerUnavailable));
+    match decision {
         Ok(user) => {
             connect.username = user;
             connect.password = None;
@@ -34,6 +40,7 @@ pub(super) async fn authenticate<S: Store>(
         Err(code) => {
             let reason = match code {
                 ConnAckCode::BadUserNamePassword => "bad username or password",
+                ConnAckCode::ServerUnavailable => "password check timed out",
                 _ => "not authorized",
             };
             tracing::warn!(
