@@ -5,7 +5,8 @@ set -euo pipefail
 
 # mosquitto-clients: mosquitto_pub/mosquitto_sub, independent MQTT clients of the e2e suite.
 # mosquitto: the broker `tern bench mqtt --compare` measures tern against.
-packages=(mosquitto-clients mosquitto)
+# openssl: scripts/gen-test-certs.sh makes the certificates of the TLS e2e tests.
+packages=(mosquitto-clients mosquitto openssl)
 
 missing=()
 for package in "${packages[@]}"; do

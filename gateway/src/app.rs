@@ -51,11 +51,21 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
         mqtt_metrics.clone(),
     )
     .await?;
+    let mqtt_tls = match &config.mqtt.tls {
+        Some(tls) => Some(MqttListener::bind_tls(tls, broker.clone()).await?),
+        None => None,
+    };
     let mqtt = MqttListener::bind(config.mqtt.listen, broker).await?;
     tracing::info!(
         "mqtt listener on {}",
         mqtt.local_addr().context("MQTT listener has no address")?
     );
+    if let Some(tls) = &mqtt_tls {
+        let addr = tls
+            .local_addr()
+            .context("MQTT TLS listener has no address")?;
+        tracing::info!("mqtt tls listener on {addr}");
+    }
 
     let sources: Vec<Arc<dyn MetricsSource>> = vec![
         Arc::new(ProcessMetrics::new()),
@@ -71,6 +81,7 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
     );
     let admin_task = tokio::spawn(admin.run(shutdown.clone()));
     let mqtt_task = tokio::spawn(mqtt.run(shutdown.clone()));
+    let mqtt_tls_task = mqtt_tls.map(|tls| tokio::spawn(tls.run(shutdown.clone())));
 
     tracing::info!("tern {} ready", env!("CARGO_PKG_VERSION"));
     shutdown.wait().await;
@@ -78,6 +89,9 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
     let grace = config.shutdown.grace.0;
     let drained = async {
         let _ = mqtt_task.await;
+        if let Some(task) = mqtt_tls_task {
+            let _ = task.await;
+        }
         let _ = admin_task.await;
     };
     if tokio::time::timeout(grace, drained).await.is_err() {

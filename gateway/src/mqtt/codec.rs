@@ -122,7 +122,7 @@ pub enum Incoming {
 }
 
 /// CONNECT with everything tern uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Connect {
     pub version: Version,
     pub client_id: String,
@@ -132,7 +132,24 @@ pub struct Connect {
     pub will: Option<LastWill>,
     pub will_properties: Option<LastWillProperties>,
     pub username: Option<String>,
+    /// Never logged: `Connect`'s Debug output redacts it.
     pub password: Option<String>,
+}
+
+impl std::fmt::Debug for Connect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connect")
+            .field("version", &self.version)
+            .field("client_id", &self.client_id)
+            .field("clean_start", &self.clean_start)
+            .field("keep_alive", &self.keep_alive)
+            .field("properties", &self.properties)
+            .field("will", &self.will)
+            .field("will_properties", &self.will_properties)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// PUBLISH from a client, with the fields rumqttd keeps private.
@@ -377,7 +394,6 @@ pub enum DisconnectReason {
     UnspecifiedError = 0x80,
     MalformedPacket = 0x81,
     ProtocolError = 0x82,
-    NotAuthorized = 0x87,
     ServerBusy = 0x89,
     ServerShuttingDown = 0x8b,
     KeepAliveTimeout = 0x8d,
@@ -396,9 +412,9 @@ pub enum ConnAckCode {
     Success,
     UnsupportedProtocolVersion,
     ClientIdentifierNotValid,
-    BadCredentials,
     ServerUnavailable,
     NotAuthorized,
+    BadUserNamePassword,
     ServerBusy,
 }
 
@@ -507,13 +523,13 @@ fn connack_code(version: Version, code: ConnAckCode) -> protocol::ConnectReturnC
         (Version::V4, ConnAckCode::UnsupportedProtocolVersion) => C::RefusedProtocolVersion,
         (Version::V5, ConnAckCode::UnsupportedProtocolVersion) => C::UnsupportedProtocolVersion,
         (_, ConnAckCode::ClientIdentifierNotValid) => C::ClientIdentifierNotValid,
-        (_, ConnAckCode::BadCredentials) => C::BadUserNamePassword,
         (Version::V4, ConnAckCode::ServerUnavailable | ConnAckCode::ServerBusy) => {
             C::ServiceUnavailable
         }
         (Version::V5, ConnAckCode::ServerUnavailable) => C::ServerUnavailable,
         (Version::V5, ConnAckCode::ServerBusy) => C::ServerBusy,
         (_, ConnAckCode::NotAuthorized) => C::NotAuthorized,
+        (_, ConnAckCode::BadUserNamePassword) => C::BadUserNamePassword,
     }
 }
 

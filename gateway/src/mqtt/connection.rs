@@ -15,6 +15,7 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use super::auth::Origin;
 use super::broker::{Broker, SessionEntry};
 use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
 use super::ingest::{self, Outcome, Pending, Reply};
@@ -28,12 +29,15 @@ use rate::RateLimit;
 /// How long a write to a client may take before the connection is given up.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
+mod authz;
 mod delivery;
 mod handshake;
 mod packets;
 mod rate;
 #[cfg(test)]
 mod test;
+#[cfg(test)]
+mod test_auth;
 #[cfg(test)]
 mod test_sessions;
 
@@ -54,14 +58,6 @@ pub enum ConnError {
     Store(#[from] StoreError),
 }
 
-/// The outcome an ack reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AckReason {
-    Success,
-    QuotaExceeded,
-    NotAuthorized,
-}
-
 /// What the packet loop does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flow {
@@ -72,15 +68,28 @@ enum Flow {
     },
 }
 
-/// Serves one accepted socket until it closes.
-pub async fn serve<S, IO>(broker: Arc<Broker<S>>, io: IO, peer: SocketAddr, shutdown: Shutdown)
-where
+/// Serves one accepted socket, which came through a listener described by `origin`, until it
+/// closes.
+pub async fn serve<S, IO>(
+    broker: Arc<Broker<S>>,
+    io: IO,
+    peer: SocketAddr,
+    origin: Origin,
+    shutdown: Shutdown,
+) where
     S: Store,
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (mut reader, writer) = tokio::io::split(io);
     let mut inbuf = BytesMut::with_capacity(4096);
     let connect = match handshake::read_connect(&broker, &mut reader, &mut inbuf, peer).await {
+        Ok(connect) => connect,
+        Err((err, reply)) => {
+            refuse(&broker, writer, reply, peer, &err).await;
+            return;
+        }
+    };
+    let connect = match authz::authenticate(&broker, connect, &origin).await {
         Ok(connect) => connect,
         Err((err, reply)) => {
             refuse(&broker, writer, reply, peer, &err).await;
@@ -134,7 +143,8 @@ pub struct Connection<S: Store, W> {
     out: BytesMut,
     version: Version,
     client_id: String,
-    username: Option<String>,
+    /// The authenticated username (`None`: anonymous), for ACL checks.
+    user: Option<String>,
     entry: Arc<SessionEntry>,
     session: OwnedMutexGuard<Session>,
     kick: Arc<Notify>,
@@ -323,16 +333,6 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
     fn settle(&mut self, pending: &Pending, outcome: Outcome) -> Result<(), ConnError> {
         let metrics = self.broker.metrics.clone();
         match outcome {
-            Outcome::Stored if pending.denied => {
-                MqttMetrics::inc(&metrics.publishes_rejected);
-                match self.version {
-                    Version::V5 => self.send_ack(pending.ack, AckReason::NotAuthorized),
-                    Version::V4 => Err(ConnError::Protocol {
-                        reason: "publish not authorized",
-                        code: DisconnectReason::NotAuthorized,
-                    }),
-                }
-            }
             Outcome::Stored => {
                 if let Reply::PubRec(pkid) = pending.ack {
                     self.session.pending_qos2.insert(pkid);
@@ -340,13 +340,13 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 if pending.ack != Reply::None {
                     MqttMetrics::inc(&metrics.acks_sent);
                 }
-                self.send_ack(pending.ack, AckReason::Success)
+                self.send_ack(pending.ack, false)
             }
             Outcome::Full => {
                 MqttMetrics::inc(&metrics.publishes_rejected);
                 tracing::warn!(client_id = %self.client_id, "log full: publish refused");
                 match self.version {
-                    Version::V5 => self.send_ack(pending.ack, AckReason::QuotaExceeded),
+                    Version::V5 => self.send_ack(pending.ack, true),
                     Version::V4 => Ok(()),
                 }
             }
@@ -354,25 +354,27 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         }
     }
 
-    fn send_ack(&mut self, ack: Reply, reason: AckReason) -> Result<(), ConnError> {
-        use codec::{PubAckReason as A, PubRecReason as R};
+    fn send_ack(&mut self, ack: Reply, quota_exceeded: bool) -> Result<(), ConnError> {
         match ack {
             Reply::None => Ok(()),
             Reply::PubAck(pkid) => {
-                let reason = match reason {
-                    AckReason::Success => A::Success,
-                    AckReason::QuotaExceeded => A::QuotaExceeded,
-                    AckReason::NotAuthorized => A::NotAuthorized,
+                let reason = if quota_exceeded {
+                    codec::PubAckReason::QuotaExceeded
+                } else {
+                    codec::PubAckReason::Success
                 };
                 self.send(Outgoing::PubAck { pkid, reason })
             }
             Reply::PubRec(pkid) => {
-                let reason = match reason {
-                    AckReason::Success => R::Success,
-                    AckReason::QuotaExceeded => R::QuotaExceeded,
-                    AckReason::NotAuthorized => R::NotAuthorized,
+                let reason = if quota_exceeded {
+                    codec::PubRecReason::QuotaExceeded
+                } else {
+                    codec::PubRecReason::Success
                 };
                 self.send(Outgoing::PubRec { pkid, reason })
+            }
+            Reply::NotAuthorized { pkid, exactly_once } => {
+                self.send_not_authorized(pkid, exactly_once)
             }
         }
     }

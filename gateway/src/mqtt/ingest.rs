@@ -18,6 +18,12 @@ pub enum Reply {
     None,
     PubAck(u16),
     PubRec(u16),
+    /// Refused by the ACL (`auth/acl.rs`): MQTT 5 gets reason 0x87 "not authorized", MQTT
+    /// 3.1.1 a plain ack (as Mosquitto does). The message was never stored.
+    NotAuthorized {
+        pkid: u16,
+        exactly_once: bool,
+    },
 }
 
 /// One publish waiting to be stored.
@@ -26,8 +32,6 @@ pub struct Pending {
     /// `None` for a re-sent QoS 2 publish that is already stored: only the ack is repeated.
     pub message: Option<Message>,
     pub ack: Reply,
-    /// Refused by an ACL: nothing is stored; MQTT 5 gets "not authorized".
-    pub denied: bool,
     /// Whether a QoS 2 packet id must be recorded durably (persistent sessions).
     pub durable_qos2: bool,
 }

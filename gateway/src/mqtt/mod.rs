@@ -3,7 +3,6 @@
 //! imports `rumqttd`, and only for its packet codecs (in `codec.rs`). It reaches storage only
 //! through the `Store` trait (`store.rs`).
 
-pub mod acl;
 pub mod auth;
 mod broker;
 pub mod codec;
@@ -21,6 +20,7 @@ pub mod router;
 mod session;
 pub mod state;
 pub mod store;
+pub mod tls;
 pub mod topic;
 mod will;
 
@@ -40,8 +40,10 @@ pub enum MqttError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("MQTT authentication: {0}")]
+    Auth(#[from] auth::AuthError),
+    #[error("MQTT TLS listener: {0}")]
+    Tls(#[from] tls::TlsError),
     #[error("cannot open MQTT state in the log: {0}")]
     Store(#[from] store::StoreError),
-    #[error(transparent)]
-    Auth(#[from] auth::AuthError),
 }

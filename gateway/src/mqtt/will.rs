@@ -90,7 +90,6 @@ async fn publish<S: Store>(broker: Arc<Broker<S>>, mut message: Message) {
     let pending = Pending {
         message: Some(message),
         ack: Reply::None,
-        denied: false,
         durable_qos2: false,
     };
     let (_, outcomes) = ingest::ingest(broker, client_id.clone(), vec![pending]).await;

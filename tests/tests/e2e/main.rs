@@ -3,4 +3,5 @@
 mod foundation;
 mod log;
 mod mqtt;
+mod mqtt_auth;
 mod mqtt_durability;

@@ -1,8 +1,9 @@
 //! Delivery of log records to a subscriber: every partition its filters may match gets a read
 //! position and a watcher on the log's durable end offset (woken, never polling); records are
-//! read ahead once, matched against the session's filters by their MQTT-topic header and sent
-//! within the in-flight window; persistent sessions commit their cursors (the oldest
-//! unacknowledged offset) durably. Never acknowledges publishes and never writes records.
+//! read ahead once, matched against the session's filters by their MQTT-topic header, checked
+//! against the ACL (`authz.rs`) and sent within the in-flight window; persistent sessions
+//! commit their cursors (the oldest unacknowledged offset) durably. Never acknowledges
+//! publishes and never writes records.
 
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
@@ -177,7 +178,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let granted = matched.qos;
         let retain = message.retain && matched.retain_as_published;
         let now = message::now_ms();
-        if message.expired(now) {
+        if message.expired(now) || !self.may_receive(&message.topic) {
             return Ok(());
         }
         let qos = if message.qos == QoS::AtMostOnce || granted == QoS::AtMostOnce {

@@ -14,8 +14,6 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::super::acl;
-use super::super::auth::Verdict;
 use super::super::broker::Broker;
 use super::super::codec::{
     self, ConnAckCode, ConnAckProperties, Connect, Incoming, Outgoing, Version,
@@ -58,20 +56,6 @@ pub(super) async fn read_connect<S: Store, R: AsyncRead>(
             protocol("connection limit reached"),
             Some((version, ConnAckCode::ServerBusy)),
         ));
-    }
-    let verdict = broker
-        .auth
-        .verify(connect.username.as_deref(), connect.password.as_deref())
-        .await;
-    let refused = match verdict {
-        Verdict::Accepted => None,
-        Verdict::BadCredentials => Some(("bad user name or password", ConnAckCode::BadCredentials)),
-        Verdict::NotAuthorized => {
-            Some(("anonymous access not allowed", ConnAckCode::NotAuthorized))
-        }
-    };
-    if let Some((reason, code)) = refused {
-        return Err((protocol(reason), Some((version, code))));
     }
     if connect.client_id.is_empty() && version == Version::V4 && !connect.clean_start {
         let reply = Some((version, ConnAckCode::ClientIdentifierNotValid));
@@ -120,19 +104,6 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         .clone()
         .unwrap_or_else(|| connect.client_id.clone());
     let will = Will::from_connect(&connect, &client_id, &broker.limits)?;
-    let identity = acl::Identity {
-        user: connect.username.as_deref(),
-        client: &client_id,
-    };
-    if will
-        .as_ref()
-        .is_some_and(|w| !acl::may_publish(&broker.config.acl, identity, &w.message.topic))
-    {
-        return Err(ConnError::Protocol {
-            reason: "will topic not authorized",
-            code: codec::DisconnectReason::NotAuthorized,
-        });
-    }
     let kick = Arc::new(Notify::new());
     let (entry, mut session) = broker.take_session(&client_id, kick.clone()).await?;
     if connect.clean_start {
@@ -167,7 +138,7 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         out: BytesMut::with_capacity(256),
         version: connect.version,
         client_id,
-        username: connect.username.clone(),
+        user: connect.username.clone(),
         entry,
         session,
         kick,

@@ -4,7 +4,7 @@
 
 use tokio::io::AsyncWrite;
 
-use super::super::acl;
+use super::super::auth::acl::Want;
 use super::super::codec::{
     DisconnectReason, DisconnectReasonCode, InPublish, Outgoing, QoS, RetainHandling, SubAckCode,
     Subscribe,
@@ -52,13 +52,6 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(Flow::Continue)
     }
 
-    fn identity(&self) -> acl::Identity<'_> {
-        acl::Identity {
-            user: self.username.as_deref(),
-            client: &self.client_id,
-        }
-    }
-
     async fn publish(&mut self, publish: InPublish) -> Result<(), ConnError> {
         self.rate.take();
         MqttMetrics::inc(&self.broker.metrics.publishes_in);
@@ -90,22 +83,14 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
 
     /// Queues a publish whose topic name is known and valid.
     fn publish_named(&mut self, publish: InPublish, name: String) -> Result<(), ConnError> {
+        if !self.admit_publish(&publish, &name) {
+            return Ok(());
+        }
         let ack = ack_for(publish.qos, publish.pkid);
         if publish.qos == QoS::ExactlyOnce && self.session.pending_qos2.contains(&publish.pkid) {
             self.pending.push(Pending {
                 message: None,
                 ack,
-                denied: false,
-                durable_qos2: false,
-            });
-            return Ok(());
-        }
-        if !acl::may_publish(&self.broker.config.acl, self.identity(), &name) {
-            tracing::info!(client_id = %self.client_id, topic = %name, "publish not authorized");
-            self.pending.push(Pending {
-                message: None,
-                ack,
-                denied: true,
                 durable_qos2: false,
             });
             return Ok(());
@@ -127,7 +112,6 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         self.pending.push(Pending {
             message: Some(message),
             ack,
-            denied: false,
             durable_qos2: self.session.persistent(),
         });
         Ok(())
@@ -155,8 +139,8 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             } else if let Err(err) = topic::validate_filter(&filter, &self.broker.limits) {
                 tracing::info!(client_id = %self.client_id, %filter, %err, "subscription refused");
                 codes.push(SubAckCode::TopicFilterInvalid);
-            } else if !acl::may_subscribe(&self.broker.config.acl, self.identity(), &filter) {
-                tracing::info!(client_id = %self.client_id, %filter, "subscription not authorized");
+            } else if !self.may(Want::Subscribe, &filter) {
+                tracing::info!(client_id = ?self.client_id, ?filter, "subscription denied by ACL");
                 codes.push(SubAckCode::NotAuthorized);
             } else {
                 let granted = if request.qos == QoS::AtMostOnce {

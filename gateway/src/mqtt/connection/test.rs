@@ -8,6 +8,7 @@ use bytes::{BufMut, BytesMut};
 use rumqttd::protocol::{self, Packet, Protocol};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
+use super::super::auth::Origin;
 use super::super::broker::Broker;
 use super::super::codec::tests::{client_connect, client_publish, client_subscribe};
 use super::super::codec::{self, QoS, Version};
@@ -54,6 +55,10 @@ impl Harness {
             self.broker.clone(),
             server,
             peer,
+            Origin {
+                loopback_listener: true,
+                cert_identity: None,
+            },
             self.shutdown.clone(),
         ));
         (client, task)
