@@ -49,11 +49,21 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
         mqtt_metrics.clone(),
     )
     .await?;
+    let mqtt_tls = match &config.mqtt.tls {
+        Some(tls) => Some(MqttListener::bind_tls(tls, broker.clone()).await?),
+        None => None,
+    };
     let mqtt = MqttListener::bind(config.mqtt.listen, broker).await?;
     tracing::info!(
         "mqtt listener on {}",
         mqtt.local_addr().context("MQTT listener has no address")?
     );
+    if let Some(tls) = &mqtt_tls {
+        let addr = tls
+            .local_addr()
+            .context("MQTT TLS listener has no address")?;
+        tracing::info!("mqtt tls listener on {addr}");
+    }
 
     let upstream_status = upstream::StatusMap::default();
     let mut sources: Vec<Arc<dyn MetricsSource>> = vec![
@@ -91,6 +101,7 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
             ))
         })
         .collect();
+    let mqtt_tls_task = mqtt_tls.map(|tls| tokio::spawn(tls.run(shutdown.clone())));
 
     tracing::info!("tern {} ready", env!("CARGO_PKG_VERSION"));
     shutdown.wait().await;
@@ -98,6 +109,9 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
     let grace = config.shutdown.grace.0;
     let drained = async {
         let _ = mqtt_task.await;
+        if let Some(task) = mqtt_tls_task {
+            let _ = task.await;
+        }
         for task in upstream_tasks {
             if let Ok(Err(err)) = task.await {
                 tracing::warn!(%err, "upstream forwarding failed");

@@ -32,15 +32,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Log(command) => run_log_tool(command),
         Command::Bench(command) => Ok(tern_gateway::bench::run(command)?),
-        Command::Passwd { file, user } => {
-            let mut password = String::new();
-            std::io::stdin().read_line(&mut password)?;
-            let password = password.trim_end_matches(['\r', '\n']);
-            if password.is_empty() {
-                anyhow::bail!("no password on stdin");
-            }
-            tern_gateway::mqtt::auth::set_password(&file, &user, password)?;
-            eprintln!("tern: password of {user} set in {}", file.display());
+        Command::Passwd { file, user, delete } => {
+            use tern_gateway::mqtt::auth::passwd;
+            let password = if delete {
+                None
+            } else {
+                Some(passwd::read_password()?)
+            };
+            passwd::update(&file, &user, password.as_deref())?;
             Ok(())
         }
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, OwnedMutexGuard};
 
 use super::MqttError;
-use super::auth::Authenticator;
+use super::auth::Auth;
 use super::config::{MqttConfig, RouteConfig};
 use super::metrics::MqttMetrics;
 use super::retained::Retained;
@@ -79,7 +79,7 @@ pub struct Broker<S> {
     pub metrics: Arc<MqttMetrics>,
     pub state: Arc<StateLog<S>>,
     pub retained: Retained<S>,
-    pub auth: Authenticator,
+    pub auth: Auth,
     partitions: HashMap<String, u32>,
     sessions: Mutex<HashMap<String, Arc<SessionEntry>>>,
     next_connection: AtomicU64,
@@ -94,7 +94,7 @@ impl<S: Store> Broker<S> {
         routes: Vec<RouteConfig>,
         metrics: Arc<MqttMetrics>,
     ) -> Result<Arc<Self>, MqttError> {
-        let auth = Authenticator::new(config.password_file.as_deref(), config.anonymous_allowed())?;
+        let auth = Auth::load(&config.auth, &config.acl)?;
         let router = Router::new(routes, config.default_log_topic.clone());
         let mut partitions = HashMap::new();
         for topic in router.log_topics() {

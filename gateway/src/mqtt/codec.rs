@@ -122,7 +122,7 @@ pub enum Incoming {
 }
 
 /// CONNECT with everything tern uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Connect {
     pub version: Version,
     pub client_id: String,
@@ -132,7 +132,24 @@ pub struct Connect {
     pub will: Option<LastWill>,
     pub will_properties: Option<LastWillProperties>,
     pub username: Option<String>,
+    /// Never logged: `Connect`'s Debug output redacts it.
     pub password: Option<String>,
+}
+
+impl std::fmt::Debug for Connect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connect")
+            .field("version", &self.version)
+            .field("client_id", &self.client_id)
+            .field("clean_start", &self.clean_start)
+            .field("keep_alive", &self.keep_alive)
+            .field("properties", &self.properties)
+            .field("will", &self.will)
+            .field("will_properties", &self.will_properties)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// PUBLISH from a client, with the fields rumqttd keeps private.
@@ -395,9 +412,9 @@ pub enum ConnAckCode {
     Success,
     UnsupportedProtocolVersion,
     ClientIdentifierNotValid,
-    BadCredentials,
     ServerUnavailable,
     NotAuthorized,
+    BadUserNamePassword,
     ServerBusy,
 }
 
@@ -408,6 +425,7 @@ pub enum SubAckCode {
     Failure,
     TopicFilterInvalid,
     SharedNotSupported,
+    NotAuthorized,
 }
 
 /// Appends the encoding of `packet` for `version` to `out`.
@@ -505,13 +523,13 @@ fn connack_code(version: Version, code: ConnAckCode) -> protocol::ConnectReturnC
         (Version::V4, ConnAckCode::UnsupportedProtocolVersion) => C::RefusedProtocolVersion,
         (Version::V5, ConnAckCode::UnsupportedProtocolVersion) => C::UnsupportedProtocolVersion,
         (_, ConnAckCode::ClientIdentifierNotValid) => C::ClientIdentifierNotValid,
-        (_, ConnAckCode::BadCredentials) => C::BadUserNamePassword,
         (Version::V4, ConnAckCode::ServerUnavailable | ConnAckCode::ServerBusy) => {
             C::ServiceUnavailable
         }
         (Version::V5, ConnAckCode::ServerUnavailable) => C::ServerUnavailable,
         (Version::V5, ConnAckCode::ServerBusy) => C::ServerBusy,
         (_, ConnAckCode::NotAuthorized) => C::NotAuthorized,
+        (_, ConnAckCode::BadUserNamePassword) => C::BadUserNamePassword,
     }
 }
 
@@ -520,6 +538,7 @@ fn suback_code(version: Version, code: SubAckCode) -> SubscribeReasonCode {
         (_, SubAckCode::Granted(qos)) => SubscribeReasonCode::Success(qos),
         (Version::V4, _) | (Version::V5, SubAckCode::Failure) => SubscribeReasonCode::Failure,
         (Version::V5, SubAckCode::TopicFilterInvalid) => SubscribeReasonCode::TopicFilterInvalid,
+        (Version::V5, SubAckCode::NotAuthorized) => SubscribeReasonCode::NotAuthorized,
         (Version::V5, SubAckCode::SharedNotSupported) => {
             SubscribeReasonCode::SharedSubscriptionsNotSupported
         }

@@ -3,13 +3,13 @@
 //! only; the validation pass names the offending key. Never opens sockets or files.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ByteSize, ConfigError, HumanDuration};
 
-use super::auth::Anonymous;
+use super::auth::config::{AclConfig, AuthConfig};
+use super::tls::TlsConfig;
 use super::topic::{self, TopicLimits};
 
 /// `[mqtt]`: the device-facing listener.
@@ -43,11 +43,14 @@ pub struct MqttConfig {
     pub max_session_expiry: HumanDuration,
     /// Log topic for publishes that no `[[route]]` matches.
     pub default_log_topic: String,
-    /// Clients without a username: "loopback" (only on a loopback listener), "always", "never".
-    pub allow_anonymous: Anonymous,
-    /// `user:argon2-hash` lines written by `tern passwd`; none = no usernames accepted.
+    /// `[mqtt.auth]`: password file and anonymous access.
+    pub auth: AuthConfig,
+    /// `[[mqtt.acl]]`: topic access rules; none = everything allowed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub acl: Vec<AclConfig>,
+    /// `[mqtt.tls]`: an additional TLS listener; none by default.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub password_file: Option<PathBuf>,
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for MqttConfig {
@@ -66,22 +69,14 @@ impl Default for MqttConfig {
             connect_timeout: HumanDuration(std::time::Duration::from_secs(10)),
             max_session_expiry: HumanDuration(std::time::Duration::from_secs(7 * 24 * 3600)),
             default_log_topic: "mqtt".to_owned(),
-            allow_anonymous: Anonymous::Loopback,
-            password_file: None,
+            auth: AuthConfig::default(),
+            acl: Vec::new(),
+            tls: None,
         }
     }
 }
 
 impl MqttConfig {
-    /// Whether clients without a username are accepted on this listener.
-    pub fn anonymous_allowed(&self) -> bool {
-        match self.allow_anonymous {
-            Anonymous::Always => true,
-            Anonymous::Never => false,
-            Anonymous::Loopback => self.listen.ip().is_loopback(),
-        }
-    }
-
     /// Topic validation limits.
     pub fn topic_limits(&self) -> TopicLimits {
         TopicLimits {
@@ -119,6 +114,10 @@ impl MqttConfig {
             return Err(invalid("mqtt.max_keep_alive", "must be at most 65535s"));
         }
         validate_log_topic("mqtt.default_log_topic", &self.default_log_topic)?;
+        self.auth.validate(&self.acl, &self.topic_limits())?;
+        if let Some(tls) = &self.tls {
+            tls.validate(self.listen)?;
+        }
         for (i, route) in routes.iter().enumerate() {
             route.validate(i, &self.topic_limits())?;
         }
@@ -214,7 +213,44 @@ fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
 
 #[cfg(test)]
 mod tests {
+    use super::super::auth::config::{Access, Anonymous};
     use super::*;
+
+    #[test]
+    fn routes_and_acls_print_and_parse_back() {
+        let text = r##"
+[mqtt.auth]
+allow_anonymous = "never"
+password_file = "/etc/tern/passwd"
+
+[[mqtt.acl]]
+user = "ops"
+topic = "#"
+access = "read"
+
+[[mqtt.acl]]
+client_id = "ops-1"
+topic = "secrets/#"
+access = "deny"
+
+[[route]]
+filter = "site/+/temp"
+topic = "temperature"
+key = "level:1"
+"##;
+        let path = std::path::Path::new("t.toml");
+        let config = crate::config::parse(text, path).expect("parses");
+        assert_eq!(config.route[0].key, RouteKey::Level(1));
+        assert_eq!(config.mqtt.acl[0].access, Access::Read);
+        assert_eq!(config.mqtt.acl[1].access, Access::Deny);
+        assert_eq!(config.mqtt.auth.allow_anonymous, Anonymous::Never);
+        config.validate().expect("valid");
+        let printed = config.to_toml().expect("prints");
+        assert_eq!(
+            crate::config::parse(&printed, path).expect("parses back"),
+            config
+        );
+    }
 
     #[test]
     fn route_keys_parse_and_print() {

@@ -4,7 +4,7 @@
 //! come from the log through `delivery.rs`. Bad input ends only this connection, with a log
 //! line; nothing here may panic.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,22 +15,29 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use super::auth::Origin;
 use super::broker::{Broker, SessionEntry};
 use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
 use super::ingest::{self, Outcome, Pending, Reply};
 use super::metrics::MqttMetrics;
 use super::session::{PartitionId, Session};
-use super::store::{Store, StoreError};
+use super::store::{Store, StoreError, StoredRecord};
 use super::will::Will;
 use crate::shutdown::Shutdown;
+use rate::RateLimit;
 
 /// How long a write to a client may take before the connection is given up.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
+mod authz;
+mod delivery;
 mod handshake;
 mod packets;
+mod rate;
 #[cfg(test)]
 mod test;
+#[cfg(test)]
+mod test_auth;
 #[cfg(test)]
 mod test_sessions;
 
@@ -61,15 +68,28 @@ enum Flow {
     },
 }
 
-/// Serves one accepted socket until it closes.
-pub async fn serve<S, IO>(broker: Arc<Broker<S>>, io: IO, peer: SocketAddr, shutdown: Shutdown)
-where
+/// Serves one accepted socket, which came through a listener described by `origin`, until it
+/// closes.
+pub async fn serve<S, IO>(
+    broker: Arc<Broker<S>>,
+    io: IO,
+    peer: SocketAddr,
+    origin: Origin,
+    shutdown: Shutdown,
+) where
     S: Store,
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (mut reader, writer) = tokio::io::split(io);
     let mut inbuf = BytesMut::with_capacity(4096);
     let connect = match handshake::read_connect(&broker, &mut reader, &mut inbuf, peer).await {
+        Ok(connect) => connect,
+        Err((err, reply)) => {
+            refuse(&broker, writer, reply, peer, &err).await;
+            return;
+        }
+    };
+    let connect = match authz::authenticate(&broker, connect, &origin).await {
         Ok(connect) => connect,
         Err((err, reply)) => {
             refuse(&broker, writer, reply, peer, &err).await;
@@ -123,12 +143,16 @@ pub struct Connection<S: Store, W> {
     out: BytesMut,
     version: Version,
     client_id: String,
+    /// The authenticated username (`None`: anonymous), for ACL checks.
+    user: Option<String>,
     entry: Arc<SessionEntry>,
     session: OwnedMutexGuard<Session>,
     kick: Arc<Notify>,
     wake: Arc<Notify>,
     watchers: JoinSet<()>,
     watched: HashSet<PartitionId>,
+    /// Records read from the log but not yet delivered, per partition.
+    readahead: HashMap<PartitionId, VecDeque<StoredRecord>>,
     keep_alive: Option<Duration>,
     last_packet: Instant,
     /// The client's Receive Maximum for our QoS 1 deliveries.
@@ -158,6 +182,7 @@ enum Event {
     Wake,
     Kicked,
     KeepAliveExpired,
+    Throttled,
     Shutdown,
     Tick,
 }
@@ -173,14 +198,21 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         self.resume().await?;
         loop {
             self.flush().await?;
-            let deadline = self.keep_alive.map(|k| self.last_packet + k.mul_f32(1.5));
-            let can_read = self.pending.len() < usize::from(self.broker.config.inflight) * 2;
+            let throttled = self.rate.resume_at();
+            // While tern itself stops reading (rate limit), the client's pings wait unread.
+            let deadline = match throttled {
+                Some(_) => None,
+                None => self.keep_alive.map(|k| self.last_packet + k.mul_f32(1.5)),
+            };
+            let can_read = throttled.is_none()
+                && self.pending.len() < usize::from(self.broker.config.inflight) * 2;
             let event = tokio::select! {
                 read = reader.read_buf(&mut inbuf), if can_read => Event::Read(read),
                 stored = join(&mut self.appending) => Event::Stored(stored),
                 () = self.wake.notified() => Event::Wake,
                 () = self.kick.notified() => Event::Kicked,
                 () = sleep_until(deadline) => Event::KeepAliveExpired,
+                () = sleep_until(throttled) => Event::Throttled,
                 () = shutdown.wait() => Event::Shutdown,
                 _ = tick.tick() => Event::Tick,
             };
@@ -213,6 +245,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     return Ok(Flow::Disconnect { will: false });
                 }
                 Event::Tick => self.commit_cursors().await?,
+                Event::Throttled => self.last_packet = Instant::now(),
             }
         }
     }
@@ -340,6 +373,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 };
                 self.send(Outgoing::PubRec { pkid, reason })
             }
+            Reply::NotAuthorized { pkid, exactly_once } => {
+                self.send_not_authorized(pkid, exactly_once)
+            }
         }
     }
 
@@ -429,42 +465,6 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
-    }
-}
-
-/// A token bucket of publishes per second.
-#[derive(Debug)]
-struct RateLimit {
-    per_second: u32,
-    tokens: f64,
-    last: Instant,
-}
-
-impl RateLimit {
-    fn new(per_second: u32) -> Self {
-        Self {
-            per_second,
-            tokens: f64::from(per_second),
-            last: Instant::now(),
-        }
-    }
-
-    /// Takes one token, waiting for it if the bucket is empty.
-    async fn take(&mut self) {
-        if self.per_second == 0 {
-            return;
-        }
-        let rate = f64::from(self.per_second);
-        let now = Instant::now();
-        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * rate).min(rate);
-        self.last = now;
-        if self.tokens < 1.0 {
-            let wait = Duration::from_secs_f64((1.0 - self.tokens) / rate);
-            tokio::time::sleep(wait).await;
-            self.tokens = 1.0;
-            self.last = Instant::now();
-        }
-        self.tokens -= 1.0;
     }
 }
 

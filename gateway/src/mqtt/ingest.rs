@@ -18,6 +18,12 @@ pub enum Reply {
     None,
     PubAck(u16),
     PubRec(u16),
+    /// Refused by the ACL (`auth/acl.rs`): MQTT 5 gets reason 0x87 "not authorized", MQTT
+    /// 3.1.1 a plain ack (as Mosquitto does). The message was never stored.
+    NotAuthorized {
+        pkid: u16,
+        exactly_once: bool,
+    },
 }
 
 /// One publish waiting to be stored.

@@ -12,8 +12,8 @@ use tokio::task::JoinSet;
 
 use super::MqttError;
 use super::broker::Broker;
-use super::connection;
 use super::store::Store;
+use super::tls::{self, TlsConfig, TlsServer, Transport};
 use crate::shutdown::Shutdown;
 
 /// How often expired sessions are removed.
@@ -24,14 +24,37 @@ const EXPIRY_SWEEP: Duration = Duration::from_secs(5);
 pub struct MqttListener<S> {
     listener: TcpListener,
     broker: Arc<Broker<S>>,
+    transport: Arc<Transport>,
 }
 
 impl<S: Store> MqttListener<S> {
     pub async fn bind(addr: SocketAddr, broker: Arc<Broker<S>>) -> Result<Self, MqttError> {
+        Self::bind_with(addr, broker, None).await
+    }
+
+    /// Binds the `[mqtt.tls]` listener.
+    pub async fn bind_tls(config: &TlsConfig, broker: Arc<Broker<S>>) -> Result<Self, MqttError> {
+        let server = TlsServer::load(config)?;
+        Self::bind_with(config.listen, broker, Some(server)).await
+    }
+
+    async fn bind_with(
+        addr: SocketAddr,
+        broker: Arc<Broker<S>>,
+        tls: Option<TlsServer>,
+    ) -> Result<Self, MqttError> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| MqttError::Bind { addr, source })?;
-        Ok(Self { listener, broker })
+        let loopback = listener
+            .local_addr()
+            .is_ok_and(|local| local.ip().is_loopback());
+        let transport = Arc::new(Transport { loopback, tls });
+        Ok(Self {
+            listener,
+            broker,
+            transport,
+        })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -47,7 +70,8 @@ impl<S: Store> MqttListener<S> {
                 accepted = self.listener.accept() => match accepted {
                     Ok((socket, peer)) => {
                         let _ = socket.set_nodelay(true);
-                        let task = connection::serve(self.broker.clone(), socket, peer, shutdown.clone());
+                        let transport = self.transport.clone();
+                        let task = tls::serve_socket(self.broker.clone(), socket, peer, transport, shutdown.clone());
                         connections.spawn(task);
                     }
                     Err(err) => {

@@ -21,6 +21,7 @@ pub mod router;
 mod session;
 pub mod state;
 pub mod store;
+pub mod tls;
 pub mod topic;
 mod will;
 
@@ -40,8 +41,10 @@ pub enum MqttError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("MQTT authentication: {0}")]
+    Auth(#[from] auth::AuthError),
+    #[error("MQTT TLS listener: {0}")]
+    Tls(#[from] tls::TlsError),
     #[error("cannot open MQTT state in the log: {0}")]
     Store(#[from] store::StoreError),
-    #[error(transparent)]
-    Auth(#[from] auth::AuthError),
 }

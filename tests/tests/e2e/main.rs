@@ -5,6 +5,7 @@ mod foundation;
 mod kafka;
 mod log;
 mod mqtt;
+mod mqtt_auth;
 mod mqtt_bench;
 mod mqtt_durability;
 mod readings;

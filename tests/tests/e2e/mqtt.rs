@@ -310,7 +310,7 @@ fn password_file_users_connect_and_others_are_refused() -> anyhow::Result<()> {
     std::fs::write(
         &config,
         format!(
-            "[mqtt]\nallow_anonymous = \"never\"\npassword_file = \"{}\"\n",
+            "[mqtt.auth]\nallow_anonymous = \"never\"\npassword_file = \"{}\"\n",
             passwd.display()
         ),
     )?;
@@ -349,6 +349,44 @@ fn password_file_users_connect_and_others_are_refused() -> anyhow::Result<()> {
         let stderr = String::from_utf8_lossy(&output.stderr).to_lowercase();
         assert!(stderr.contains("not authori"), "{version}: {stderr}");
     }
+    Ok(())
+}
+
+#[test]
+fn acl_rules_limit_publish_and_subscribe_per_client() -> anyhow::Result<()> {
+    let dir = TempDir::new("mqtt-acl")?;
+    let config = dir.path().join("tern.toml");
+    std::fs::write(
+        &config,
+        "[[mqtt.acl]]\ntopic = \"devices/%c/#\"\naccess = \"readwrite\"\n",
+    )?;
+    let options = ServeOptions {
+        args: vec!["--config".to_owned(), config.display().to_string()],
+
+        ..ServeOptions::default()
+    };
+    let mut gateway = Gateway::start(dir.path(), &options)?;
+    let mut v5 = RawClient::connect(gateway.mqtt, "d1", 30, true, true)?;
+    assert_eq!(v5.publish_qos1("devices/d1/temp", b"ok", 1)?, 0);
+    assert_eq!(
+        v5.publish_qos1("devices/d2/temp", b"no", 2)?,
+        0x87,
+        "not authorized"
+    );
+    assert_eq!(v5.subscribe("devices/d1/#", 1, 3)?, 1);
+    assert_eq!(v5.subscribe("devices/#", 1, 4)?, 0x87);
+    let mut v4 = RawClient::connect(gateway.mqtt, "d3", 30, true, false)?;
+    assert_eq!(v4.subscribe("devices/d1/#", 1, 1)?, 0x80);
+    assert_eq!(
+        v4.publish_qos1("devices/d1/x", b"no", 2)?,
+        0,
+        "3.1.1 has no refusal code: a plain PUBACK, as Mosquitto sends"
+    );
+    assert_eq!(v4.publish_qos1("devices/d3/x", b"ok too", 3)?, 0);
+    stop(&mut gateway)?;
+    let records = read_log(dir.path(), "mqtt")?;
+    let values: Vec<&str> = records.iter().map(|r| r.value.as_str()).collect();
+    assert_eq!(values, ["ok", "ok too"], "refused publishes are not stored");
     Ok(())
 }
 

@@ -14,7 +14,6 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::super::auth::Verdict;
 use super::super::broker::Broker;
 use super::super::codec::{
     self, ConnAckCode, ConnAckProperties, Connect, Incoming, Outgoing, Version,
@@ -57,20 +56,6 @@ pub(super) async fn read_connect<S: Store, R: AsyncRead>(
             protocol("connection limit reached"),
             Some((version, ConnAckCode::ServerBusy)),
         ));
-    }
-    let verdict = broker
-        .auth
-        .verify(connect.username.as_deref(), connect.password.as_deref())
-        .await;
-    let refused = match verdict {
-        Verdict::Accepted => None,
-        Verdict::BadCredentials => Some(("bad user name or password", ConnAckCode::BadCredentials)),
-        Verdict::NotAuthorized => {
-            Some(("anonymous access not allowed", ConnAckCode::NotAuthorized))
-        }
-    };
-    if let Some((reason, code)) = refused {
-        return Err((protocol(reason), Some((version, code))));
     }
     if connect.client_id.is_empty() && version == Version::V4 && !connect.clean_start {
         let reply = Some((version, ConnAckCode::ClientIdentifierNotValid));
@@ -153,12 +138,14 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         out: BytesMut::with_capacity(256),
         version: connect.version,
         client_id,
+        user: connect.username.clone(),
         entry,
         session,
         kick,
         wake: Arc::new(Notify::new()),
         watchers: JoinSet::new(),
         watched: Default::default(),
+        readahead: Default::default(),
         keep_alive,
         last_packet: Instant::now(),
         client_receive_max,

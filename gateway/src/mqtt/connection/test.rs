@@ -8,6 +8,7 @@ use bytes::{BufMut, BytesMut};
 use rumqttd::protocol::{self, Packet, Protocol};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
+use super::super::auth::Origin;
 use super::super::broker::Broker;
 use super::super::codec::tests::{client_connect, client_publish, client_subscribe};
 use super::super::codec::{self, QoS, Version};
@@ -54,6 +55,10 @@ impl Harness {
             self.broker.clone(),
             server,
             peer,
+            Origin {
+                loopback_listener: true,
+                cert_identity: None,
+            },
             self.shutdown.clone(),
         ));
         (client, task)
@@ -443,8 +448,40 @@ mod fuzz {
         });
     }
 
+    /// Random bytes where the CONNECT should be: the handshake must end cleanly.
+    fn run_first(bytes: Vec<u8>) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let h = Harness::new(MemoryStore::new(1)).await;
+            let (mut io, task) = h.socket();
+            let _ = io.write_all(&bytes).await;
+            drop(io);
+            let finished = tokio::time::timeout(WAIT, task).await;
+            assert!(matches!(finished, Ok(Ok(()))), "handshake panicked or hung");
+        });
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn random_first_packets_never_panic(
+            connect in proptest::collection::vec(any::<u8>(), 0..120),
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+            v5 in any::<bool>(),
+        ) {
+            let version = if v5 { Version::V5 } else { Version::V4 };
+            let mut bytes = client_connect(version, "fuzz", true, 10);
+            for (at, value) in flips {
+                let i = at.index(bytes.len());
+                bytes[i] = value;
+            }
+            bytes.extend_from_slice(&connect);
+            run_first(bytes);
+        }
 
         #[test]
         fn random_bytes_after_connect_never_panic(

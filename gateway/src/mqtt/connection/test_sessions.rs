@@ -125,3 +125,34 @@ async fn v5_topic_aliases_resolve_and_out_of_range_ones_disconnect() {
     assert_eq!(c.frame().await, [0xe0, 2, 0x94, 0]);
     assert!(c.closed(WAIT).await);
 }
+
+#[tokio::test]
+async fn connections_beyond_the_limit_get_server_busy() {
+    let config = crate::mqtt::config::MqttConfig {
+        max_connections: 1,
+        ..crate::mqtt::config::MqttConfig::default()
+    };
+    let h = Harness::with_config(MemoryStore::new(1), config).await;
+    let _first = h.connect(Version::V4, "first", true).await;
+    let (io, task) = h.socket();
+    let mut second = Client {
+        io,
+        buf: BytesMut::new(),
+        version: Version::V4,
+        task,
+    };
+    second
+        .send(&super::super::codec::tests::client_connect(
+            Version::V4,
+            "second",
+            true,
+            30,
+        ))
+        .await;
+    assert_eq!(
+        second.frame().await,
+        [0x20, 2, 0, 3],
+        "CONNACK server unavailable"
+    );
+    assert!(second.closed(WAIT).await);
+}

@@ -1,0 +1,189 @@
+//! Who may connect and what they may touch: the CONNECT decision (password file, anonymous
+//! access per listener, TLS client-certificate identity, the will topic's ACL) and the topic
+//! ACL checks connections ask for on PUBLISH, SUBSCRIBE and delivery.
+//!
+//! Password verification (argon2, slow by design) runs on a blocking thread, at most
+//! `MAX_VERIFYING` at a time, never on the reactor. The password file is re-read when it changes,
+//! so `tern passwd` takes effect without a restart. Never logs a password or message contents.
+
+pub mod acl;
+pub mod config;
+pub mod passwd;
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use tokio::sync::Semaphore;
+
+use self::acl::{Acl, Client, Want};
+use self::config::{AclConfig, Anonymous, AuthConfig};
+use self::passwd::{PasswdError, PasswordFile};
+use super::codec::{ConnAckCode, Connect};
+
+/// Password verifications running at once; each holds the hash's memory cost (7 MiB).
+const MAX_VERIFYING: usize = 2;
+
+/// How a connection reached tern, as far as authentication cares.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// The listener is bound to a loopback address.
+    pub loopback_listener: bool,
+    /// The verified client certificate's identity, when the TLS listener uses it as username.
+    pub cert_identity: Option<String>,
+}
+
+/// Why authentication could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthError {
+    #[error(transparent)]
+    Passwd(#[from] PasswdError),
+}
+
+/// The authentication and authorization state shared by all connections.
+#[derive(Debug)]
+pub struct Auth {
+    anonymous: Anonymous,
+    passwords: Option<Arc<Passwords>>,
+    acl: Acl,
+    verifying: Semaphore,
+}
+
+impl Auth {
+    /// Loads the password file (which must exist and parse when configured).
+    pub fn load(config: &AuthConfig, acl: &[AclConfig]) -> Result<Self, AuthError> {
+        let passwords = match &config.password_file {
+            Some(path) => Some(Arc::new(Passwords::load(path)?)),
+            None => None,
+        };
+        Ok(Self {
+            anonymous: config.allow_anonymous,
+            passwords,
+            acl: Acl::new(acl.to_vec()),
+            verifying: Semaphore::new(MAX_VERIFYING),
+        })
+    }
+
+    /// Decides a CONNECT: the authenticated username (`None` = anonymous), or the CONNACK
+    /// refusal code.
+    pub async fn authenticate(
+        &self,
+        connect: &Connect,
+        origin: &Origin,
+    ) -> Result<Option<String>, ConnAckCode> {
+        let user = match (&origin.cert_identity, &connect.username, &self.passwords) {
+            (Some(identity), _, _) => Some(identity.clone()),
+            (None, Some(user), Some(passwords)) => {
+                let password = connect.password.clone().unwrap_or_default();
+                if !self.verify(passwords, user, password).await {
+                    return Err(ConnAckCode::BadUserNamePassword);
+                }
+                Some(user.clone())
+            }
+            (None, _, _) if self.anonymous.allows(origin.loopback_listener) => None,
+            (None, _, _) => return Err(ConnAckCode::NotAuthorized),
+        };
+        let will_denied = connect.will.as_ref().is_some_and(|will| {
+            let topic = String::from_utf8_lossy(&will.topic);
+            !self.allows(user.as_deref(), &connect.client_id, Want::Publish, &topic)
+        });
+        if will_denied {
+            return Err(ConnAckCode::NotAuthorized);
+        }
+        Ok(user)
+    }
+
+    /// Whether the client may do `want` on `topic`.
+    pub fn allows(&self, user: Option<&str>, client_id: &str, want: Want, topic: &str) -> bool {
+        self.acl.allows(Client { user, client_id }, want, topic)
+    }
+
+    /// Whether any ACL rule is configured (so deliveries need checking).
+    pub fn acl_active(&self) -> bool {
+        self.acl.is_active()
+    }
+
+    async fn verify(&self, passwords: &Arc<Passwords>, user: &str, password: String) -> bool {
+        let Ok(_permit) = self.verifying.acquire().await else {
+            return false;
+        };
+        let passwords = passwords.clone();
+        let user = user.to_owned();
+        tokio::task::spawn_blocking(move || passwords.verify(&user, &password))
+            .await
+            .unwrap_or(false)
+    }
+}
+
+/// The password file's users, re-read when its modification time or size changes.
+#[derive(Debug)]
+struct Passwords {
+    path: PathBuf,
+    state: Mutex<Loaded>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    stamp: Option<(SystemTime, u64)>,
+    users: HashMap<String, String>,
+}
+
+impl Passwords {
+    fn load(path: &Path) -> Result<Self, PasswdError> {
+        let stamp = stamp(path);
+        let users = PasswordFile::load(path)?.users();
+        tracing::info!(path = %path.display(), users = users.len(), "password file loaded");
+        let mode = std::fs::metadata(path).map_or(0, |m| m.permissions().mode());
+        if mode & 0o077 != 0 {
+            tracing::warn!(path = %path.display(), mode = format!("{:o}", mode & 0o777), "password file is readable by other users; tern passwd writes it with mode 0600");
+        }
+        Ok(Self {
+            path: path.to_owned(),
+            state: Mutex::new(Loaded { stamp, users }),
+        })
+    }
+
+    /// Blocking: may re-read the file, then runs argon2.
+    fn verify(&self, user: &str, password: &str) -> bool {
+        let (hash, known) = {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            self.refresh(&mut state);
+            match state.users.get(user) {
+                Some(hash) => (hash.clone(), true),
+                // Unknown users cost the same time as known ones, so timing tells no names.
+                None => match state.users.values().next() {
+                    Some(any) => (any.clone(), false),
+                    None => return false,
+                },
+            }
+        };
+        passwd::verify_password(&hash, password) && known
+    }
+
+    fn refresh(&self, state: &mut Loaded) {
+        let now = stamp(&self.path);
+        if now == state.stamp {
+            return;
+        }
+        match PasswordFile::load(&self.path) {
+            Ok(file) => {
+                state.users = file.users();
+                state.stamp = now;
+                tracing::info!(path = %self.path.display(), users = state.users.len(), "password file reloaded");
+            }
+            Err(err) => tracing::warn!(%err, "keeping the previous password file"),
+        }
+    }
+}
+
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+#[cfg(test)]
+#[path = "test.rs"]
+mod tests;

@@ -1,0 +1,86 @@
+//! Password file tests: argon2id PHC hashes, parsing with line numbers, and the atomic,
+//! mode-0600 rewrite behind `tern passwd`, on real files in a temp directory.
+
+use std::os::unix::fs::PermissionsExt;
+
+use super::*;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tern-passwd-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[test]
+fn hashes_are_argon2id_phc_strings_that_verify() {
+    let hash = hash_password("s3cret").expect("hashes");
+    assert!(hash.starts_with("$argon2id$v=19$m=7168,t=5,p=1$"), "{hash}");
+    assert!(verify_password(&hash, "s3cret"));
+    assert!(!verify_password(&hash, "s3cret "));
+    assert!(!verify_password("not a hash", "s3cret"));
+    assert_ne!(hash_password("s3cret").expect("hashes"), hash, "fresh salt");
+}
+
+#[test]
+fn parse_keeps_comments_and_names_bad_lines() {
+    let hash = hash_password("pw").expect("hashes");
+    let text = format!("# users\n\nalice:{hash}\n");
+    let file = PasswordFile::parse(&text, Path::new("p")).expect("parses");
+    assert_eq!(file.render(), text);
+    assert_eq!(file.users().get("alice"), Some(&hash));
+    let cases = [
+        format!("# c\nbob {hash}\n"),
+        "bob:$md5$abc\n".to_owned(),
+        format!("a:{hash}\na:{hash}\n"),
+        "a:$argon2id$v=19$m=1048576,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA\n".to_owned(),
+    ];
+    for (text, line) in cases.iter().zip([2, 1, 2, 1]) {
+        let err = PasswordFile::parse(text, Path::new("p")).expect_err(text);
+        assert!(err.to_string().starts_with(&format!("p:{line}:")), "{err}");
+    }
+}
+
+#[test]
+fn update_creates_replaces_and_deletes_with_mode_0600() {
+    let dir = temp_dir("update");
+    let path = dir.join("passwd");
+    update(&path, "alice", Some("one")).expect("creates");
+    update(&path, "bob", Some("two")).expect("adds");
+    let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let text = std::fs::read_to_string(&path).expect("reads");
+    std::fs::write(&path, format!("# kept\n{text}")).expect("writes");
+    update(&path, "alice", Some("three")).expect("replaces");
+    let file = PasswordFile::load(&path).expect("loads");
+    let users = file.users();
+    assert!(verify_password(&users["alice"], "three"));
+    assert!(verify_password(&users["bob"], "two"));
+    assert!(file.render().starts_with("# kept\nalice:"));
+    update(&path, "alice", None).expect("deletes");
+    assert!(
+        !PasswordFile::load(&path)
+            .expect("loads")
+            .users()
+            .contains_key("alice")
+    );
+    let err = update(&path, "alice", None).expect_err("gone");
+    assert!(matches!(err, PasswdError::NoSuchUser { .. }), "{err}");
+    let leftovers: Vec<_> = std::fs::read_dir(&dir).expect("lists").collect();
+    assert_eq!(leftovers.len(), 1, "no temp files left");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_users_and_passwords_are_refused() {
+    let dir = temp_dir("bad");
+    let path = dir.join("passwd");
+    for user in ["", "a:b", "a b", "a\u{7}"] {
+        let err = update(&path, user, Some("pw")).expect_err(user);
+        assert!(matches!(err, PasswdError::BadUser { .. }), "{err}");
+    }
+    let err = update(&path, "alice", Some("")).expect_err("empty");
+    assert!(matches!(err, PasswdError::BadPassword { .. }), "{err}");
+    assert!(!path.exists(), "nothing written on errors");
+    let _ = std::fs::remove_dir_all(&dir);
+}
