@@ -24,6 +24,10 @@ pub struct UpstreamConfig {
     /// Only `mirror` (exactly once, one upstream topic per edge topic) is implemented.
     pub mode: Mode,
     pub compression: Codec,
+    /// What the upstream record's value is: the edge value as it is (`raw`), or a sensor reading
+    /// decoded through the shared schema and sent as JSON (`reading-json`). A value that does not
+    /// decode is forwarded raw with a `tern-decode-error` header; nothing is dropped.
+    pub value_format: ValueFormat,
     /// Uncompressed bytes per produce request (at least one record is always sent).
     pub max_batch_bytes: ByteSize,
     /// Replication factor of upstream topics tern creates.
@@ -49,6 +53,7 @@ impl Default for UpstreamConfig {
             topics: Vec::new(),
             mode: Mode::Mirror,
             compression: Codec::Lz4,
+            value_format: ValueFormat::Raw,
             max_batch_bytes: ByteSize(512 * 1024),
             replication_factor: 3,
             backoff_min: HumanDuration(std::time::Duration::from_millis(100)),
@@ -65,6 +70,17 @@ impl Default for UpstreamConfig {
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     Mirror,
+}
+
+/// `value_format`: how edge values are sent upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ValueFormat {
+    /// The edge record's value, byte for byte.
+    #[default]
+    Raw,
+    /// `tern_shared::Reading` decoded and sent as a JSON object.
+    ReadingJson,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

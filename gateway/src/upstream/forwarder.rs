@@ -172,7 +172,12 @@ impl<L: EdgeLog> PartitionForwarder<L> {
                 continue;
             };
             upstream
-                .produce(&batch, &self.source, self.config.compression)
+                .produce(
+                    &batch,
+                    &self.source,
+                    self.config.compression,
+                    self.config.value_format,
+                )
                 .await?;
             next = last + 1;
             self.log

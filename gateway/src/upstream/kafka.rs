@@ -18,15 +18,18 @@ use rskafka::record::Record;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-use super::config::{Codec, SaslMechanism, TlsSettings, UpstreamConfig};
+use super::config::{Codec, SaslMechanism, TlsSettings, UpstreamConfig, ValueFormat};
 use super::edge::EdgeRecord;
 use super::{Provenance, UpstreamError};
+use crate::log::tools::Decoder;
 
 /// Header names tern adds to every upstream record.
 pub const H_GATEWAY: &str = "tern-gateway";
 pub const H_TOPIC: &str = "tern-topic";
 pub const H_PARTITION: &str = "tern-partition";
 pub const H_OFFSET: &str = "tern-offset";
+/// Set when `value_format` asked for a decoded value and the edge value did not decode.
+pub const H_DECODE_ERROR: &str = "tern-decode-error";
 
 /// A connection to the upstream cluster.
 #[derive(Debug)]
@@ -206,8 +209,12 @@ impl UpstreamPartition {
         records: &[EdgeRecord],
         source: &Provenance,
         codec: Codec,
+        format: ValueFormat,
     ) -> Result<(), UpstreamError> {
-        let batch: Vec<Record> = records.iter().map(|r| upstream_record(r, source)).collect();
+        let batch: Vec<Record> = records
+            .iter()
+            .map(|r| upstream_record(r, source, format))
+            .collect();
         self.client
             .produce(batch, compression(codec))
             .await
@@ -255,9 +262,20 @@ fn tls_config(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, Upstr
 
 /// The upstream copy of an edge record: key, value, timestamp and headers, then tern's headers
 /// (which replace edge headers of the same name). rskafka keeps headers in a map, so repeated
-/// edge header names keep only their last value.
-pub fn upstream_record(record: &EdgeRecord, source: &Provenance) -> Record {
+/// edge header names keep only their last value. With `ValueFormat::ReadingJson` the value is
+/// the decoded reading as JSON, or the raw value plus a `tern-decode-error` header.
+pub fn upstream_record(record: &EdgeRecord, source: &Provenance, format: ValueFormat) -> Record {
     let mut headers: BTreeMap<String, Vec<u8>> = record.headers.iter().cloned().collect();
+    let value = match format {
+        ValueFormat::Raw => record.value.clone(),
+        ValueFormat::ReadingJson => match Decoder::Reading.to_json_bytes(&record.value) {
+            Ok(json) => json,
+            Err(reason) => {
+                headers.insert(H_DECODE_ERROR.to_owned(), reason.into_bytes());
+                record.value.clone()
+            }
+        },
+    };
     headers.insert(H_GATEWAY.to_owned(), source.gateway.clone().into_bytes());
     headers.insert(H_TOPIC.to_owned(), source.topic.clone().into_bytes());
     headers.insert(
@@ -267,7 +285,7 @@ pub fn upstream_record(record: &EdgeRecord, source: &Provenance) -> Record {
     headers.insert(H_OFFSET.to_owned(), record.offset.to_string().into_bytes());
     Record {
         key: record.key.clone(),
-        value: Some(record.value.clone()),
+        value: Some(value),
         headers,
         timestamp: DateTime::<Utc>::from_timestamp_millis(record.timestamp_ms).unwrap_or_default(),
     }
@@ -321,7 +339,7 @@ mod tests {
             topic: "sensors".into(),
             partition: 3,
         };
-        let record = upstream_record(&edge, &source);
+        let record = upstream_record(&edge, &source, ValueFormat::Raw);
         assert_eq!(record.key.as_deref(), Some(&b"k"[..]));
         assert_eq!(record.value.as_deref(), Some(&b"v"[..]));
         assert_eq!(record.timestamp.timestamp_millis(), 1_700_000_000_123);
@@ -331,5 +349,52 @@ mod tests {
         assert_eq!(header(H_GATEWAY), Some(&b"gw1"[..]));
         assert_eq!(header(H_TOPIC), Some(&b"sensors"[..]));
         assert_eq!(header(H_PARTITION), Some(&b"3"[..]));
+    }
+
+    #[test]
+    fn readings_can_be_forwarded_as_json_and_undecodable_values_stay_raw() {
+        let reading = tern_shared::Reading {
+            device_id: 7,
+            sequence: 3,
+            uptime_ms: 600,
+            dropped: 0,
+            values: tern_shared::SensorValues {
+                temperature_centi_c: 2150,
+                humidity_centi_pct: 4520,
+                supply_mv: 3300,
+            },
+        };
+        let mut buf = [0u8; 64];
+        let encoded = reading.encode(&mut buf).expect("encodes").to_vec();
+        let source = Provenance {
+            gateway: "gw1".into(),
+            topic: "mqtt".into(),
+            partition: 0,
+        };
+        let edge = |value: Vec<u8>| EdgeRecord {
+            offset: 0,
+            timestamp_ms: 1_700_000_000_000,
+            key: None,
+            value,
+            headers: Vec::new(),
+        };
+        let record = upstream_record(&edge(encoded), &source, ValueFormat::ReadingJson);
+        let json: serde_json::Value =
+            serde_json::from_slice(record.value.as_deref().unwrap_or_default()).expect("JSON");
+        assert_eq!(json["device_id"], 7);
+        assert_eq!(json["sequence"], 3);
+        assert!(!record.headers.contains_key(H_DECODE_ERROR));
+
+        let record = upstream_record(
+            &edge(b"not a reading".to_vec()),
+            &source,
+            ValueFormat::ReadingJson,
+        );
+        assert_eq!(record.value.as_deref(), Some(&b"not a reading"[..]));
+        let reason = record
+            .headers
+            .get(H_DECODE_ERROR)
+            .expect("decode error header");
+        assert!(String::from_utf8_lossy(reason).contains("not a reading"));
     }
 }

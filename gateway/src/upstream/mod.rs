@@ -12,10 +12,12 @@ mod forwarder;
 mod kafka;
 mod metrics;
 
-pub use config::{Codec, Mode, SaslMechanism, SaslSettings, TlsSettings, UpstreamConfig};
+pub use config::{
+    Codec, Mode, SaslMechanism, SaslSettings, TlsSettings, UpstreamConfig, ValueFormat,
+};
 pub use edge::{EdgeLog, EdgeLogError, EdgeRecord};
 pub use forwarder::{PartitionStatus, StatusMap, run};
-pub use kafka::{H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC};
+pub use kafka::{H_DECODE_ERROR, H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC};
 pub use metrics::UpstreamMetrics;
 
 /// Why forwarding stopped or could not start.

@@ -49,6 +49,12 @@ impl Decoder {
         }
     }
 
+    /// The decoded value as a JSON document (what an upstream with `value_format` forwards).
+    pub fn to_json_bytes(self, value: &[u8]) -> Result<Vec<u8>, String> {
+        let decoded = self.decode(value)?;
+        serde_json::to_vec(&decoded).map_err(|err| format!("{} as JSON: {err}", self.name()))
+    }
+
     fn decode(self, value: &[u8]) -> Result<Value, String> {
         match self {
             Decoder::Reading => {
