@@ -74,8 +74,8 @@ async fn open(dir: &Path, config: &LogConfig) -> Result<Log, BenchError> {
     Ok(log)
 }
 
-/// `spec.appenders` tokio tasks, each appending `spec.batch` records at a time and waiting for
-/// them to be durable; the latency of every append call.
+/// `spec.appenders` tokio tasks, each appending `spec.batch` records at a time with up to
+/// `spec.inflight` appends waiting to be durable; the latency of every append call.
 async fn append_concurrently(log: &Log, spec: &AppendSpec) -> Result<Vec<Duration>, BenchError> {
     let claimed = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + spec.max_duration;
@@ -103,18 +103,29 @@ async fn appender(
 ) -> Result<Vec<Duration>, BenchError> {
     let mut latencies = Vec::new();
     let batch = spec.batch.max(1);
-    while Instant::now() < deadline
-        && !super::interrupted()
-        && claimed.fetch_add(batch as u64, Ordering::Relaxed) < spec.max_records
-    {
-        let records = (0..batch).map(|_| record(spec.record_size)).collect();
-        let started = Instant::now();
-        log.append(TOPIC, PARTITION, records)
-            .await
-            .map_err(|source| log_error("append", source))?;
-        latencies.push(started.elapsed());
+    let mut inflight = tokio::task::JoinSet::new();
+    loop {
+        while inflight.len() < spec.inflight.max(1)
+            && Instant::now() < deadline
+            && !super::interrupted()
+            && claimed.fetch_add(batch as u64, Ordering::Relaxed) < spec.max_records
+        {
+            let records: Vec<Record> = (0..batch).map(|_| record(spec.record_size)).collect();
+            let log = log.clone();
+            inflight.spawn(async move {
+                let started = Instant::now();
+                let appended = log.append(TOPIC, PARTITION, records).await;
+                appended.map(|_| started.elapsed())
+            });
+        }
+        let Some(joined) = inflight.join_next().await else {
+            return Ok(latencies);
+        };
+        let appended = joined.map_err(|err| BenchError::Setup {
+            message: format!("an append task failed: {err}"),
+        })?;
+        latencies.push(appended.map_err(|source| log_error("append", source))?);
     }
-    Ok(latencies)
 }
 
 fn record(size: usize) -> Record {
@@ -384,6 +395,7 @@ pub fn writer(args: &LogWriterArgs) -> Result<(), BenchError> {
             record_size: args.record_size,
             appenders: args.appenders,
             batch: args.batch.max(1),
+            inflight: 1,
             max_records: args.max_bytes / args.record_size.max(1) as u64,
             max_duration: Duration::from_secs(3600),
         };
