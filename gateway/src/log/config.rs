@@ -33,7 +33,8 @@ pub enum OnFull {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FlushConfig {
-    /// Longest an append waits for companions before the commit's write and fdatasync.
+    /// Longest an append waits for companions before the commit's write and fdatasync (an
+    /// upper bound: the window also closes early, see `writer.rs`).
     pub max_delay: HumanDuration,
     /// A commit starts early once this many bytes are waiting.
     pub max_bytes: ByteSize,
