@@ -31,6 +31,9 @@ use super::partition::Partition;
 use super::roll::RETENTION_TICK;
 pub use super::roll::create_segment;
 
+/// Largest encoding buffer a writer keeps between commits.
+const KEEP_BUFFER: usize = 256 << 10;
+
 /// The fdatasync in flight and the batches it covers.
 struct Syncing {
     task: JoinHandle<Result<()>>,
@@ -203,9 +206,13 @@ impl Writer {
                 (step, queue, buf)
             })
             .await;
-            let Ok((step, rest, buf)) = joined else {
+            let Ok((step, rest, mut buf)) = joined else {
                 return;
             };
+            if buf.capacity() > KEEP_BUFFER {
+                // A large commit's buffer is not kept: RAM stays small with many partitions.
+                buf = Vec::new();
+            }
             (queue, self.buf) = (rest, buf);
             match step {
                 Step::Written(w) => {
