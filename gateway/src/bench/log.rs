@@ -4,7 +4,8 @@
 //!
 //! It drives the log only through its public API (`crate::log`) and only in directories the
 //! bench created; it runs the default configuration, except that the recovery log has no
-//! retention size limit (so 1 GiB stays whole).
+//! retention size limit (so 1 GiB stays whole) and the append workloads take the commit window
+//! they are given (the default unless `--commit-max-*` overrides it).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -20,7 +21,7 @@ use super::stats::Latency;
 use super::{AppendRun, AppendSpec, BenchError};
 use crate::cli::LogWriterArgs;
 use crate::config::ByteSize;
-use crate::log::{Log, LogConfig, LogError, Record};
+use crate::log::{FlushConfig, Log, LogConfig, LogError, Record};
 
 /// Value size of the recovery writer's records (its `--record-size` default).
 const WRITER_RECORD_SIZE: u64 = 1024;
@@ -33,18 +34,24 @@ const WRITER_BATCH: usize = 16;
 const TOPIC: &str = "bench";
 const PARTITION: u32 = 0;
 
-/// Appends `spec` to a fresh log in `dir` with the default configuration; device bytes are
-/// counted from before opening to after closing. The log is left in `dir`.
+/// Appends `spec` to a fresh log in `dir` with the default configuration but the commit window
+/// `flush`; device bytes are counted from before opening to after closing. The log is left in
+/// `dir`.
 pub async fn append(
     target: &Target,
     dir: &Path,
     spec: &AppendSpec,
+    flush: &FlushConfig,
 ) -> Result<AppendRun, BenchError> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|source| io("mkdir", dir, source))?;
     target.drop_cache(dir)?;
     let before = target.written()?;
-    let log = open(dir, &LogConfig::default()).await?;
+    let config = LogConfig {
+        flush: flush.clone(),
+        ..LogConfig::default()
+    };
+    let log = open(dir, &config).await?;
     let started = Instant::now();
     let mut latencies = append_concurrently(&log, spec).await?;
     let secs = started.elapsed().as_secs_f64();

@@ -110,6 +110,8 @@ pub struct Plan {
     pub sqlite_max_records: u64,
     pub recovery_bytes: u64,
     pub read_samples: usize,
+    /// The commit window tern's append workloads run with (the default unless overridden).
+    pub flush: crate::log::FlushConfig,
 }
 
 impl Plan {
@@ -128,6 +130,7 @@ impl Plan {
                 sqlite_max_records: 5_000,
                 recovery_bytes: 32 << 20,
                 read_samples: 1_000,
+                flush: crate::log::FlushConfig::default(),
             };
         }
         Self {
@@ -143,6 +146,7 @@ impl Plan {
             sqlite_max_records: 1 << 20,
             recovery_bytes: 1 << 30,
             read_samples: 10_000,
+            flush: crate::log::FlushConfig::default(),
         }
     }
 
@@ -214,7 +218,13 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
 /// Every workload of `tern bench log`, in order, on one target.
 pub fn run_log(args: &BenchLogArgs) -> Result<Report, BenchError> {
     catch_interrupts();
-    let plan = Plan::new(args.quick);
+    let mut plan = Plan::new(args.quick);
+    if let Some(ms) = args.commit_max_delay_ms {
+        plan.flush.max_delay = crate::config::HumanDuration(Duration::from_millis(ms));
+    }
+    if let Some(bytes) = args.commit_max_bytes {
+        plan.flush.max_bytes = crate::config::ByteSize(bytes);
+    }
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let target = device::Target::prepare(&parent, plan.image_bytes, !args.no_loop)?;
     step(&format!("target: {}", target.description()))?;
@@ -289,7 +299,7 @@ async fn append_median(
         if run > 0 {
             step(&format!("run {}", run + 1))?;
         }
-        runs.push(log::append(target, dir, spec).await?);
+        runs.push(log::append(target, dir, spec, &plan.flush).await?);
     }
     stats::median_run(runs, AppendRun::records_per_s).ok_or(BenchError::Setup {
         message: "no append run completed".to_owned(),

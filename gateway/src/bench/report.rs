@@ -33,6 +33,8 @@ pub struct Report {
     /// (`flush.max_bytes`) the append workloads ran with.
     pub commit_window_ms: f64,
     pub commit_max_bytes: u64,
+    /// Whether that window is the configuration's default (no `--commit-max-*` flag).
+    pub commit_window_is_default: bool,
     pub raw: RawRun,
     /// tern's append workloads, 100 B then 1 KiB.
     pub append: Vec<AppendFigures>,
@@ -44,7 +46,7 @@ pub struct Report {
 
 impl Report {
     pub fn header(plan: &Plan, target: &Target, raw: RawRun) -> Self {
-        let flush = crate::log::LogConfig::default().flush;
+        let flush = &plan.flush;
         let (counter, counter_note) = match (target.counter(), target.fallback_reason()) {
             (Counter::Device { name }, _) => (
                 "device",
@@ -69,6 +71,7 @@ impl Report {
             appenders: plan.appenders,
             commit_window_ms: flush.max_delay.0.as_secs_f64() * 1e3,
             commit_max_bytes: flush.max_bytes.0,
+            commit_window_is_default: *flush == crate::log::FlushConfig::default(),
             raw,
             append: Vec::new(),
             read: None,
@@ -147,9 +150,14 @@ impl Report {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "tern log append, durability sync, {} concurrent appenders, default commit window \
+            "tern log append, durability sync, {} concurrent appenders, {} commit window \
              (at most {} ms or {} KiB):",
             self.appenders,
+            if self.commit_window_is_default {
+                "default"
+            } else {
+                "NON-DEFAULT (--commit-max-*)"
+            },
             self.commit_window_ms,
             self.commit_max_bytes >> 10
         );
