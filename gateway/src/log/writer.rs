@@ -4,13 +4,11 @@
 //! once durable under the topic's policy.
 //!
 //! The commit window (policy `sync`) opens at a commit's first append and closes at the first
-//! of: `flush.max_bytes` gathered; `flush.max_delay` elapsed; or no fdatasync is running and
-//! the commit already holds at least as many bytes as the last commit whose window ran out
-//! (the load that filled a whole window is back, so waiting longer only adds latency). The
-//! window is therefore an upper bound, and at a steady open-loop rate commits stay as large as
-//! the window makes them. A written commit's fdatasync starts when the previous one returns
-//! (one fdatasync at a time per partition, covering every batch written before it started);
-//! its appends are answered only after it returned.
+//! of: `flush.max_bytes` gathered, or `flush.max_delay` elapsed. While it is open the previous
+//! commit's fdatasync runs, so the window costs throughput only when nothing else is in flight.
+//! A written commit's fdatasync starts when the previous one returns (one fdatasync at a time
+//! per partition, covering every batch written before it started); its appends are answered
+//! only after it returned.
 //!
 //! Only this task writes the partition's files; readers see a commit only after it is durable
 //! (`sync`) or written (`periodic`).
@@ -40,17 +38,6 @@ struct Syncing {
     batches: Vec<Written>,
 }
 
-/// Why a commit window closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Close {
-    /// `flush.max_bytes` reached.
-    Full,
-    /// `flush.max_delay` elapsed (or the policy has no window, or the channel closed).
-    Window,
-    /// The device is idle and the commit is as large as a whole window made the last one.
-    Early,
-}
-
 /// The writer task's state.
 struct Writer {
     part: Arc<Partition>,
@@ -61,8 +48,6 @@ struct Writer {
     /// Written, fdatasync not yet started.
     written: Vec<Written>,
     syncing: Option<Syncing>,
-    /// Bytes of the last commit closed by its window: the early-close threshold.
-    window_bytes: u64,
     /// The reused encoding buffer.
     buf: Vec<u8>,
 }
@@ -76,7 +61,6 @@ pub async fn run(part: Arc<Partition>, rx: mpsc::Receiver<AppendRequest>) {
         rx,
         written: Vec::new(),
         syncing: None,
-        window_bytes: u64::MAX,
         buf: Vec::new(),
     };
     writer.run().await;
@@ -157,20 +141,14 @@ impl Writer {
         let deadline = Instant::now() + window;
         let mut bytes = first.len;
         let mut requests = VecDeque::from([first]);
-        let close = loop {
-            if bytes >= flush.max_bytes.0 {
-                break Close::Full;
-            }
-            if self.syncing.is_none() && bytes >= self.window_bytes {
-                break Close::Early;
-            }
+        while bytes < flush.max_bytes.0 {
             if let Ok(request) = self.rx.try_recv() {
                 bytes += request.len;
                 requests.push_back(request);
                 continue;
             }
             if window.is_zero() {
-                break Close::Window;
+                break;
             }
             tokio::select! {
                 biased;
@@ -180,13 +158,10 @@ impl Writer {
                         bytes += request.len;
                         requests.push_back(request);
                     }
-                    None => break Close::Window,
+                    None => break,
                 },
-                () = tokio::time::sleep_until(deadline) => break Close::Window,
+                () = tokio::time::sleep_until(deadline) => break,
             }
-        };
-        if close == Close::Window && !window.is_zero() {
-            self.window_bytes = bytes;
         }
         requests
     }
