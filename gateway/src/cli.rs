@@ -244,6 +244,13 @@ pub struct BenchLogArgs {
     /// own write_bytes.
     #[arg(long)]
     pub no_loop: bool,
+    /// Commit window for tern's append workloads instead of the default `flush.max_delay`
+    /// (experiments behind that default).
+    #[arg(long, value_name = "MS")]
+    pub commit_max_delay_ms: Option<u64>,
+    /// Early-commit size for tern's append workloads instead of the default `flush.max_bytes`.
+    #[arg(long, value_name = "BYTES")]
+    pub commit_max_bytes: Option<u64>,
 }
 
 /// Flags of the hidden `tern bench log-writer`.

@@ -4,7 +4,8 @@
 //!
 //! It drives the log only through its public API (`crate::log`) and only in directories the
 //! bench created; it runs the default configuration, except that the recovery log has no
-//! retention size limit (so 1 GiB stays whole).
+//! retention size limit (so 1 GiB stays whole) and the append workloads take the commit window
+//! they are given (the default unless `--commit-max-*` overrides it).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -20,7 +21,7 @@ use super::stats::Latency;
 use super::{AppendRun, AppendSpec, BenchError};
 use crate::cli::LogWriterArgs;
 use crate::config::ByteSize;
-use crate::log::{Log, LogConfig, LogError, Record};
+use crate::log::{FlushConfig, Log, LogConfig, LogError, Record};
 
 /// Value size of the recovery writer's records (its `--record-size` default).
 const WRITER_RECORD_SIZE: u64 = 1024;
@@ -33,18 +34,24 @@ const WRITER_BATCH: usize = 16;
 const TOPIC: &str = "bench";
 const PARTITION: u32 = 0;
 
-/// Appends `spec` to a fresh log in `dir` with the default configuration; device bytes are
-/// counted from before opening to after closing. The log is left in `dir`.
+/// Appends `spec` to a fresh log in `dir` with the default configuration but the commit window
+/// `flush`; device bytes are counted from before opening to after closing. The log is left in
+/// `dir`.
 pub async fn append(
     target: &Target,
     dir: &Path,
     spec: &AppendSpec,
+    flush: &FlushConfig,
 ) -> Result<AppendRun, BenchError> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|source| io("mkdir", dir, source))?;
     target.drop_cache(dir)?;
     let before = target.written()?;
-    let log = open(dir, &LogConfig::default()).await?;
+    let config = LogConfig {
+        flush: flush.clone(),
+        ..LogConfig::default()
+    };
+    let log = open(dir, &config).await?;
     let started = Instant::now();
     let mut latencies = append_concurrently(&log, spec).await?;
     let secs = started.elapsed().as_secs_f64();
@@ -74,8 +81,8 @@ async fn open(dir: &Path, config: &LogConfig) -> Result<Log, BenchError> {
     Ok(log)
 }
 
-/// `spec.appenders` tokio tasks, each appending `spec.batch` records at a time and waiting for
-/// them to be durable; the latency of every append call.
+/// `spec.appenders` tokio tasks, each appending `spec.batch` records at a time with up to
+/// `spec.inflight` appends waiting to be durable; the latency of every append call.
 async fn append_concurrently(log: &Log, spec: &AppendSpec) -> Result<Vec<Duration>, BenchError> {
     let claimed = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + spec.max_duration;
@@ -103,18 +110,29 @@ async fn appender(
 ) -> Result<Vec<Duration>, BenchError> {
     let mut latencies = Vec::new();
     let batch = spec.batch.max(1);
-    while Instant::now() < deadline
-        && !super::interrupted()
-        && claimed.fetch_add(batch as u64, Ordering::Relaxed) < spec.max_records
-    {
-        let records = (0..batch).map(|_| record(spec.record_size)).collect();
-        let started = Instant::now();
-        log.append(TOPIC, PARTITION, records)
-            .await
-            .map_err(|source| log_error("append", source))?;
-        latencies.push(started.elapsed());
+    let mut inflight = tokio::task::JoinSet::new();
+    loop {
+        while inflight.len() < spec.inflight.max(1)
+            && Instant::now() < deadline
+            && !super::interrupted()
+            && claimed.fetch_add(batch as u64, Ordering::Relaxed) < spec.max_records
+        {
+            let records: Vec<Record> = (0..batch).map(|_| record(spec.record_size)).collect();
+            let log = log.clone();
+            inflight.spawn(async move {
+                let started = Instant::now();
+                let appended = log.append(TOPIC, PARTITION, records).await;
+                appended.map(|_| started.elapsed())
+            });
+        }
+        let Some(joined) = inflight.join_next().await else {
+            return Ok(latencies);
+        };
+        let appended = joined.map_err(|err| BenchError::Setup {
+            message: format!("an append task failed: {err}"),
+        })?;
+        latencies.push(appended.map_err(|source| log_error("append", source))?);
     }
-    Ok(latencies)
 }
 
 fn record(size: usize) -> Record {
@@ -384,6 +402,7 @@ pub fn writer(args: &LogWriterArgs) -> Result<(), BenchError> {
             record_size: args.record_size,
             appenders: args.appenders,
             batch: args.batch.max(1),
+            inflight: 1,
             max_records: args.max_bytes / args.record_size.max(1) as u64,
             max_duration: Duration::from_secs(3600),
         };

@@ -51,12 +51,15 @@ pub enum BenchError {
 }
 
 /// One append workload: `appenders` concurrent writers of `record_size`-byte values, `batch`
-/// records per append call, until `max_records` are written or `max_duration` has passed.
+/// records per append call, each writer keeping up to `inflight` appends unacknowledged (as an
+/// MQTT publisher does within its QoS 1 window), until `max_records` are written or
+/// `max_duration` has passed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppendSpec {
     pub record_size: usize,
     pub appenders: usize,
     pub batch: usize,
+    pub inflight: usize,
     pub max_records: u64,
     pub max_duration: Duration,
 }
@@ -106,6 +109,8 @@ pub struct Plan {
     pub sqlite_max_records: u64,
     pub recovery_bytes: u64,
     pub read_samples: usize,
+    /// The commit window tern's append workloads run with (the default unless overridden).
+    pub flush: crate::log::FlushConfig,
 }
 
 impl Plan {
@@ -124,6 +129,7 @@ impl Plan {
                 sqlite_max_records: 5_000,
                 recovery_bytes: 32 << 20,
                 read_samples: 1_000,
+                flush: crate::log::FlushConfig::default(),
             };
         }
         Self {
@@ -139,6 +145,7 @@ impl Plan {
             sqlite_max_records: 1 << 20,
             recovery_bytes: 1 << 30,
             read_samples: 10_000,
+            flush: crate::log::FlushConfig::default(),
         }
     }
 
@@ -147,13 +154,17 @@ impl Plan {
     /// Records per append of the extra batched 1 KiB workload: enough bytes in flight for the
     /// group commit to fill a fast device's bandwidth.
     pub const BATCH: usize = 64;
+    /// Appends each appender keeps in flight in the main workload: an MQTT publisher's QoS 1
+    /// window (inflight messages / MQTT 5 receive maximum).
+    pub const INFLIGHT: usize = 32;
 
-    /// tern's append workload for one record size and batch.
-    pub fn append_spec(&self, record_size: usize, batch: usize) -> AppendSpec {
+    /// tern's append workload for one record size, batch and in-flight window.
+    pub fn append_spec(&self, record_size: usize, batch: usize, inflight: usize) -> AppendSpec {
         AppendSpec {
             record_size,
             appenders: self.appenders,
             batch,
+            inflight,
             max_records: self.append_bytes / record_size as u64,
             max_duration: self.append_budget,
         }
@@ -191,7 +202,13 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
 /// Every workload of `tern bench log`, in order, on one target.
 pub fn run_log(args: &BenchLogArgs) -> Result<Report, BenchError> {
     catch_interrupts();
-    let plan = Plan::new(args.quick);
+    let mut plan = Plan::new(args.quick);
+    if let Some(ms) = args.commit_max_delay_ms {
+        plan.flush.max_delay = crate::config::HumanDuration(Duration::from_millis(ms));
+    }
+    if let Some(bytes) = args.commit_max_bytes {
+        plan.flush.max_bytes = crate::config::ByteSize(bytes);
+    }
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let target = device::Target::prepare(&parent, plan.image_bytes, !args.no_loop)?;
     step(&format!("target: {}", target.description()))?;
@@ -212,7 +229,9 @@ pub fn run_log(args: &BenchLogArgs) -> Result<Report, BenchError> {
     Ok(report)
 }
 
-/// tern's appends (the 1 KiB log is then read back), then recovery after a kill.
+/// tern's appends (the 1 KiB log of the main workload is then read back), then recovery after
+/// a kill. Per record size: the closed-loop row (one append in flight per appender), then the
+/// main workload (`Plan::INFLIGHT` in flight per appender).
 async fn run_tern(
     plan: &Plan,
     target: &device::Target,
@@ -220,14 +239,16 @@ async fn run_tern(
 ) -> Result<(), BenchError> {
     let dir = target.dir().join("log");
     for record_size in Plan::RECORD_SIZES {
-        step(&format!(
-            "tern log append {record_size} B, {} appenders",
-            plan.appenders
-        ))?;
-        let spec = plan.append_spec(record_size, 1);
-        let run = append_median(plan, target, &dir, &spec).await?;
-        let figures = report::AppendFigures::new(&spec, &run, report.raw.mb_per_s);
-        report.append.push(figures);
+        for inflight in [1, Plan::INFLIGHT] {
+            step(&format!(
+                "tern log append {record_size} B, {} appenders × {inflight} in flight",
+                plan.appenders
+            ))?;
+            let spec = plan.append_spec(record_size, 1, inflight);
+            let run = append_median(plan, target, &dir, &spec).await?;
+            let figures = report::AppendFigures::new(&spec, &run, report.raw.mb_per_s);
+            report.append.push(figures);
+        }
     }
     step("tern log reads (sequential cold, random warm)")?;
     report.read = Some(log::reads(target, &dir, plan.read_samples).await?);
@@ -237,7 +258,7 @@ async fn run_tern(
         plan.appenders,
         Plan::BATCH
     ))?;
-    let batched = plan.append_spec(1024, Plan::BATCH);
+    let batched = plan.append_spec(1024, Plan::BATCH, 1);
     let run = append_median(plan, target, &dir, &batched).await?;
     let figures = report::AppendFigures::new(&batched, &run, report.raw.mb_per_s);
     report.append.push(figures);
@@ -262,7 +283,7 @@ async fn append_median(
         if run > 0 {
             step(&format!("run {}", run + 1))?;
         }
-        runs.push(log::append(target, dir, spec).await?);
+        runs.push(log::append(target, dir, spec, &plan.flush).await?);
     }
     stats::median_run(runs, AppendRun::records_per_s).ok_or(BenchError::Setup {
         message: "no append run completed".to_owned(),
@@ -301,6 +322,7 @@ fn run_sqlite(
                 record_size,
                 appenders: plan.appenders,
                 batch: 1,
+                inflight: 1,
                 max_records: plan.sqlite_max_records,
                 max_duration: plan.sqlite_budget,
             };

@@ -33,6 +33,8 @@ pub struct Report {
     /// (`flush.max_bytes`) the append workloads ran with.
     pub commit_window_ms: f64,
     pub commit_max_bytes: u64,
+    /// Whether that window is the configuration's default (no `--commit-max-*` flag).
+    pub commit_window_is_default: bool,
     pub raw: RawRun,
     /// tern's append workloads, 100 B then 1 KiB.
     pub append: Vec<AppendFigures>,
@@ -44,7 +46,7 @@ pub struct Report {
 
 impl Report {
     pub fn header(plan: &Plan, target: &Target, raw: RawRun) -> Self {
-        let flush = crate::log::LogConfig::default().flush;
+        let flush = &plan.flush;
         let (counter, counter_note) = match (target.counter(), target.fallback_reason()) {
             (Counter::Device { name }, _) => (
                 "device",
@@ -69,6 +71,7 @@ impl Report {
             appenders: plan.appenders,
             commit_window_ms: flush.max_delay.0.as_secs_f64() * 1e3,
             commit_max_bytes: flush.max_bytes.0,
+            commit_window_is_default: *flush == crate::log::FlushConfig::default(),
             raw,
             append: Vec::new(),
             read: None,
@@ -84,7 +87,7 @@ impl Report {
             if let Some(tern) = self
                 .append
                 .iter()
-                .find(|a| a.record_size == figures.record_size && a.batch == 1)
+                .find(|a| a.record_size == figures.record_size && a.is_closed_loop())
             {
                 figures.throughput_ratio_to_tern = ratio(figures.records_per_s, tern.records_per_s);
                 figures.write_amplification_ratio_to_tern =
@@ -147,17 +150,23 @@ impl Report {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "tern log append, durability sync, {} concurrent appenders, default commit window \
-             ({} ms or {} KiB):",
+            "tern log append, durability sync, {} concurrent appenders, {} commit window \
+             (at most {} ms or {} KiB):",
             self.appenders,
+            if self.commit_window_is_default {
+                "default"
+            } else {
+                "NON-DEFAULT (--commit-max-*)"
+            },
             self.commit_window_ms,
             self.commit_max_bytes >> 10
         );
         let _ = writeln!(
             out,
-            "  {:>6} {:>5} {:>10} {:>8} {:>7} {:>10} {:>12} {:>8} {:>8} {:>6}",
+            "  {:>6} {:>5} {:>6} {:>10} {:>8} {:>7} {:>10} {:>12} {:>8} {:>8} {:>6}",
             "record",
             "batch",
+            "flight",
             "records/s",
             "MB/s",
             "vs raw",
@@ -170,9 +179,10 @@ impl Report {
         for a in &self.append {
             let _ = writeln!(
                 out,
-                "  {:>5}B {:>5} {:>10.0} {:>8.2} {:>6.1}% {:>10.0} {:>12.0} {:>8.0} {:>8.0} {:>6.3}",
+                "  {:>5}B {:>5} {:>6} {:>10.0} {:>8.2} {:>6.1}% {:>10.0} {:>12.0} {:>8.0} {:>8.0} {:>6.3}",
                 a.record_size,
                 a.batch,
+                a.inflight,
                 a.records_per_s,
                 a.mb_per_s,
                 a.ratio_to_raw * 100.0,
@@ -183,7 +193,7 @@ impl Report {
                 a.write_amplification
             );
         }
-        for a in self.append.iter().filter(|a| a.batch == 1) {
+        for a in self.append.iter().filter(|a| a.is_main()) {
             let (wa_target, raw_target) = if a.record_size >= 1024 {
                 (1.2, Some(0.8))
             } else {
@@ -207,8 +217,11 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "  (batch = records per append call; the targets apply to batch 1, one record per \
-             acknowledged append as MQTT delivers them)"
+            "  (batch = records per append call; flight = appends each appender keeps \
+             unacknowledged. The targets apply to the main workload, batch 1 × {} in flight: one \
+             record per append as MQTT delivers them, within a QoS 1 window; flight 1 is the \
+             closed loop, each appender waiting for every ack)",
+            Plan::INFLIGHT
         );
     }
 
@@ -284,7 +297,7 @@ impl Report {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "SQLite WAL, one transaction per record, {} threads on one connection (ratios: SQLite ÷ tern, same record size):",
+            "SQLite WAL, one transaction per record, {} threads on one connection (ratios: SQLite ÷ tern closed loop, 1 in flight, same record size):",
             self.appenders
         );
         let _ = writeln!(
@@ -354,6 +367,9 @@ pub struct AppendFigures {
     pub record_size: usize,
     /// Records per append call (1 for the workloads the targets apply to).
     pub batch: usize,
+    /// Appends each appender keeps unacknowledged (`Plan::INFLIGHT` in the main workload the
+    /// targets apply to; 1 in the closed-loop rows).
+    pub inflight: usize,
     pub records: u64,
     pub payload_bytes: u64,
     pub secs: f64,
@@ -377,6 +393,7 @@ impl AppendFigures {
         Self {
             record_size: spec.record_size,
             batch: spec.batch,
+            inflight: spec.inflight,
             records: run.records,
             payload_bytes: run.payload_bytes,
             secs: run.secs,
@@ -391,6 +408,19 @@ impl AppendFigures {
             device_bytes: run.device_bytes,
             write_amplification: run.write_amplification(),
         }
+    }
+}
+
+impl AppendFigures {
+    /// The main workload: one record per append, `Plan::INFLIGHT` appends in flight per
+    /// appender. The targets apply to it.
+    pub fn is_main(&self) -> bool {
+        self.batch == 1 && self.inflight == Plan::INFLIGHT
+    }
+
+    /// One record per append and one append in flight per appender (what SQLite runs too).
+    pub fn is_closed_loop(&self) -> bool {
+        self.batch == 1 && self.inflight == 1
     }
 }
 
@@ -411,11 +441,7 @@ pub struct FlashFigures {
 
 impl FlashFigures {
     fn project(append: &[AppendFigures]) -> Option<Self> {
-        let find = |size| {
-            append
-                .iter()
-                .find(|a| a.record_size == size && a.batch == 1)
-        };
+        let find = |size| append.iter().find(|a| a.record_size == size && a.is_main());
         let (large, small) = (find(1024)?, find(100)?);
         let measured = ratio(large.device_bytes as f64, large.secs) * 86_400.0;
         let steady = 1_000.0 * 100.0 * small.write_amplification * 86_400.0;
@@ -465,6 +491,7 @@ mod tests {
             record_size,
             appenders: 64,
             batch,
+            inflight: if batch == 1 { Plan::INFLIGHT } else { 1 },
             max_records: 1_000,
             max_duration: std::time::Duration::from_secs(1),
         }

@@ -168,6 +168,7 @@ mod tests {
             record_size: 100,
             appenders: 4,
             batch: 1,
+            inflight: 1,
             max_records: 200,
             max_duration: Duration::from_secs(20),
         };

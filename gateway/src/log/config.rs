@@ -33,7 +33,8 @@ pub enum OnFull {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FlushConfig {
-    /// Longest an append waits for companions before the commit's write and fdatasync.
+    /// Longest an append waits for companions before the commit's write and fdatasync (the
+    /// window also closes once `max_bytes` are waiting; see `writer.rs`).
     pub max_delay: HumanDuration,
     /// A commit starts early once this many bytes are waiting.
     pub max_bytes: ByteSize,
@@ -42,7 +43,7 @@ pub struct FlushConfig {
 impl Default for FlushConfig {
     fn default() -> Self {
         Self {
-            max_delay: HumanDuration(std::time::Duration::from_millis(20)),
+            max_delay: HumanDuration(std::time::Duration::from_millis(30)),
             max_bytes: ByteSize(1 << 20),
         }
     }

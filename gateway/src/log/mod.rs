@@ -11,6 +11,7 @@
 
 mod batch;
 mod cache;
+mod commit;
 pub mod config;
 mod cursors;
 mod error;
@@ -19,6 +20,7 @@ mod index;
 mod meta;
 mod partition;
 mod recovery;
+mod roll;
 mod segment;
 mod stats;
 mod store;

@@ -231,7 +231,7 @@ impl Log {
             .clone();
         let tx = tx.ok_or(LogError::Closed)?;
         let (reply, answer) = oneshot::channel();
-        tx.send(AppendRequest { records, reply })
+        tx.send(AppendRequest::new(records, reply))
             .await
             .map_err(|_| LogError::Closed)?;
         answer.await.map_err(|_| LogError::Closed)?

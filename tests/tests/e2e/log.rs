@@ -313,7 +313,7 @@ fn log_settings_are_checked_and_errors_name_the_key() -> anyhow::Result<()> {
         &dir_arg(&workspace_root().join("tern.example.toml")),
     ])?;
     assert!(status.success(), "{stderr}");
-    assert!(stdout.contains("max_delay = \"20ms\""), "{stdout}");
+    assert!(stdout.contains("max_delay = \"30ms\""), "{stdout}");
     assert!(stdout.contains("on_full = \"reject\""), "{stdout}");
     Ok(())
 }

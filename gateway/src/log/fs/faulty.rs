@@ -5,6 +5,11 @@
 //! durable state plus, depending on the seeded [`CrashMode`], nothing more, a prefix of the
 //! unsynced writes ending in a torn one, or all of them with one bit flipped.
 //!
+//! Like a real `fdatasync`, [`WriteFile::sync_data`] makes durable only the writes that
+//! completed before it started: writes that land while it runs (a pipelined commit) stay
+//! unsynced, a sync that is still running when the power fails fails, and
+//! [`FaultyFs::set_sync_delay`] makes each sync take time so such overlaps happen.
+//!
 //! Test equipment only: directories themselves are always durable, and nothing here is fast.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,7 +40,12 @@ enum Op {
 struct Inode {
     durable: Vec<u8>,
     current: Vec<u8>,
+    /// Operations applied to `current` since `durable`, oldest first.
     pending: Vec<Op>,
+    /// Operations applied since the file was created (or since the last crash).
+    applied: u64,
+    /// Syncs running on this file.
+    syncing: u32,
 }
 
 #[derive(Debug, Default)]
@@ -50,6 +60,16 @@ struct State {
     /// Writes fail with ENOSPC while set.
     full: bool,
     rng: u64,
+    /// How long each file sync takes.
+    sync_delay: std::time::Duration,
+    /// Writes that landed on a file while a sync of it was running.
+    writes_during_sync: u64,
+    /// Syncs running now, on every file.
+    syncs_running: u32,
+    /// The power was cut now ([`FaultyFs::cut_power`]).
+    cut: bool,
+    /// Bumped by every crash: a sync that spans one fails.
+    boots: u64,
 }
 
 /// The fault-injecting file system. Cheap to clone; clones share one disk.
@@ -89,9 +109,10 @@ impl State {
     /// Counts an operation; fails once the power is gone.
     fn tick(&mut self) -> io::Result<()> {
         self.ops += 1;
-        match self.fail_after {
-            Some(limit) if self.ops > limit => Err(power_cut()),
-            _ => Ok(()),
+        if self.power_is_out() {
+            Err(power_cut())
+        } else {
+            Ok(())
         }
     }
 
@@ -161,7 +182,12 @@ impl State {
             inode.durable = data.clone();
             inode.current = data;
             inode.pending.clear();
+            inode.applied = 0;
         }
+    }
+
+    fn power_is_out(&self) -> bool {
+        self.cut || self.fail_after.is_some_and(|limit| self.ops > limit)
     }
 }
 
@@ -187,10 +213,30 @@ impl FaultyFs {
         state.fail_after = Some(state.ops + ops);
     }
 
+    /// Cuts the power now: every later call fails, and so does every sync still running.
+    pub fn cut_power(&self) {
+        self.lock().cut = true;
+    }
+
     /// Whether the power is out (an operation was refused since [`Self::fail_after`]).
     pub fn power_failed(&self) -> bool {
-        let state = self.lock();
-        state.fail_after.is_some_and(|limit| state.ops > limit)
+        self.lock().power_is_out()
+    }
+
+    /// Makes every file sync take `delay` (outside the disk's lock), so that writes can land
+    /// while a sync runs, as they do on a real disk.
+    pub fn set_sync_delay(&self, delay: std::time::Duration) {
+        self.lock().sync_delay = delay;
+    }
+
+    /// Writes that landed on a file while a sync of that file was running.
+    pub fn writes_during_sync(&self) -> u64 {
+        self.lock().writes_during_sync
+    }
+
+    /// File syncs running now.
+    pub fn syncs_running(&self) -> u32 {
+        self.lock().syncs_running
     }
 
     /// Makes every write fail with ENOSPC (disk full) until called with `false`.
@@ -219,6 +265,8 @@ impl FaultyFs {
             state.crash_inode(id, mode);
         }
         state.fail_after = None;
+        state.cut = false;
+        state.boots += 1;
     }
 
     /// Flips one bit of a file's content, durably (bit rot on a sealed file).
@@ -256,10 +304,39 @@ impl FaultyFile {
         if self.fs.lock().full {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
-        self.with(|inode| {
+        let overlapped = self.with(|inode| {
             apply(&mut inode.current, &op);
             inode.pending.push(op);
-        })
+            inode.applied += 1;
+            inode.syncing > 0
+        })?;
+        if overlapped {
+            self.fs.lock().writes_during_sync += 1;
+        }
+        Ok(())
+    }
+
+    /// The end of a sync that started when `mark` operations were applied, with `snapshot` as
+    /// the content then: that content becomes durable, later operations stay pending.
+    fn finish_sync(&self, mark: u64, snapshot: Vec<u8>, boot: u64) -> io::Result<()> {
+        let mut state = self.fs.lock();
+        state.syncs_running = state.syncs_running.saturating_sub(1);
+        let failed = state.power_is_out() || state.boots != boot;
+        let inode = state
+            .inodes
+            .get_mut(&self.id)
+            .ok_or_else(|| io::Error::other("file was removed"))?;
+        inode.syncing = inode.syncing.saturating_sub(1);
+        if failed {
+            return Err(power_cut());
+        }
+        let first_pending = inode.applied - inode.pending.len() as u64;
+        if mark > first_pending {
+            let synced = usize::try_from(mark - first_pending).unwrap_or(usize::MAX);
+            inode.pending.drain(..synced.min(inode.pending.len()));
+            inode.durable = snapshot;
+        }
+        Ok(())
     }
 }
 
@@ -282,10 +359,19 @@ impl WriteFile for FaultyFile {
         })?
     }
     fn sync_data(&self) -> io::Result<()> {
-        self.with(|inode| {
-            inode.durable = inode.current.clone();
-            inode.pending.clear();
-        })
+        let (mark, snapshot) = self.with(|inode| {
+            inode.syncing += 1;
+            (inode.applied, inode.current.clone())
+        })?;
+        let (delay, boot) = {
+            let mut state = self.fs.lock();
+            state.syncs_running += 1;
+            (state.sync_delay, state.boots)
+        };
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        self.finish_sync(mark, snapshot, boot)
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.push(Op::SetLen(len))

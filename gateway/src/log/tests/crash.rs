@@ -3,10 +3,13 @@
 //! operation, then the disk keeps only what a real one might (unsynced writes dropped, torn or
 //! bit-flipped), and the log is reopened. Every acknowledged record must read back
 //! byte-identical, offsets must stay dense, nothing unacknowledged may come back damaged, and
-//! the log must accept appends again.
+//! the log must accept appends again. Half the runs give each fdatasync some time, so commits
+//! are written while the previous one syncs (the pipeline) and crashes fall between a
+//! pipelined write and its own sync; a deterministic test pins that case.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use super::{open, read_all, record, runtime};
 use crate::config::ByteSize;
@@ -145,6 +148,7 @@ fn power_cuts_never_lose_acknowledged_records() {
     let mut crashes = 0;
     let mut acked_total = 0;
     let mut full_runs = 0;
+    let mut pipelined_writes = 0;
     // File operations of an uninterrupted run, per configuration: the cut falls within them.
     let full_ops: Vec<u64> = (0..2)
         .map(|parity| {
@@ -155,10 +159,14 @@ fn power_cuts_never_lose_acknowledged_records() {
         .collect();
     for seed in 0..CRASH_POINTS {
         let fs = FaultyFs::new(seed);
+        if (seed / 2) % 2 == 0 {
+            fs.set_sync_delay(Duration::from_micros(200));
+        }
         let config = config_for(seed);
         let ops = full_ops.get((seed % 2) as usize).copied().unwrap_or(100);
         fs.fail_after(fs.random(ops * 3 / 4) + 1);
         let mut outcome = rt.block_on(run_until_power_cut(&fs, &config, 0));
+        pipelined_writes += fs.writes_during_sync();
         if !fs.power_failed() {
             full_runs += 1;
         }
@@ -197,7 +205,67 @@ fn power_cuts_never_lose_acknowledged_records() {
         "{full_runs} runs ended before the power cut"
     );
     assert!(
+        pipelined_writes >= 500,
+        "crashes cover pipelined commits: {pipelined_writes} writes during a sync"
+    );
+    assert!(
         acked_total > 10_000,
         "the crash points cover real work: {acked_total} acks"
     );
+}
+
+/// Polls `done` every millisecond (the writer runs on the test's runtime meanwhile).
+async fn wait_for(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..5_000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[test]
+fn a_pipelined_commit_is_acknowledged_only_after_its_own_sync() {
+    let rt = runtime();
+    let fs = FaultyFs::new(7);
+    let mut config = LogConfig::for_tests(1 << 20);
+    config.flush.max_delay = crate::config::HumanDuration(Duration::from_millis(2));
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        fs.set_sync_delay(Duration::from_millis(100));
+        let first = tokio::spawn({
+            let log = log.clone();
+            async move { log.append("t", 0, vec![record(1, 1, 1)]).await }
+        });
+        wait_for("the first commit's sync", || fs.syncs_running() > 0).await;
+        let second = tokio::spawn({
+            let log = log.clone();
+            async move { log.append("t", 0, vec![record(2, 2, 2)]).await }
+        });
+        wait_for("the second commit's write during the first sync", || {
+            fs.writes_during_sync() > 0
+        })
+        .await;
+        assert!(!second.is_finished(), "written, not yet synced: no answer");
+        assert_eq!(first.await.expect("task").expect("first acked"), 0);
+        wait_for("the second commit's own sync", || fs.syncs_running() > 0).await;
+        assert!(!second.is_finished(), "its sync still runs: no answer");
+        fs.cut_power();
+        let lost = second.await.expect("task");
+        assert!(
+            lost.is_err(),
+            "a sync cut by the power fails its appends: {lost:?}"
+        );
+        let _ = log.close().await;
+    });
+    fs.crash(CrashMode::DropUnsynced);
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        let all = read_all(&log, "t", 0);
+        let values: Vec<&[u8]> = all.iter().map(|s| s.record.value.as_slice()).collect();
+        assert_eq!(values, vec![record(1, 1, 1).value.as_slice()]);
+        log.close().await.expect("close");
+    });
 }

@@ -1,0 +1,258 @@
+//! The blocking stages of one group commit: encoding the gathered appends into one batch and
+//! writing it with one write call past the durable end (the write stage), and, once an
+//! fdatasync that started after that write has returned, making the batch visible to readers
+//! and answering its appends (the publish stage). The writer task in `writer.rs` decides when
+//! each stage runs; the fdatasync itself is the `Fs` file's `sync_data`.
+//!
+//! It must never answer an append of the `sync` policy before its bytes are durable, and never
+//! hold the partition's lock across a file operation.
+
+use std::collections::VecDeque;
+use std::path::Path;
+
+use tokio::sync::oneshot;
+
+use super::Record;
+use super::batch::{self, MAX_BATCH_LEN, SEGMENT_HEADER_LEN};
+use super::error::{LogError, Result};
+use super::partition::Partition;
+use super::segment;
+
+/// One append waiting for its commit.
+#[derive(Debug)]
+pub struct AppendRequest {
+    pub records: Vec<Record>,
+    /// `batch::encoded_len(&records)`, computed by the appending task (off the writer's path).
+    pub len: u64,
+    pub reply: oneshot::Sender<Result<u64>>,
+}
+
+impl AppendRequest {
+    pub fn new(records: Vec<Record>, reply: oneshot::Sender<Result<u64>>) -> Self {
+        let len = batch::encoded_len(&records) as u64;
+        Self {
+            records,
+            len,
+            reply,
+        }
+    }
+}
+
+/// Where the next commit is written: the end of everything written so far (durable or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tip {
+    /// Byte position in the active segment.
+    pub pos: u64,
+    /// Offset of the next record.
+    pub offset: u64,
+}
+
+/// A batch written to the active segment, waiting to be published.
+#[derive(Debug)]
+pub struct Written {
+    pub pos: u64,
+    pub len: u64,
+    pub base: u64,
+    pub count: u64,
+    pub max_ts: i64,
+    pub replies: Vec<(oneshot::Sender<Result<u64>>, u64)>,
+}
+
+impl Written {
+    pub fn tip(&self) -> Tip {
+        Tip {
+            pos: self.pos + self.len,
+            offset: self.base + self.count,
+        }
+    }
+
+    /// Answers every append of the batch with a copy of `err`.
+    pub fn fail(self, part: &Partition, err: &LogError) {
+        for (reply, _) in self.replies {
+            let _ = reply.send(Err(part.copy_error(err)));
+        }
+    }
+}
+
+/// What one write stage did.
+#[derive(Debug)]
+pub enum Step {
+    /// A batch was written (more requests may remain).
+    Written(Written),
+    /// The next request needs a new segment: everything written must be synced first.
+    Roll,
+    /// Nothing to write: the requests were answered with errors.
+    Answered,
+}
+
+impl Partition {
+    fn invalid(&self, reason: &str) -> LogError {
+        LogError::InvalidAppend {
+            topic: self.topic.clone(),
+            reason: reason.to_owned(),
+        }
+    }
+
+    pub fn failed_error(&self, reason: &str) -> LogError {
+        LogError::Failed {
+            topic: self.topic.clone(),
+            partition: self.id,
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// Takes requests from the front of `queue` into one batch written at `tip` with one write
+    /// call (`buf` is the reused encoding buffer). Stops before a request that needs a roll or
+    /// would make the batch larger than 16 MiB; rejected requests are answered at once.
+    pub fn write_stage(
+        &self,
+        queue: &mut VecDeque<AppendRequest>,
+        tip: Tip,
+        buf: &mut Vec<u8>,
+    ) -> Step {
+        if let Some(reason) = self.lock().failed.clone() {
+            for r in queue.drain(..) {
+                let _ = r.reply.send(Err(self.failed_error(&reason)));
+            }
+            return Step::Answered;
+        }
+        let segment_bytes = self.shared.config.segment_bytes.0;
+        let mut records: Vec<Record> = Vec::new();
+        let mut replies = Vec::new();
+        let mut estimate = 0u64;
+        while let Some(request) = queue.pop_front() {
+            let len = request.len;
+            if request.records.is_empty() || len > MAX_BATCH_LEN as u64 {
+                let reason = if request.records.is_empty() {
+                    "no records"
+                } else {
+                    "batch larger than 16 MiB"
+                };
+                let _ = request.reply.send(Err(self.invalid(reason)));
+                continue;
+            }
+            let start = tip.pos + estimate;
+            let roll = start + len > segment_bytes && start > SEGMENT_HEADER_LEN as u64;
+            if roll || estimate + len > MAX_BATCH_LEN as u64 {
+                queue.push_front(request);
+                if records.is_empty() {
+                    return Step::Roll;
+                }
+                break;
+            }
+            if !self.make_room(tip.pos + estimate + len) {
+                let _ = request.reply.send(Err(LogError::Full {
+                    topic: self.topic.clone(),
+                    partition: self.id,
+                }));
+                continue;
+            }
+            replies.push((request.reply, tip.offset + records.len() as u64));
+            records.extend(request.records);
+            estimate += len;
+        }
+        if records.is_empty() {
+            return Step::Answered;
+        }
+        let written = Written {
+            pos: tip.pos,
+            len: 0,
+            base: tip.offset,
+            count: records.len() as u64,
+            max_ts: records
+                .iter()
+                .map(|r| r.timestamp_ms)
+                .max()
+                .unwrap_or(i64::MIN),
+            replies,
+        };
+        self.write_batch(written, &records, buf)
+    }
+
+    /// Encodes `records` and writes them at `w.pos` with one write call.
+    fn write_batch(&self, mut w: Written, records: &[Record], buf: &mut Vec<u8>) -> Step {
+        let (file, base, generation) = {
+            let st = self.lock();
+            (
+                std::sync::Arc::clone(&st.active.file),
+                st.active.base,
+                st.active.generation,
+            )
+        };
+        buf.clear();
+        batch::encode_batch(w.base, generation, records, buf);
+        w.len = buf.len() as u64;
+        self.shared.counters.wrote(buf.len());
+        if let Err(e) = file.write_at(w.pos, buf) {
+            // Nothing was published: the next commit overwrites these bytes.
+            let err = LogError::io("write", segment::log_path(&self.dir, base), e);
+            w.fail(self, &err);
+            return Step::Answered;
+        }
+        Step::Written(w)
+    }
+
+    /// Makes written batches visible to readers (in order) and answers their appends: under
+    /// `sync` only after an fdatasync that started after their write returned.
+    pub fn publish_written(&self, batches: Vec<Written>) {
+        let Some(last) = batches.last() else { return };
+        let end = last.tip().offset;
+        {
+            let mut st = self.lock();
+            for w in &batches {
+                let rel = u32::try_from(w.base - st.active.base).unwrap_or(u32::MAX);
+                let at = u32::try_from(w.pos).unwrap_or(u32::MAX);
+                st.active.index.add_batch(rel, at, w.len, w.max_ts);
+                st.active.len = w.pos + w.len;
+                st.active.end = w.base + w.count;
+            }
+        }
+        self.publish(end);
+        for w in batches {
+            self.shared.counters.committed(w.count);
+            for (reply, base) in w.replies {
+                let _ = reply.send(Ok(base));
+            }
+        }
+    }
+
+    /// The committed end: where the next write goes when nothing is pending.
+    pub fn committed_tip(&self) -> Tip {
+        let st = self.lock();
+        Tip {
+            pos: st.active.len,
+            offset: st.active.end,
+        }
+    }
+
+    /// Marks the partition failed after a sync error and builds the error.
+    pub fn fail(&self, path: &Path, err: std::io::Error) -> LogError {
+        let reason = format!("fdatasync {}: {err}", path.display());
+        tracing::error!(topic = %self.topic, partition = self.id, %reason, "partition stopped");
+        self.lock().failed = Some(reason);
+        LogError::io("fdatasync", path, err)
+    }
+
+    pub fn copy_error(&self, err: &LogError) -> LogError {
+        match err {
+            LogError::Io { op, path, source } => LogError::Io {
+                op,
+                path: path.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            other => self.failed_error(&other.to_string()),
+        }
+    }
+
+    /// fdatasync of the active segment; marks the partition failed when it fails.
+    pub fn sync_active(&self) -> Result<()> {
+        let (file, base) = {
+            let st = self.lock();
+            (std::sync::Arc::clone(&st.active.file), st.active.base)
+        };
+        self.shared
+            .counters
+            .timed_sync(|| file.sync_data())
+            .map_err(|err| self.fail(&segment::log_path(&self.dir, base), err))
+    }
+}

@@ -1,0 +1,219 @@
+//! The segment lifecycle of a partition, run by its writer task between commits: sealing the
+//! active segment and starting the next (a new preallocated file or the recycled spare),
+//! and retention (whole segments, oldest first, by age and size, never past a cursor unless
+//! the operator chose drop-oldest).
+//!
+//! It must never seal a segment while a written batch is still unsynced (the writer drains its
+//! pipeline first) and never delete a segment a cursor still needs under `on_full = "reject"`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::batch::{SEGMENT_HEADER_LEN, SegmentHeader};
+use super::config::OnFull;
+use super::error::{LogError, Result};
+use super::fs::{self, WriteFile};
+use super::index::IndexBuilder;
+use super::partition::{ActiveSegment, Partition, SealedSegment, Shared};
+use super::segment;
+
+/// Name of the spare segment file kept for reuse after retention deleted a segment.
+pub const RECYCLE_NAME: &str = "recycle.log";
+/// How often an idle writer checks age retention.
+pub const RETENTION_TICK: Duration = Duration::from_secs(30);
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl Partition {
+    /// Seals the active segment (exact length, index files) and starts the next one.
+    pub fn roll(&self) -> Result<()> {
+        let (file, base, len, end, generation, index) = {
+            let st = self.lock();
+            let a = &st.active;
+            (
+                Arc::clone(&a.file),
+                a.base,
+                a.len,
+                a.end,
+                a.generation,
+                a.index.clone(),
+            )
+        };
+        let fs = &*self.shared.fs;
+        let log_path = segment::log_path(&self.dir, base);
+        let io = |op: &'static str, path: &Path| {
+            let path = path.to_owned();
+            move |e| LogError::io(op, path, e)
+        };
+        if file.len().map_err(io("stat", &log_path))? != len {
+            file.set_len(len).map_err(io("truncate", &log_path))?;
+        }
+        self.shared
+            .counters
+            .timed_sync(|| file.sync_data())
+            .map_err(|e| self.fail(&log_path, e))?;
+        let (offsets, times) = index.encode(len, end);
+        for (path, data) in [
+            (segment::index_path(&self.dir, base), offsets),
+            (segment::time_index_path(&self.dir, base), times),
+        ] {
+            self.shared.counters.wrote(data.len());
+            self.shared
+                .counters
+                .timed_sync(|| fs::write_atomic(fs, &path, &data))
+                .map_err(io("write index", &path))?;
+        }
+        let new = self.create_segment(end, generation.wrapping_add(1))?;
+        let mut st = self.lock();
+        st.sealed.push_back(SealedSegment {
+            base,
+            end,
+            len,
+            max_ts: index.max_timestamp,
+            generation,
+        });
+        st.active = new;
+        self.shared.counters.rolled();
+        Ok(())
+    }
+
+    /// Creates (or recycles) the segment file starting at `base`, header durable.
+    pub fn create_segment(&self, base: u64, generation: u32) -> Result<ActiveSegment> {
+        create_segment(&self.shared, &self.dir, base, generation)
+    }
+
+    /// Whether a partition of `active_len` active bytes fits its retention limit, deleting
+    /// old segments to make room.
+    pub fn make_room(&self, active_len: u64) -> bool {
+        let limit = self.settings.retention_bytes;
+        if limit == 0 {
+            return true;
+        }
+        loop {
+            let (total, oldest) = {
+                let st = self.lock();
+                let sealed: u64 = st.sealed.iter().map(|s| s.len).sum();
+                (sealed + active_len, st.sealed.front().cloned())
+            };
+            if total <= limit {
+                return true;
+            }
+            let Some(oldest) = oldest else { return true };
+            if !self.deletable(&oldest) {
+                return self.settings.on_full == OnFull::DropOldest;
+            }
+            if self.delete_oldest().is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Whether every cursor of this partition is past `seg` (or the operator chose drop-oldest).
+    fn deletable(&self, seg: &SealedSegment) -> bool {
+        self.settings.on_full == OnFull::DropOldest
+            || self
+                .shared
+                .cursors
+                .min_offset(&self.topic, self.id)
+                .is_none_or(|cursor| cursor >= seg.end)
+    }
+
+    /// Deletes segments past the age limit, then past the size limit (`extra` pending bytes).
+    pub fn enforce_retention(&self, extra: u64) {
+        let age = self.settings.retention_age_ms;
+        if age > 0 {
+            let cutoff = now_ms().saturating_sub(i64::try_from(age).unwrap_or(i64::MAX));
+            loop {
+                let oldest = self.lock().sealed.front().cloned();
+                let expired = oldest.filter(|s| s.max_ts < cutoff && self.deletable(s));
+                if expired.is_none() || self.delete_oldest().is_err() {
+                    break;
+                }
+            }
+        }
+        let active = self.lock().active.len;
+        let _ = self.make_room(active + extra);
+    }
+
+    /// Removes the oldest sealed segment; its `.log` becomes the spare for the next roll.
+    fn delete_oldest(&self) -> Result<()> {
+        let Some(seg) = self.lock().sealed.pop_front() else {
+            return Ok(());
+        };
+        let fs = &*self.shared.fs;
+        let log = segment::log_path(&self.dir, seg.base);
+        let recycle = self.dir.join(RECYCLE_NAME);
+        let paths = [
+            segment::index_path(&self.dir, seg.base),
+            segment::time_index_path(&self.dir, seg.base),
+            log.clone(),
+        ];
+        for path in &paths {
+            self.shared.cache.forget(path);
+        }
+        let recycled = !fs.exists(&recycle) && fs.rename(&log, &recycle).is_ok();
+        for path in &paths {
+            if fs.exists(path) {
+                fs.remove(path)
+                    .map_err(|e| LogError::io("remove", path, e))?;
+            }
+        }
+        self.shared
+            .counters
+            .timed_sync(|| fs.sync_dir(&self.dir))
+            .map_err(|e| LogError::io("fsync directory", &self.dir, e))?;
+        self.shared.counters.deleted(recycled);
+        tracing::debug!(topic = %self.topic, partition = self.id, base = seg.base, recycled, "segment deleted");
+        Ok(())
+    }
+}
+
+/// Creates (or recycles) the segment file starting at `base`, header durable.
+pub fn create_segment(
+    shared: &Shared,
+    dir: &Path,
+    base: u64,
+    generation: u32,
+) -> Result<ActiveSegment> {
+    let fs = &*shared.fs;
+    let path = segment::log_path(dir, base);
+    let recycle = dir.join(RECYCLE_NAME);
+    let file: Arc<dyn WriteFile> = if fs.exists(&recycle) {
+        fs.rename(&recycle, &path)
+            .map_err(|e| LogError::io("rename", &recycle, e))?;
+        fs.open_write(&path)
+            .map_err(|e| LogError::io("open", &path, e))?
+    } else {
+        fs.create(&path)
+            .map_err(|e| LogError::io("create", &path, e))?
+    };
+    let header = SegmentHeader {
+        generation,
+        base_offset: base,
+    };
+    file.write_at(0, &header.encode())
+        .map_err(|e| LogError::io("write", &path, e))?;
+    shared.counters.wrote(SEGMENT_HEADER_LEN);
+    file.preallocate(shared.config.segment_bytes.0)
+        .map_err(|e| LogError::io("preallocate", &path, e))?;
+    let counters = &shared.counters;
+    counters
+        .timed_sync(|| file.sync_data())
+        .map_err(|e| LogError::io("fdatasync", &path, e))?;
+    counters
+        .timed_sync(|| fs.sync_dir(dir))
+        .map_err(|e| LogError::io("fsync directory", dir, e))?;
+    Ok(ActiveSegment {
+        base,
+        generation,
+        file,
+        len: SEGMENT_HEADER_LEN as u64,
+        end: base,
+        index: IndexBuilder::new(shared.config.index_interval.0),
+    })
+}
