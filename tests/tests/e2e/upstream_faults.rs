@@ -245,24 +245,39 @@ fn tern_serve_mirrors_mqtt_exactly_once_across_link_cuts_its_own_sigkill_and_lea
 fn a_backlog_of_100k_records_built_while_kafka_is_unreachable_drains_exactly_once()
 -> anyhow::Result<()> {
     const RECORDS: u64 = 100_000;
-    const BATCH: u64 = 1_000;
+    const CONNECTIONS: u64 = 16;
+    const BATCH: u64 = 250;
     let cluster = KafkaCluster::start()?;
     cluster.cut_clients();
     let data_dir = TempDir::new("upstream-backlog")?;
     let mut gateway = Gateway::start(data_dir.path(), &serve_options(&cluster, free_port()?))?;
 
+    // Many connections in parallel, so each group commit of the edge log carries many records.
     let started = Instant::now();
-    let mut client = RawClient::connect(gateway.mqtt, "backlog-pub", 60, true, false)?;
-    for first in (0..RECORDS).step_by(BATCH as usize) {
-        let batch: Vec<Vec<u8>> = (first..first + BATCH).map(payload).collect();
-        let acked = client.publish_batch_qos1(MQTT_TOPIC, &batch)?;
-        assert_eq!(
-            acked.len(),
-            batch.len(),
-            "batch at {first} not fully stored"
-        );
+    let per_connection = RECORDS / CONNECTIONS;
+    let publishers: Vec<_> = (0..CONNECTIONS)
+        .map(|connection| {
+            let mqtt = gateway.mqtt;
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                let id = format!("backlog-pub-{connection}");
+                let mut client = RawClient::connect(mqtt, &id, 60, true, false)?;
+                let first = connection * per_connection;
+                for start in (first..first + per_connection).step_by(BATCH as usize) {
+                    let batch: Vec<Vec<u8>> = (start..start + BATCH).map(payload).collect();
+                    let acked = client.publish_batch_qos1(MQTT_TOPIC, &batch)?;
+                    if acked.len() != batch.len() {
+                        bail!("batch at {start}: only {} of {BATCH} stored", acked.len());
+                    }
+                }
+                client.disconnect()
+            })
+        })
+        .collect();
+    for publisher in publishers {
+        publisher
+            .join()
+            .map_err(|_| anyhow::anyhow!("publisher panicked"))??;
     }
-    client.disconnect()?;
     let ingest = started.elapsed();
     eprintln!("backlog of {RECORDS} records built in {ingest:?}");
     let forwarded = metric(&gateway, "tern_upstream_forwarded_records_total")?;
