@@ -1,6 +1,6 @@
 //! tern's mirror-mode forwarder (`tern_gateway::upstream`) as a library against the real
-//! three-node Kafka cluster, with a small in-memory [`EdgeLog`] on the edge side: settings the
-//! `--kafka` quick start cannot express yet (TLS with a custom CA). The exactly-once proof under
+//! three-node Kafka cluster, with a small in-memory [`EdgeLog`] on the edge side: TLS with a
+//! custom CA, which the `--kafka` quick start has no flag for. The exactly-once proof under
 //! faults drives the `tern` binary instead (`upstream_faults`).
 
 use std::collections::HashMap;
