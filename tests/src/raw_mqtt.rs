@@ -36,6 +36,21 @@ fn string(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(text.as_bytes());
 }
 
+/// Appends one packet to `out`: the first byte, the remaining length, the body.
+fn push_packet(out: &mut Vec<u8>, first: u8, body: &[u8]) {
+    out.push(first);
+    let mut len = body.len();
+    loop {
+        let byte = (len % 128) as u8;
+        len /= 128;
+        out.push(if len > 0 { byte | 0x80 } else { byte });
+        if len == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(body);
+}
+
 impl RawClient {
     /// Connects and sends CONNECT; fails unless CONNACK reports success.
     pub fn connect(
@@ -68,17 +83,8 @@ impl RawClient {
 
     /// Writes one packet: the first byte, the remaining length, the body.
     pub fn write_packet(&mut self, first: u8, body: &[u8]) -> anyhow::Result<()> {
-        let mut packet = vec![first];
-        let mut len = body.len();
-        loop {
-            let byte = (len % 128) as u8;
-            len /= 128;
-            packet.push(if len > 0 { byte | 0x80 } else { byte });
-            if len == 0 {
-                break;
-            }
-        }
-        packet.extend_from_slice(body);
+        let mut packet = Vec::with_capacity(body.len() + 5);
+        push_packet(&mut packet, first, body);
         self.stream.write_all(&packet)?;
         Ok(())
     }
@@ -142,6 +148,45 @@ impl RawClient {
             bail!("expected PUBACK for {pkid}, got {first:#x} {body:?}");
         }
         Ok(body.get(2).copied().unwrap_or(0))
+    }
+
+    /// Sends QoS 1 PUBLISHes of `payloads` (packet ids 1, 2, …) in one write, then reads their
+    /// PUBACKs; returns the indices of the payloads acknowledged with reason 0 (stored). An error
+    /// (closed socket, timeout) ends the batch: the payloads without a PUBACK may or may not be
+    /// stored.
+    pub fn publish_batch_qos1(
+        &mut self,
+        topic: &str,
+        payloads: &[Vec<u8>],
+    ) -> anyhow::Result<Vec<usize>> {
+        let mut bytes = Vec::new();
+        for (i, payload) in payloads.iter().enumerate() {
+            let pkid = u16::try_from(i + 1).context("batch larger than 65535")?;
+            let mut body = Vec::new();
+            string(&mut body, topic);
+            body.extend_from_slice(&u16_bytes(pkid));
+            if self.v5 {
+                body.push(0);
+            }
+            body.extend_from_slice(payload);
+            push_packet(&mut bytes, 0x32, &body);
+        }
+        self.stream.write_all(&bytes)?;
+        let mut acked = Vec::with_capacity(payloads.len());
+        for _ in payloads {
+            let (first, body) = self.read_packet()?;
+            let [high, low, rest @ ..] = body.as_slice() else {
+                bail!("short packet {first:#x} {body:?}");
+            };
+            if first != 0x40 {
+                bail!("expected PUBACK, got {first:#x} {body:?}");
+            }
+            if rest.first().copied().unwrap_or(0) == 0 {
+                let pkid = usize::from(u16::from(*high) << 8 | u16::from(*low));
+                acked.push(pkid.checked_sub(1).context("PUBACK for packet id 0")?);
+            }
+        }
+        Ok(acked)
     }
 
     /// Subscribes to one filter and waits for SUBACK; returns the granted QoS or reason code.

@@ -10,3 +10,4 @@ mod mqtt_bench;
 mod mqtt_durability;
 mod readings;
 mod upstream;
+mod upstream_faults;

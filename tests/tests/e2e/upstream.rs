@@ -1,15 +1,13 @@
-//! tern's mirror-mode forwarder (`tern_gateway::upstream`) against the real three-node Kafka
-//! cluster: records appended while the link to Kafka is cut and restored, the partition leader is
-//! killed, and the forwarder itself is cut off mid-flight and restarted arrive upstream exactly
-//! once and in order, checked with Kafka's console consumer. Until the storage branch lands, the edge side is a small in-memory
-//! [`EdgeLog`]; once `tern_gateway::log::Log` exists this suite should open a real one instead
-//! (and the full MQTT-to-Kafka proof drives the `tern` binary).
+//! tern's mirror-mode forwarder (`tern_gateway::upstream`) as a library against the real
+//! three-node Kafka cluster, with a small in-memory [`EdgeLog`] on the edge side: TLS with a
+//! custom CA, which the `--kafka` quick start has no flag for. The exactly-once proof under
+//! faults drives the `tern` binary instead (`upstream_faults`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use tern_gateway::config::{ByteSize, HumanDuration};
 use tern_gateway::shutdown;
 use tern_gateway::upstream::{
@@ -161,12 +159,6 @@ impl Forwarder {
             .map_or(0, |s| s.next)
     }
 
-    /// Whether some partition's forwarder has lost its connection.
-    fn disconnected(&self) -> bool {
-        let map = self.status.lock().unwrap_or_else(|e| e.into_inner());
-        map.values().any(|s| !s.connected && s.last_error.is_some())
-    }
-
     fn wait_until(
         &self,
         log: &MemoryLog,
@@ -225,78 +217,6 @@ fn assert_mirrors(cluster: &KafkaCluster, log: &MemoryLog) -> anyhow::Result<()>
             assert_eq!(up.key.as_ref().map(String::as_bytes), ed.key.as_deref());
             assert_eq!(up.timestamp_ms, ed.timestamp_ms);
         }
-    }
-    Ok(())
-}
-
-#[test]
-fn forwarder_mirrors_exactly_once_across_link_cuts_leader_crash_and_its_own_crash()
--> anyhow::Result<()> {
-    let mut cluster = KafkaCluster::start()?;
-    let log = MemoryLog::new();
-    for p in 0..PARTITIONS {
-        log.append(p, 2_000);
-    }
-
-    // A first forwarder creates the topic and gets part-way, then is cut off mid-flight.
-    let forwarder = Forwarder::start(&cluster.proxied_bootstrap(), &log, None)?;
-    forwarder.wait_until(&log, |_| 500, Duration::from_secs(120))?;
-    drop(forwarder);
-    let state = cluster.describe_topic(UPSTREAM)?;
-    assert_eq!(state.len(), PARTITIONS as usize);
-    assert!(state.iter().all(|p| p.replicas.len() == 3), "{state:?}");
-
-    // A restarted forwarder resumes; meanwhile records keep coming and partition 0's leader dies.
-    let forwarder = Forwarder::start(&cluster.proxied_bootstrap(), &log, None)?;
-    for p in 0..PARTITIONS {
-        log.append(p, 1_000);
-    }
-    forwarder.wait_until(&log, |_| 1_500, Duration::from_secs(120))?;
-
-    // The link goes down three times while records keep arriving.
-    for round in 1..=3u64 {
-        cluster.cut_clients();
-        for p in 0..PARTITIONS {
-            log.append(p, 300);
-        }
-        std::thread::sleep(Duration::from_millis(1_500));
-        assert!(
-            forwarder.disconnected(),
-            "round {round}: the cut went unnoticed"
-        );
-        cluster.restore_clients();
-        forwarder
-            .wait_until(&log, |p| log.end(p), Duration::from_secs(120))
-            .with_context(|| format!("after cut {round}"))?;
-    }
-
-    let leader = cluster.leader(UPSTREAM, 0)?;
-    cluster.kill_broker(leader)?;
-    for p in 0..PARTITIONS {
-        log.append(p, 1_000);
-    }
-    forwarder.wait_until(&log, |p| log.end(p), Duration::from_secs(180))?;
-    cluster.restart_broker(leader)?;
-    for p in 0..PARTITIONS {
-        log.append(p, 500);
-    }
-    forwarder.wait_until(&log, |p| log.end(p), Duration::from_secs(120))?;
-    drop(forwarder);
-
-    assert_mirrors(&cluster, &log).with_context(|| cluster.log_tail(leader, 20))?;
-    let cursors: BTreeMap<_, _> = log
-        .cursors
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-        .into_iter()
-        .collect();
-    for p in 0..PARTITIONS {
-        assert_eq!(
-            cursors.get(&(format!("upstream:{UPSTREAM}"), p)),
-            Some(&log.end(p)),
-            "{cursors:?}"
-        );
     }
     Ok(())
 }

@@ -1,0 +1,300 @@
+//! The upstream proof against the real `tern serve --kafka … --gateway-id gw1` and the real
+//! three-node Kafka cluster: records published over MQTT QoS 1 reach `tern.gw1.mqtt` exactly once
+//! and in edge order while the link to Kafka is cut and restored, tern is SIGKILLed and restarted
+//! and the partition's leader broker dies; and a backlog built while Kafka is unreachable drains
+//! completely once it is back. What reached Kafka is read with Kafka's own console consumer and
+//! compared with `tern log dump` of the edge log; these tests never read Kafka with tern's code.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tern_tests::raw_mqtt::RawClient;
+use tern_tests::{Gateway, KafkaCluster, ServeOptions, TempDir, free_port, read_log};
+
+const GATEWAY_ID: &str = "gw1";
+const EDGE_TOPIC: &str = "mqtt";
+const UPSTREAM: &str = "tern.gw1.mqtt";
+const MQTT_TOPIC: &str = "plant/line1/temp";
+
+fn serve_options(cluster: &KafkaCluster, mqtt: SocketAddr) -> ServeOptions {
+    ServeOptions {
+        args: vec![
+            "--kafka".to_owned(),
+            cluster.proxied_bootstrap(),
+            "--gateway-id".to_owned(),
+            GATEWAY_ID.to_owned(),
+        ],
+        mqtt_listen: Some(mqtt),
+    }
+}
+
+fn payload(seq: u64) -> Vec<u8> {
+    format!("r{seq:07}-{}", "t".repeat(40)).into_bytes()
+}
+
+/// The value of `name{topic="mqtt",…}` summed over partitions, if the family has such a line.
+fn metric(gateway: &Gateway, name: &str) -> anyhow::Result<Option<u64>> {
+    let (status, body) = gateway.admin_get("/metrics")?;
+    if status != 200 {
+        bail!("/metrics answered {status}");
+    }
+    let prefix = format!("{name}{{topic=\"{EDGE_TOPIC}\"");
+    let values: Vec<u64> = body
+        .lines()
+        .filter(|line| line.starts_with(&prefix))
+        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
+        .collect();
+    Ok((!values.is_empty()).then(|| values.iter().sum()))
+}
+
+/// Waits until tern reports every durable record forwarded and its forwarders connected.
+fn wait_forwarded(gateway: &mut Gateway, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let behind = metric(gateway, "tern_upstream_records_behind")?;
+        let failing = metric(gateway, "tern_upstream_failing")?;
+        if behind == Some(0) && failing == Some(0) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let tail: Vec<String> = gateway
+                .stderr_lines()
+                .iter()
+                .rev()
+                .take(20)
+                .cloned()
+                .collect();
+            bail!("still {behind:?} records behind, failing {failing:?}; recent log: {tail:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Checks that the upstream topic holds exactly the edge log's records of `EDGE_TOPIC`, in edge
+/// order with `tern-offset` contiguous from 0, as Kafka's console consumer reads them; returns
+/// the number of records compared.
+fn assert_mirrors(cluster: &KafkaCluster, data_dir: &TempDir) -> anyhow::Result<usize> {
+    let edge = read_log(data_dir.path(), EDGE_TOPIC)?;
+    let partitions: std::collections::BTreeSet<u64> = edge.iter().map(|r| r.partition).collect();
+    let mut compared = 0;
+    for partition in partitions {
+        let edge: Vec<_> = edge.iter().filter(|r| r.partition == partition).collect();
+        let upstream = cluster.consume_all(UPSTREAM, u32::try_from(partition)?)?;
+        assert_eq!(
+            upstream.len(),
+            edge.len(),
+            "partition {partition}: upstream vs edge record count"
+        );
+        for (i, (up, ed)) in upstream.iter().zip(&edge).enumerate() {
+            let context = || format!("partition {partition}, record {i}: {up:?} vs {ed:?}");
+            assert_eq!(up.offset, i as u64, "{}", context());
+            assert_eq!(
+                ed.offset,
+                i as u64,
+                "edge offsets not contiguous: {}",
+                context()
+            );
+            let offset = ed.offset.to_string();
+            assert_eq!(
+                up.header("tern-offset"),
+                Some(offset.as_str()),
+                "{}",
+                context()
+            );
+            assert_eq!(up.header("tern-gateway"), Some(GATEWAY_ID), "{}", context());
+            assert_eq!(up.header("tern-topic"), Some(EDGE_TOPIC), "{}", context());
+            let part = partition.to_string();
+            assert_eq!(up.header("tern-partition"), Some(part.as_str()));
+            assert_eq!(up.value, ed.value, "{}", context());
+            assert_eq!(up.key, ed.key, "{}", context());
+            assert_eq!(up.timestamp_ms, ed.timestamp_ms, "{}", context());
+            for (name, value) in &ed.headers {
+                assert_eq!(up.header(name), Some(value.as_str()), "{}", context());
+            }
+        }
+        compared += edge.len();
+    }
+    Ok(compared)
+}
+
+/// Publishes batches of QoS 1 messages until `stop` is set and at least `minimum` are
+/// acknowledged, reconnecting to whatever address `addr` holds after each failure (tern is
+/// SIGKILLed under it). Returns the acknowledged payloads.
+fn publish_until(
+    addr: &Mutex<SocketAddr>,
+    stop: &AtomicBool,
+    minimum: u64,
+    acked_count: &AtomicU64,
+) -> Vec<Vec<u8>> {
+    let mut acked = Vec::new();
+    let mut seq = 0u64;
+    while !stop.load(Ordering::SeqCst) || (acked.len() as u64) < minimum {
+        let target = *addr.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok(mut client) = RawClient::connect(target, "faults-pub", 30, true, false) else {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        loop {
+            let batch: Vec<Vec<u8>> = (seq..seq + 50).map(payload).collect();
+            seq += 50;
+            let Ok(indices) = client.publish_batch_qos1(MQTT_TOPIC, &batch) else {
+                break;
+            };
+            acked.extend(indices.into_iter().map(|i| batch[i].clone()));
+            acked_count.store(acked.len() as u64, Ordering::SeqCst);
+            if stop.load(Ordering::SeqCst) && acked.len() as u64 >= minimum {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(40));
+        }
+    }
+    acked
+}
+
+fn wait_count(count: &AtomicU64, at_least: u64, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    while count.load(Ordering::SeqCst) < at_least {
+        if Instant::now() > deadline {
+            bail!(
+                "only {} of {at_least} acknowledged",
+                count.load(Ordering::SeqCst)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+#[test]
+fn tern_serve_mirrors_mqtt_exactly_once_across_link_cuts_its_own_sigkill_and_leader_failover()
+-> anyhow::Result<()> {
+    const MINIMUM: u64 = 4_000;
+    let started = Instant::now();
+    let mut cluster = KafkaCluster::start()?;
+    let data_dir = TempDir::new("upstream-faults")?;
+    let options = serve_options(&cluster, free_port()?);
+    let mut gateway = Gateway::start(data_dir.path(), &options)?;
+
+    let addr = Arc::new(Mutex::new(gateway.mqtt));
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked_count = Arc::new(AtomicU64::new(0));
+    let publisher = {
+        let (addr, stop, count) = (addr.clone(), stop.clone(), acked_count.clone());
+        std::thread::spawn(move || publish_until(&addr, &stop, MINIMUM, &count))
+    };
+    wait_count(&acked_count, 300, Duration::from_secs(30))?;
+    wait_forwarded(&mut gateway, Duration::from_secs(60)).context("first records")?;
+
+    // The link to Kafka goes down and comes back three times while records keep arriving.
+    for round in 1..=3 {
+        cluster.cut_clients();
+        std::thread::sleep(Duration::from_millis(1_500));
+        assert_eq!(
+            metric(&gateway, "tern_upstream_failing")?,
+            Some(1),
+            "cut {round} went unnoticed"
+        );
+        cluster.restore_clients();
+        std::thread::sleep(Duration::from_millis(1_000));
+    }
+
+    // tern is SIGKILLed while forwarding and comes back on the same data directory and port.
+    gateway.signal(libc::SIGKILL)?;
+    gateway.wait_exit(Duration::from_secs(10))?;
+    std::thread::sleep(Duration::from_millis(500));
+    gateway = Gateway::start(data_dir.path(), &options)?;
+
+    // The partition's leader broker crashes while records keep arriving, then returns.
+    let leader = cluster.leader(UPSTREAM, 0)?;
+    cluster.kill_broker(leader)?;
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.cut_clients();
+    std::thread::sleep(Duration::from_millis(1_000));
+    cluster.restore_clients();
+    cluster.restart_broker(leader)?;
+
+    stop.store(true, Ordering::SeqCst);
+    let acked = publisher
+        .join()
+        .map_err(|_| anyhow::anyhow!("publisher panicked"))?;
+    wait_forwarded(&mut gateway, Duration::from_secs(120)).context("after the faults")?;
+    gateway.signal(libc::SIGTERM)?;
+    gateway.wait_exit(Duration::from_secs(15))?;
+
+    let edge = read_log(data_dir.path(), EDGE_TOPIC)?;
+    let stored: std::collections::HashSet<&str> = edge.iter().map(|r| r.value.as_str()).collect();
+    for payload in &acked {
+        let text = String::from_utf8_lossy(payload);
+        assert!(stored.contains(text.as_ref()), "acknowledged {text} lost");
+    }
+    let compared =
+        assert_mirrors(&cluster, &data_dir).with_context(|| cluster.log_tail(leader, 20))?;
+    assert!(compared as u64 >= MINIMUM, "only {compared} records");
+    eprintln!(
+        "{compared} records ({} acknowledged) mirrored exactly once in {:?}",
+        acked.len(),
+        started.elapsed()
+    );
+    Ok(())
+}
+
+#[test]
+fn a_backlog_of_100k_records_built_while_kafka_is_unreachable_drains_exactly_once()
+-> anyhow::Result<()> {
+    const RECORDS: u64 = 100_000;
+    const CONNECTIONS: u64 = 16;
+    const BATCH: u64 = 250;
+    let cluster = KafkaCluster::start()?;
+    cluster.cut_clients();
+    let data_dir = TempDir::new("upstream-backlog")?;
+    let mut gateway = Gateway::start(data_dir.path(), &serve_options(&cluster, free_port()?))?;
+
+    // Many connections in parallel, so each group commit of the edge log carries many records.
+    let started = Instant::now();
+    let per_connection = RECORDS / CONNECTIONS;
+    let publishers: Vec<_> = (0..CONNECTIONS)
+        .map(|connection| {
+            let mqtt = gateway.mqtt;
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                let id = format!("backlog-pub-{connection}");
+                let mut client = RawClient::connect(mqtt, &id, 60, true, false)?;
+                let first = connection * per_connection;
+                for start in (first..first + per_connection).step_by(BATCH as usize) {
+                    let batch: Vec<Vec<u8>> = (start..start + BATCH).map(payload).collect();
+                    let acked = client.publish_batch_qos1(MQTT_TOPIC, &batch)?;
+                    if acked.len() != batch.len() {
+                        bail!("batch at {start}: only {} of {BATCH} stored", acked.len());
+                    }
+                }
+                client.disconnect()
+            })
+        })
+        .collect();
+    for publisher in publishers {
+        publisher
+            .join()
+            .map_err(|_| anyhow::anyhow!("publisher panicked"))??;
+    }
+    let ingest = started.elapsed();
+    eprintln!("backlog of {RECORDS} records built in {ingest:?}");
+    let forwarded = metric(&gateway, "tern_upstream_forwarded_records_total")?;
+    assert!(
+        forwarded.unwrap_or(0) == 0,
+        "{forwarded:?} records forwarded through a cut link"
+    );
+
+    let drain_started = Instant::now();
+    cluster.restore_clients();
+    wait_forwarded(&mut gateway, Duration::from_secs(120)).context("draining the backlog")?;
+    let drain = drain_started.elapsed();
+    gateway.signal(libc::SIGTERM)?;
+    gateway.wait_exit(Duration::from_secs(15))?;
+
+    let compared = assert_mirrors(&cluster, &data_dir)?;
+    assert_eq!(compared as u64, RECORDS);
+    eprintln!("backlog of {RECORDS}: built in {ingest:?}, drained in {drain:?}");
+    Ok(())
+}
