@@ -24,6 +24,16 @@ const FIGURES: &[&str] = &[
     "/append/2/records_per_s",
     "/append/2/ratio_to_raw",
     "/append/2/write_amplification",
+    "/append/3/records_per_s",
+    "/append/3/mb_per_s",
+    "/append/3/ratio_to_raw",
+    "/append/3/write_amplification",
+    "/append/3/fdatasyncs_per_s",
+    "/append/3/payload_bytes_per_fsync",
+    "/append/3/latency_p50_us",
+    "/append/3/latency_p99_us",
+    "/append/4/records_per_s",
+    "/append/4/ratio_to_raw",
     "/read/random_p50_us",
     "/read/random_p99_us",
     "/read/sequential_mb_per_s",
@@ -57,10 +67,29 @@ fn quick_bench_prints_every_figure_as_json() -> anyhow::Result<()> {
     assert!(status.success(), "{stderr}");
     let report: Value = serde_json::from_str(&stdout)?;
     assert_eq!(report["counter"], "process", "{stdout}");
-    assert_eq!(report["append"][0]["record_size"], 100);
-    assert_eq!(report["append"][1]["record_size"], 1024);
-    assert_eq!(report["append"][1]["batch"], 1);
-    assert_eq!(report["append"][2]["batch"], 64);
+    // Per record size the closed-loop row (1 in flight), then the main workload (32 in flight);
+    // last the batched 1 KiB row.
+    let rows: Vec<(Value, Value, Value)> = (0..5)
+        .map(|i| {
+            let row = &report["append"][i];
+            (
+                row["record_size"].clone(),
+                row["batch"].clone(),
+                row["inflight"].clone(),
+            )
+        })
+        .collect();
+    let expected: Vec<(Value, Value, Value)> = [
+        (100, 1, 1),
+        (100, 1, 32),
+        (1024, 1, 1),
+        (1024, 1, 32),
+        (1024, 64, 1),
+    ]
+    .iter()
+    .map(|&(size, batch, inflight)| (size.into(), batch.into(), inflight.into()))
+    .collect();
+    assert_eq!(rows, expected, "{stdout}");
     let modes: Vec<Option<&str>> = (0..4)
         .map(|i| report["sqlite"][i]["synchronous"].as_str())
         .collect();
