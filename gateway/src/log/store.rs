@@ -282,6 +282,11 @@ impl Log {
 
     /// Offsets and sizes of every partition.
     pub fn partition_stats(&self) -> Vec<PartitionStats> {
+        self.all_partitions().iter().map(|p| p.stats()).collect()
+    }
+
+    /// Every partition of every topic, taken under one read lock.
+    fn all_partitions(&self) -> Vec<Arc<Partition>> {
         let topics = self
             .inner
             .topics
@@ -289,23 +294,13 @@ impl Log {
             .unwrap_or_else(PoisonError::into_inner);
         topics
             .values()
-            .flat_map(|t| t.partitions.iter().map(|p| p.part.stats()))
+            .flat_map(|t| t.partitions.iter().map(|p| Arc::clone(&p.part)))
             .collect()
     }
 
     /// Runs retention on every partition now (normally done after rolls and every 30 s).
     pub async fn enforce_retention(&self) {
-        let parts: Vec<Arc<Partition>> = {
-            let topics = self
-                .inner
-                .topics
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
-            topics
-                .values()
-                .flat_map(|t| t.partitions.iter().map(|p| Arc::clone(&p.part)))
-                .collect()
-        };
+        let parts = self.all_partitions();
         let _ = tokio::task::spawn_blocking(move || {
             for part in parts {
                 part.enforce_retention(0);
