@@ -21,11 +21,12 @@ pub use config::{
 };
 pub use edge::{EdgeLog, EdgeLogError, EdgeRecord};
 pub use forwarder::{PartitionStatus, StatusMap, run};
-pub use group::GroupError;
+pub use group::wire::Commit;
+pub use group::{GroupClient, GroupError};
 pub use kafka::{H_DECODE_ERROR, H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC};
 pub use metrics::UpstreamMetrics;
 pub use shared::partitioner::{murmur2, partition_for};
-pub use shared::shared_topic;
+pub use shared::{group_client, shared_topic};
 
 /// Why forwarding stopped or could not start.
 #[derive(Debug, thiserror::Error)]
