@@ -17,6 +17,8 @@ use tern_gateway::upstream::{self, Commit, Mode, TlsSettings, UpstreamConfig};
 use tern_tests::kafka_tools::ConsumedRecord;
 use tern_tests::{DumpedRecord, Gateway, KafkaCluster, ServeOptions, TempDir, read_log};
 
+mod faults;
+
 const EDGE_TOPIC: &str = "mqtt";
 const UPSTREAM: &str = "tern.mqtt";
 const EDGE_PARTITIONS: u32 = 2;
@@ -184,6 +186,72 @@ fn identity(record: &ConsumedRecord) -> anyhow::Result<Identity> {
     ))
 }
 
+/// What the console consumer found in `tern.mqtt`, checked against the gateways' edge logs.
+struct Upstream {
+    /// Distinct edge records (all of them, or the check failed).
+    records: usize,
+    /// Copies beyond the first.
+    duplicates: u64,
+    /// The upstream partitions each key was found in.
+    placement: HashMap<String, HashSet<u32>>,
+}
+
+/// Every edge record of `gateways` is upstream at least once with its value, key and timestamp;
+/// nothing else is; first copies of one gateway's key are in edge order; each group's offsets
+/// are at the edge ends.
+fn check_upstream(cluster: &KafkaCluster, gateways: &[SharedGateway]) -> anyhow::Result<Upstream> {
+    let mut edge: HashMap<Identity, DumpedRecord> = HashMap::new();
+    for shared in gateways {
+        for record in shared.edge()? {
+            let id = (
+                shared.id.to_owned(),
+                EDGE_TOPIC.to_owned(),
+                record.partition,
+                record.offset,
+            );
+            edge.insert(id, record);
+        }
+        assert_group_at_end(cluster, shared)?;
+    }
+    let mut seen: HashSet<Identity> = HashSet::new();
+    let mut duplicates = 0u64;
+    let mut placement: HashMap<String, HashSet<u32>> = HashMap::new();
+    for partition in 0..SHARED_PARTITIONS {
+        let mut last_offset: HashMap<(String, String), u64> = HashMap::new();
+        for record in cluster.consume_all(UPSTREAM, partition)? {
+            let id = identity(&record)?;
+            let origin = edge
+                .get(&id)
+                .with_context(|| format!("{id:?} is not in an edge log"))?;
+            assert_eq!(record.value, origin.value, "{id:?}");
+            assert_eq!(record.key, origin.key, "{id:?}");
+            assert_eq!(record.timestamp_ms, origin.timestamp_ms, "{id:?}");
+            let key = origin.key.clone().context("edge record without key")?;
+            placement.entry(key.clone()).or_default().insert(partition);
+            if !seen.insert(id.clone()) {
+                duplicates += 1;
+                continue;
+            }
+            let previous = last_offset.insert((id.0.clone(), key), id.3);
+            assert!(
+                previous.is_none_or(|p| p < id.3),
+                "{id:?} after edge offset {previous:?}"
+            );
+        }
+    }
+    let missing: Vec<&Identity> = edge.keys().filter(|id| !seen.contains(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} edge records never upstream: {missing:?}",
+        missing.len()
+    );
+    Ok(Upstream {
+        records: edge.len(),
+        duplicates,
+        placement,
+    })
+}
+
 /// Where Kafka's Java producer (console producer, default partitioner) puts each key.
 fn java_partitions(
     cluster: &KafkaCluster,
@@ -264,61 +332,14 @@ fn two_gateways_share_one_topic_at_least_once_and_resume_from_the_group_offset()
         gateway.wait_exit(Duration::from_secs(15))?;
     }
 
-    // The edge logs of both gateways, by identity.
-    let mut edge: HashMap<Identity, DumpedRecord> = HashMap::new();
-    for shared in &gateways {
-        for record in shared.edge()? {
-            let id = (
-                shared.id.to_owned(),
-                EDGE_TOPIC.to_owned(),
-                record.partition,
-                record.offset,
-            );
-            edge.insert(id, record);
-        }
-        assert_group_at_end(&cluster, shared)?;
-    }
-    assert_eq!(edge.len() as u32, 2 * KEYS * 150);
-
-    // What Kafka holds, read by its console consumer.
-    let mut seen: HashSet<Identity> = HashSet::new();
-    let mut duplicates = 0u64;
-    let mut placement: HashMap<String, HashSet<u32>> = HashMap::new();
-    for partition in 0..SHARED_PARTITIONS {
-        let mut last_offset: HashMap<(String, String), u64> = HashMap::new();
-        for record in cluster.consume_all(UPSTREAM, partition)? {
-            let id = identity(&record)?;
-            let origin = edge
-                .get(&id)
-                .with_context(|| format!("{id:?} is not in an edge log"))?;
-            assert_eq!(record.value, origin.value, "{id:?}");
-            assert_eq!(record.key, origin.key, "{id:?}");
-            assert_eq!(record.timestamp_ms, origin.timestamp_ms, "{id:?}");
-            let key = origin.key.clone().context("edge record without key")?;
-            placement.entry(key.clone()).or_default().insert(partition);
-            if !seen.insert(id.clone()) {
-                duplicates += 1;
-                continue;
-            }
-            // First copies of one gateway's key arrive in edge order.
-            let previous = last_offset.insert((id.0.clone(), key), id.3);
-            assert!(
-                previous.is_none_or(|p| p < id.3),
-                "{id:?} after edge offset {previous:?}"
-            );
-        }
-    }
-    let missing: Vec<&Identity> = edge.keys().filter(|id| !seen.contains(*id)).collect();
-    assert!(
-        missing.is_empty(),
-        "{} edge records never upstream: {missing:?}",
-        missing.len()
-    );
+    let upstream = check_upstream(&cluster, &gateways)?;
+    assert_eq!(upstream.records as u32, 2 * KEYS * 150);
     assert_eq!(
-        duplicates,
+        upstream.duplicates,
         end - rewind_to,
         "only the rewound range is sent twice"
     );
+    let (duplicates, placement) = (upstream.duplicates, upstream.placement);
 
     // One partition per key, for both gateways, the one the Java producer picks.
     let keys: Vec<String> = placement.keys().cloned().collect();
@@ -333,7 +354,7 @@ fn two_gateways_share_one_topic_at_least_once_and_resume_from_the_group_offset()
     }
     eprintln!(
         "{} edge records of 2 gateways upstream, {duplicates} resent after the rewind, {} keys",
-        edge.len(),
+        upstream.records,
         keys.len()
     );
     Ok(())
