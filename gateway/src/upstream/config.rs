@@ -188,8 +188,7 @@ impl UpstreamConfig {
 }
 
 impl UpstreamConfig {
-    /// The shared-mode keys: a usable group name and partition count, and no SASL (the group
-    /// client does not speak it).
+    /// The shared-mode keys: a usable group name and partition count.
     fn validate_shared(&self) -> Result<(), (String, String)> {
         if self
             .group
@@ -205,14 +204,6 @@ impl UpstreamConfig {
             return Err((
                 "upstream.shared_partitions".into(),
                 "must be 1..=2147483647".into(),
-            ));
-        }
-        if self.mode == Mode::Shared && self.sasl.is_some() {
-            return Err((
-                "upstream.sasl".into(),
-                "shared mode does not support SASL yet (its consumer-group offsets are \
-                 committed over plaintext or TLS); use mirror mode or TLS without SASL"
-                    .into(),
             ));
         }
         Ok(())
@@ -265,7 +256,7 @@ mod tests {
     }
 
     #[test]
-    fn shared_mode_parses_and_refuses_sasl() -> Result<(), toml::de::Error> {
+    fn shared_mode_parses_and_names_bad_shared_keys() -> Result<(), toml::de::Error> {
         let mut config: UpstreamConfig = toml::from_str(
             "bootstrap = [\"k:9093\"]\nmode = \"shared\"\nshared_key = \"gateway\"\n\
              group = \"plant-7\"\nshared_partitions = 12\n",
@@ -273,17 +264,6 @@ mod tests {
         assert_eq!(config.mode, Mode::Shared);
         assert_eq!(config.shared_key, SharedKey::Gateway);
         assert_eq!(config.shared_partitions, Some(12));
-        assert_eq!(config.validate(), Ok(()));
-        config.sasl = Some(SaslSettings {
-            mechanism: SaslMechanism::Plain,
-            username: "u".into(),
-            password: "p".into(),
-        });
-        assert_eq!(
-            config.validate().map_err(|e| e.0),
-            Err("upstream.sasl".to_owned())
-        );
-        config.mode = Mode::Mirror;
         assert_eq!(config.validate(), Ok(()));
         config.shared_partitions = Some(0);
         assert_eq!(

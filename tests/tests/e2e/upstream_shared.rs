@@ -2,9 +2,9 @@
 //! gw-b) take MQTT QoS 1 publishes from Debian's mosquitto_pub and forward them into the one
 //! upstream topic `tern.mqtt`. Kafka's own tools are the judges: the console consumer reads
 //! what arrived, `kafka-consumer-groups` shows (and, for the resume check, moves) the groups'
-//! offsets, and the console producer shows where the Java partitioner puts each key. Also the
-//! group client itself over TLS, and what the broker does with commits naming partitions that
-//! do not exist.
+//! offsets, and the console producer shows where the Java partitioner puts each key. `faults`
+//! adds link cuts and a SIGKILL; `group_client` checks the consumer-group client alone (TLS,
+//! SASL, and what the broker does with commits naming partitions that do not exist).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -13,11 +13,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use tern_gateway::upstream::{self, Commit, Mode, TlsSettings, UpstreamConfig};
 use tern_tests::kafka_tools::ConsumedRecord;
 use tern_tests::{DumpedRecord, Gateway, KafkaCluster, ServeOptions, TempDir, read_log};
 
 mod faults;
+mod group_client;
 
 const EDGE_TOPIC: &str = "mqtt";
 const UPSTREAM: &str = "tern.mqtt";
@@ -357,70 +357,5 @@ fn two_gateways_share_one_topic_at_least_once_and_resume_from_the_group_offset()
         upstream.records,
         keys.len()
     );
-    Ok(())
-}
-
-#[test]
-fn the_group_client_commits_and_fetches_over_tls_and_the_broker_checks_partitions()
--> anyhow::Result<()> {
-    let cluster = KafkaCluster::start()?;
-    cluster.create_topic("progress", 2, 3)?;
-    let config = UpstreamConfig {
-        bootstrap: cluster
-            .tls_bootstrap()
-            .split(',')
-            .map(str::to_owned)
-            .collect(),
-        tls: Some(TlsSettings {
-            ca_file: cluster.tls_ca(),
-        }),
-        mode: Mode::Shared,
-        group: Some("tls-group".to_owned()),
-        ..UpstreamConfig::default()
-    };
-    let client = upstream::group_client(&config, "gw-t")?.context("shared mode has a client")?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let commit = |partition: i32, topic: &'static str| Commit {
-        topic,
-        partition,
-        offset: 42,
-        metadata: "tern edge offset of gw-t/t/1",
-    };
-    runtime.block_on(async {
-        // The first group request also creates __consumer_offsets: until its partitions have
-        // leaders the coordinator is "not available", which the forwarder retries as well.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let first = loop {
-            match client.fetch("progress", 1).await {
-                Err(err)
-                    if Instant::now() < deadline && err.to_string().contains("COORDINATOR") =>
-                {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                other => break other,
-            }
-        };
-        assert_eq!(first?, None);
-        client.commit(&commit(1, "progress")).await?;
-        assert_eq!(client.fetch("progress", 1).await?, Some(42));
-        assert_eq!(client.fetch("progress", 0).await?, None);
-        // The broker refuses commits naming a partition or topic that does not exist.
-        for (partition, topic) in [(2, "progress"), (0, "no-such-topic")] {
-            let err = client.commit(&commit(partition, topic)).await.err();
-            let text = err.map(|e| e.to_string()).unwrap_or_default();
-            assert!(
-                text.contains("UNKNOWN_TOPIC_OR_PARTITION"),
-                "{topic}/{partition}: {text:?}"
-            );
-        }
-        anyhow::Ok(())
-    })?;
-    let rows = cluster.group_offsets("tls-group")?;
-    let row = rows
-        .iter()
-        .find(|r| r.topic == "progress" && r.partition == 1);
-    assert_eq!(row.and_then(|r| r.offset), Some(42), "{rows:?}");
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! One connection to one broker, plaintext or TLS (the upstream's rustls configuration): send a
-//! request frame, read the response frame with the same correlation id. Every call has a
+//! One connection to one broker, plaintext or TLS (the upstream's rustls configuration), SASL
+//! authenticated when the upstream uses SASL: send a request frame, read the response frame with
+//! the same correlation id. Every call has a
 //! timeout; a connection that failed once is never used again (the caller drops it). It knows
 //! nothing about what the frames mean beyond the size prefix and the correlation id.
 #![expect(
@@ -15,7 +16,9 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::super::config::{SaslMechanism, SaslSettings};
 use super::GroupError;
+use super::sasl::{self, Scram};
 use super::wire::{self, ApiVersions, decode_api_versions};
 
 /// Upper bound on a response; the group client's answers are a few hundred bytes.
@@ -44,11 +47,13 @@ impl fmt::Debug for Connection {
 pub const CLIENT_ID: &str = "tern";
 
 impl Connection {
-    /// Connects to `addr` (`host:port`), over TLS when `tls` is set, and checks with ApiVersions
-    /// that the broker accepts every request version tern sends.
+    /// Connects to `addr` (`host:port`), over TLS when `tls` is set, checks with ApiVersions
+    /// that the broker accepts every request version tern sends, and authenticates when `sasl`
+    /// is set.
     pub async fn open(
         addr: &str,
         tls: Option<&Arc<rustls::ClientConfig>>,
+        sasl: Option<&SaslSettings>,
         timeout: Duration,
     ) -> Result<Self, GroupError> {
         let io = tokio::time::timeout(timeout, connect(addr, tls))
@@ -70,8 +75,70 @@ impl Connection {
             api: "ApiVersions",
             source,
         })?;
-        check_versions(&versions)?;
+        check_versions(&versions, sasl.is_some())?;
+        if let Some(settings) = sasl {
+            connection.authenticate(settings).await?;
+        }
         Ok(connection)
+    }
+
+    /// SaslHandshake, then the mechanism's messages through SaslAuthenticate.
+    async fn authenticate(&mut self, settings: &SaslSettings) -> Result<(), GroupError> {
+        let name = sasl::mechanism_name(settings.mechanism);
+        let body = self
+            .call("SaslHandshake", |id| {
+                wire::sasl_handshake(id, CLIENT_ID, name)
+            })
+            .await?;
+        let (code, enabled) =
+            wire::decode_sasl_handshake(&body).map_err(|source| GroupError::Wire {
+                api: "SaslHandshake",
+                source,
+            })?;
+        if code != 0 {
+            let context = format!(": {name} asked, the broker enables {enabled:?}");
+            return Err(GroupError::kafka("SaslHandshake", code, context));
+        }
+        if settings.mechanism == SaslMechanism::Plain {
+            self.sasl_step(&sasl::plain(settings)).await?;
+            return Ok(());
+        }
+        let addr = self.addr.clone();
+        let sasl_error = |source| GroupError::Sasl {
+            addr: addr.clone(),
+            source,
+        };
+        let nonce = sasl::client_nonce().map_err(|_| sasl_error(sasl::SaslError::Random))?;
+        let mut scram = Scram::new(settings, &nonce);
+        let server_first = self.sasl_step(&scram.first()).await?;
+        let client_final = scram.answer(&server_first).map_err(sasl_error)?;
+        let server_final = self.sasl_step(&client_final).await?;
+        scram.verify(&server_final).map_err(sasl_error)
+    }
+
+    /// One SaslAuthenticate round trip: the server's answer.
+    async fn sasl_step(&mut self, message: &[u8]) -> Result<Vec<u8>, GroupError> {
+        let body = self
+            .call("SaslAuthenticate", |id| {
+                wire::sasl_authenticate(id, CLIENT_ID, message)
+            })
+            .await?;
+        let answer = wire::decode_sasl_authenticate(&body).map_err(|source| GroupError::Wire {
+            api: "SaslAuthenticate",
+            source,
+        })?;
+        if answer.error_code != 0 {
+            let context = answer
+                .error_message
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default();
+            return Err(GroupError::kafka(
+                "SaslAuthenticate",
+                answer.error_code,
+                context,
+            ));
+        }
+        Ok(answer.auth_bytes)
     }
 
     pub fn addr(&self) -> &str {
@@ -161,8 +228,8 @@ fn host_of(addr: &str) -> &str {
     host.trim_start_matches('[').trim_end_matches(']')
 }
 
-/// Fails unless the broker accepts every version tern sends.
-fn check_versions(versions: &ApiVersions) -> Result<(), GroupError> {
+/// Fails unless the broker accepts every version tern sends (the SASL ones only with `sasl`).
+fn check_versions(versions: &ApiVersions, sasl: bool) -> Result<(), GroupError> {
     if versions.error_code != 0 {
         return Err(GroupError::kafka(
             "ApiVersions",
@@ -170,11 +237,14 @@ fn check_versions(versions: &ApiVersions) -> Result<(), GroupError> {
             String::new(),
         ));
     }
-    for (name, (key, version)) in [
+    let needed = [
         ("FindCoordinator", wire::API_FIND_COORDINATOR),
         ("OffsetCommit", wire::API_OFFSET_COMMIT),
         ("OffsetFetch", wire::API_OFFSET_FETCH),
-    ] {
+        ("SaslHandshake", wire::API_SASL_HANDSHAKE),
+        ("SaslAuthenticate", wire::API_SASL_AUTHENTICATE),
+    ];
+    for &(name, (key, version)) in needed.iter().take(if sasl { 5 } else { 3 }) {
         let range = versions.range(key);
         if !range.is_some_and(|(min, max)| (min..=max).contains(&version)) {
             return Err(GroupError::Unsupported {
@@ -205,13 +275,22 @@ mod tests {
             error_code: 0,
             apis: vec![(8, 2, 9), (9, 1, 9), (10, 1, 6), (18, 0, 4)],
         };
-        assert!(check_versions(&kafka4).is_ok());
+        assert!(check_versions(&kafka4, false).is_ok());
+        // SASL needs SaslHandshake v1 and SaslAuthenticate v1 as well.
+        let err = check_versions(&kafka4, true).err().map(|e| e.to_string());
+        assert!(
+            err.as_deref().is_some_and(|e| e.contains("SaslHandshake")),
+            "{err:?}"
+        );
+        let mut with_sasl = kafka4.clone();
+        with_sasl.apis.extend([(17, 0, 1), (36, 0, 2)]);
+        assert!(check_versions(&with_sasl, true).is_ok());
         // A broker that only speaks flexible OffsetCommit versions.
         let future = ApiVersions {
             error_code: 0,
             apis: vec![(8, 8, 12), (9, 1, 9), (10, 1, 6)],
         };
-        let err = check_versions(&future).err().map(|e| e.to_string());
+        let err = check_versions(&future, false).err().map(|e| e.to_string());
         assert!(
             err.as_deref().is_some_and(|e| e.contains("OffsetCommit")),
             "{err:?}"

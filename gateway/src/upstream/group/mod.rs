@@ -2,7 +2,8 @@
 //! partition's offset, fetch it back. rskafka 0.6 has no group API and no way to send a raw
 //! request (its protocol and messenger modules are private), so this speaks the four requests it
 //! needs itself (`wire.rs`) over its own connection (`conn.rs`), plaintext or TLS with the
-//! upstream's rustls configuration; SASL is not spoken here (shared mode refuses it in config).
+//! upstream's rustls configuration, authenticated with the upstream's SASL settings
+//! (`sasl.rs`: PLAIN, SCRAM-SHA-256/512).
 //! It never joins the group: commits are standalone (generation -1, no member id), like a
 //! consumer that assigns its partitions itself. It never produces or fetches records.
 
@@ -12,9 +13,12 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 
 mod conn;
+mod sasl;
 pub mod wire;
 
+use super::config::SaslSettings;
 use conn::{CLIENT_ID, Connection};
+pub use sasl::SaslError;
 use wire::{Commit, WireError};
 
 /// Why a group request failed.
@@ -50,6 +54,8 @@ pub enum GroupError {
         version: i16,
         range: Option<(i16, i16)>,
     },
+    #[error("{addr}: SASL: {source}")]
+    Sasl { addr: String, source: SaslError },
     #[error("no bootstrap server answered: {tried}")]
     NoBroker { tried: String },
 }
@@ -83,7 +89,10 @@ fn error_name(code: i16) -> &'static str {
         28 => "OFFSET_METADATA_TOO_LARGE",
         29 => "TOPIC_AUTHORIZATION_FAILED",
         30 => "GROUP_AUTHORIZATION_FAILED",
+        33 => "UNSUPPORTED_SASL_MECHANISM",
+        34 => "ILLEGAL_SASL_STATE",
         35 => "UNSUPPORTED_VERSION",
+        58 => "SASL_AUTHENTICATION_FAILED",
         69 => "GROUP_ID_NOT_FOUND",
         _ => "see Kafka's protocol error codes",
     }
@@ -94,6 +103,7 @@ fn error_name(code: i16) -> &'static str {
 pub struct GroupClient {
     bootstrap: Vec<String>,
     tls: Option<Arc<rustls::ClientConfig>>,
+    sasl: Option<SaslSettings>,
     group: String,
     timeout: Duration,
     coordinator: Mutex<Option<Connection>>,
@@ -103,11 +113,13 @@ impl GroupClient {
     pub fn new(
         bootstrap: Vec<String>,
         tls: Option<Arc<rustls::ClientConfig>>,
+        sasl: Option<SaslSettings>,
         group: String,
     ) -> Self {
         Self {
             bootstrap,
             tls,
+            sasl,
             group,
             timeout: Duration::from_secs(10),
             coordinator: Mutex::new(None),
@@ -223,7 +235,13 @@ impl GroupClient {
         for addr in &self.bootstrap {
             match self.ask_coordinator(addr).await {
                 Ok(coordinator) => {
-                    return Connection::open(&coordinator, self.tls.as_ref(), self.timeout).await;
+                    return Connection::open(
+                        &coordinator,
+                        self.tls.as_ref(),
+                        self.sasl.as_ref(),
+                        self.timeout,
+                    )
+                    .await;
                 }
                 Err(err @ GroupError::Kafka { .. }) => return Err(err),
                 Err(err) => tried.push(err.to_string()),
@@ -236,7 +254,8 @@ impl GroupClient {
 
     /// `host:port` of the coordinator, as `addr` reports it.
     async fn ask_coordinator(&self, addr: &str) -> Result<String, GroupError> {
-        let mut bootstrap = Connection::open(addr, self.tls.as_ref(), self.timeout).await?;
+        let mut bootstrap =
+            Connection::open(addr, self.tls.as_ref(), self.sasl.as_ref(), self.timeout).await?;
         let body = bootstrap
             .call("FindCoordinator", |id| {
                 wire::find_coordinator(id, CLIENT_ID, &self.group)

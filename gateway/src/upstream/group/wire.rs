@@ -1,5 +1,6 @@
-//! Kafka's wire format for exactly the four requests the group client sends — ApiVersions v0,
-//! FindCoordinator v2, OffsetCommit v5 and OffsetFetch v5 — and their responses. Encoders build
+//! Kafka's wire format for exactly the requests the group client sends — ApiVersions v0,
+//! FindCoordinator v2, OffsetCommit v5, OffsetFetch v5, and SaslHandshake v1 / SaslAuthenticate
+//! v1 when the upstream uses SASL — and their responses. Encoders build
 //! a whole size-prefixed frame; decoders take a response body (after the correlation id) and
 //! never panic: a short body is [`WireError::Incomplete`], a nonsensical one
 //! [`WireError::Invalid`]. The versions are non-flexible ones every broker from Kafka 2.1 to 4.x
@@ -15,6 +16,8 @@ pub const API_OFFSET_COMMIT: (i16, i16) = (8, 5);
 pub const API_OFFSET_FETCH: (i16, i16) = (9, 5);
 pub const API_FIND_COORDINATOR: (i16, i16) = (10, 2);
 pub const API_VERSIONS: (i16, i16) = (18, 0);
+pub const API_SASL_HANDSHAKE: (i16, i16) = (17, 1);
+pub const API_SASL_AUTHENTICATE: (i16, i16) = (36, 1);
 
 /// Why a response could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,6 +66,13 @@ impl Request {
         let bytes = &s.as_bytes()[..s.len().min(i16::MAX as usize)];
         self.i16(i16::try_from(bytes.len()).unwrap_or(i16::MAX));
         self.0.extend_from_slice(bytes);
+        self
+    }
+
+    /// Bytes (int32 length).
+    pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.array_len(b.len());
+        self.0.extend_from_slice(b);
         self
     }
 
@@ -134,6 +144,20 @@ pub fn offset_fetch(
     request.finish()
 }
 
+/// `SaslHandshake` v1: the mechanism tern will use.
+pub fn sasl_handshake(correlation_id: i32, client_id: &str, mechanism: &str) -> Vec<u8> {
+    let mut request = Request::new(API_SASL_HANDSHAKE, correlation_id, client_id);
+    request.string(mechanism);
+    request.finish()
+}
+
+/// `SaslAuthenticate` v1: one message of the mechanism.
+pub fn sasl_authenticate(correlation_id: i32, client_id: &str, auth: &[u8]) -> Vec<u8> {
+    let mut request = Request::new(API_SASL_AUTHENTICATE, correlation_id, client_id);
+    request.bytes(auth);
+    request.finish()
+}
+
 /// Reads a response body front to back.
 #[derive(Debug)]
 pub struct Reader<'a> {
@@ -186,6 +210,14 @@ impl<'a> Reader<'a> {
         String::from_utf8(bytes.to_vec())
             .map(Some)
             .map_err(|_| WireError::Invalid { what })
+    }
+
+    /// Bytes (int32 length; -1, null, reads as empty).
+    pub fn bytes(&mut self, what: &'static str) -> Result<Vec<u8>, WireError> {
+        let len = self.array(what, 1)?;
+        let (bytes, rest) = self.buf.split_at(len);
+        self.buf = rest;
+        Ok(bytes.to_vec())
     }
 
     pub fn string(&mut self, what: &'static str) -> Result<String, WireError> {
@@ -306,6 +338,36 @@ pub fn decode_offset_fetch(body: &[u8]) -> Result<(i16, Vec<Fetched>), WireError
         }
     }
     Ok((r.i16("error code")?, out))
+}
+
+/// `SaslHandshake` v1 response: (error code, mechanisms the broker enables).
+pub fn decode_sasl_handshake(body: &[u8]) -> Result<(i16, Vec<String>), WireError> {
+    let mut r = Reader::new(body);
+    let error_code = r.i16("error code")?;
+    let count = r.array("mechanisms", 2)?;
+    let mechanisms = (0..count)
+        .map(|_| r.string("mechanism"))
+        .collect::<Result<_, _>>()?;
+    Ok((error_code, mechanisms))
+}
+
+/// `SaslAuthenticate` v1 response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authenticated {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub auth_bytes: Vec<u8>,
+    pub session_lifetime_ms: i64,
+}
+
+pub fn decode_sasl_authenticate(body: &[u8]) -> Result<Authenticated, WireError> {
+    let mut r = Reader::new(body);
+    Ok(Authenticated {
+        error_code: r.i16("error code")?,
+        error_message: r.nullable_string("error message")?,
+        auth_bytes: r.bytes("auth bytes")?,
+        session_lifetime_ms: r.i64("session lifetime")?,
+    })
 }
 
 #[cfg(test)]

@@ -55,6 +55,21 @@ fn find_coordinator_and_offset_fetch_golden_bytes() {
         api_versions(3, ""),
         [0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 3, 0, 0]
     );
+    #[rustfmt::skip]
+    let authenticate: &[u8] = &[
+        0, 0, 0, 17, 0, 36, 0, 1, 0, 0, 0, 4, 0, 1, b'c',
+        0, 0, 0, 2, 0, b'u', // auth bytes
+    ];
+    assert_eq!(sasl_authenticate(4, "c", b"\0u"), authenticate);
+    let handshake = Body::default()
+        .i16(33)
+        .i32(2)
+        .string(Some("PLAIN"))
+        .string(Some("SCRAM-SHA-512"));
+    assert_eq!(
+        decode_sasl_handshake(&handshake.0),
+        Ok((33, vec!["PLAIN".to_owned(), "SCRAM-SHA-512".to_owned()]))
+    );
 }
 
 /// A response body built field by field, as a broker sends it.
@@ -171,6 +186,34 @@ proptest! {
         let _ = decode_find_coordinator(&bytes);
         let _ = decode_offset_commit(&bytes);
         let _ = decode_offset_fetch(&bytes);
+        let _ = decode_sasl_handshake(&bytes);
+        let _ = decode_sasl_authenticate(&bytes);
+    }
+
+    #[test]
+    fn sasl_authenticate_round_trips(
+        auth in proptest::collection::vec(any::<u8>(), 0..64),
+        message in proptest::option::of("[ -~]{0,30}"),
+        lifetime in any::<i64>(),
+    ) {
+        let mut body = Body::default().i16(58).string(message.as_deref());
+        body = body.i32(i32::try_from(auth.len()).unwrap_or(0));
+        body.0.extend_from_slice(&auth);
+        body = body.i64(lifetime);
+        let expected = Authenticated {
+            error_code: 58,
+            error_message: message.clone(),
+            auth_bytes: auth.clone(),
+            session_lifetime_ms: lifetime,
+        };
+        prop_assert_eq!(decode_sasl_authenticate(&body.0), Ok(expected));
+        for cut in 0..body.0.len() {
+            let is_incomplete = matches!(
+                decode_sasl_authenticate(&body.0[..cut]),
+                Err(WireError::Incomplete { .. })
+            );
+            prop_assert!(is_incomplete, "cut at {}", cut);
+        }
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub fn group_client(
     Ok(Some(Arc::new(GroupClient::new(
         config.bootstrap.clone(),
         tls,
+        config.sasl.clone(),
         group,
     ))))
 }
