@@ -3,7 +3,7 @@
 //! v1 when the upstream uses SASL — and their responses. Encoders build
 //! a whole size-prefixed frame; decoders take a response body (after the correlation id) and
 //! never panic: a short body is [`WireError::Incomplete`], a nonsensical one
-//! [`WireError::Invalid`]. The versions are non-flexible ones every broker from Kafka 2.1 to 4.x
+//! [`WireError::Invalid`]. The versions are non-flexible ones every broker from Kafka 2.2 to 4.x
 //! accepts (Kafka 4.0 dropped FindCoordinator v0, OffsetCommit v0–1 and OffsetFetch v0, KIP-896).
 //! Nothing here does I/O.
 #![expect(
