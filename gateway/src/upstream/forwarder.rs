@@ -4,7 +4,8 @@
 //! resume after it — and every error ends the session, so the next one asks again. That keeps
 //! forwarding exactly once across reconnects, gateway crashes and broker failover. Progress is
 //! also committed to the log's cursor store (it holds retention back). It never appends to the
-//! edge log and never talks to Kafka except through `kafka.rs`.
+//! edge log and never talks to Kafka except through `kafka.rs`. In shared mode `run` starts a
+//! `shared::SharedForwarder` per edge partition instead.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ use tokio::task::JoinSet;
 use super::config::UpstreamConfig;
 use super::edge::EdgeLog;
 use super::kafka::{KafkaUpstream, UpstreamPartition};
+use super::shared::SharedForwarder;
 use super::{Provenance, UpstreamError, upstream_topic};
 use crate::shutdown::Shutdown;
 
@@ -43,6 +45,7 @@ pub async fn run<L: EdgeLog>(
         return Ok(());
     };
     let kafka = Arc::new(kafka);
+    let group = super::shared::group_client(&config, &gateway)?;
     let mut running = HashSet::new();
     let mut tasks = JoinSet::new();
     loop {
@@ -52,6 +55,18 @@ pub async fn run<L: EdgeLog>(
             }
             for partition in 0..partitions {
                 if running.insert((topic.clone(), partition)) {
+                    if let Some(group) = &group {
+                        let source = Provenance {
+                            gateway: gateway.clone(),
+                            topic: topic.clone(),
+                            partition,
+                        };
+                        let task = SharedForwarder::new(
+                            &config, &kafka, group, &log, partitions, source, &status,
+                        );
+                        tasks.spawn(task.run(shutdown.clone()));
+                        continue;
+                    }
                     let forwarder = PartitionForwarder {
                         config: config.clone(),
                         kafka: Arc::clone(&kafka),

@@ -107,6 +107,20 @@ impl KafkaUpstream {
         }
     }
 
+    /// How many partitions `topic` has upstream (0 when it does not exist).
+    pub async fn partition_count(&self, topic: &str) -> Result<u32, UpstreamError> {
+        let listed = self
+            .client
+            .list_topics()
+            .await
+            .map_err(|e| self.error("list topics", topic, e))?;
+        let count = listed
+            .iter()
+            .find(|t| t.name == topic)
+            .map_or(0, |t| t.partitions.len());
+        Ok(u32::try_from(count).unwrap_or(u32::MAX))
+    }
+
     /// A handle on `topic`/`partition` at its current leader.
     pub async fn partition(
         &self,
@@ -236,7 +250,7 @@ impl UpstreamPartition {
 }
 
 /// A rustls client configuration trusting the CAs in `settings.ca_file` (PEM).
-fn tls_config(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, UpstreamError> {
+pub fn tls_config(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, UpstreamError> {
     let path = &settings.ca_file;
     let tls_error = |message: String| UpstreamError::Tls {
         path: path.clone(),

@@ -11,3 +11,4 @@ mod mqtt_durability;
 mod readings;
 mod upstream;
 mod upstream_faults;
+mod upstream_shared;
