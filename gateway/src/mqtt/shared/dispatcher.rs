@@ -76,6 +76,10 @@ pub async fn run<S: Store>(
             tracing::warn!(group = %dispatcher.key.group, %err, "shared group cannot read the log");
         }
         tokio::select! {
+            // Commands before wake-ups, so a member that joined before a record was
+            // appended is among those it can go to; the once-a-second commit first of all.
+            biased;
+            _ = tick.tick() => dispatcher.commit().await,
             command = inbox.recv() => match command {
                 Some(Command::Close { done }) => {
                     dispatcher.commit().await;
@@ -86,7 +90,6 @@ pub async fn run<S: Store>(
                 None => break,
             },
             () = dispatcher.wake.notified() => {}
-            _ = tick.tick() => dispatcher.commit().await,
         }
     }
     dispatcher.commit().await;

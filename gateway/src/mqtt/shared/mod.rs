@@ -173,7 +173,18 @@ impl<S: Store> SharedGroups<S> {
             window: window.max(1),
             tx,
         };
-        commands.send(join).await.ok()?;
+        if commands.send(join).await.is_err() {
+            // The dispatcher could not start (logged); the next join starts a new one.
+            let mut registry = self.registry.lock().await;
+            if registry
+                .groups
+                .get(key)
+                .is_some_and(|g| g.commands.is_closed())
+            {
+                registry.groups.remove(key);
+            }
+            return None;
+        }
         Some(Member::new(id, key.clone(), commands, rx))
     }
 
