@@ -12,6 +12,9 @@ use super::super::shared::{Delivery, ShareKey, is_shared};
 use super::super::store::Store;
 use super::{ConnError, Connection};
 
+/// Outgoing bytes gathered from a burst of group deliveries before the socket write.
+const BURST_BYTES: usize = 64 * 1024;
+
 impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Joins the groups of every shared subscription the session holds (after a reconnect).
     pub(super) async fn join_groups(&mut self) {
@@ -103,9 +106,24 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(())
     }
 
-    /// Sends a record a group handed over, then takes whatever else is already waiting while
-    /// the window has room.
+    /// Sends a record a group handed over, then whatever else is already waiting while the
+    /// window has room (one socket write for a burst).
     pub(super) async fn deliver_shared(
+        &mut self,
+        filter: String,
+        delivery: Delivery,
+    ) -> Result<(), ConnError> {
+        self.deliver_one_shared(filter, delivery).await?;
+        while !self.window_full() && self.out.len() < BURST_BYTES {
+            let Some((filter, delivery)) = self.groups.try_recv() else {
+                break;
+            };
+            self.deliver_one_shared(filter, delivery).await?;
+        }
+        Ok(())
+    }
+
+    async fn deliver_one_shared(
         &mut self,
         filter: String,
         delivery: Delivery,

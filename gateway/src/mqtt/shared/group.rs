@@ -24,6 +24,8 @@ struct Position {
     next: u64,
     buffer: VecDeque<StoredRecord>,
     outstanding: BTreeSet<u64>,
+    /// The matching record read last, waiting for a member with room.
+    parked: Option<Handed>,
 }
 
 /// A record handed out: where it came from and the message.
@@ -135,8 +137,13 @@ impl<S: Store> GroupState<S> {
     /// The cursor of every partition: the oldest unacknowledged offset, else the next to read.
     pub fn cursors(&self) -> impl Iterator<Item = (&PartitionId, u64)> {
         self.positions.iter().map(|(p, position)| {
+            let parked = position.parked.as_ref().map(|h| h.offset);
             let oldest = position.outstanding.first().copied();
-            (p, oldest.unwrap_or(position.next))
+            let pending = [parked, oldest, Some(position.next)];
+            (
+                p,
+                pending.into_iter().flatten().min().unwrap_or(position.next),
+            )
         })
     }
 
@@ -149,6 +156,9 @@ impl<S: Store> GroupState<S> {
     /// is gone are removed on the way.
     pub fn dispatch(&mut self) -> Result<(), StoreError> {
         self.drop_closed();
+        if !self.members.iter().any(Slot::has_room) {
+            return Ok(());
+        }
         while let Some(handed) = self.redeliver.pop_front() {
             if let Err(back) = self.hand(handed, true) {
                 self.redeliver.push_front(back);
@@ -164,67 +174,78 @@ impl<S: Store> GroupState<S> {
 
     fn dispatch_partition(&mut self, partition: &PartitionId) -> Result<(), StoreError> {
         loop {
-            let Some(stored) = self.next_record(partition)? else {
-                return Ok(());
+            let parked = self
+                .positions
+                .get_mut(partition)
+                .and_then(|p| p.parked.take());
+            let handed = match parked {
+                Some(handed) => handed,
+                None => match self.next_matching(partition)? {
+                    Some(handed) => handed,
+                    None => return Ok(()),
+                },
             };
+            let offset = handed.offset;
+            let result = self.hand(handed, false);
             let Some(position) = self.positions.get_mut(partition) else {
                 return Ok(());
             };
-            let offset = stored.offset;
-            let message = Message::from_record(&stored.record)
-                .filter(|m| topic::matches(&self.filter, &m.topic));
-            let Some(message) = message else {
-                position.buffer.pop_front();
-                position.next = offset + 1;
-                continue;
-            };
-            let key = stored
-                .record
-                .key
-                .clone()
-                .unwrap_or_else(|| message.topic.as_bytes().to_vec());
-            let handed = Handed {
-                partition: partition.clone(),
-                offset,
-                key,
-                message: Box::new(message),
-            };
-            if self.hand(handed, false).is_err() {
-                return Ok(());
-            }
-            if let Some(position) = self.positions.get_mut(partition) {
-                position.buffer.pop_front();
-                position.next = offset + 1;
-                position.outstanding.insert(offset);
+            match result {
+                Ok(()) => {
+                    position.outstanding.insert(offset);
+                }
+                Err(back) => {
+                    position.parked = Some(back);
+                    return Ok(());
+                }
             }
         }
     }
 
-    /// The next unread record of `partition` (left in the buffer), reading ahead if needed.
-    fn next_record(&mut self, partition: &PartitionId) -> Result<Option<StoredRecord>, StoreError> {
-        let Some(position) = self.positions.get_mut(partition) else {
-            return Ok(None);
-        };
-        if position
-            .buffer
-            .front()
-            .is_some_and(|r| r.offset != position.next)
-        {
-            position.buffer.clear();
-        }
-        if position.buffer.is_empty() {
-            let (topic, p) = (&partition.0, partition.1);
-            match self.store.read(topic, p, position.next, READ_BYTES) {
-                Ok(records) => position.buffer.extend(records),
-                Err(StoreError::OutOfRange { start, .. }) if start > position.next => {
-                    tracing::warn!(filter = %self.filter, ?partition, next = position.next, start, "records expired before a shared group read them");
-                    position.next = start;
-                    return self.next_record(partition);
+    /// Reads `partition` on to its next record whose MQTT topic matches the filter.
+    fn next_matching(&mut self, partition: &PartitionId) -> Result<Option<Handed>, StoreError> {
+        loop {
+            let Some(position) = self.positions.get_mut(partition) else {
+                return Ok(None);
+            };
+            if position
+                .buffer
+                .front()
+                .is_some_and(|r| r.offset != position.next)
+            {
+                position.buffer.clear();
+            }
+            if position.buffer.is_empty() {
+                let (topic, p) = (&partition.0, partition.1);
+                match self.store.read(topic, p, position.next, READ_BYTES) {
+                    Ok(records) => position.buffer.extend(records),
+                    Err(StoreError::OutOfRange { start, .. }) if start > position.next => {
+                        tracing::warn!(filter = %self.filter, ?partition, next = position.next, start, "records expired before a shared group read them");
+                        position.next = start;
+                        continue;
+                    }
+                    Err(err) => return Err(err),
                 }
-                Err(err) => return Err(err),
+            }
+            let Some(stored) = position.buffer.pop_front() else {
+                return Ok(None);
+            };
+            position.next = stored.offset + 1;
+            let message = Message::from_record(&stored.record)
+                .filter(|m| topic::matches(&self.filter, &m.topic));
+            if let Some(message) = message {
+                let key = stored
+                    .record
+                    .key
+                    .unwrap_or_else(|| message.topic.clone().into_bytes());
+                return Ok(Some(Handed {
+                    partition: partition.clone(),
+                    offset: stored.offset,
+                    key,
+                    message: Box::new(message),
+                }));
             }
         }
-        Ok(position.buffer.front().cloned())
     }
 
     /// Gives `handed` to the member the strategy picks; returns it when none can take it.

@@ -68,35 +68,68 @@ impl Member {
 /// Every group a connection is a member of, keyed by the full `$share/…` filter.
 #[derive(Debug, Default)]
 pub struct Memberships {
-    members: HashMap<String, Member>,
+    /// (full filter, member); few per connection.
+    members: Vec<(String, Member)>,
+    /// Where the next poll starts, so one busy group cannot starve the others.
+    turn: usize,
     /// Outgoing packet id → (full filter, partition, offset) of a group's record.
     inflight: HashMap<u16, (String, PartitionId, u64)>,
 }
 
 impl Memberships {
-    pub fn contains(&self, filter: &str) -> bool {
-        self.members.contains_key(filter)
+    fn get(&self, filter: &str) -> Option<&Member> {
+        self.members
+            .iter()
+            .find(|(f, _)| f == filter)
+            .map(|(_, m)| m)
     }
 
     pub fn get_mut(&mut self, filter: &str) -> Option<&mut Member> {
-        self.members.get_mut(filter)
+        self.members
+            .iter_mut()
+            .find(|(f, _)| f == filter)
+            .map(|(_, m)| m)
     }
 
+    /// Adds (or replaces) the membership of the group subscribed as `filter`.
     pub fn insert(&mut self, filter: String, member: Member) {
-        self.members.insert(filter, member);
+        self.members.retain(|(f, _)| *f != filter);
+        self.members.push((filter, member));
     }
 
     /// The next record any group handed to this connection; pending while there is none.
     pub async fn recv(&mut self) -> (String, Delivery) {
         poll_fn(|cx| {
-            for (filter, member) in &mut self.members {
+            let count = self.members.len();
+            for step in 0..count {
+                let index = (self.turn + step) % count;
+                let Some((filter, member)) = self.members.get_mut(index) else {
+                    continue;
+                };
                 if let Poll::Ready(Some(delivery)) = member.rx.poll_recv(cx) {
+                    self.turn = index + 1;
                     return Poll::Ready((filter.clone(), delivery));
                 }
             }
             Poll::Pending
         })
         .await
+    }
+
+    /// A record some group already handed over, if any, without waiting.
+    pub fn try_recv(&mut self) -> Option<(String, Delivery)> {
+        let count = self.members.len();
+        for step in 0..count {
+            let index = (self.turn + step) % count;
+            let Some((filter, member)) = self.members.get_mut(index) else {
+                continue;
+            };
+            if let Ok(delivery) = member.rx.try_recv() {
+                self.turn = index + 1;
+                return Some((filter.clone(), delivery));
+            }
+        }
+        None
     }
 
     /// Remembers that packet `pkid` carries a record of the group subscribed as `filter`.
@@ -107,7 +140,7 @@ impl Memberships {
     /// Acknowledges a record to its group (the client acknowledged it, or it was never
     /// tracked: QoS 0, expired, not allowed, too large).
     pub async fn settle(&self, filter: &str, partition: PartitionId, offset: u64) {
-        if let Some(member) = self.members.get(filter) {
+        if let Some(member) = self.get(filter) {
             member.ack(partition, offset).await;
         }
     }
@@ -125,7 +158,8 @@ impl Memberships {
     /// in flight, which the group hands to other members.
     pub async fn leave(&mut self, filter: &str) -> Vec<u16> {
         let pkids = self.untrack(|f| f == filter);
-        if let Some(member) = self.members.remove(filter) {
+        if let Some(index) = self.members.iter().position(|(f, _)| f == filter) {
+            let (_, member) = self.members.remove(index);
             member.leave().await;
         }
         pkids
@@ -134,7 +168,7 @@ impl Memberships {
     /// Leaves every group (the connection ends); returns the packet ids no longer tracked.
     pub async fn leave_all(&mut self) -> Vec<u16> {
         let pkids = self.untrack(|_| true);
-        for (_, member) in self.members.drain() {
+        for (_, member) in std::mem::take(&mut self.members) {
             member.leave().await;
         }
         pkids

@@ -247,3 +247,28 @@ async fn the_group_cursor_lives_as_long_as_a_session_holds_the_group() {
         .expect("release");
     assert_eq!(store.cursor(&key.cursor_name(), "mqtt", 0), None);
 }
+
+#[tokio::test]
+async fn a_record_waiting_for_a_busy_member_holds_the_cursor() {
+    let store = MemoryStore::new(1);
+    append(&store, "a", 3, |_| "same-key".to_owned()).await;
+    let mut state = group(&store, "a", SharedStrategy::KeySticky);
+    let (tx, mut rx) = mpsc::channel(1);
+    state.join(1, "m1".to_owned(), 1, tx);
+    state.dispatch().expect("dispatch");
+    let first = drain(&mut rx);
+    assert_eq!(first.iter().map(|d| d.offset).collect::<Vec<_>>(), [0]);
+    state.ack(1, partition(), 0);
+    assert_eq!(
+        cursor(&state),
+        1,
+        "offset 1 was read but waits for the member"
+    );
+    state.dispatch().expect("dispatch");
+    assert_eq!(drain(&mut rx).first().map(|d| d.offset), Some(1));
+    state.ack(1, partition(), 1);
+    state.dispatch().expect("dispatch");
+    state.ack(1, partition(), 2);
+    assert_eq!(drain(&mut rx).len(), 1);
+    assert_eq!(cursor(&state), 3);
+}
