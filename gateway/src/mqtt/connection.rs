@@ -42,6 +42,8 @@ mod test;
 mod test_auth;
 #[cfg(test)]
 mod test_sessions;
+#[cfg(test)]
+mod test_share;
 
 /// Why a connection ended.
 #[derive(Debug, thiserror::Error)]

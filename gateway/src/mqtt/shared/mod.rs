@@ -136,13 +136,6 @@ impl<S: Store> SharedGroups<S> {
         Ok(())
     }
 
-    /// Records that `client_id`'s session holds the subscription of `key`.
-    pub async fn hold(&self, key: &ShareKey, client_id: &str) {
-        let mut registry = self.registry.lock().await;
-        let holders = registry.holders.entry(key.clone()).or_default();
-        holders.insert(client_id.to_owned());
-    }
-
     /// Joins a connection to the group of `key` (starting its dispatcher over `partitions` if
     /// it is not running) with at most `window` records outstanding at a time.
     pub async fn join(

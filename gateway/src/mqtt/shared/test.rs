@@ -235,7 +235,11 @@ async fn the_group_cursor_lives_as_long_as_a_session_holds_the_group() {
     assert!(memberships.leave_all().await.is_empty());
     assert_eq!(store.cursor(&key.cursor_name(), "mqtt", 0), Some(4));
 
-    groups.hold(&key, "c2").await;
+    let c2 = [("c2".to_owned(), "$share/g/a".to_owned())];
+    groups
+        .restore(c2.into_iter())
+        .await
+        .expect("c2 holds the group too");
     groups.release(&key, "c1").await.expect("release");
     assert!(
         store.cursor(&key.cursor_name(), "mqtt", 0).is_some(),
