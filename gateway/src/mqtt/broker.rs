@@ -1,7 +1,7 @@
 //! The state every MQTT connection shares: the store, limits, routing table, retained
 //! messages, the session registry (client-id takeover and expiry), the shared subscription
-//! groups and the metrics. Built once at
-//! startup from the state log. Holds no socket; connections borrow from it.
+//! groups and the metrics. Built once at startup from the state log. Holds no socket;
+//! connections borrow from it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

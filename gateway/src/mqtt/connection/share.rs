@@ -146,7 +146,8 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(())
     }
 
-    /// The client acknowledged `pkid`; passes it on if it carried a group's record.
+    /// The client acknowledged `pkid` (PUBACK; for an outgoing QoS 2 flow this belongs at
+    /// PUBCOMP); passes it on if it carried a group's record.
     pub(super) async fn shared_acknowledged(&mut self, pkid: u16) {
         self.groups.acknowledged(pkid).await;
     }
