@@ -8,6 +8,7 @@ mod mqtt;
 mod mqtt_auth;
 mod mqtt_bench;
 mod mqtt_durability;
+mod mqtt_shared;
 mod readings;
 mod upstream;
 mod upstream_faults;
