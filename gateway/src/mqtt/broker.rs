@@ -239,6 +239,9 @@ impl<S: Store> Broker<S> {
             self.store
                 .remove_cursors(&cursor_name(&session.client_id))
                 .await?;
+            self.store
+                .remove_cursors(&sent_cursor_name(&session.client_id))
+                .await?;
         }
         session.clear();
         Ok(())
@@ -252,6 +255,11 @@ impl<S: Store> Broker<S> {
 /// The cursor-store name of a session's read positions.
 pub fn cursor_name(client_id: &str) -> String {
     format!("mqtt:{client_id}")
+}
+
+/// The cursor-store name of a session's "sent up to" leases (see `connection/lease.rs`).
+pub fn sent_cursor_name(client_id: &str) -> String {
+    format!("mqtt-sent:{client_id}")
 }
 
 fn boot_stamp() -> u64 {

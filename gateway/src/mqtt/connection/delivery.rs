@@ -1,9 +1,10 @@
 //! Delivery of log records to a subscriber: every partition its filters may match gets a read
 //! position and a watcher on the log's durable end offset (woken, never polling); records are
 //! read ahead once, matched against the session's filters by their MQTT-topic header, checked
-//! against the ACL (`authz.rs`) and sent within the in-flight window; persistent sessions
-//! commit their cursors (the oldest unacknowledged offset) durably. Never acknowledges
-//! publishes and never writes records.
+//! against the ACL (`authz.rs`) and sent at QoS 0, 1 or 2 within the in-flight window, with a
+//! topic alias when the client allows them (`out_alias.rs`) and DUP when a restart may have
+//! hidden an earlier send (`lease.rs`); persistent sessions commit their cursors (the oldest
+//! unacknowledged offset) durably. Never acknowledges publishes and never writes records.
 
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
@@ -14,6 +15,7 @@ use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
 use super::super::session::{Inflight, Matched, PartitionId};
 use super::super::store::{Store, StoreError, StoredRecord};
+use super::out_alias::AliasUse;
 use super::{ConnError, Connection};
 
 /// Bytes read ahead from the log per partition; what the window cannot take yet waits in the
@@ -23,10 +25,17 @@ const READ_BYTES: usize = 32 * 1024;
 const OUT_HIGH_WATER: usize = 64 * 1024;
 
 impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
-    /// Resends unacknowledged deliveries with DUP, sets up positions, and starts delivering.
+    /// Resends unacknowledged deliveries (PUBLISH with DUP and its full topic, or PUBREL once
+    /// PUBREC came), sets up positions, and starts delivering.
     pub(super) async fn resume(&mut self) -> Result<(), ConnError> {
         let inflight: Vec<Inflight> = self.session.inflight.values().cloned().collect();
         for mut entry in inflight {
+            if entry.released {
+                self.send(Outgoing::PubRel {
+                    pkid: entry.publish.pkid,
+                })?;
+                continue;
+            }
             entry.publish.dup = true;
             self.send(Outgoing::Publish(Box::new(entry.publish)))?;
         }
@@ -46,6 +55,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             .collect();
         for partition in wanted {
             if !self.session.positions.contains_key(&partition) {
+                self.load_lease(&partition);
                 let (topic, p) = (&partition.0, partition.1);
                 let saved = self
                     .broker
@@ -135,6 +145,11 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             let Some(stored) = buffer.pop_front() else {
                 break;
             };
+            if !self.session.lease_covers(partition, stored.offset) {
+                self.lease_due.insert(partition.clone(), stored.offset);
+                buffer.push_front(stored);
+                break;
+            }
             self.session
                 .positions
                 .insert(partition.clone(), stored.offset + 1);
@@ -166,9 +181,10 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         self.deliver(message, &matched, source)
     }
 
-    /// Sends one message at min(its QoS, granted QoS, 1), with the retain flag only when a
+    /// Sends one message at min(its QoS, granted QoS), with the retain flag only when a
     /// matching subscription asked for Retain As Published (retained messages sent on
-    /// subscribe always carry it), and the matching subscriptions' identifiers.
+    /// subscribe always carry it), the matching subscriptions' identifiers, and DUP when the
+    /// record may have been sent before a restart.
     pub(super) fn deliver(
         &mut self,
         message: Message,
@@ -181,10 +197,10 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         if message.expired(now) || !self.may_receive(&message.topic) {
             return Ok(());
         }
-        let qos = if message.qos == QoS::AtMostOnce || granted == QoS::AtMostOnce {
-            QoS::AtMostOnce
+        let qos = if (message.qos as u8) < (granted as u8) {
+            message.qos
         } else {
-            QoS::AtLeastOnce
+            granted
         };
         let remaining = message.remaining_expiry(now);
         let properties = match (message.properties.clone(), matched.ids.is_empty()) {
@@ -199,16 +215,20 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         if size > self.client_max_packet {
             return Ok(());
         }
+        let dup = qos != QoS::AtMostOnce
+            && source
+                .as_ref()
+                .is_some_and(|(p, offset)| self.session.maybe_sent(p, *offset));
         let mut publish = OutPublish {
             topic: Bytes::from(message.topic.into_bytes()),
             payload: message.payload,
             qos,
             pkid: 0,
-            dup: false,
+            dup,
             retain,
             properties,
         };
-        if qos == QoS::AtLeastOnce {
+        if qos != QoS::AtMostOnce {
             let Some(pkid) = self.session.next_pkid() else {
                 return Ok(());
             };
@@ -217,10 +237,28 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 source,
                 publish: publish.clone(),
                 size,
+                released: false,
             };
             self.session.add_inflight(pkid, inflight);
         }
         MqttMetrics::inc(&self.broker.metrics.publishes_out);
+        self.send_publish(publish)
+    }
+
+    /// Sends a delivery, replacing its topic by an alias when the client allows them.
+    fn send_publish(&mut self, mut publish: OutPublish) -> Result<(), ConnError> {
+        let alias = match self.out_aliases.alias_for(&publish.topic) {
+            None => None,
+            Some(AliasUse::Assign(alias)) => Some(alias),
+            Some(AliasUse::Reuse(alias)) => {
+                publish.topic = Bytes::new();
+                Some(alias)
+            }
+        };
+        if let Some(alias) = alias {
+            let properties = publish.properties.get_or_insert_with(Default::default);
+            properties.topic_alias = Some(alias);
+        }
         self.send(Outgoing::Publish(Box::new(publish)))
     }
 

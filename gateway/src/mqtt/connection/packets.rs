@@ -1,6 +1,7 @@
-//! The connected client's packets: PUBLISH into the store queue (topic aliases, ACLs), PUBREL
-//! and PUBACK bookkeeping, SUBSCRIBE/UNSUBSCRIBE with options and retained messages, PINGREQ
-//! and DISCONNECT. Delivery itself lives in `delivery.rs`.
+//! The connected client's packets: PUBLISH into the store queue (Receive Maximum, topic
+//! aliases, ACLs), PUBREL, the acknowledgements of deliveries (PUBACK; PUBREC → PUBREL →
+//! PUBCOMP), SUBSCRIBE/UNSUBSCRIBE with options and retained messages, PINGREQ and DISCONNECT.
+//! Delivery itself lives in `delivery.rs`.
 
 use tokio::io::AsyncWrite;
 
@@ -12,7 +13,7 @@ use super::super::codec::{
 use super::super::ingest::{Pending, ack_for};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
-use super::super::session::{Matched, Subscription};
+use super::super::session::{Matched, PubRecOutcome, Subscription};
 use super::super::store::Store;
 use super::super::topic;
 use super::{ConnError, Connection, Flow};
@@ -25,11 +26,15 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             In::Publish(publish) => self.publish(*publish).await?,
             In::PubAck { pkid } => {
                 if self.session.acknowledge(pkid) {
-                    self.pump()?;
+                    self.deliver_more().await?;
                 }
             }
-            In::PubRec { pkid } => self.send(Outgoing::PubRel { pkid })?,
-            In::PubComp { .. } => {}
+            In::PubRec { pkid, reason } => self.delivery_received(pkid, reason).await?,
+            In::PubComp { pkid } => {
+                if self.session.complete(pkid) {
+                    self.deliver_more().await?;
+                }
+            }
             In::PubRel { pkid } => self.release(pkid).await?,
             In::Subscribe(subscribe) => self.subscribe(subscribe).await?,
             In::Unsubscribe { pkid, filters } => self.unsubscribe(pkid, &filters).await?,
@@ -52,9 +57,31 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(Flow::Continue)
     }
 
+    /// PUBREC for a QoS 2 delivery: PUBREL (also for unknown ids), or with a reason code of
+    /// 0x80 and above the end of that delivery.
+    async fn delivery_received(&mut self, pkid: u16, reason: u8) -> Result<(), ConnError> {
+        if reason >= 0x80 {
+            tracing::debug!(client_id = %self.client_id, pkid, reason, "QoS 2 delivery refused");
+            if self.session.refused(pkid) {
+                self.deliver_more().await?;
+            }
+            return Ok(());
+        }
+        if self.session.received(pkid) == PubRecOutcome::Unknown {
+            tracing::debug!(client_id = %self.client_id, pkid, "PUBREC for an unknown packet id");
+        }
+        self.send(Outgoing::PubRel { pkid })
+    }
+
     async fn publish(&mut self, publish: InPublish) -> Result<(), ConnError> {
         self.rate.take();
         MqttMetrics::inc(&self.broker.metrics.publishes_in);
+        if publish.qos != QoS::AtMostOnce && !self.inbound.admit(publish.pkid) {
+            return Err(ConnError::Protocol {
+                reason: "more unacknowledged publishes than the Receive Maximum",
+                code: DisconnectReason::ReceiveMaximumExceeded,
+            });
+        }
         let alias = publish.properties.as_ref().and_then(|p| p.topic_alias);
         if let Some(alias) = alias.filter(|_| publish.topic.is_empty()) {
             let known = self.aliases.get(&alias).cloned();
@@ -119,6 +146,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
 
     /// PUBREL: forgets the QoS 2 packet id (durably for persistent sessions), then PUBCOMP.
     async fn release(&mut self, pkid: u16) -> Result<(), ConnError> {
+        self.inbound.release(pkid);
         let known = self.session.pending_qos2.remove(&pkid);
         if known && self.session.persistent() {
             self.broker
@@ -143,11 +171,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 tracing::info!(client_id = ?self.client_id, ?filter, "subscription denied by ACL");
                 codes.push(SubAckCode::NotAuthorized);
             } else {
-                let granted = if request.qos == QoS::AtMostOnce {
-                    request.qos
-                } else {
-                    QoS::AtLeastOnce
-                };
+                let granted = request.qos;
                 let subscription = Subscription {
                     filter: filter.clone(),
                     qos: granted,
@@ -183,7 +207,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 self.deliver(message, &matched, None)?;
             }
         }
-        self.pump()
+        self.deliver_more().await
     }
 
     async fn unsubscribe(&mut self, pkid: u16, filters: &[String]) -> Result<(), ConnError> {
