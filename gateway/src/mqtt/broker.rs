@@ -235,6 +235,12 @@ impl<S: Store> Broker<S> {
     /// Durably deletes a session's record and cursors and clears it in memory.
     pub async fn forget_session(&self, session: &mut Session) -> Result<(), StoreError> {
         if session.stored {
+            let released = session.inflight.iter().filter(|(_, i)| i.released);
+            for (pkid, _) in released.filter(|(_, i)| i.source.is_some()) {
+                self.state
+                    .put_released(&session.client_id, *pkid, None)
+                    .await?;
+            }
             self.state.put_session(&session.client_id, None).await?;
             self.store
                 .remove_cursors(&cursor_name(&session.client_id))

@@ -46,6 +46,8 @@ mod test_auth;
 #[cfg(test)]
 mod test_delivery;
 #[cfg(test)]
+mod test_delivery_v5;
+#[cfg(test)]
 mod test_sessions;
 
 /// Why a connection ended.

@@ -7,8 +7,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use bytes::Bytes;
+
 use super::codec::{OutPublish, QoS};
-use super::state::{StoredSession, StoredSubscription, qos_from_u8};
+use super::state::{Released, StoredSession, StoredSubscription, qos_from_u8};
 use super::topic;
 
 /// A session expiry meaning "never" (MQTT 5's 0xFFFFFFFF).
@@ -64,13 +66,15 @@ pub struct Inflight {
     pub released: bool,
 }
 
-/// What a PUBREC means for an outgoing message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a PUBREC means for an outgoing message; every case is answered with PUBREL.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PubRecOutcome {
-    /// A QoS 2 delivery in flight (or already released): answer PUBREL.
-    Release,
-    /// No QoS 2 delivery has this packet id: answer PUBREL all the same (the spec's
-    /// "packet identifier not found" case), nothing changes.
+    /// A QoS 2 delivery is released now; persistent sessions record it durably when it came
+    /// from the log (`Some`).
+    Released(Option<Released>),
+    /// The delivery was released before (a repeated PUBREC).
+    AlreadyReleased,
+    /// No QoS 2 delivery has this packet id (the spec's "packet identifier not found").
     Unknown,
 }
 
@@ -95,6 +99,9 @@ pub struct Session {
     pub sent_leases: BTreeMap<PartitionId, u64>,
     /// Per partition, the lease found at startup: records before it go out with DUP.
     pub redelivery_below: BTreeMap<PartitionId, u64>,
+    /// Records of released QoS 2 deliveries restored after a restart: only PUBREL is re-sent
+    /// for them, so reading the log again must skip them.
+    pub released_records: HashSet<(PartitionId, u64)>,
     /// Whether a session record exists in the state log.
     pub stored: bool,
     next_pkid: u16,
@@ -125,6 +132,12 @@ impl Session {
                 })
                 .collect(),
             pending_qos2: stored.pending_qos2,
+            inflight: stored
+                .released
+                .iter()
+                .map(|(pkid, released)| (*pkid, restored_release(*pkid, released)))
+                .collect(),
+            released_records: stored.released.values().map(Released::source).collect(),
             stored: true,
             ..Self::default()
         }
@@ -161,6 +174,15 @@ impl Session {
                 })
                 .collect(),
             pending_qos2: self.pending_qos2.clone(),
+            released: self
+                .inflight
+                .iter()
+                .filter(|(_, i)| i.released)
+                .filter_map(|(pkid, i)| {
+                    let (partition, offset) = i.source.as_ref()?;
+                    Some((*pkid, Released::new(partition, *offset)))
+                })
+                .collect(),
         }
     }
 
@@ -235,6 +257,7 @@ impl Session {
     /// Handles a PUBACK; false unless a QoS 1 delivery had this packet id.
     pub fn acknowledge(&mut self, pkid: u16) -> bool {
         self.finish_if(pkid, |i| i.publish.qos == QoS::AtLeastOnce)
+            .is_some()
     }
 
     /// Handles a successful PUBREC: the QoS 2 delivery moves to "released" and is never
@@ -242,8 +265,11 @@ impl Session {
     pub fn received(&mut self, pkid: u16) -> PubRecOutcome {
         match self.inflight.get_mut(&pkid) {
             Some(inflight) if inflight.publish.qos == QoS::ExactlyOnce => {
-                inflight.released = true;
-                PubRecOutcome::Release
+                if std::mem::replace(&mut inflight.released, true) {
+                    return PubRecOutcome::AlreadyReleased;
+                }
+                let source = inflight.source.as_ref();
+                PubRecOutcome::Released(source.map(|(p, offset)| Released::new(p, *offset)))
             }
             _ => PubRecOutcome::Unknown,
         }
@@ -253,26 +279,36 @@ impl Session {
     /// re-sent); false for an unknown or already released packet id.
     pub fn refused(&mut self, pkid: u16) -> bool {
         self.finish_if(pkid, |i| i.publish.qos == QoS::ExactlyOnce && !i.released)
+            .is_some()
     }
 
-    /// Handles a PUBCOMP: the QoS 2 delivery is complete; false for an unknown packet id.
-    pub fn complete(&mut self, pkid: u16) -> bool {
-        self.finish_if(pkid, |i| i.publish.qos == QoS::ExactlyOnce)
+    /// Handles a PUBCOMP: the finished QoS 2 delivery, `None` for an unknown packet id.
+    pub fn complete(&mut self, pkid: u16) -> Option<Inflight> {
+        let done = self.finish_if(pkid, |i| i.publish.qos == QoS::ExactlyOnce)?;
+        if let Some(source) = &done.source {
+            self.released_records.remove(source);
+        }
+        Some(done)
     }
 
-    /// Removes the delivery with `pkid` if `done` says it is finished.
-    fn finish_if(&mut self, pkid: u16, done: impl FnOnce(&Inflight) -> bool) -> bool {
+    /// Removes and returns the delivery with `pkid` if `done` says it is finished.
+    fn finish_if(&mut self, pkid: u16, done: impl FnOnce(&Inflight) -> bool) -> Option<Inflight> {
         if !self.inflight.get(&pkid).is_some_and(done) {
-            return false;
+            return None;
         }
-        let Some(done) = self.inflight.remove(&pkid) else {
-            return false;
-        };
-        self.inflight_bytes = self.inflight_bytes.saturating_sub(done.size);
-        if let Some((partition, _)) = done.source {
-            self.dirty.insert(partition);
+        let finished = self.inflight.remove(&pkid)?;
+        self.inflight_bytes = self.inflight_bytes.saturating_sub(finished.size);
+        if let Some((partition, _)) = &finished.source {
+            self.dirty.insert(partition.clone());
         }
-        true
+        Some(finished)
+    }
+
+    /// Whether a record is a released QoS 2 delivery restored after a restart (never sent as
+    /// a PUBLISH again).
+    pub fn is_released_record(&self, partition: &PartitionId, offset: u64) -> bool {
+        !self.released_records.is_empty()
+            && self.released_records.contains(&(partition.clone(), offset))
     }
 
     /// Whether a record may have been sent before a gateway restart (DUP on redelivery).
@@ -303,6 +339,25 @@ impl Session {
             .map(|(_, offset)| *offset)
             .min();
         unacked.or_else(|| self.positions.get(partition).copied())
+    }
+}
+
+/// The in-flight entry of a released delivery restored from the state log: only its packet id
+/// and source matter, since only PUBREL is ever sent for it again.
+fn restored_release(pkid: u16, released: &Released) -> Inflight {
+    Inflight {
+        source: Some(released.source()),
+        publish: OutPublish {
+            topic: Bytes::new(),
+            payload: Bytes::new(),
+            qos: QoS::ExactlyOnce,
+            pkid,
+            dup: false,
+            retain: false,
+            properties: None,
+        },
+        size: 0,
+        released: true,
     }
 }
 

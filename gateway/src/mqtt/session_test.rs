@@ -120,13 +120,15 @@ fn qos2_deliveries_hold_the_cursor_until_pubcomp() {
     session.add_inflight(1, delivery(&p, 4, QoS::ExactlyOnce));
     session.add_inflight(2, delivery(&p, 5, QoS::ExactlyOnce));
     assert!(!session.acknowledge(1), "PUBACK does not finish QoS 2");
-    assert_eq!(session.received(1), PubRecOutcome::Release);
+    let released = Some(Released::new(&p, 4));
+    assert_eq!(session.received(1), PubRecOutcome::Released(released));
+    assert_eq!(session.received(1), PubRecOutcome::AlreadyReleased);
     assert!(session.inflight.get(&1).is_some_and(|i| i.released));
     assert_eq!(session.received(9), PubRecOutcome::Unknown);
     assert!(!session.refused(1), "a released delivery cannot be refused");
     assert_eq!(session.cursor(&p), Some(4), "PUBREC alone keeps the cursor");
-    assert!(session.complete(1));
-    assert!(!session.complete(1));
+    assert!(session.complete(1).is_some());
+    assert!(session.complete(1).is_none());
     assert_eq!(session.cursor(&p), Some(5));
     assert!(session.refused(2), "PUBREC >= 0x80 ends the delivery");
     assert_eq!(session.cursor(&p), Some(6));
@@ -139,7 +141,7 @@ fn qos1_deliveries_ignore_qos2_acks() {
     let mut session = Session::new("c");
     session.add_inflight(3, inflight(&p, 0));
     assert_eq!(session.received(3), PubRecOutcome::Unknown);
-    assert!(!session.complete(3));
+    assert!(session.complete(3).is_none());
     assert!(!session.refused(3));
     assert!(session.acknowledge(3));
 }
@@ -161,4 +163,28 @@ fn leases_cover_persistent_sessions_only_below_their_mark() {
     session.redelivery_below.insert(p.clone(), 5);
     assert!(session.maybe_sent(&p, 4));
     assert!(!session.maybe_sent(&p, 5));
+}
+
+#[test]
+fn restored_releases_hold_the_cursor_and_are_skipped_when_read_again() {
+    let p: PartitionId = ("mqtt".to_owned(), 0);
+    let stored = StoredSession {
+        expiry: 60,
+        released: BTreeMap::from([(9, Released::new(&p, 5))]),
+        ..StoredSession::default()
+    };
+    let mut session = Session::restore("c", stored);
+    session.positions.insert(p.clone(), 5);
+    assert_eq!(session.cursor(&p), Some(5));
+    assert!(session.inflight.get(&9).is_some_and(|i| i.released));
+    assert!(session.is_released_record(&p, 5));
+    assert!(!session.is_released_record(&p, 6));
+    assert_ne!(session.next_pkid(), Some(9));
+    assert!(session.complete(9).is_some());
+    assert!(!session.is_released_record(&p, 5));
+    assert_eq!(
+        session.cursor(&p),
+        Some(5),
+        "the position, now that nothing is in flight"
+    );
 }

@@ -252,11 +252,12 @@ fn mosquitto_sub_gets_qos2_deliveries_exactly_once_in_v311_and_v5() -> anyhow::R
 }
 
 #[test]
-fn a_released_qos2_delivery_is_resent_as_pubrel_after_a_reconnect() -> anyhow::Result<()> {
+fn released_qos2_deliveries_are_resent_as_pubrel_after_a_reconnect_and_a_sigkill()
+-> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-qos2-resend")?;
-    let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
-    let mut publisher = RawClient::connect(gateway.mqtt, "q2-pub", 60, true, false)?;
     for v5 in [false, true] {
+        let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
+        let mut publisher = RawClient::connect(gateway.mqtt, "q2-pub", 60, true, false)?;
         let id = format!("q2-sub-{v5}");
         let mut sub = connect(gateway.mqtt, &id, v5, None)?;
         let filter = format!("rel/{v5}/#");
@@ -266,10 +267,8 @@ fn a_released_qos2_delivery_is_resent_as_pubrel_after_a_reconnect() -> anyhow::R
         publish_qos2(&mut publisher, &topic, "b", 2)?;
         let a = next_wire(&mut sub, v5)?;
         let b = next_wire(&mut sub, v5)?;
-        assert_eq!(
-            (a.qos(), a.payload.as_str(), b.payload.as_str()),
-            (2, "a", "b")
-        );
+        let payloads = (a.qos(), a.payload.as_str(), b.payload.as_str());
+        assert_eq!(payloads, (2, "a", "b"));
         ack(&mut sub, 0x50, a.pkid)?;
         expect_packet(&mut sub, 0x62, a.pkid)?;
         drop(sub);
@@ -277,23 +276,39 @@ fn a_released_qos2_delivery_is_resent_as_pubrel_after_a_reconnect() -> anyhow::R
         let mut sub = connect(gateway.mqtt, &id, v5, None)?;
         expect_packet(&mut sub, 0x62, a.pkid)?;
         let again = next_wire(&mut sub, v5)?;
-        assert!(
-            again.dup() && again.pkid == b.pkid && again.payload == "b",
-            "{again:?}"
-        );
-        ack(&mut sub, 0x70, a.pkid)?;
+        let resent = again.dup() && again.pkid == b.pkid && again.payload == "b";
+        assert!(resent, "b is re-sent as a PUBLISH with DUP: {again:?}");
         ack(&mut sub, 0x50, b.pkid)?;
         expect_packet(&mut sub, 0x62, b.pkid)?;
-        ack(&mut sub, 0x70, b.pkid)?;
+        gateway.signal(libc::SIGKILL)?;
+        gateway.wait_exit(Duration::from_secs(10))?;
+
+        let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
+        let mut sub = connect(gateway.mqtt, &id, v5, None)?;
+        let mut pkids = [a.pkid, b.pkid];
+        pkids.sort_unstable();
+        for pkid in pkids {
+            expect_packet(&mut sub, 0x62, pkid)?;
+        }
+        sub.set_timeout(Duration::from_millis(700))?;
+        let stray = sub.read_packet();
+        assert!(stray.is_err(), "after SIGKILL only PUBRELs: {stray:?}");
+        sub.set_timeout(Duration::from_secs(10))?;
+        for pkid in pkids {
+            ack(&mut sub, 0x70, pkid)?;
+        }
         settled(&mut sub)?;
         sub.disconnect()?;
+        stop(&mut gateway)?;
 
+        let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
         let mut sub = connect(gateway.mqtt, &id, v5, None)?;
         sub.set_timeout(Duration::from_millis(700))?;
         let stray = sub.read_packet();
         assert!(stray.is_err(), "nothing is resent after PUBCOMP: {stray:?}");
+        stop(&mut gateway)?;
     }
-    stop(&mut gateway)
+    Ok(())
 }
 
 #[test]

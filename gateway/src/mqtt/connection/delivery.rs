@@ -170,6 +170,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         partition: &PartitionId,
         stored: StoredRecord,
     ) -> Result<(), ConnError> {
+        if self.session.is_released_record(partition, stored.offset) {
+            return Ok(());
+        }
         let Some(message) = Message::from_record(&stored.record) else {
             return Ok(());
         };

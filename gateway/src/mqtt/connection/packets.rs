@@ -30,11 +30,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 }
             }
             In::PubRec { pkid, reason } => self.delivery_received(pkid, reason).await?,
-            In::PubComp { pkid } => {
-                if self.session.complete(pkid) {
-                    self.deliver_more().await?;
-                }
-            }
+            In::PubComp { pkid } => self.delivery_complete(pkid).await?,
             In::PubRel { pkid } => self.release(pkid).await?,
             In::Subscribe(subscribe) => self.subscribe(subscribe).await?,
             In::Unsubscribe { pkid, filters } => self.unsubscribe(pkid, &filters).await?,
@@ -67,10 +63,33 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             }
             return Ok(());
         }
-        if self.session.received(pkid) == PubRecOutcome::Unknown {
-            tracing::debug!(client_id = %self.client_id, pkid, "PUBREC for an unknown packet id");
+        match self.session.received(pkid) {
+            PubRecOutcome::Released(Some(released)) if self.session.persistent() => {
+                let state = &self.broker.state;
+                state
+                    .put_released(&self.client_id, pkid, Some(&released))
+                    .await?;
+            }
+            PubRecOutcome::Unknown => {
+                tracing::debug!(client_id = %self.client_id, pkid, "PUBREC for an unknown packet id");
+            }
+            PubRecOutcome::Released(_) | PubRecOutcome::AlreadyReleased => {}
         }
         self.send(Outgoing::PubRel { pkid })
+    }
+
+    /// PUBCOMP: the QoS 2 delivery is over (durably for persistent sessions).
+    async fn delivery_complete(&mut self, pkid: u16) -> Result<(), ConnError> {
+        let Some(done) = self.session.complete(pkid) else {
+            return Ok(());
+        };
+        if done.released && done.source.is_some() && self.session.persistent() {
+            self.broker
+                .state
+                .put_released(&self.client_id, pkid, None)
+                .await?;
+        }
+        self.deliver_more().await
     }
 
     async fn publish(&mut self, publish: InPublish) -> Result<(), ConnError> {

@@ -1,6 +1,7 @@
 //! Delivery tests against the in-memory store: outgoing QoS 2 (PUBREC → PUBREL → PUBCOMP,
-//! resends, refusals), outbound topic aliases, the inbound Receive Maximum, and DUP on
-//! redelivery after a restart. The e2e suite repeats them with real clients and the real log.
+//! resends, refusals, the released state across a restart) and DUP on redelivery after a
+//! restart; the MQTT 5 features are in `test_delivery_v5.rs`. The e2e suite repeats them with
+//! real clients and the real log.
 
 use bytes::BytesMut;
 use rumqttd::protocol::{self, Packet, Protocol};
@@ -14,19 +15,19 @@ use super::super::store::Store;
 use super::lease::LEASE_RECORDS;
 use super::test::{Client, Harness};
 
-const SHORT: std::time::Duration = std::time::Duration::from_millis(200);
+pub(super) const SHORT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// A PUBLISH from the server: (first byte, topic, packet id, topic alias).
 #[derive(Debug, PartialEq, Eq)]
-struct Delivered {
-    first: u8,
-    topic: String,
-    pkid: u16,
-    alias: Option<u16>,
+pub(super) struct Delivered {
+    pub(super) first: u8,
+    pub(super) topic: String,
+    pub(super) pkid: u16,
+    pub(super) alias: Option<u16>,
 }
 
 impl Client {
-    async fn delivered(&mut self) -> Delivered {
+    pub(super) async fn delivered(&mut self) -> Delivered {
         let frame = self.frame().await;
         let mut bytes = BytesMut::from(&frame[..]);
         let len = bytes.len();
@@ -52,11 +53,11 @@ impl Client {
         }
     }
 
-    async fn ack(&mut self, first: u8, pkid: u16) {
+    pub(super) async fn ack(&mut self, first: u8, pkid: u16) {
         self.send(&[first, 2, (pkid >> 8) as u8, pkid as u8]).await;
     }
 
-    async fn subscribed(&mut self, filter: &str, qos: QoS) -> u8 {
+    pub(super) async fn subscribed(&mut self, filter: &str, qos: QoS) -> u8 {
         self.send(&client_subscribe(self.version, 1, filter, qos))
             .await;
         let suback = self.frame().await;
@@ -66,7 +67,7 @@ impl Client {
 }
 
 /// Connects an MQTT 5 client announcing a Topic Alias Maximum.
-async fn connect_v5_aliases(h: &Harness, id: &str, clean: bool, aliases: u16) -> Client {
+pub(super) async fn connect_v5_aliases(h: &Harness, id: &str, clean: bool, aliases: u16) -> Client {
     let connect = protocol::Connect {
         keep_alive: 60,
         client_id: id.to_owned(),
@@ -99,7 +100,7 @@ async fn connect_v5_aliases(h: &Harness, id: &str, clean: bool, aliases: u16) ->
     client
 }
 
-async fn publish_acked(h: &Harness, topic: &str, payloads: usize) {
+pub(super) async fn publish_acked(h: &Harness, topic: &str, payloads: usize) {
     let mut publisher = h.connect(Version::V4, "publisher", true).await;
     for i in 1..=payloads {
         let pkid = u16::try_from(i).expect("small");
@@ -230,133 +231,6 @@ async fn qos2_deliveries_fill_the_window_until_pubcomp() {
 }
 
 #[tokio::test]
-async fn deliveries_use_topic_aliases_up_to_the_client_maximum() {
-    let h = Harness::new(MemoryStore::new(1)).await;
-    let mut sub = connect_v5_aliases(&h, "sub", true, 1).await;
-    assert_eq!(sub.subscribed("a/#", QoS::AtMostOnce).await, 0);
-    let mut publisher = h.connect(Version::V4, "p", true).await;
-    for (i, topic) in ["a/1", "a/1", "a/2", "a/1"].iter().enumerate() {
-        let pkid = i as u16 + 1;
-        publisher.publish(topic, b"x", QoS::AtLeastOnce, pkid).await;
-        assert_eq!(publisher.frame().await, [0x40, 2, 0, pkid as u8]);
-    }
-    let mut seen = Vec::new();
-    for _ in 0..4 {
-        let d = sub.delivered().await;
-        seen.push((d.topic, d.alias));
-    }
-    let full = |t: &str| (t.to_owned(), Some(1));
-    assert_eq!(
-        seen,
-        [
-            full("a/1"),
-            (String::new(), Some(1)),
-            full("a/2"),
-            full("a/1")
-        ]
-    );
-
-    let mut plain = h.connect(Version::V5, "plain", true).await;
-    assert_eq!(plain.subscribed("a/#", QoS::AtMostOnce).await, 0);
-    publisher.publish("a/3", b"x", QoS::AtLeastOnce, 9).await;
-    let d = plain.delivered().await;
-    assert_eq!(
-        (d.topic.as_str(), d.alias),
-        ("a/3", None),
-        "no alias unless announced"
-    );
-}
-
-#[tokio::test]
-async fn resends_after_a_reconnect_carry_the_full_topic() {
-    let h = Harness::new(MemoryStore::new(1)).await;
-    let mut sub = connect_v5_aliases(&h, "sub", false, 4).await;
-    assert_eq!(sub.subscribed("b/#", QoS::AtLeastOnce).await, 1);
-    publish_acked(&h, "b/1", 2).await;
-    let first = sub.delivered().await;
-    let second = sub.delivered().await;
-    assert_eq!((first.topic.as_str(), first.alias), ("b/1", Some(1)));
-    assert_eq!((second.topic.as_str(), second.alias), ("", Some(1)));
-    drop(sub);
-    let mut sub = connect_v5_aliases(&h, "sub", false, 4).await;
-    for expected in [first.pkid, second.pkid] {
-        let again = sub.delivered().await;
-        assert_eq!((again.first & 0x08, again.pkid), (0x08, expected));
-        assert_eq!((again.topic.as_str(), again.alias), ("b/1", None));
-    }
-}
-
-fn qos_publish(topic: &str, qos: QoS, pkid: u16) -> Vec<u8> {
-    super::super::codec::tests::client_publish(Version::V5, topic, b"x", qos, pkid)
-}
-
-#[tokio::test]
-async fn more_publishes_than_the_receive_maximum_get_disconnect_0x93() {
-    let config = MqttConfig {
-        inflight: 2,
-        ..MqttConfig::default()
-    };
-    let h = Harness::with_config(MemoryStore::new(1), config).await;
-    let mut ok = h.connect(Version::V5, "ok", true).await;
-    ok.send(
-        &[
-            qos_publish("t", QoS::ExactlyOnce, 1),
-            qos_publish("t", QoS::AtLeastOnce, 2),
-        ]
-        .concat(),
-    )
-    .await;
-    assert_eq!(ok.frame().await, [0x50, 2, 0, 1]);
-    assert_eq!(ok.frame().await, [0x40, 2, 0, 2]);
-    // PUBREC alone keeps packet 1 counted: one more fits, a second would not.
-    ok.send(&qos_publish("t", QoS::AtLeastOnce, 3)).await;
-    assert_eq!(ok.frame().await, [0x40, 2, 0, 3]);
-    ok.ack(0x62, 1).await;
-    assert_eq!(ok.frame().await, [0x70, 2, 0, 1]);
-    let burst: Vec<u8> = (4..6u16)
-        .flat_map(|pkid| qos_publish("t", QoS::AtLeastOnce, pkid))
-        .collect();
-    ok.send(&burst).await;
-    assert_eq!(ok.frame().await, [0x40, 2, 0, 4]);
-    assert_eq!(ok.frame().await, [0x40, 2, 0, 5]);
-
-    let mut greedy = h.connect(Version::V5, "greedy", true).await;
-    let burst: Vec<u8> = (1..=3u16)
-        .flat_map(|pkid| qos_publish("t", QoS::AtLeastOnce, pkid))
-        .collect();
-    greedy.send(&burst).await;
-    let mut frames = Vec::new();
-    while let Some(frame) = greedy.try_frame(super::test::WAIT).await {
-        frames.push(frame);
-    }
-    assert_eq!(
-        frames.last().map(Vec::as_slice),
-        Some(&[0xe0, 2, 0x93, 0][..])
-    );
-
-    let mut v4 = h.connect(Version::V4, "old", true).await;
-    let burst: Vec<u8> = (1..=3u16)
-        .flat_map(|pkid| {
-            super::super::codec::tests::client_publish(
-                Version::V4,
-                "t",
-                b"x",
-                QoS::AtLeastOnce,
-                pkid,
-            )
-        })
-        .collect();
-    v4.send(&burst).await;
-    for pkid in 1..=3u8 {
-        assert_eq!(
-            v4.frame().await,
-            [0x40, 2, 0, pkid],
-            "MQTT 3.1.1 has no Receive Maximum"
-        );
-    }
-}
-
-#[tokio::test]
 async fn deliveries_repeated_after_a_restart_carry_dup() {
     let store = MemoryStore::new(1);
     let h = Harness::new(store.clone()).await;
@@ -391,5 +265,45 @@ async fn deliveries_repeated_after_a_restart_carry_dup() {
         store.cursor(&sent_cursor_name("sub"), "mqtt", 0),
         None,
         "leases end with the session"
+    );
+}
+
+#[tokio::test]
+async fn a_released_qos2_delivery_stays_released_across_a_restart() {
+    let store = MemoryStore::new(1);
+    let h = Harness::new(store.clone()).await;
+    let mut sub = h.connect(Version::V4, "sub", false).await;
+    assert_eq!(sub.subscribed("x/#", QoS::ExactlyOnce).await, 2);
+    let mut publisher = h.connect(Version::V4, "p", true).await;
+    publisher.publish("x/1", b"x", QoS::ExactlyOnce, 1).await;
+    assert_eq!(publisher.frame().await, [0x50, 2, 0, 1]);
+    let a = sub.delivered().await;
+    sub.ack(0x50, a.pkid).await;
+    assert_eq!(sub.frame().await, [0x62, 2, 0, a.pkid as u8]);
+    drop((sub, publisher));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+
+    let h = Harness::new(store.clone()).await;
+    let mut sub = h.connect(Version::V4, "sub", false).await;
+    assert_eq!(
+        sub.frame().await,
+        [0x62, 2, 0, a.pkid as u8],
+        "PUBREL, not PUBLISH"
+    );
+    assert_eq!(
+        sub.try_frame(SHORT).await,
+        None,
+        "the record is not read again"
+    );
+    sub.ack(0x70, a.pkid).await;
+    sub.send(&[0xe0, 0]).await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+
+    let h = Harness::new(store).await;
+    let mut sub = h.connect(Version::V4, "sub", false).await;
+    assert_eq!(
+        sub.try_frame(SHORT).await,
+        None,
+        "completed: nothing left after a restart"
     );
 }
