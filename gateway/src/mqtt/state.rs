@@ -352,12 +352,13 @@ fn apply(loaded: &mut Loaded, record: &Record) {
         let Ok(pkid) = pkid.parse::<u16>() else {
             return;
         };
-        if let Some(session) = loaded.sessions.get_mut(client) {
-            if record.value.is_empty() {
-                session.pending_qos2.remove(&pkid);
-            } else {
-                session.pending_qos2.insert(pkid);
-            }
+        // Folded apart from the session and merged at the end: a compaction snapshot lists
+        // `qos2/` keys before the `session/` key they belong to.
+        let pending = loaded.qos2.entry(client.to_owned()).or_default();
+        if record.value.is_empty() {
+            pending.remove(&pkid);
+        } else {
+            pending.insert(pkid);
         }
     }
 }

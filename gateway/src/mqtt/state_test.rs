@@ -132,7 +132,7 @@ mod released {
     use super::super::*;
 
     #[tokio::test]
-    async fn released_deliveries_fold_per_session_and_die_with_it() {
+    async fn qos2_state_folds_per_session_in_any_key_order_and_dies_with_it() {
         let store = MemoryStore::new(1);
         let log = StateLog::new(store.clone()).expect("state log");
         let at = |offset| Released::new(&("mqtt".to_owned(), 1), offset);
@@ -140,6 +140,7 @@ mod released {
         log.put_released("dev", 3, Some(&at(40)))
             .await
             .expect("put");
+        log.put_qos2("dev", 12, true).await.expect("qos2");
         log.put_session("dev", Some(&StoredSession::default()))
             .await
             .expect("session");
@@ -162,6 +163,11 @@ mod released {
             .expect("load");
         let dev = loaded.sessions.get("dev").expect("dev");
         assert_eq!(dev.released, BTreeMap::from([(4, at(41))]));
+        assert_eq!(
+            dev.pending_qos2,
+            HashSet::from([12]),
+            "qos2/ sorts before session/"
+        );
         assert_eq!(at(41).source(), (("mqtt".to_owned(), 1), 41));
         assert!(!loaded.sessions.contains_key("gone"));
     }
