@@ -60,16 +60,36 @@ impl RawClient {
         clean: bool,
         v5: bool,
     ) -> anyhow::Result<Self> {
+        let properties = if v5 { Some(&[][..]) } else { None };
+        Self::connect_with(addr, id, keep_alive, clean, properties).map(|(client, _)| client)
+    }
+
+    /// Connects with MQTT 5 when `properties` (the encoded CONNECT properties, without their
+    /// length) is given, else MQTT 3.1.1; fails unless CONNACK reports success, which is
+    /// returned as its body.
+    pub fn connect_with(
+        addr: SocketAddr,
+        id: &str,
+        keep_alive: u16,
+        clean: bool,
+        properties: Option<&[u8]>,
+    ) -> anyhow::Result<(Self, Vec<u8>)> {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let v5 = properties.is_some();
         let mut client = Self { stream, v5 };
         let mut body = Vec::new();
         string(&mut body, "MQTT");
         body.push(if v5 { 5 } else { 4 });
         body.push(if clean { 0x02 } else { 0x00 });
         body.extend_from_slice(&u16_bytes(keep_alive));
-        if v5 {
-            body.push(0);
+        if let Some(properties) = properties {
+            let len = u8::try_from(properties.len())
+                .ok()
+                .filter(|len| *len < 0x80)
+                .context("CONNECT properties longer than 127 bytes")?;
+            body.push(len);
+            body.extend_from_slice(properties);
         }
         string(&mut body, id);
         client.write_packet(0x10, &body)?;
@@ -78,7 +98,7 @@ impl RawClient {
         if first != 0x20 || code != Some(0) {
             bail!("CONNACK refused: {first:#x} {connack:?}");
         }
-        Ok(client)
+        Ok((client, connack))
     }
 
     /// Writes one packet: the first byte, the remaining length, the body.

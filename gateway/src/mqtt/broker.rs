@@ -246,9 +246,18 @@ impl<S: Store> Broker<S> {
     /// Durably deletes a session's record and cursors and clears it in memory.
     pub async fn forget_session(&self, session: &mut Session) -> Result<(), StoreError> {
         if session.stored {
+            let released = session.inflight.iter().filter(|(_, i)| i.released);
+            for (pkid, _) in released.filter(|(_, i)| i.source.is_some()) {
+                self.state
+                    .put_released(&session.client_id, *pkid, None)
+                    .await?;
+            }
             self.state.put_session(&session.client_id, None).await?;
             self.store
                 .remove_cursors(&cursor_name(&session.client_id))
+                .await?;
+            self.store
+                .remove_cursors(&sent_cursor_name(&session.client_id))
                 .await?;
         }
         let filters: Vec<String> = session
@@ -271,6 +280,11 @@ impl<S: Store> Broker<S> {
 /// The cursor-store name of a session's read positions.
 pub fn cursor_name(client_id: &str) -> String {
     format!("mqtt:{client_id}")
+}
+
+/// The cursor-store name of a session's "sent up to" leases (see `connection/lease.rs`).
+pub fn sent_cursor_name(client_id: &str) -> String {
+    format!("mqtt-sent:{client_id}")
 }
 
 fn boot_stamp() -> u64 {

@@ -100,8 +100,10 @@ pub enum Incoming {
     PubAck {
         pkid: u16,
     },
+    /// `reason` is the MQTT 5 reason code (0 for MQTT 3.1.1); 0x80 and above end the delivery.
     PubRec {
         pkid: u16,
+        reason: u8,
     },
     PubRel {
         pkid: u16,
@@ -257,7 +259,10 @@ fn convert(version: Version, packet: Packet, frame: &[u8]) -> Result<Incoming, C
             }))
         }
         Packet::PubAck(ack, _) => Incoming::PubAck { pkid: ack.pkid },
-        Packet::PubRec(ack, _) => Incoming::PubRec { pkid: ack.pkid },
+        Packet::PubRec(ack, _) => Incoming::PubRec {
+            pkid: ack.pkid,
+            reason: ack_reason(version, frame)?,
+        },
         Packet::PubRel(ack, _) => Incoming::PubRel { pkid: ack.pkid },
         Packet::PubComp(ack, _) => Incoming::PubComp { pkid: ack.pkid },
         Packet::Subscribe(sub, properties) => Incoming::Subscribe(Subscribe {
@@ -312,6 +317,16 @@ fn publish_header(frame: &[u8]) -> Result<(QoS, u16, bool), CodecError> {
     let topic_len = usize::from(read_u16(frame, header)?);
     let pkid = read_u16(frame, header + 2 + topic_len)?;
     Ok((qos, pkid, dup))
+}
+
+/// The reason code of an MQTT 5 acknowledgement frame (absent means success, 0), read from
+/// its bytes; MQTT 3.1.1 acknowledgements have none.
+fn ack_reason(version: Version, frame: &[u8]) -> Result<u8, CodecError> {
+    if version == Version::V4 {
+        return Ok(0);
+    }
+    let header = header_len(frame)?;
+    Ok(frame.get(header + 2).copied().unwrap_or(0))
 }
 
 fn header_len(frame: &[u8]) -> Result<usize, CodecError> {
@@ -561,3 +576,7 @@ fn build_publish(publish: &OutPublish) -> protocol::Publish {
 #[cfg(test)]
 #[path = "codec_test.rs"]
 pub(crate) mod tests;
+
+#[cfg(test)]
+#[path = "codec_delivery_test.rs"]
+mod delivery_tests;

@@ -33,6 +33,9 @@ pub struct MqttConfig {
     pub max_topic_levels: usize,
     /// Topic aliases an MQTT 5 client may set up per connection (announced in CONNACK).
     pub topic_alias_maximum: u16,
+    /// Topic aliases tern uses for deliveries to an MQTT 5 client, per connection (capped by
+    /// the client's Topic Alias Maximum; least recently used ones are reassigned). 0 = none.
+    pub outbound_topic_aliases: u16,
     /// Publishes per second a single client may send; reading pauses beyond it. 0 = unlimited.
     pub max_publish_rate: u32,
     /// Largest keep alive granted; MQTT 5 clients asking for more are told this value.
@@ -68,6 +71,7 @@ impl Default for MqttConfig {
             max_topic_length: 256,
             max_topic_levels: 16,
             topic_alias_maximum: 16,
+            outbound_topic_aliases: 16,
             max_publish_rate: 1000,
             max_keep_alive: HumanDuration(std::time::Duration::from_secs(3600)),
             connect_timeout: HumanDuration(std::time::Duration::from_secs(10)),

@@ -4,7 +4,7 @@
 //! come from the log through `delivery.rs`. Bad input ends only this connection, with a log
 //! line; nothing here may panic.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +25,8 @@ use super::shared::{Delivery, Memberships};
 use super::store::{Store, StoreError, StoredRecord};
 use super::will::Will;
 use crate::shutdown::Shutdown;
+use out_alias::OutboundAliases;
+use quota::InboundQuota;
 use rate::RateLimit;
 
 /// How long a write to a client may take before the connection is given up.
@@ -33,13 +35,20 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 mod authz;
 mod delivery;
 mod handshake;
+mod lease;
+mod out_alias;
 mod packets;
+mod quota;
 mod rate;
 mod share;
 #[cfg(test)]
 mod test;
 #[cfg(test)]
 mod test_auth;
+#[cfg(test)]
+mod test_delivery;
+#[cfg(test)]
+mod test_delivery_v5;
 #[cfg(test)]
 mod test_sessions;
 #[cfg(test)]
@@ -157,6 +166,9 @@ pub struct Connection<S: Store, W> {
     watched: HashSet<PartitionId>,
     /// Records read from the log but not yet delivered, per partition.
     readahead: HashMap<PartitionId, VecDeque<StoredRecord>>,
+    /// Partitions whose next record (at the offset given) waits for a "sent up to" lease
+    /// (`lease.rs`).
+    lease_due: BTreeMap<PartitionId, u64>,
     keep_alive: Option<Duration>,
     last_packet: Instant,
     /// The client's Receive Maximum for our QoS 1 deliveries.
@@ -166,6 +178,10 @@ pub struct Connection<S: Store, W> {
     will: Option<Will>,
     /// MQTT 5 topic aliases the client set up for its publishes.
     aliases: HashMap<u16, String>,
+    /// MQTT 5 topic aliases tern sets up for its deliveries.
+    out_aliases: OutboundAliases,
+    /// The client's QoS 1/2 publishes not yet finally acknowledged (MQTT 5 Receive Maximum).
+    inbound: InboundQuota,
     pending: Vec<Pending>,
     appending: Option<JoinHandle<(Vec<Pending>, Vec<Outcome>)>>,
     rate: RateLimit,
@@ -237,7 +253,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     }
                 }
                 Event::Stored(done) => self.stored(done)?,
-                Event::Wake => self.pump()?,
+                Event::Wake => self.deliver_more().await?,
                 Event::Shared(filter, delivery) => self.deliver_shared(filter, delivery).await?,
                 Event::Kicked => {
                     self.disconnect(DisconnectReason::SessionTakenOver).await;
@@ -368,6 +384,11 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
 
     fn send_ack(&mut self, ack: Reply, quota_exceeded: bool) -> Result<(), ConnError> {
         match ack {
+            Reply::PubAck(pkid) | Reply::NotAuthorized { pkid, .. } => self.inbound.release(pkid),
+            Reply::PubRec(pkid) if quota_exceeded => self.inbound.release(pkid),
+            Reply::PubRec(_) | Reply::None => {}
+        }
+        match ack {
             Reply::None => Ok(()),
             Reply::PubAck(pkid) => {
                 let reason = if quota_exceeded {
@@ -403,6 +424,11 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
 
     /// Cleans up after the packet loop: cursors, will, non-persistent state, takeover slot.
     async fn finish(mut self, result: Result<Flow, ConnError>, peer: SocketAddr) {
+        // Publishes queued before the end are still settled, and their acks precede any
+        // DISCONNECT (nothing may follow it on the wire).
+        if let Err(err) = self.drain_appends().await {
+            tracing::debug!(client_id = %self.client_id, %err, "unsettled publishes at close");
+        }
         let publish_will = match &result {
             Ok(Flow::Disconnect { will }) => *will,
             Ok(Flow::Continue) => false,
@@ -411,9 +437,6 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 true
             }
         };
-        if let Err(err) = self.drain_appends().await {
-            tracing::debug!(client_id = %self.client_id, %err, "unsettled publishes at close");
-        }
         self.watchers.abort_all();
         self.leave_groups().await;
         if let Err(err) = self.commit_cursors().await {

@@ -1,13 +1,17 @@
 //! One MQTT session's state, which outlives its connections when the session is persistent:
-//! subscriptions, the read position per log partition, outgoing QoS 1 messages awaiting PUBACK
-//! (the in-flight window), and incoming QoS 2 packet ids awaiting PUBREL. Pure bookkeeping;
-//! the connection task does the I/O and the state log makes the durable parts durable.
+//! subscriptions, the read position per log partition, outgoing QoS 1/2 messages awaiting
+//! PUBACK or PUBREC/PUBCOMP (the in-flight window and the outgoing QoS 2 machine), the "sent up
+//! to" leases that mark redeliveries after a restart, and incoming QoS 2 packet ids awaiting
+//! PUBREL. Pure bookkeeping; the connection task does the I/O and the state log and cursor
+//! store make the durable parts durable.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use bytes::Bytes;
+
 use super::codec::{OutPublish, QoS};
 use super::shared::is_shared;
-use super::state::{StoredSession, StoredSubscription, qos_from_u8};
+use super::state::{Released, StoredSession, StoredSubscription, qos_from_u8};
 use super::topic;
 
 /// A session expiry meaning "never" (MQTT 5's 0xFFFFFFFF).
@@ -51,13 +55,28 @@ pub struct Matched {
     pub ids: Vec<usize>,
 }
 
-/// A delivered QoS 1 message awaiting PUBACK.
+/// A delivered QoS 1 message awaiting PUBACK, or QoS 2 message awaiting PUBREC or PUBCOMP.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inflight {
     /// Where it came from in the log; `None` for retained messages sent on subscribe.
     pub source: Option<(PartitionId, u64)>,
+    /// Sent with its full topic name and no topic alias (aliases live per connection).
     pub publish: OutPublish,
     pub size: usize,
+    /// QoS 2 only: PUBREC came and PUBREL was sent; only PUBREL is ever re-sent now.
+    pub released: bool,
+}
+
+/// What a PUBREC means for an outgoing message; every case is answered with PUBREL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PubRecOutcome {
+    /// A QoS 2 delivery is released now; persistent sessions record it durably when it came
+    /// from the log (`Some`).
+    Released(Option<Released>),
+    /// The delivery was released before (a repeated PUBREC).
+    AlreadyReleased,
+    /// No QoS 2 delivery has this packet id (the spec's "packet identifier not found").
+    Unknown,
 }
 
 /// The state of one client id.
@@ -71,11 +90,19 @@ pub struct Session {
     pub pending_qos2: HashSet<u16>,
     /// Next offset to read per partition.
     pub positions: BTreeMap<PartitionId, u64>,
-    /// Outgoing QoS 1 messages by packet id.
+    /// Outgoing QoS 1 and 2 messages by packet id.
     pub inflight: BTreeMap<u16, Inflight>,
     pub inflight_bytes: usize,
     /// Partitions whose durable cursor is behind.
     pub dirty: BTreeSet<PartitionId>,
+    /// Per partition, the durable "sent up to" lease: records before it may have been sent
+    /// (persistent sessions; committed before any record at or past it is sent).
+    pub sent_leases: BTreeMap<PartitionId, u64>,
+    /// Per partition, the lease found at startup: records before it go out with DUP.
+    pub redelivery_below: BTreeMap<PartitionId, u64>,
+    /// Records of released QoS 2 deliveries restored after a restart: only PUBREL is re-sent
+    /// for them, so reading the log again must skip them.
+    pub released_records: HashSet<(PartitionId, u64)>,
     /// Whether a session record exists in the state log.
     pub stored: bool,
     next_pkid: u16,
@@ -106,6 +133,12 @@ impl Session {
                 })
                 .collect(),
             pending_qos2: stored.pending_qos2,
+            inflight: stored
+                .released
+                .iter()
+                .map(|(pkid, released)| (*pkid, restored_release(*pkid, released)))
+                .collect(),
+            released_records: stored.released.values().map(Released::source).collect(),
             stored: true,
             ..Self::default()
         }
@@ -142,6 +175,15 @@ impl Session {
                 })
                 .collect(),
             pending_qos2: self.pending_qos2.clone(),
+            released: self
+                .inflight
+                .iter()
+                .filter(|(_, i)| i.released)
+                .filter_map(|(pkid, i)| {
+                    let (partition, offset) = i.source.as_ref()?;
+                    Some((*pkid, Released::new(partition, *offset)))
+                })
+                .collect(),
         }
     }
 
@@ -206,7 +248,7 @@ impl Session {
         None
     }
 
-    /// Records a delivered QoS 1 message.
+    /// Records a delivered QoS 1 or 2 message.
     pub fn add_inflight(&mut self, pkid: u16, inflight: Inflight) {
         self.inflight_bytes += inflight.size;
         if let Some((partition, _)) = &inflight.source {
@@ -215,16 +257,78 @@ impl Session {
         self.inflight.insert(pkid, inflight);
     }
 
-    /// Handles a PUBACK; false for an unknown packet id.
+    /// Handles a PUBACK; false unless a QoS 1 delivery had this packet id.
     pub fn acknowledge(&mut self, pkid: u16) -> bool {
-        let Some(done) = self.inflight.remove(&pkid) else {
-            return false;
-        };
-        self.inflight_bytes = self.inflight_bytes.saturating_sub(done.size);
-        if let Some((partition, _)) = done.source {
-            self.dirty.insert(partition);
+        self.finish_if(pkid, |i| i.publish.qos == QoS::AtLeastOnce)
+            .is_some()
+    }
+
+    /// Handles a successful PUBREC: the QoS 2 delivery moves to "released" and is never
+    /// re-sent as a PUBLISH again while the session lives.
+    pub fn received(&mut self, pkid: u16) -> PubRecOutcome {
+        match self.inflight.get_mut(&pkid) {
+            Some(inflight) if inflight.publish.qos == QoS::ExactlyOnce => {
+                if std::mem::replace(&mut inflight.released, true) {
+                    return PubRecOutcome::AlreadyReleased;
+                }
+                let source = inflight.source.as_ref();
+                PubRecOutcome::Released(source.map(|(p, offset)| Released::new(p, *offset)))
+            }
+            _ => PubRecOutcome::Unknown,
         }
-        true
+    }
+
+    /// Handles a PUBREC with a reason code of 0x80 or above: the QoS 2 delivery ends (not
+    /// re-sent); false for an unknown or already released packet id.
+    pub fn refused(&mut self, pkid: u16) -> bool {
+        self.finish_if(pkid, |i| i.publish.qos == QoS::ExactlyOnce && !i.released)
+            .is_some()
+    }
+
+    /// Handles a PUBCOMP: the finished QoS 2 delivery, `None` for an unknown packet id.
+    pub fn complete(&mut self, pkid: u16) -> Option<Inflight> {
+        let done = self.finish_if(pkid, |i| i.publish.qos == QoS::ExactlyOnce)?;
+        if let Some(source) = &done.source {
+            self.released_records.remove(source);
+        }
+        Some(done)
+    }
+
+    /// Removes and returns the delivery with `pkid` if `done` says it is finished.
+    fn finish_if(&mut self, pkid: u16, done: impl FnOnce(&Inflight) -> bool) -> Option<Inflight> {
+        if !self.inflight.get(&pkid).is_some_and(done) {
+            return None;
+        }
+        let finished = self.inflight.remove(&pkid)?;
+        self.inflight_bytes = self.inflight_bytes.saturating_sub(finished.size);
+        if let Some((partition, _)) = &finished.source {
+            self.dirty.insert(partition.clone());
+        }
+        Some(finished)
+    }
+
+    /// Whether a record is a released QoS 2 delivery restored after a restart (never sent as
+    /// a PUBLISH again).
+    pub fn is_released_record(&self, partition: &PartitionId, offset: u64) -> bool {
+        !self.released_records.is_empty()
+            && self.released_records.contains(&(partition.clone(), offset))
+    }
+
+    /// Whether a record may have been sent before a gateway restart (DUP on redelivery).
+    pub fn maybe_sent(&self, partition: &PartitionId, offset: u64) -> bool {
+        self.redelivery_below
+            .get(partition)
+            .is_some_and(|below| offset < *below)
+    }
+
+    /// Whether the durable "sent up to" lease covers `offset` (always for sessions that do
+    /// not outlive their connection, which never redeliver after a restart).
+    pub fn lease_covers(&self, partition: &PartitionId, offset: u64) -> bool {
+        !self.persistent()
+            || self
+                .sent_leases
+                .get(partition)
+                .is_some_and(|lease| offset < *lease)
     }
 
     /// The durable cursor of a partition: the oldest unacknowledged offset, else the next
@@ -241,112 +345,25 @@ impl Session {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use bytes::Bytes;
-
-    use super::*;
-
-    fn inflight(partition: &PartitionId, offset: u64) -> Inflight {
-        Inflight {
-            source: Some((partition.clone(), offset)),
-            publish: OutPublish {
-                topic: Bytes::from_static(b"t"),
-                payload: Bytes::from_static(b"p"),
-                qos: QoS::AtLeastOnce,
-                pkid: 1,
-                dup: false,
-                retain: false,
-                properties: None,
-            },
-            size: 10,
-        }
-    }
-
-    #[test]
-    fn cursor_stays_at_the_oldest_unacknowledged_offset() {
-        let p: PartitionId = ("mqtt".to_owned(), 0);
-        let mut session = Session::new("c");
-        session.positions.insert(p.clone(), 13);
-        let a = session.next_pkid().expect("pkid");
-        session.add_inflight(a, inflight(&p, 10));
-        let b = session.next_pkid().expect("pkid");
-        session.add_inflight(b, inflight(&p, 12));
-        assert_ne!(a, b);
-        assert_eq!(session.inflight_bytes, 20);
-        assert_eq!(session.cursor(&p), Some(10));
-        assert!(session.acknowledge(b));
-        assert_eq!(session.cursor(&p), Some(10));
-        assert!(session.acknowledge(a));
-        assert!(!session.acknowledge(a));
-        assert_eq!(session.cursor(&p), Some(13));
-        assert_eq!(session.inflight_bytes, 0);
-    }
-
-    fn qos_of(session: &Session, topic_name: &str) -> Option<QoS> {
-        session.matching(topic_name, false).map(|m| m.qos)
-    }
-
-    #[test]
-    fn subscriptions_replace_and_match_the_highest_qos() {
-        let mut session = Session::new("c");
-        assert!(session.subscribe(Subscription::plain("a/#", QoS::AtMostOnce)));
-        assert!(session.subscribe(Subscription::plain("a/+", QoS::AtLeastOnce)));
-        assert!(!session.subscribe(Subscription::plain("a/#", QoS::AtMostOnce)));
-        assert_eq!(qos_of(&session, "a/b"), Some(QoS::AtLeastOnce));
-        assert_eq!(qos_of(&session, "a/b/c"), Some(QoS::AtMostOnce));
-        assert_eq!(qos_of(&session, "b"), None);
-        assert!(session.unsubscribe("a/+"));
-        assert_eq!(qos_of(&session, "a/b"), Some(QoS::AtMostOnce));
-    }
-
-    #[test]
-    fn no_local_skips_own_messages_and_ids_accumulate() {
-        let mut session = Session::new("c");
-        session.subscribe(Subscription {
-            no_local: true,
-            id: Some(1),
-            ..Subscription::plain("a/#", QoS::AtLeastOnce)
-        });
-        session.subscribe(Subscription {
-            retain_as_published: true,
-            id: Some(2),
-            ..Subscription::plain("a/+", QoS::AtMostOnce)
-        });
-        let all = session.matching("a/b", false).expect("matches");
-        assert_eq!(
-            (all.qos, all.retain_as_published, all.ids),
-            (QoS::AtLeastOnce, true, vec![1, 2])
-        );
-        let own = session.matching("a/b", true).expect("matches");
-        assert_eq!((own.qos, own.ids), (QoS::AtMostOnce, vec![2]));
-        assert_eq!(session.matching("a/b/c", true), None);
-    }
-
-    #[test]
-    fn packet_ids_skip_ids_in_use_and_zero() {
-        let mut session = Session::new("c");
-        let p: PartitionId = ("t".to_owned(), 0);
-        session.next_pkid = u16::MAX - 1;
-        let first = session.next_pkid().expect("pkid");
-        assert_eq!(first, u16::MAX);
-        session.add_inflight(first, inflight(&p, 0));
-        assert_eq!(session.next_pkid(), Some(1));
-    }
-
-    #[test]
-    fn stored_form_round_trips() {
-        let mut session = Session::new("c");
-        session.expiry = 60;
-        session.subscribe(Subscription {
-            no_local: true,
-            id: Some(7),
-            ..Subscription::plain("x/+", QoS::AtLeastOnce)
-        });
-        session.pending_qos2.insert(4);
-        let restored = Session::restore("c", session.to_stored());
-        assert_eq!(restored.subscriptions, session.subscriptions);
-        assert_eq!(restored.pending_qos2, session.pending_qos2);
-        assert!(restored.present());
+/// The in-flight entry of a released delivery restored from the state log: only its packet id
+/// and source matter, since only PUBREL is ever sent for it again.
+fn restored_release(pkid: u16, released: &Released) -> Inflight {
+    Inflight {
+        source: Some(released.source()),
+        publish: OutPublish {
+            topic: Bytes::new(),
+            payload: Bytes::new(),
+            qos: QoS::ExactlyOnce,
+            pkid,
+            dup: false,
+            retain: false,
+            properties: None,
+        },
+        size: 0,
+        released: true,
     }
 }
+
+#[cfg(test)]
+#[path = "session_test.rs"]
+mod tests;

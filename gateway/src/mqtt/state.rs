@@ -1,7 +1,8 @@
-//! The MQTT server's own durable state — retained messages, persistent sessions' subscriptions
-//! and QoS 2 packet ids awaiting PUBREL — kept append-only in the internal log topic
-//! `__mqtt_state` (partition 0). Each record is a key (`retained/{topic}`, `session/{client}`,
-//! `qos2/{client}/{pkid}`) and a value; the latest record per key wins and an empty value deletes.
+//! The MQTT server's own durable state — retained messages, persistent sessions' subscriptions,
+//! incoming QoS 2 packet ids awaiting PUBREL and outgoing QoS 2 deliveries awaiting PUBCOMP —
+//! kept append-only in the internal log topic `__mqtt_state` (partition 0). Each record is a key
+//! (`retained/{topic}`, `session/{client}`, `qos2/{client}/{pkid}`, `qos2out/{client}/{pkid}`)
+//! and a value; the latest record per key wins and an empty value deletes.
 //! At startup the topic is folded into memory. Writes are serialized so the in-memory view and
 //! the durable order agree. Compaction is append-only too: when dead records outnumber live
 //! ones, every live record is appended again as a snapshot and the cursor `mqtt-state` moves to
@@ -9,6 +10,8 @@
 //! Never holds message data other than retained messages.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::session::PartitionId;
 use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
@@ -36,6 +39,32 @@ pub struct StoredSession {
     /// Incoming QoS 2 packet ids whose PUBREC was sent and PUBREL not yet received.
     #[serde(skip)]
     pub pending_qos2: HashSet<u16>,
+    /// Outgoing QoS 2 deliveries whose PUBREC came (PUBREL sent) and PUBCOMP did not, by
+    /// packet id.
+    #[serde(skip)]
+    pub released: BTreeMap<u16, Released>,
+}
+
+/// An outgoing QoS 2 delivery released by PUBREC: the record it carried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Released {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+}
+
+impl Released {
+    pub fn new((topic, partition): &PartitionId, offset: u64) -> Self {
+        Self {
+            topic: topic.clone(),
+            partition: *partition,
+            offset,
+        }
+    }
+
+    pub fn source(&self) -> (PartitionId, u64) {
+        ((self.topic.clone(), self.partition), self.offset)
+    }
 }
 
 /// One subscription as stored.
@@ -61,6 +90,8 @@ pub struct Loaded {
     pub records: u64,
     /// Pending QoS 2 ids per client, merged into `sessions` at the end of the fold.
     qos2: HashMap<String, HashSet<u16>>,
+    /// Released outgoing QoS 2 deliveries per client, merged into `sessions` at the end.
+    released: HashMap<String, BTreeMap<u16, Released>>,
 }
 
 /// Serialized writer of the state topic.
@@ -113,6 +144,11 @@ impl<S: Store> StateLog<S> {
         for (client, pending) in std::mem::take(&mut loaded.qos2) {
             if let Some(session) = loaded.sessions.get_mut(&client) {
                 session.pending_qos2 = pending;
+            }
+        }
+        for (client, released) in std::mem::take(&mut loaded.released) {
+            if let Some(session) = loaded.sessions.get_mut(&client) {
+                session.released = released;
             }
         }
         *self.lock_live() = live;
@@ -231,6 +267,26 @@ impl<S: Store> StateLog<S> {
         self.put(plain(format!("qos2/{client_id}/{pkid}"), value), || ())
             .await
     }
+
+    /// Records an outgoing QoS 2 delivery as released (`Some`, after PUBREC) or completed
+    /// (`None`, after PUBCOMP).
+    pub async fn put_released(
+        &self,
+        client_id: &str,
+        pkid: u16,
+        released: Option<&Released>,
+    ) -> Result<(), StoreError> {
+        let value = match released {
+            Some(released) => serde_json::to_vec(released).map_err(|err| StoreError::Failed {
+                op: "encode released delivery",
+                topic: STATE_TOPIC.to_owned(),
+                message: err.to_string(),
+            })?,
+            None => Vec::new(),
+        };
+        self.put(plain(format!("qos2out/{client_id}/{pkid}"), value), || ())
+            .await
+    }
 }
 
 impl Live {
@@ -284,8 +340,11 @@ fn apply(loaded: &mut Loaded, record: &Record) {
             None => {
                 loaded.sessions.remove(client);
                 loaded.qos2.remove(client);
+                loaded.released.remove(client);
             }
         }
+    } else if let Some(rest) = key.strip_prefix("qos2out/") {
+        apply_released(loaded, rest, &record.value);
     } else if let Some(rest) = key.strip_prefix("qos2/") {
         let Some((client, pkid)) = rest.rsplit_once('/') else {
             return;
@@ -293,14 +352,30 @@ fn apply(loaded: &mut Loaded, record: &Record) {
         let Ok(pkid) = pkid.parse::<u16>() else {
             return;
         };
-        if let Some(session) = loaded.sessions.get_mut(client) {
-            if record.value.is_empty() {
-                session.pending_qos2.remove(&pkid);
-            } else {
-                session.pending_qos2.insert(pkid);
-            }
+        // Folded apart from the session and merged at the end: a compaction snapshot lists
+        // `qos2/` keys before the `session/` key they belong to.
+        let pending = loaded.qos2.entry(client.to_owned()).or_default();
+        if record.value.is_empty() {
+            pending.remove(&pkid);
+        } else {
+            pending.insert(pkid);
         }
     }
+}
+
+/// Folds a `qos2out/{client}/{pkid}` record (`rest` is what follows the prefix).
+fn apply_released(loaded: &mut Loaded, rest: &str, value: &[u8]) {
+    let Some((client, pkid)) = rest.rsplit_once('/') else {
+        return;
+    };
+    let Ok(pkid) = pkid.parse::<u16>() else {
+        return;
+    };
+    let entry = loaded.released.entry(client.to_owned()).or_default();
+    match serde_json::from_slice::<Released>(value) {
+        Ok(released) => entry.insert(pkid, released),
+        Err(_) => entry.remove(&pkid),
+    };
 }
 
 /// QoS as stored in sessions.
@@ -313,128 +388,5 @@ pub fn qos_from_u8(value: u8) -> QoS {
 }
 
 #[cfg(test)]
-mod tests {
-    use bytes::Bytes;
-
-    use super::super::memstore::MemoryStore;
-    use super::*;
-
-    fn retained(topic: &str, payload: &'static [u8]) -> Message {
-        Message {
-            topic: topic.to_owned(),
-            payload: Bytes::from_static(payload),
-            qos: QoS::AtLeastOnce,
-            retain: true,
-            client_id: "c".to_owned(),
-            properties: None,
-            timestamp_ms: 5,
-        }
-    }
-
-    #[tokio::test]
-    async fn state_folds_latest_value_per_key() {
-        let store = MemoryStore::new(1);
-        let log = StateLog::new(store.clone()).expect("state log");
-        log.put_retained(&retained("a", b"1"), || ())
-            .await
-            .expect("put");
-        log.put_retained(&retained("b", b"2"), || ())
-            .await
-            .expect("put");
-        log.put_retained(&retained("a", b""), || ())
-            .await
-            .expect("clear");
-        let session = StoredSession {
-            expiry: 60,
-            subscriptions: vec![StoredSubscription {
-                filter: "x/#".to_owned(),
-                qos: 1,
-                ..StoredSubscription::default()
-            }],
-            pending_qos2: HashSet::new(),
-        };
-        log.put_session("dev", Some(&session))
-            .await
-            .expect("session");
-        log.put_qos2("dev", 7, true).await.expect("qos2");
-        log.put_qos2("dev", 8, true).await.expect("qos2");
-        log.put_qos2("dev", 7, false).await.expect("qos2");
-        log.put_session("gone", Some(&session))
-            .await
-            .expect("session");
-        log.put_session("gone", None).await.expect("delete");
-
-        let loaded = StateLog::new(store)
-            .expect("reopen")
-            .load()
-            .await
-            .expect("load");
-        assert_eq!(loaded.retained.len(), 1);
-        assert_eq!(loaded.retained.get("b"), Some(&retained("b", b"2")));
-        assert_eq!(loaded.sessions.len(), 1);
-        let dev = loaded.sessions.get("dev").expect("dev survives");
-        assert_eq!(dev.subscriptions, session.subscriptions);
-        assert_eq!(dev.pending_qos2, HashSet::from([8]));
-        assert_eq!(loaded.records, 9);
-    }
-}
-
-#[cfg(test)]
-mod compaction_tests {
-    use super::super::memstore::MemoryStore;
-    use super::*;
-
-    #[tokio::test]
-    async fn compaction_snapshots_live_records_and_moves_the_cursor() {
-        let store = MemoryStore::new(1);
-        let log = StateLog::new(store.clone()).expect("state log");
-        log.load().await.expect("load");
-        assert_eq!(store.cursor(STATE_CURSOR, STATE_TOPIC, 0), Some(0));
-        let session = StoredSession {
-            expiry: 60,
-            subscriptions: vec![StoredSubscription {
-                filter: "a/#".to_owned(),
-                qos: 1,
-                ..StoredSubscription::default()
-            }],
-            pending_qos2: HashSet::new(),
-        };
-        log.put_session("keep", Some(&session))
-            .await
-            .expect("session");
-        log.put_qos2("keep", 3, true).await.expect("qos2");
-        for i in 0..MIN_RECORDS_BEFORE_COMPACTION {
-            log.put_qos2("churn", (i % 7) as u16, i % 2 == 0)
-                .await
-                .expect("churn");
-        }
-        let cursor = store.cursor(STATE_CURSOR, STATE_TOPIC, 0).expect("cursor");
-        assert!(
-            cursor >= MIN_RECORDS_BEFORE_COMPACTION,
-            "cursor moved to the snapshot: {cursor}"
-        );
-
-        let loaded = StateLog::new(store.clone())
-            .expect("reopen")
-            .load()
-            .await
-            .expect("load");
-        let keep = loaded
-            .sessions
-            .get("keep")
-            .expect("session survives compaction");
-        assert_eq!(keep.pending_qos2, HashSet::from([3]));
-
-        let (_, end) = store.offsets(STATE_TOPIC, 0).expect("offsets");
-        let from_snapshot = store
-            .read(STATE_TOPIC, 0, cursor, usize::MAX)
-            .expect("read");
-        assert_eq!(from_snapshot.len() as u64, end - cursor);
-        let keys: Vec<Vec<u8>> = from_snapshot
-            .iter()
-            .filter_map(|r| r.record.key.clone())
-            .collect();
-        assert!(keys.contains(&b"session/keep".to_vec()));
-        assert!(keys.contains(&b"qos2/keep/3".to_vec()));
-    }
-}
+#[path = "state_test.rs"]
+mod tests;

@@ -7,6 +7,7 @@ mod log;
 mod mqtt;
 mod mqtt_auth;
 mod mqtt_bench;
+mod mqtt_delivery;
 mod mqtt_durability;
 mod mqtt_shared;
 mod readings;

@@ -1,9 +1,10 @@
 //! Delivery of log records to a subscriber: every partition its filters may match gets a read
 //! position and a watcher on the log's durable end offset (woken, never polling); records are
 //! read ahead once, matched against the session's filters by their MQTT-topic header, checked
-//! against the ACL (`authz.rs`) and sent within the in-flight window; persistent sessions
-//! commit their cursors (the oldest unacknowledged offset) durably. Never acknowledges
-//! publishes and never writes records.
+//! against the ACL (`authz.rs`) and sent at QoS 0, 1 or 2 within the in-flight window, with a
+//! topic alias when the client allows them (`out_alias.rs`) and DUP when a restart may have
+//! hidden an earlier send (`lease.rs`); persistent sessions commit their cursors (the oldest
+//! unacknowledged offset) durably. Never acknowledges publishes and never writes records.
 
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
@@ -15,6 +16,7 @@ use super::super::metrics::MqttMetrics;
 use super::super::session::{Inflight, Matched, PartitionId};
 use super::super::shared::is_shared;
 use super::super::store::{Store, StoreError, StoredRecord};
+use super::out_alias::AliasUse;
 use super::{ConnError, Connection};
 
 /// Bytes read ahead from the log per partition; what the window cannot take yet waits in the
@@ -24,10 +26,17 @@ const READ_BYTES: usize = 32 * 1024;
 const OUT_HIGH_WATER: usize = 64 * 1024;
 
 impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
-    /// Resends unacknowledged deliveries with DUP, sets up positions, and starts delivering.
+    /// Resends unacknowledged deliveries (PUBLISH with DUP and its full topic, or PUBREL once
+    /// PUBREC came), sets up positions, and starts delivering.
     pub(super) async fn resume(&mut self) -> Result<(), ConnError> {
         let inflight: Vec<Inflight> = self.session.inflight.values().cloned().collect();
         for mut entry in inflight {
+            if entry.released {
+                self.send(Outgoing::PubRel {
+                    pkid: entry.publish.pkid,
+                })?;
+                continue;
+            }
             entry.publish.dup = true;
             self.send(Outgoing::Publish(Box::new(entry.publish)))?;
         }
@@ -48,6 +57,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             .collect();
         for partition in wanted {
             if !self.session.positions.contains_key(&partition) {
+                self.load_lease(&partition);
                 let (topic, p) = (&partition.0, partition.1);
                 let saved = self
                     .broker
@@ -137,6 +147,11 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             let Some(stored) = buffer.pop_front() else {
                 break;
             };
+            if !self.session.lease_covers(partition, stored.offset) {
+                self.lease_due.insert(partition.clone(), stored.offset);
+                buffer.push_front(stored);
+                break;
+            }
             self.session
                 .positions
                 .insert(partition.clone(), stored.offset + 1);
@@ -157,6 +172,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         partition: &PartitionId,
         stored: StoredRecord,
     ) -> Result<(), ConnError> {
+        if self.session.is_released_record(partition, stored.offset) {
+            return Ok(());
+        }
         let Some(message) = Message::from_record(&stored.record) else {
             return Ok(());
         };
@@ -168,9 +186,10 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         self.deliver(message, &matched, source)
     }
 
-    /// Sends one message at min(its QoS, granted QoS, 1), with the retain flag only when a
+    /// Sends one message at min(its QoS, granted QoS), with the retain flag only when a
     /// matching subscription asked for Retain As Published (retained messages sent on
-    /// subscribe always carry it), and the matching subscriptions' identifiers.
+    /// subscribe always carry it), the matching subscriptions' identifiers, and DUP when the
+    /// record may have been sent before a restart.
     pub(super) fn deliver(
         &mut self,
         message: Message,
@@ -196,10 +215,10 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         if message.expired(now) || !self.may_receive(&message.topic) {
             return Ok(None);
         }
-        let qos = if message.qos == QoS::AtMostOnce || granted == QoS::AtMostOnce {
-            QoS::AtMostOnce
+        let qos = if (message.qos as u8) < (granted as u8) {
+            message.qos
         } else {
-            QoS::AtLeastOnce
+            granted
         };
         let remaining = message.remaining_expiry(now);
         let properties = match (message.properties.clone(), matched.ids.is_empty()) {
@@ -214,6 +233,11 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         if size > self.client_max_packet {
             return Ok(None);
         }
+        let dup = qos != QoS::AtMostOnce
+            && (dup
+                || source
+                    .as_ref()
+                    .is_some_and(|(p, offset)| self.session.maybe_sent(p, *offset)));
         let mut publish = OutPublish {
             topic: Bytes::from(message.topic.into_bytes()),
             payload: message.payload,
@@ -223,7 +247,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             retain,
             properties,
         };
-        if qos == QoS::AtLeastOnce {
+        if qos != QoS::AtMostOnce {
             let Some(pkid) = self.session.next_pkid() else {
                 return Ok(None);
             };
@@ -232,13 +256,31 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 source,
                 publish: publish.clone(),
                 size,
+                released: false,
             };
             self.session.add_inflight(pkid, inflight);
         }
         let tracked = (qos == QoS::AtLeastOnce).then_some(publish.pkid);
         MqttMetrics::inc(&self.broker.metrics.publishes_out);
-        self.send(Outgoing::Publish(Box::new(publish)))?;
+        self.send_publish(publish)?;
         Ok(tracked)
+    }
+
+    /// Sends a delivery, replacing its topic by an alias when the client allows them.
+    fn send_publish(&mut self, mut publish: OutPublish) -> Result<(), ConnError> {
+        let alias = match self.out_aliases.alias_for(&publish.topic) {
+            None => None,
+            Some(AliasUse::Assign(alias)) => Some(alias),
+            Some(AliasUse::Reuse(alias)) => {
+                publish.topic = Bytes::new();
+                Some(alias)
+            }
+        };
+        if let Some(alias) = alias {
+            let properties = publish.properties.get_or_insert_with(Default::default);
+            properties.topic_alias = Some(alias);
+        }
+        self.send(Outgoing::Publish(Box::new(publish)))
     }
 
     /// Durably stores the cursors that moved (persistent sessions only).

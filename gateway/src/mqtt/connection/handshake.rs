@@ -20,7 +20,7 @@ use super::super::codec::{
 };
 use super::super::store::Store;
 use super::super::will::Will;
-use super::{ConnError, Connection, RateLimit, client_limits};
+use super::{ConnError, Connection, InboundQuota, OutboundAliases, RateLimit, client_limits};
 
 /// A refusal: the error and, when the client can understand one, the CONNACK to send.
 pub(super) type Refusal = (ConnError, Option<(Version, ConnAckCode)>);
@@ -146,12 +146,17 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         watchers: JoinSet::new(),
         watched: Default::default(),
         readahead: Default::default(),
+        lease_due: Default::default(),
         keep_alive,
         last_packet: Instant::now(),
         client_receive_max,
         client_max_packet,
         will,
         aliases: HashMap::new(),
+        out_aliases: OutboundAliases::new(outbound_aliases(&broker, &connect)),
+        inbound: InboundQuota::new(
+            (connect.version == Version::V5).then_some(usize::from(broker.config.inflight)),
+        ),
         pending: Vec::new(),
         appending: None,
         rate: RateLimit::new(broker.config.max_publish_rate),
@@ -165,6 +170,20 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         properties,
     })?;
     Ok(conn)
+}
+
+/// How many topic aliases tern may use for deliveries: the client's Topic Alias Maximum
+/// (MQTT 5; absent means none), capped by `mqtt.outbound_topic_aliases`.
+fn outbound_aliases<S: Store>(broker: &Broker<S>, connect: &Connect) -> u16 {
+    let client = connect
+        .properties
+        .as_ref()
+        .and_then(|p| p.topic_alias_max)
+        .unwrap_or(0);
+    match connect.version {
+        Version::V4 => 0,
+        Version::V5 => client.min(broker.config.outbound_topic_aliases),
+    }
 }
 
 /// The granted session expiry and whether it differs from what the client asked.

@@ -1,6 +1,7 @@
-//! The connected client's packets: PUBLISH into the store queue (topic aliases, ACLs), PUBREL
-//! and PUBACK bookkeeping, SUBSCRIBE/UNSUBSCRIBE with options and retained messages, PINGREQ
-//! and DISCONNECT. Delivery itself lives in `delivery.rs`, shared subscriptions in `share.rs`.
+//! The connected client's packets: PUBLISH into the store queue (Receive Maximum, topic
+//! aliases, ACLs), PUBREL, the acknowledgements of deliveries (PUBACK; PUBREC → PUBREL →
+//! PUBCOMP), SUBSCRIBE/UNSUBSCRIBE with options and retained messages, PINGREQ and DISCONNECT.
+//! Delivery itself lives in `delivery.rs`, shared subscriptions in `share.rs`.
 
 use tokio::io::AsyncWrite;
 
@@ -12,7 +13,7 @@ use super::super::codec::{
 use super::super::ingest::{Pending, ack_for};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
-use super::super::session::{Matched, Subscription};
+use super::super::session::{Matched, PubRecOutcome, Subscription};
 use super::super::shared::is_shared;
 use super::super::store::Store;
 use super::super::topic;
@@ -27,11 +28,11 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             In::PubAck { pkid } => {
                 if self.session.acknowledge(pkid) {
                     self.shared_acknowledged(pkid).await;
-                    self.pump()?;
+                    self.deliver_more().await?;
                 }
             }
-            In::PubRec { pkid } => self.send(Outgoing::PubRel { pkid })?,
-            In::PubComp { .. } => {}
+            In::PubRec { pkid, reason } => self.delivery_received(pkid, reason).await?,
+            In::PubComp { pkid } => self.delivery_complete(pkid).await?,
             In::PubRel { pkid } => self.release(pkid).await?,
             In::Subscribe(subscribe) => self.subscribe(subscribe).await?,
             In::Unsubscribe { pkid, filters } => self.unsubscribe(pkid, &filters).await?,
@@ -54,9 +55,54 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(Flow::Continue)
     }
 
+    /// PUBREC for a QoS 2 delivery: PUBREL (also for unknown ids), or with a reason code of
+    /// 0x80 and above the end of that delivery.
+    async fn delivery_received(&mut self, pkid: u16, reason: u8) -> Result<(), ConnError> {
+        if reason >= 0x80 {
+            tracing::debug!(client_id = %self.client_id, pkid, reason, "QoS 2 delivery refused");
+            if self.session.refused(pkid) {
+                self.deliver_more().await?;
+            }
+            return Ok(());
+        }
+        match self.session.received(pkid) {
+            PubRecOutcome::Released(Some(released)) if self.session.persistent() => {
+                let state = &self.broker.state;
+                state
+                    .put_released(&self.client_id, pkid, Some(&released))
+                    .await?;
+            }
+            PubRecOutcome::Unknown => {
+                tracing::debug!(client_id = %self.client_id, pkid, "PUBREC for an unknown packet id");
+            }
+            PubRecOutcome::Released(_) | PubRecOutcome::AlreadyReleased => {}
+        }
+        self.send(Outgoing::PubRel { pkid })
+    }
+
+    /// PUBCOMP: the QoS 2 delivery is over (durably for persistent sessions).
+    async fn delivery_complete(&mut self, pkid: u16) -> Result<(), ConnError> {
+        let Some(done) = self.session.complete(pkid) else {
+            return Ok(());
+        };
+        if done.released && done.source.is_some() && self.session.persistent() {
+            self.broker
+                .state
+                .put_released(&self.client_id, pkid, None)
+                .await?;
+        }
+        self.deliver_more().await
+    }
+
     async fn publish(&mut self, publish: InPublish) -> Result<(), ConnError> {
         self.rate.take();
         MqttMetrics::inc(&self.broker.metrics.publishes_in);
+        if publish.qos != QoS::AtMostOnce && !self.inbound.admit(publish.pkid) {
+            return Err(ConnError::Protocol {
+                reason: "more unacknowledged publishes than the Receive Maximum",
+                code: DisconnectReason::ReceiveMaximumExceeded,
+            });
+        }
         let alias = publish.properties.as_ref().and_then(|p| p.topic_alias);
         if let Some(alias) = alias.filter(|_| publish.topic.is_empty()) {
             let known = self.aliases.get(&alias).cloned();
@@ -121,6 +167,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
 
     /// PUBREL: forgets the QoS 2 packet id (durably for persistent sessions), then PUBCOMP.
     async fn release(&mut self, pkid: u16) -> Result<(), ConnError> {
+        self.inbound.release(pkid);
         let known = self.session.pending_qos2.remove(&pkid);
         if known && self.session.persistent() {
             self.broker
@@ -147,11 +194,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 tracing::info!(client_id = ?self.client_id, ?filter, "subscription denied by ACL");
                 codes.push(SubAckCode::NotAuthorized);
             } else {
-                let granted = if request.qos == QoS::AtMostOnce {
-                    request.qos
-                } else {
-                    QoS::AtLeastOnce
-                };
+                let granted = request.qos;
                 let subscription = Subscription {
                     filter: filter.clone(),
                     qos: granted,
@@ -187,7 +230,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 self.deliver(message, &matched, None)?;
             }
         }
-        self.pump()
+        self.deliver_more().await
     }
 
     async fn unsubscribe(&mut self, pkid: u16, filters: &[String]) -> Result<(), ConnError> {

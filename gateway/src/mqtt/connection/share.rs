@@ -80,6 +80,8 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             tracing::info!(client_id = ?self.client_id, filter = ?request.filter, "subscription denied by ACL");
             return Ok(SubAckCode::NotAuthorized);
         }
+        // At most QoS 1: MQTT 5 (4.8.2) makes an interrupted QoS 2 shared delivery stay with
+        // its member, which would hold the group's cursor for a member that may never return.
         let granted = match request.qos {
             QoS::AtMostOnce => QoS::AtMostOnce,
             _ => QoS::AtLeastOnce,
@@ -146,8 +148,8 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(())
     }
 
-    /// The client acknowledged `pkid` (PUBACK; for an outgoing QoS 2 flow this belongs at
-    /// PUBCOMP); passes it on if it carried a group's record.
+    /// The client acknowledged `pkid` (PUBACK: shared subscriptions are granted at most QoS 1,
+    /// see docs/mqtt.md); passes it on if it carried a group's record.
     pub(super) async fn shared_acknowledged(&mut self, pkid: u16) {
         self.groups.acknowledged(pkid).await;
     }

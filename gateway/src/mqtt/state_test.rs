@@ -1,0 +1,174 @@
+//! State log tests: folding, durable QoS 2 marks, compaction.
+
+mod fold {
+    use bytes::Bytes;
+
+    use super::super::super::memstore::MemoryStore;
+    use super::super::*;
+
+    fn retained(topic: &str, payload: &'static [u8]) -> Message {
+        Message {
+            topic: topic.to_owned(),
+            payload: Bytes::from_static(payload),
+            qos: QoS::AtLeastOnce,
+            retain: true,
+            client_id: "c".to_owned(),
+            properties: None,
+            timestamp_ms: 5,
+        }
+    }
+
+    #[tokio::test]
+    async fn state_folds_latest_value_per_key() {
+        let store = MemoryStore::new(1);
+        let log = StateLog::new(store.clone()).expect("state log");
+        log.put_retained(&retained("a", b"1"), || ())
+            .await
+            .expect("put");
+        log.put_retained(&retained("b", b"2"), || ())
+            .await
+            .expect("put");
+        log.put_retained(&retained("a", b""), || ())
+            .await
+            .expect("clear");
+        let session = StoredSession {
+            expiry: 60,
+            subscriptions: vec![StoredSubscription {
+                filter: "x/#".to_owned(),
+                qos: 1,
+                ..StoredSubscription::default()
+            }],
+            pending_qos2: HashSet::new(),
+            released: BTreeMap::new(),
+        };
+        log.put_session("dev", Some(&session))
+            .await
+            .expect("session");
+        log.put_qos2("dev", 7, true).await.expect("qos2");
+        log.put_qos2("dev", 8, true).await.expect("qos2");
+        log.put_qos2("dev", 7, false).await.expect("qos2");
+        log.put_session("gone", Some(&session))
+            .await
+            .expect("session");
+        log.put_session("gone", None).await.expect("delete");
+
+        let loaded = StateLog::new(store)
+            .expect("reopen")
+            .load()
+            .await
+            .expect("load");
+        assert_eq!(loaded.retained.len(), 1);
+        assert_eq!(loaded.retained.get("b"), Some(&retained("b", b"2")));
+        assert_eq!(loaded.sessions.len(), 1);
+        let dev = loaded.sessions.get("dev").expect("dev survives");
+        assert_eq!(dev.subscriptions, session.subscriptions);
+        assert_eq!(dev.pending_qos2, HashSet::from([8]));
+        assert_eq!(loaded.records, 9);
+    }
+}
+
+mod compaction {
+    use super::super::super::memstore::MemoryStore;
+    use super::super::*;
+
+    #[tokio::test]
+    async fn compaction_snapshots_live_records_and_moves_the_cursor() {
+        let store = MemoryStore::new(1);
+        let log = StateLog::new(store.clone()).expect("state log");
+        log.load().await.expect("load");
+        assert_eq!(store.cursor(STATE_CURSOR, STATE_TOPIC, 0), Some(0));
+        let session = StoredSession {
+            expiry: 60,
+            subscriptions: vec![StoredSubscription {
+                filter: "a/#".to_owned(),
+                qos: 1,
+                ..StoredSubscription::default()
+            }],
+            pending_qos2: HashSet::new(),
+            released: BTreeMap::new(),
+        };
+        log.put_session("keep", Some(&session))
+            .await
+            .expect("session");
+        log.put_qos2("keep", 3, true).await.expect("qos2");
+        for i in 0..MIN_RECORDS_BEFORE_COMPACTION {
+            log.put_qos2("churn", (i % 7) as u16, i % 2 == 0)
+                .await
+                .expect("churn");
+        }
+        let cursor = store.cursor(STATE_CURSOR, STATE_TOPIC, 0).expect("cursor");
+        assert!(
+            cursor >= MIN_RECORDS_BEFORE_COMPACTION,
+            "cursor moved to the snapshot: {cursor}"
+        );
+
+        let loaded = StateLog::new(store.clone())
+            .expect("reopen")
+            .load()
+            .await
+            .expect("load");
+        let keep = loaded
+            .sessions
+            .get("keep")
+            .expect("session survives compaction");
+        assert_eq!(keep.pending_qos2, HashSet::from([3]));
+
+        let (_, end) = store.offsets(STATE_TOPIC, 0).expect("offsets");
+        let from_snapshot = store
+            .read(STATE_TOPIC, 0, cursor, usize::MAX)
+            .expect("read");
+        assert_eq!(from_snapshot.len() as u64, end - cursor);
+        let keys: Vec<Vec<u8>> = from_snapshot
+            .iter()
+            .filter_map(|r| r.record.key.clone())
+            .collect();
+        assert!(keys.contains(&b"session/keep".to_vec()));
+        assert!(keys.contains(&b"qos2/keep/3".to_vec()));
+    }
+}
+
+mod released {
+    use super::super::super::memstore::MemoryStore;
+    use super::super::*;
+
+    #[tokio::test]
+    async fn qos2_state_folds_per_session_in_any_key_order_and_dies_with_it() {
+        let store = MemoryStore::new(1);
+        let log = StateLog::new(store.clone()).expect("state log");
+        let at = |offset| Released::new(&("mqtt".to_owned(), 1), offset);
+        // Written before the session record, as a snapshot in key order would.
+        log.put_released("dev", 3, Some(&at(40)))
+            .await
+            .expect("put");
+        log.put_qos2("dev", 12, true).await.expect("qos2");
+        log.put_session("dev", Some(&StoredSession::default()))
+            .await
+            .expect("session");
+        log.put_released("dev", 4, Some(&at(41)))
+            .await
+            .expect("put");
+        log.put_released("dev", 3, None).await.expect("complete");
+        log.put_released("gone", 1, Some(&at(7)))
+            .await
+            .expect("put");
+        log.put_session("gone", Some(&StoredSession::default()))
+            .await
+            .expect("session");
+        log.put_session("gone", None).await.expect("delete");
+
+        let loaded = StateLog::new(store)
+            .expect("reopen")
+            .load()
+            .await
+            .expect("load");
+        let dev = loaded.sessions.get("dev").expect("dev");
+        assert_eq!(dev.released, BTreeMap::from([(4, at(41))]));
+        assert_eq!(
+            dev.pending_qos2,
+            HashSet::from([12]),
+            "qos2/ sorts before session/"
+        );
+        assert_eq!(at(41).source(), (("mqtt".to_owned(), 1), 41));
+        assert!(!loaded.sessions.contains_key("gone"));
+    }
+}
