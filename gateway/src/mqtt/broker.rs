@@ -252,6 +252,13 @@ impl<S: Store> Broker<S> {
                     .put_released(&session.client_id, *pkid, None)
                     .await?;
             }
+            // Incoming QoS 2 ids awaiting PUBREL die with the session (else they would stay
+            // live keys of `__mqtt_state` for ever).
+            for pkid in &session.pending_qos2 {
+                self.state
+                    .put_qos2(&session.client_id, *pkid, false)
+                    .await?;
+            }
             self.state.put_session(&session.client_id, None).await?;
             self.store
                 .remove_cursors(&cursor_name(&session.client_id))

@@ -156,3 +156,39 @@ async fn connections_beyond_the_limit_get_server_busy() {
     );
     assert!(second.closed(WAIT).await);
 }
+
+#[tokio::test]
+async fn a_forgotten_session_takes_its_incoming_qos2_ids_along() {
+    use super::super::codec::tests::client_publish;
+    use super::super::state::STATE_TOPIC;
+    use super::super::store::Store;
+    let store = MemoryStore::new(1);
+    let h = Harness::new(store.clone()).await;
+    let (mut c, _) = connect_v5(&h, "q2", true, 60, None).await;
+    c.send(&client_publish(
+        Version::V5,
+        "a/b",
+        b"x",
+        QoS::ExactlyOnce,
+        7,
+    ))
+    .await;
+    assert_eq!(c.frame().await[0], 0x50, "PUBREC");
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Clean start ends the stored session, PUBREL never came.
+    let (_c, present) = connect_v5(&h, "q2", true, 0, None).await;
+    assert!(!present);
+    let (start, end) = store.offsets(STATE_TOPIC, 0).expect("offsets");
+    let records = store.read(STATE_TOPIC, 0, start, usize::MAX).expect("read");
+    assert_eq!(records.len() as u64, end - start);
+    let latest = records
+        .iter()
+        .rev()
+        .find(|r| r.record.key.as_deref() == Some(b"qos2/q2/7".as_slice()))
+        .expect("the QoS 2 id was recorded");
+    assert!(
+        latest.record.value.is_empty(),
+        "and deleted with the session"
+    );
+}
