@@ -9,10 +9,12 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::bandwidth::Bandwidth;
 use super::config::UpstreamConfig;
-use super::edge::EdgeLog;
+use super::edge::{EdgeLog, EdgeRecord};
 use super::kafka::{KafkaUpstream, UpstreamPartition};
 use super::{Provenance, UpstreamError, upstream_topic};
 use crate::shutdown::Shutdown;
@@ -43,6 +45,7 @@ pub async fn run<L: EdgeLog>(
         return Ok(());
     };
     let kafka = Arc::new(kafka);
+    let bandwidth = Arc::new(Bandwidth::new(config.bandwidth.0));
     let mut running = HashSet::new();
     let mut tasks = JoinSet::new();
     loop {
@@ -55,6 +58,7 @@ pub async fn run<L: EdgeLog>(
                     let forwarder = PartitionForwarder {
                         config: config.clone(),
                         kafka: Arc::clone(&kafka),
+                        bandwidth: Arc::clone(&bandwidth),
                         log: log.clone(),
                         upstream_topic: upstream_topic(&config.topic_prefix, &gateway, &topic),
                         partitions,
@@ -97,6 +101,8 @@ async fn connect(config: &UpstreamConfig, shutdown: &mut Shutdown) -> Option<Kaf
 struct PartitionForwarder<L> {
     config: UpstreamConfig,
     kafka: Arc<KafkaUpstream>,
+    /// The upstream's `bandwidth` cap, shared by all of its partition forwarders.
+    bandwidth: Arc<Bandwidth>,
     log: L,
     upstream_topic: String,
     partitions: u32,
@@ -159,12 +165,10 @@ impl<L: EdgeLog> PartitionForwarder<L> {
             .log
             .subscribe(topic, partition)
             .map_err(|e| edge_error("subscribe", e))?;
-        let max_bytes = usize::try_from(self.config.max_batch_bytes.0).unwrap_or(usize::MAX);
+        let max_bytes = self.bandwidth.batch_limit(self.config.max_batch_bytes.0);
+        let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
         loop {
-            let batch = self
-                .log
-                .read(topic, partition, next, max_bytes)
-                .map_err(|e| edge_error("read", e))?;
+            let batch = self.next_batch(next, max_bytes, &durable_end).await?;
             let Some(last) = batch.last().map(|r| r.offset) else {
                 if durable_end.changed().await.is_err() {
                     return Ok(());
@@ -177,6 +181,7 @@ impl<L: EdgeLog> PartitionForwarder<L> {
                     &self.source,
                     self.config.compression,
                     self.config.value_format,
+                    &self.bandwidth,
                 )
                 .await?;
             next = last + 1;
@@ -192,6 +197,32 @@ impl<L: EdgeLog> PartitionForwarder<L> {
                 s.last_error = None;
             });
         }
+    }
+
+    /// The records from `next` on, up to `max_bytes`. A batch that is not full and reaches the
+    /// durable end (caught up) waits `linger` once for more records and is read again.
+    async fn next_batch(
+        &self,
+        next: u64,
+        max_bytes: usize,
+        durable_end: &watch::Receiver<u64>,
+    ) -> Result<Vec<EdgeRecord>, UpstreamError> {
+        let (topic, partition) = (&self.source.topic, self.source.partition);
+        let read = || {
+            self.log
+                .read(topic, partition, next, max_bytes)
+                .map_err(|e| edge_error("read", e))
+        };
+        let batch = read()?;
+        let bytes: usize = batch.iter().map(EdgeRecord::size).sum();
+        let caught_up = batch
+            .last()
+            .is_some_and(|r| r.offset + 1 >= *durable_end.borrow());
+        if !caught_up || bytes >= max_bytes || self.config.linger.0.is_zero() {
+            return Ok(batch);
+        }
+        tokio::time::sleep(self.config.linger.0).await;
+        read()
     }
 
     /// Where to resume: after the last record the follower holds, clamped to the edge log.

@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+mod bandwidth;
 mod config;
 mod edge;
 mod forwarder;
