@@ -165,8 +165,8 @@ impl<L: EdgeLog> PartitionForwarder<L> {
             .log
             .subscribe(topic, partition)
             .map_err(|e| edge_error("subscribe", e))?;
-        let max_bytes = self.bandwidth.batch_limit(self.config.max_batch_bytes.0);
-        let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        let batch_limit = self.bandwidth.batch_limit(self.config.max_batch_bytes.0);
+        let max_bytes = usize::try_from(batch_limit).unwrap_or(usize::MAX);
         loop {
             let batch = self.next_batch(next, max_bytes, &durable_end).await?;
             let Some(last) = batch.last().map(|r| r.offset) else {
@@ -179,9 +179,9 @@ impl<L: EdgeLog> PartitionForwarder<L> {
                 .produce(
                     &batch,
                     &self.source,
-                    self.config.compression,
-                    self.config.value_format,
+                    (self.config.compression, self.config.value_format),
                     &self.bandwidth,
+                    batch_limit,
                 )
                 .await?;
             next = last + 1;

@@ -204,26 +204,28 @@ impl UpstreamPartition {
         }
     }
 
-    /// Produces `records` with acks=all as one batch, once `bandwidth` lets its bytes through.
+    /// Produces `records` with acks=all, in order, as batches of at most `max_bytes` (see
+    /// [`produced_bytes`]), each once `bandwidth` lets its bytes through. An error ends the
+    /// call; the batches before it are stored, and the caller's catch-up finds out where.
     pub async fn produce(
         &self,
         records: &[EdgeRecord],
         source: &Provenance,
-        codec: Codec,
-        format: ValueFormat,
+        (codec, format): (Codec, ValueFormat),
         bandwidth: &Bandwidth,
+        max_bytes: u64,
     ) -> Result<(), UpstreamError> {
         let batch: Vec<Record> = records
             .iter()
             .map(|r| upstream_record(r, source, format))
             .collect();
-        bandwidth
-            .acquire(batch.iter().map(record_bytes).sum())
-            .await;
-        self.client
-            .produce(batch, compression(codec))
-            .await
-            .map_err(|e| self.error("produce", e))?;
+        for (batch, bytes) in split(batch, max_bytes) {
+            bandwidth.acquire(bytes).await;
+            self.client
+                .produce(batch, compression(codec))
+                .await
+                .map_err(|e| self.error("produce", e))?;
+        }
         Ok(())
     }
 
@@ -296,13 +298,36 @@ pub fn upstream_record(record: &EdgeRecord, source: &Provenance, format: ValueFo
     }
 }
 
-/// The bytes a record puts on the wire before compression: key, value and headers.
-pub fn record_bytes(record: &Record) -> u64 {
+/// Bytes Kafka's record format adds to each record beside key, value and header bytes (length,
+/// attributes, timestamp and offset deltas, lengths: varints, about 4 + 2 per header).
+const RECORD_FRAMING: usize = 14;
+
+/// The bytes a record puts into a produce request before compression: key, value, headers
+/// and [`RECORD_FRAMING`].
+pub fn produced_bytes(record: &Record) -> u64 {
     let headers: usize = record.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
     let bytes = record.key.as_ref().map_or(0, Vec::len)
         + record.value.as_ref().map_or(0, Vec::len)
-        + headers;
+        + headers
+        + RECORD_FRAMING;
     bytes as u64
+}
+
+/// `records` in order, cut into batches of at most `max_bytes` (at least one record each),
+/// each with its byte count.
+fn split(records: Vec<Record>, max_bytes: u64) -> Vec<(Vec<Record>, u64)> {
+    let mut batches: Vec<(Vec<Record>, u64)> = Vec::new();
+    for record in records {
+        let bytes = produced_bytes(&record);
+        match batches.last_mut() {
+            Some((batch, total)) if *total + bytes <= max_bytes => {
+                batch.push(record);
+                *total += bytes;
+            }
+            _ => batches.push((vec![record], bytes)),
+        }
+    }
+    batches
 }
 
 fn compression(codec: Codec) -> Compression {

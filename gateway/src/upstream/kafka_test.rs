@@ -96,7 +96,7 @@ fn readings_can_be_forwarded_as_json_and_undecodable_values_stay_raw() {
 }
 
 #[test]
-fn record_bytes_count_key_value_and_every_header() {
+fn produced_bytes_count_key_value_every_header_and_framing() {
     let edge = EdgeRecord {
         offset: 7,
         timestamp_ms: 0,
@@ -112,5 +112,36 @@ fn record_bytes_count_key_value_and_every_header() {
     let record = upstream_record(&edge, &source, ValueFormat::Raw);
     // tern-gateway gw, tern-topic t, tern-partition 0, tern-offset 7.
     let headers = (12 + 2) + (10 + 1) + (14 + 1) + (11 + 1);
-    assert_eq!(record_bytes(&record), 3 + 100 + headers);
+    assert_eq!(produced_bytes(&record), 3 + 100 + headers + 14);
+}
+
+#[test]
+fn batches_are_split_in_order_under_the_byte_limit() {
+    let record = |len: usize| Record {
+        key: None,
+        value: Some(vec![b'x'; len]),
+        headers: BTreeMap::new(),
+        timestamp: DateTime::<Utc>::default(),
+    };
+    // 86 + 14 = 100 bytes each; a limit of 250 holds two; a record above it travels alone.
+    let records = vec![record(86), record(86), record(86), record(486), record(86)];
+    let sizes: Vec<(Vec<usize>, u64)> = split(records, 250)
+        .into_iter()
+        .map(|(batch, bytes)| {
+            let lens = batch
+                .iter()
+                .map(|r| r.value.as_ref().map_or(0, Vec::len))
+                .collect();
+            (lens, bytes)
+        })
+        .collect();
+    assert_eq!(
+        sizes,
+        [
+            (vec![86, 86], 200),
+            (vec![86], 100),
+            (vec![486], 500),
+            (vec![86], 100)
+        ]
+    );
 }
