@@ -13,6 +13,7 @@ mod forwarder;
 mod kafka;
 mod metrics;
 
+pub use bandwidth::BURST as BANDWIDTH_BURST;
 pub use config::{
     Codec, Mode, SaslMechanism, SaslSettings, TlsSettings, UpstreamConfig, ValueFormat,
 };
