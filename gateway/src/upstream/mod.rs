@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 mod bandwidth;
+pub mod bench;
 mod config;
 mod edge;
 mod forwarder;

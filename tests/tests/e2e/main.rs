@@ -10,4 +10,5 @@ mod mqtt_bench;
 mod mqtt_durability;
 mod readings;
 mod upstream;
+mod upstream_bench;
 mod upstream_faults;
