@@ -28,13 +28,15 @@ pub struct UpstreamConfig {
     /// decoded through the shared schema and sent as JSON (`reading-json`). A value that does not
     /// decode is forwarded raw with a `tern-decode-error` header; nothing is dropped.
     pub value_format: ValueFormat,
-    /// Uncompressed bytes per produce request (at least one record is always sent).
+    /// Bytes per produce request before compression: key, value, every header (tern's too) and
+    /// record framing (at least one record is always sent). Keep it below the topic's
+    /// `max.message.bytes`.
     pub max_batch_bytes: ByteSize,
     /// How long a forwarder that has caught up with the edge log waits for more records before
     /// it produces a batch that is not full (Kafka's `linger.ms`). Backlogs never wait.
     pub linger: HumanDuration,
-    /// Cap on the bytes produced per second across all partitions of this upstream (key, value
-    /// and headers of the records before compression); `0` = unlimited.
+    /// Cap on the bytes produced per second across all partitions of this upstream, counted
+    /// like `max_batch_bytes` (before compression); `0` = unlimited.
     pub bandwidth: ByteSize,
     /// Replication factor of upstream topics tern creates.
     pub replication_factor: u16,

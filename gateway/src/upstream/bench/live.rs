@@ -1,5 +1,5 @@
-//! The live phase: a `tern serve` child forwarding to the cluster through the counting proxy,
-//! fed by the MQTT bench's load generator (QoS 1, durable acks). The ingest rate is the bench's
+//! The live phase: a `tern serve` child forwarding straight to the cluster (its MQTT payloads
+//! are constant bytes, so bytes on the wire are left to the backlog phase), fed by the MQTT bench's load generator (QoS 1, durable acks). The ingest rate is the bench's
 //! anchor; the forwarding rate counts from the first publish until the upstream partition holds
 //! the last record, so it includes the forwarder's lag behind the stream. A short warm-up first
 //! lets the forwarder find the edge topic and create the upstream one.
@@ -8,7 +8,6 @@
 
 use std::time::{Duration, Instant};
 
-use super::proxy::CountingProxy;
 use super::{BenchError, TOPIC_PREFIX, UpstreamBenchOptions, wait_for_end};
 use crate::mqtt::bench::load::{self, Load};
 use crate::mqtt::bench::servers::Server;
@@ -43,14 +42,8 @@ pub fn measure(
     kafka: &KafkaUpstream,
     run_id: &str,
 ) -> Result<Vec<LiveRun>, BenchError> {
-    let target = options
-        .kafka
-        .first()
-        .map(String::as_str)
-        .unwrap_or_default();
-    let proxy = runtime.block_on(CountingProxy::start(target))?;
     let gateway = format!("{run_id}-live");
-    let server = Server::tern_with(&upstream_section(&proxy, &gateway))?;
+    let server = Server::tern_with(&upstream_section(&options.kafka, &gateway))?;
     let topic = upstream_topic(TOPIC_PREFIX, &gateway, "mqtt");
     runtime.block_on(async {
         let warm_up = load(options, 1, WARM_UP);
@@ -79,12 +72,13 @@ pub fn measure(
     })
 }
 
-/// The `[[upstream]]` table of the child: default settings, through the proxy, bench names.
-fn upstream_section(proxy: &CountingProxy, gateway: &str) -> String {
+/// The `[[upstream]]` table of the child: default settings, the bench's names.
+fn upstream_section(bootstrap: &[String], gateway: &str) -> String {
+    let quoted: Vec<String> = bootstrap.iter().map(|b| format!("{b:?}")).collect();
     format!(
-        "[[upstream]]\nbootstrap = [\"{}\"]\ngateway_id = \"{gateway}\"\n\
+        "[[upstream]]\nbootstrap = [{}]\ngateway_id = \"{gateway}\"\n\
          topic_prefix = \"{TOPIC_PREFIX}\"\n",
-        proxy.bootstrap()
+        quoted.join(", ")
     )
 }
 
@@ -115,24 +109,19 @@ mod tests {
     }
 
     #[test]
-    fn the_child_forwards_through_the_proxy_under_the_bench_prefix() -> Result<(), BenchError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|source| BenchError::Io {
-                what: "runtime",
-                source,
-            })?;
-        let proxy = runtime.block_on(CountingProxy::start("127.0.0.1:1"))?;
-        let text = format!("data_dir = \"d\"\n{}", upstream_section(&proxy, "r1-live"));
+    fn the_child_forwards_with_defaults_under_the_bench_prefix() {
+        let bootstrap = ["127.0.0.1:1".to_owned(), "127.0.0.1:2".to_owned()];
+        let text = format!(
+            "data_dir = \"d\"\n{}",
+            upstream_section(&bootstrap, "r1-live")
+        );
         let config: crate::config::Config = toml::from_str(&text).expect("valid config");
         let upstream = config.upstream.first().expect("one upstream");
-        assert_eq!(upstream.bootstrap, [proxy.bootstrap().to_string()]);
+        assert_eq!(upstream.bootstrap, bootstrap);
         assert_eq!(upstream.topic_prefix, TOPIC_PREFIX);
         assert_eq!(
             upstream.compression,
             crate::upstream::UpstreamConfig::default().compression
         );
-        Ok(())
     }
 }

@@ -3,7 +3,7 @@
 //! generator, QoS 1) — and, while that stream runs, the steady forwarding rate of the child's
 //! forwarder; then, for each compression codec, the drain of a backlog built directly through
 //! the log API, by the forwarder running in this process. Bytes on the wire are counted by a
-//! proxy between the forwarder and Kafka (`proxy.rs`). It owns the options, the error type and the
+//! proxy between that forwarder and Kafka (`proxy.rs`). It owns the options, the error type and the
 //! order of measurements; the phases are `live.rs` and `backlog.rs`, the figures `report.rs`.
 //!
 //! It never starts or stops Kafka, never asserts a target (it prints whether each is met), and
@@ -67,6 +67,11 @@ impl UpstreamBenchOptions {
                 !(16..=64 * 1024).contains(&self.size),
                 "--size",
                 "must be between 16 and 65536",
+            ),
+            (
+                self.records.saturating_mul(self.size as u64 + 64) >= 1 << 30,
+                "--records",
+                "x (--size + 64 bytes) must stay below the log's default 1GiB retention",
             ),
         ];
         match checks.iter().find(|(bad, ..)| *bad) {
@@ -260,6 +265,12 @@ mod tests {
             ..options()
         };
         assert!(bad.validate().is_err());
+        let too_big = UpstreamBenchOptions {
+            size: 2048,
+            ..options()
+        };
+        let err = too_big.validate().map_err(|e| e.to_string());
+        assert!(err.is_err_and(|e| e.starts_with("--records")));
     }
 
     #[test]
