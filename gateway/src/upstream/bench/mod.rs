@@ -133,7 +133,8 @@ pub enum BenchError {
 /// Runs the bench described by `options` and returns every figure.
 pub fn run(options: &UpstreamBenchOptions) -> Result<Report, BenchError> {
     options.validate()?;
-    crate::logging::init(&crate::config::LoggingConfig::default());
+    // The forwarder's warnings, but not rskafka's errors while the bench waits for new topics.
+    crate::logging::init_with("warn,rskafka=off");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
