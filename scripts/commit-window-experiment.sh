@@ -6,17 +6,7 @@
 # appends, as sensors publish) on a loop-mounted ext4 image and prints device bytes per payload
 # byte (the loop device's sectors-written counter), fdatasyncs per second and ack latency.
 set -euo pipefail
-TERN=${1:-target/debug/tern}
-TERN=$(readlink -f "$TERN")
-WORK=$(mktemp -d)
-trap 'umount "$WORK/mnt" 2>/dev/null || true; [ -n "${LOOP:-}" ] && losetup -d "$LOOP"; rm -rf "$WORK"' EXIT
-truncate -s 1G "$WORK/img"
-mkfs.ext4 -q -F "$WORK/img"
-LOOP=$(losetup -f --show "$WORK/img")
-DEV=$(basename "$LOOP")
-mkdir "$WORK/mnt"
-mount -o noatime "$LOOP" "$WORK/mnt"
-sectors() { awk '{print $7}' "/sys/block/$DEV/stat"; }
+source "$(dirname "$0")/loopfs.sh"
 printf "%-6s %-6s %-8s %-7s %-9s %-9s %-9s\n" bytes rate window WA fsync/s p50_ms p99_ms
 for spec in "100 2000" "1024 500"; do
   set -- $spec

@@ -7,16 +7,7 @@
 # read from the loop device's sectors-written counter between second 20 and second 30 of the
 # run, when the partition is in that steady state, and divided by the payload of those 10 s.
 set -euo pipefail
-TERN=$(readlink -f "${1:-target/debug/tern}")
-WORK=$(mktemp -d)
-trap 'umount "$WORK/mnt" 2>/dev/null || true; [ -n "${LOOP:-}" ] && losetup -d "$LOOP"; rm -rf "$WORK"' EXIT
-truncate -s 1G "$WORK/img"
-mkfs.ext4 -q -F "$WORK/img"
-LOOP=$(losetup -f --show "$WORK/img")
-DEV=$(basename "$LOOP")
-mkdir "$WORK/mnt"
-mount -o noatime "$LOOP" "$WORK/mnt"
-sectors() { awk '{print $7}' "/sys/block/$DEV/stat"; }
+source "$(dirname "$0")/loopfs.sh"
 printf "%-6s %-6s %-8s %-7s %-9s %-9s %-9s\n" bytes rate window WA fsync/s recycled p50_ms
 for spec in "100 2000" "1024 500"; do
   set -- $spec

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use crate::kafka::{KafkaCluster, java};
 
 /// JVM flags for short-lived tools: quick start, small heap.
-const TOOL_JVM: &[&str] = &["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"];
+pub(crate) const TOOL_JVM: &[&str] = &["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"];
 
 /// One partition as `kafka-topics --describe` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]

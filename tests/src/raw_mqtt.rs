@@ -220,6 +220,16 @@ impl RawClient {
         }
     }
 
+    /// Waits for the next PUBLISH, skipping other packets, without acknowledging it.
+    pub fn next_publish_unacked(&mut self) -> anyhow::Result<Received> {
+        loop {
+            let (first, body) = self.read_packet()?;
+            if first >> 4 == 3 {
+                return self.parse_publish(first, &body);
+            }
+        }
+    }
+
     fn parse_publish(&self, first: u8, body: &[u8]) -> anyhow::Result<Received> {
         let qos = (first >> 1) & 0b11;
         let short = || anyhow::anyhow!("PUBLISH too short");

@@ -364,6 +364,9 @@ impl SqliteFigures {
 /// One tern append workload.
 #[derive(Debug, Clone, Serialize)]
 pub struct AppendFigures {
+    /// The row's name, `{kind}-{record_size}` with kind `closed-loop`, `main` or `batched`
+    /// (see `AppendFigures::kind`); readers find rows by it, never by position.
+    pub workload: String,
     pub record_size: usize,
     /// Records per append call (1 for the workloads the targets apply to).
     pub batch: usize,
@@ -391,6 +394,7 @@ impl AppendFigures {
     pub fn new(spec: &AppendSpec, run: &AppendRun, raw_mb_per_s: f64) -> Self {
         let fdatasyncs = run.fdatasyncs.unwrap_or(0);
         Self {
+            workload: format!("{}-{}", workload_kind(spec), spec.record_size),
             record_size: spec.record_size,
             batch: spec.batch,
             inflight: spec.inflight,
@@ -421,6 +425,15 @@ impl AppendFigures {
     /// One record per append and one append in flight per appender (what SQLite runs too).
     pub fn is_closed_loop(&self) -> bool {
         self.batch == 1 && self.inflight == 1
+    }
+}
+
+/// The kind part of a row's `workload` name.
+fn workload_kind(spec: &AppendSpec) -> &'static str {
+    match (spec.batch, spec.inflight) {
+        (1, 1) => "closed-loop",
+        (1, _) => "main",
+        _ => "batched",
     }
 }
 

@@ -1,6 +1,7 @@
 //! The state every MQTT connection shares: the store, limits, routing table, retained
-//! messages, the session registry (client-id takeover and expiry) and the metrics. Built once at
-//! startup from the state log. Holds no socket; connections borrow from it.
+//! messages, the session registry (client-id takeover and expiry), the shared subscription
+//! groups and the metrics. Built once at startup from the state log. Holds no socket;
+//! connections borrow from it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +17,7 @@ use super::metrics::MqttMetrics;
 use super::retained::Retained;
 use super::router::Router;
 use super::session::{NEVER_EXPIRES, PartitionId, Session};
+use super::shared::SharedGroups;
 use super::state::StateLog;
 use super::store::{Store, StoreError};
 use super::topic::TopicLimits;
@@ -80,6 +82,8 @@ pub struct Broker<S> {
     pub state: Arc<StateLog<S>>,
     pub retained: Retained<S>,
     pub auth: Auth,
+    /// Shared subscription groups (`$share/…`).
+    pub shared: SharedGroups<S>,
     partitions: HashMap<String, u32>,
     sessions: Mutex<HashMap<String, Arc<SessionEntry>>>,
     next_connection: AtomicU64,
@@ -109,6 +113,12 @@ impl<S: Store> Broker<S> {
             records = loaded.records,
             "MQTT state loaded"
         );
+        let shared = SharedGroups::new(store.clone(), config.shared_strategy);
+        let held = loaded.sessions.iter().flat_map(|(id, stored)| {
+            let filters = stored.subscriptions.iter().map(|s| s.filter.clone());
+            filters.map(move |filter| (id.clone(), filter))
+        });
+        shared.restore(held).await.map_err(MqttError::Store)?;
         let sessions = loaded
             .sessions
             .into_iter()
@@ -123,6 +133,7 @@ impl<S: Store> Broker<S> {
             limits: config.topic_limits(),
             retained: Retained::new(state.clone(), loaded.retained),
             auth,
+            shared,
             store,
             config,
             router,
@@ -240,6 +251,14 @@ impl<S: Store> Broker<S> {
                 .remove_cursors(&cursor_name(&session.client_id))
                 .await?;
         }
+        let filters: Vec<String> = session
+            .subscriptions
+            .iter()
+            .map(|s| s.filter.clone())
+            .collect();
+        self.shared
+            .release_all(&filters, &session.client_id)
+            .await?;
         session.clear();
         Ok(())
     }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{ByteSize, ConfigError, HumanDuration};
 
 use super::auth::config::{AclConfig, AuthConfig};
+use super::shared::SharedStrategy;
 use super::tls::TlsConfig;
 use super::topic::{self, TopicLimits};
 
@@ -43,6 +44,9 @@ pub struct MqttConfig {
     pub max_session_expiry: HumanDuration,
     /// Log topic for publishes that no `[[route]]` matches.
     pub default_log_topic: String,
+    /// How a shared subscription (`$share/{group}/{filter}`) picks the member for a record:
+    /// "round-robin" or "key-sticky" (by record key).
+    pub shared_strategy: SharedStrategy,
     /// `[mqtt.auth]`: password file and anonymous access.
     pub auth: AuthConfig,
     /// `[[mqtt.acl]]`: topic access rules; none = everything allowed.
@@ -69,6 +73,7 @@ impl Default for MqttConfig {
             connect_timeout: HumanDuration(std::time::Duration::from_secs(10)),
             max_session_expiry: HumanDuration(std::time::Duration::from_secs(7 * 24 * 3600)),
             default_log_topic: "mqtt".to_owned(),
+            shared_strategy: SharedStrategy::RoundRobin,
             auth: AuthConfig::default(),
             acl: Vec::new(),
             tls: None,

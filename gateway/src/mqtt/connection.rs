@@ -21,6 +21,7 @@ use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoi
 use super::ingest::{self, Outcome, Pending, Reply};
 use super::metrics::MqttMetrics;
 use super::session::{PartitionId, Session};
+use super::shared::{Delivery, Memberships};
 use super::store::{Store, StoreError, StoredRecord};
 use super::will::Will;
 use crate::shutdown::Shutdown;
@@ -34,12 +35,15 @@ mod delivery;
 mod handshake;
 mod packets;
 mod rate;
+mod share;
 #[cfg(test)]
 mod test;
 #[cfg(test)]
 mod test_auth;
 #[cfg(test)]
 mod test_sessions;
+#[cfg(test)]
+mod test_share;
 
 /// Why a connection ended.
 #[derive(Debug, thiserror::Error)]
@@ -165,6 +169,8 @@ pub struct Connection<S: Store, W> {
     pending: Vec<Pending>,
     appending: Option<JoinHandle<(Vec<Pending>, Vec<Outcome>)>>,
     rate: RateLimit,
+    /// The shared groups this connection is a member of.
+    groups: Memberships,
 }
 
 impl<S: Store, W> std::fmt::Debug for Connection<S, W> {
@@ -180,6 +186,7 @@ enum Event {
     Read(std::io::Result<usize>),
     Stored(Result<(Vec<Pending>, Vec<Outcome>), tokio::task::JoinError>),
     Wake,
+    Shared(String, Delivery),
     Kicked,
     KeepAliveExpired,
     Throttled,
@@ -196,6 +203,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
     ) -> Result<Flow, ConnError> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         self.resume().await?;
+        self.join_groups().await;
         loop {
             self.flush().await?;
             let throttled = self.rate.resume_at();
@@ -210,6 +218,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 read = reader.read_buf(&mut inbuf), if can_read => Event::Read(read),
                 stored = join(&mut self.appending) => Event::Stored(stored),
                 () = self.wake.notified() => Event::Wake,
+                (filter, delivery) = self.groups.recv(), if !self.window_full() => {
+                    Event::Shared(filter, delivery)
+                }
                 () = self.kick.notified() => Event::Kicked,
                 () = sleep_until(deadline) => Event::KeepAliveExpired,
                 () = sleep_until(throttled) => Event::Throttled,
@@ -227,6 +238,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 }
                 Event::Stored(done) => self.stored(done)?,
                 Event::Wake => self.pump()?,
+                Event::Shared(filter, delivery) => self.deliver_shared(filter, delivery).await?,
                 Event::Kicked => {
                     self.disconnect(DisconnectReason::SessionTakenOver).await;
                     return Ok(Flow::Disconnect { will: true });
@@ -403,6 +415,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             tracing::debug!(client_id = %self.client_id, %err, "unsettled publishes at close");
         }
         self.watchers.abort_all();
+        self.leave_groups().await;
         if let Err(err) = self.commit_cursors().await {
             tracing::warn!(client_id = %self.client_id, %err, "cannot save session cursors");
         }

@@ -98,6 +98,12 @@ impl Store for LogStore {
         Ok(self.cursors.commit(name, topic, partition, offset).await?)
     }
 
+    fn cursor_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.cursors.list().into_iter().map(|c| c.0).collect();
+        names.dedup();
+        names
+    }
+
     async fn remove_cursors(&self, name: &str) -> Result<(), StoreError> {
         Ok(self.cursors.remove(name).await?)
     }

@@ -158,6 +158,12 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    fn cursor_names(&self) -> Vec<String> {
+        let names: std::collections::BTreeSet<String> =
+            self.lock().cursors.keys().map(|k| k.0.clone()).collect();
+        names.into_iter().collect()
+    }
+
     async fn remove_cursors(&self, name: &str) -> Result<(), StoreError> {
         self.lock().cursors.retain(|(n, _, _), _| n != name);
         Ok(())

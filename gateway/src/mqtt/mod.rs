@@ -19,6 +19,7 @@ mod metrics;
 pub mod retained;
 pub mod router;
 mod session;
+pub mod shared;
 pub mod state;
 pub mod store;
 pub mod tls;

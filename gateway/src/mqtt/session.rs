@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::codec::{OutPublish, QoS};
+use super::shared::is_shared;
 use super::state::{StoredSession, StoredSubscription, qos_from_u8};
 use super::topic;
 
@@ -170,12 +171,14 @@ impl Session {
     }
 
     /// How a message on `topic_name` reaches this session; `own` marks the session's own
-    /// publishes (skipped by No Local subscriptions). `None` if no subscription matches.
+    /// publishes (skipped by No Local subscriptions). Shared subscriptions never match here:
+    /// their groups hand records over. `None` if no subscription matches.
     pub fn matching(&self, topic_name: &str, own: bool) -> Option<Matched> {
         let mut matched: Option<Matched> = None;
         let subscriptions = self
             .subscriptions
             .iter()
+            .filter(|s| !is_shared(&s.filter))
             .filter(|s| !(own && s.no_local) && topic::matches(&s.filter, topic_name));
         for s in subscriptions {
             let m = matched.get_or_insert(Matched {

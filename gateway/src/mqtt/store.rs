@@ -86,6 +86,8 @@ pub trait Store: Clone + Send + Sync + 'static {
         partition: u32,
         offset: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The names of every stored cursor, each once.
+    fn cursor_names(&self) -> Vec<String>;
     /// Durably removes every cursor of `name`.
     fn remove_cursors(&self, name: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

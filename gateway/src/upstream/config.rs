@@ -21,8 +21,16 @@ pub struct UpstreamConfig {
     /// Edge topics to forward; empty forwards every topic. Internal topics (names starting with
     /// `__`, such as the MQTT session state) are never forwarded.
     pub topics: Vec<String>,
-    /// Only `mirror` (exactly once, one upstream topic per edge topic) is implemented.
+    /// `mirror`: exactly once, one upstream topic per gateway and edge topic. `shared`: at least
+    /// once, one upstream topic per edge topic for every gateway, progress in a consumer group.
     pub mode: Mode,
+    /// Shared mode: what Kafka's murmur2 partitioner hashes to pick the upstream partition.
+    pub shared_key: SharedKey,
+    /// Shared mode: partitions of an upstream topic tern creates. Default: as many as the edge
+    /// topic (never fewer: the group offsets name the edge partition).
+    pub shared_partitions: Option<u32>,
+    /// Shared mode: the consumer group holding progress. Default: `{topic_prefix}{gateway_id}`.
+    pub group: Option<String>,
     pub compression: Codec,
     /// What the upstream record's value is: the edge value as it is (`raw`), or a sensor reading
     /// decoded through the shared schema and sent as JSON (`reading-json`). A value that does not
@@ -60,6 +68,9 @@ impl Default for UpstreamConfig {
             topic_prefix: "tern.".to_owned(),
             topics: Vec::new(),
             mode: Mode::Mirror,
+            shared_key: SharedKey::RecordKey,
+            shared_partitions: None,
+            group: None,
             compression: Codec::Lz4,
             value_format: ValueFormat::Raw,
             max_batch_bytes: ByteSize(512 * 1024),
@@ -80,6 +91,19 @@ impl Default for UpstreamConfig {
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     Mirror,
+    Shared,
+}
+
+/// `shared_key`: the bytes hashed to pick a record's upstream partition in shared mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SharedKey {
+    /// The record key (Kafka's default partitioner); keyless records use `edge-partition`.
+    RecordKey,
+    /// The gateway id: all of a gateway's records in one partition.
+    Gateway,
+    /// `{gateway_id}/{edge topic}/{edge partition}`: each edge partition stays in order.
+    EdgePartition,
 }
 
 /// `value_format`: how edge values are sent upstream.
@@ -182,11 +206,33 @@ impl UpstreamConfig {
         if let Some(id) = &self.gateway_id {
             check_topic_part(id).map_err(|m| ("upstream.gateway_id".to_owned(), m))?;
         }
+        self.validate_shared()?;
         check_topic_part(&self.topic_prefix).map_err(|m| ("upstream.topic_prefix".to_owned(), m))
     }
 }
 
 impl UpstreamConfig {
+    /// The shared-mode keys: a usable group name and partition count.
+    fn validate_shared(&self) -> Result<(), (String, String)> {
+        if self
+            .group
+            .as_ref()
+            .is_some_and(|g| g.is_empty() || g.len() > 249)
+        {
+            return Err(("upstream.group".into(), "must be 1 to 249 bytes".into()));
+        }
+        if self
+            .shared_partitions
+            .is_some_and(|n| n == 0 || i32::try_from(n).is_err())
+        {
+            return Err((
+                "upstream.shared_partitions".into(),
+                "must be 1..=2147483647".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether edge topic `topic` is forwarded.
     pub fn forwards(&self, topic: &str) -> bool {
         !topic.starts_with("__")
@@ -252,6 +298,24 @@ mod tests {
             ..config
         };
         assert_eq!(key(long), Err("upstream.linger".to_owned()));
+        Ok(())
+    }
+
+    #[test]
+    fn shared_mode_parses_and_names_bad_shared_keys() -> Result<(), toml::de::Error> {
+        let mut config: UpstreamConfig = toml::from_str(
+            "bootstrap = [\"k:9093\"]\nmode = \"shared\"\nshared_key = \"gateway\"\n\
+             group = \"plant-7\"\nshared_partitions = 12\n",
+        )?;
+        assert_eq!(config.mode, Mode::Shared);
+        assert_eq!(config.shared_key, SharedKey::Gateway);
+        assert_eq!(config.shared_partitions, Some(12));
+        assert_eq!(config.validate(), Ok(()));
+        config.shared_partitions = Some(0);
+        assert_eq!(
+            config.validate().map_err(|e| e.0),
+            Err("upstream.shared_partitions".to_owned())
+        );
         Ok(())
     }
 

@@ -4,7 +4,8 @@
 //! resume after it — and every error ends the session, so the next one asks again. That keeps
 //! forwarding exactly once across reconnects, gateway crashes and broker failover. Progress is
 //! also committed to the log's cursor store (it holds retention back). It never appends to the
-//! edge log and never talks to Kafka except through `kafka.rs`.
+//! edge log and never talks to Kafka except through `kafka.rs`. In shared mode `run` starts a
+//! `shared::SharedForwarder` per edge partition instead.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -12,10 +13,10 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::bandwidth::Bandwidth;
 use super::config::UpstreamConfig;
 use super::edge::{EdgeLog, EdgeRecord};
 use super::kafka::{KafkaUpstream, UpstreamPartition};
+use super::shared::SharedForwarder;
 use super::{Provenance, UpstreamError, upstream_topic};
 use crate::shutdown::Shutdown;
 
@@ -45,7 +46,7 @@ pub async fn run<L: EdgeLog>(
         return Ok(());
     };
     let kafka = Arc::new(kafka);
-    let bandwidth = Arc::new(Bandwidth::new(config.bandwidth.0));
+    let group = super::shared::group_client(&config, &gateway)?;
     let mut running = HashSet::new();
     let mut tasks = JoinSet::new();
     loop {
@@ -55,10 +56,21 @@ pub async fn run<L: EdgeLog>(
             }
             for partition in 0..partitions {
                 if running.insert((topic.clone(), partition)) {
+                    if let Some(group) = &group {
+                        let source = Provenance {
+                            gateway: gateway.clone(),
+                            topic: topic.clone(),
+                            partition,
+                        };
+                        let task = SharedForwarder::new(
+                            &config, &kafka, group, &log, partitions, source, &status,
+                        );
+                        tasks.spawn(task.run(shutdown.clone()));
+                        continue;
+                    }
                     let forwarder = PartitionForwarder {
                         config: config.clone(),
                         kafka: Arc::clone(&kafka),
-                        bandwidth: Arc::clone(&bandwidth),
                         log: log.clone(),
                         upstream_topic: upstream_topic(&config.topic_prefix, &gateway, &topic),
                         partitions,
@@ -101,8 +113,6 @@ async fn connect(config: &UpstreamConfig, shutdown: &mut Shutdown) -> Option<Kaf
 struct PartitionForwarder<L> {
     config: UpstreamConfig,
     kafka: Arc<KafkaUpstream>,
-    /// The upstream's `bandwidth` cap, shared by all of its partition forwarders.
-    bandwidth: Arc<Bandwidth>,
     log: L,
     upstream_topic: String,
     partitions: u32,
@@ -165,8 +175,7 @@ impl<L: EdgeLog> PartitionForwarder<L> {
             .log
             .subscribe(topic, partition)
             .map_err(|e| edge_error("subscribe", e))?;
-        let batch_limit = self.bandwidth.batch_limit(self.config.max_batch_bytes.0);
-        let max_bytes = usize::try_from(batch_limit).unwrap_or(usize::MAX);
+        let max_bytes = usize::try_from(self.kafka.batch_limit()).unwrap_or(usize::MAX);
         loop {
             let batch = self.next_batch(next, max_bytes, &durable_end).await?;
             let Some(last) = batch.last().map(|r| r.offset) else {
@@ -179,9 +188,8 @@ impl<L: EdgeLog> PartitionForwarder<L> {
                 .produce(
                     &batch,
                     &self.source,
-                    (self.config.compression, self.config.value_format),
-                    &self.bandwidth,
-                    batch_limit,
+                    self.config.compression,
+                    self.config.value_format,
                 )
                 .await?;
             next = last + 1;

@@ -37,6 +37,10 @@ pub const H_DECODE_ERROR: &str = "tern-decode-error";
 pub struct KafkaUpstream {
     client: Client,
     bootstrap: String,
+    /// The upstream's `bandwidth` cap, shared by every partition produced to through it.
+    bandwidth: Arc<Bandwidth>,
+    /// The most bytes one produce request carries ([`produced_bytes`]).
+    batch_limit: u64,
 }
 
 impl KafkaUpstream {
@@ -64,7 +68,19 @@ impl KafkaUpstream {
             bootstrap: bootstrap.clone(),
             message: e.to_string(),
         })?;
-        Ok(Self { client, bootstrap })
+        let bandwidth = Arc::new(Bandwidth::new(config.bandwidth.0));
+        Ok(Self {
+            client,
+            bootstrap,
+            batch_limit: bandwidth.batch_limit(config.max_batch_bytes.0),
+            bandwidth,
+        })
+    }
+
+    /// The most bytes one produce request carries: `max_batch_bytes`, or one second of the
+    /// bandwidth cap if that is less.
+    pub fn batch_limit(&self) -> u64 {
+        self.batch_limit
     }
 
     /// Creates `topic` with `partitions` partitions unless it exists. A cluster that refuses
@@ -108,6 +124,20 @@ impl KafkaUpstream {
         }
     }
 
+    /// How many partitions `topic` has upstream (0 when it does not exist).
+    pub async fn partition_count(&self, topic: &str) -> Result<u32, UpstreamError> {
+        let listed = self
+            .client
+            .list_topics()
+            .await
+            .map_err(|e| self.error("list topics", topic, e))?;
+        let count = listed
+            .iter()
+            .find(|t| t.name == topic)
+            .map_or(0, |t| t.partitions.len());
+        Ok(u32::try_from(count).unwrap_or(u32::MAX))
+    }
+
     /// A handle on `topic`/`partition` at its current leader.
     pub async fn partition(
         &self,
@@ -120,7 +150,11 @@ impl KafkaUpstream {
             .partition_client(topic, index, UnknownTopicHandling::Error)
             .await
             .map_err(|e| self.error("find partition leader", topic, e))?;
-        Ok(UpstreamPartition { client })
+        Ok(UpstreamPartition {
+            client,
+            bandwidth: Arc::clone(&self.bandwidth),
+            batch_limit: self.batch_limit,
+        })
     }
 
     fn error(&self, op: &'static str, topic: &str, err: ClientError) -> UpstreamError {
@@ -136,6 +170,8 @@ impl KafkaUpstream {
 #[derive(Debug)]
 pub struct UpstreamPartition {
     client: PartitionClient,
+    bandwidth: Arc<Bandwidth>,
+    batch_limit: u64,
 }
 
 impl UpstreamPartition {
@@ -204,23 +240,23 @@ impl UpstreamPartition {
         }
     }
 
-    /// Produces `records` with acks=all, in order, as batches of at most `max_bytes` (see
-    /// [`produced_bytes`]), each once `bandwidth` lets its bytes through. An error ends the
-    /// call; the batches before it are stored, and the caller's catch-up finds out where.
+    /// Produces `records` with acks=all, in order, as requests of at most the batch limit (see
+    /// [`KafkaUpstream::batch_limit`]), each once the bandwidth cap lets its bytes through. An
+    /// error ends the call; the requests before it are stored, and the caller's catch-up finds
+    /// out where.
     pub async fn produce(
         &self,
         records: &[EdgeRecord],
         source: &Provenance,
-        (codec, format): (Codec, ValueFormat),
-        bandwidth: &Bandwidth,
-        max_bytes: u64,
+        codec: Codec,
+        format: ValueFormat,
     ) -> Result<(), UpstreamError> {
         let batch: Vec<Record> = records
             .iter()
             .map(|r| upstream_record(r, source, format))
             .collect();
-        for (batch, bytes) in split(batch, max_bytes) {
-            bandwidth.acquire(bytes).await;
+        for (batch, bytes) in split(batch, self.batch_limit) {
+            self.bandwidth.acquire(bytes).await;
             self.client
                 .produce(batch, compression(codec))
                 .await
@@ -243,7 +279,7 @@ impl UpstreamPartition {
 }
 
 /// A rustls client configuration trusting the CAs in `settings.ca_file` (PEM).
-fn tls_config(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, UpstreamError> {
+pub fn tls_config(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, UpstreamError> {
     let path = &settings.ca_file;
     let tls_error = |message: String| UpstreamError::Tls {
         path: path.clone(),

@@ -1,8 +1,10 @@
-//! Forwarding the edge log upstream to the datacenter's Kafka, in mirror mode: every edge
+//! Forwarding the edge log upstream to the datacenter's Kafka. Mirror mode: every edge
 //! partition has a follower partition upstream that catches up exactly once, in order, after
-//! every outage (see `forwarder.rs` for the protocol). This module owns the `[[upstream]]`
-//! settings, the error type, upstream topic names and the per-partition metrics. Only `kafka.rs`
-//! imports the Kafka client; nothing here appends to the edge log or answers devices.
+//! every outage (see `forwarder.rs` for the protocol). Shared mode: many gateways write into one
+//! topic per edge topic, at least once, with progress in a consumer group (`shared/`, `group/`).
+//! This module owns the `[[upstream]]` settings, the error type, upstream topic names and the
+//! per-partition metrics. Only `kafka.rs` imports the Kafka client, and only `group/` speaks
+//! Kafka's group-offset requests itself; nothing here appends to the edge log or answers devices.
 
 use std::path::PathBuf;
 
@@ -11,17 +13,23 @@ pub mod bench;
 mod config;
 mod edge;
 mod forwarder;
+mod group;
 mod kafka;
 mod metrics;
+mod shared;
 
 pub use bandwidth::BURST as BANDWIDTH_BURST;
 pub use config::{
-    Codec, Mode, SaslMechanism, SaslSettings, TlsSettings, UpstreamConfig, ValueFormat,
+    Codec, Mode, SaslMechanism, SaslSettings, SharedKey, TlsSettings, UpstreamConfig, ValueFormat,
 };
 pub use edge::{EdgeLog, EdgeLogError, EdgeRecord};
 pub use forwarder::{PartitionStatus, StatusMap, run};
+pub use group::wire::Commit;
+pub use group::{GroupClient, GroupError};
 pub use kafka::{H_DECODE_ERROR, H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC};
 pub use metrics::UpstreamMetrics;
+pub use shared::partitioner::{murmur2, partition_for};
+pub use shared::{group_client, shared_topic};
 
 /// Why forwarding stopped or could not start.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +71,21 @@ pub enum UpstreamError {
     Edge {
         op: &'static str,
         source: EdgeLogError,
+    },
+    #[error(
+        "shared upstream topic {topic} has {upstream} partitions, fewer than the {edge} of the \
+         edge topic (the group offsets are named by edge partition); add partitions to it"
+    )]
+    TooFewPartitions {
+        topic: String,
+        upstream: u32,
+        edge: u32,
+    },
+    #[error("consumer group {group}: {op}: {source}")]
+    Group {
+        op: &'static str,
+        group: String,
+        source: GroupError,
     },
     #[error("upstream TLS: CA file {path}: {message}")]
     Tls { path: PathBuf, message: String },

@@ -4,36 +4,36 @@
 use serde_json::Value;
 use tern_tests::{TempDir, run_tern};
 
-/// Every figure, as a JSON pointer into the report.
+/// Every figure, as a JSON pointer into the report, append rows keyed by their `workload` name.
 const FIGURES: &[&str] = &[
     "/raw/mb_per_s",
-    "/append/0/records_per_s",
-    "/append/0/mb_per_s",
-    "/append/0/ratio_to_raw",
-    "/append/0/fdatasyncs_per_s",
-    "/append/0/payload_bytes_per_fsync",
-    "/append/0/latency_p50_us",
-    "/append/0/latency_p99_us",
-    "/append/0/write_amplification",
-    "/append/1/records_per_s",
-    "/append/1/mb_per_s",
-    "/append/1/ratio_to_raw",
-    "/append/1/write_amplification",
-    "/append/1/fdatasyncs_per_s",
-    "/append/1/latency_p99_us",
-    "/append/2/records_per_s",
-    "/append/2/ratio_to_raw",
-    "/append/2/write_amplification",
-    "/append/3/records_per_s",
-    "/append/3/mb_per_s",
-    "/append/3/ratio_to_raw",
-    "/append/3/write_amplification",
-    "/append/3/fdatasyncs_per_s",
-    "/append/3/payload_bytes_per_fsync",
-    "/append/3/latency_p50_us",
-    "/append/3/latency_p99_us",
-    "/append/4/records_per_s",
-    "/append/4/ratio_to_raw",
+    "/append/closed-loop-100/records_per_s",
+    "/append/closed-loop-100/mb_per_s",
+    "/append/closed-loop-100/ratio_to_raw",
+    "/append/closed-loop-100/fdatasyncs_per_s",
+    "/append/closed-loop-100/payload_bytes_per_fsync",
+    "/append/closed-loop-100/latency_p50_us",
+    "/append/closed-loop-100/latency_p99_us",
+    "/append/closed-loop-100/write_amplification",
+    "/append/main-100/records_per_s",
+    "/append/main-100/mb_per_s",
+    "/append/main-100/ratio_to_raw",
+    "/append/main-100/write_amplification",
+    "/append/main-100/fdatasyncs_per_s",
+    "/append/main-100/latency_p99_us",
+    "/append/closed-loop-1024/records_per_s",
+    "/append/closed-loop-1024/ratio_to_raw",
+    "/append/closed-loop-1024/write_amplification",
+    "/append/main-1024/records_per_s",
+    "/append/main-1024/mb_per_s",
+    "/append/main-1024/ratio_to_raw",
+    "/append/main-1024/write_amplification",
+    "/append/main-1024/fdatasyncs_per_s",
+    "/append/main-1024/payload_bytes_per_fsync",
+    "/append/main-1024/latency_p50_us",
+    "/append/main-1024/latency_p99_us",
+    "/append/batched-1024/records_per_s",
+    "/append/batched-1024/ratio_to_raw",
     "/read/random_p50_us",
     "/read/random_p99_us",
     "/read/sequential_mb_per_s",
@@ -65,36 +65,36 @@ fn quick_bench_prints_every_figure_as_json() -> anyhow::Result<()> {
         &dir_arg,
     ])?;
     assert!(status.success(), "{stderr}");
-    let report: Value = serde_json::from_str(&stdout)?;
+    let mut report: Value = serde_json::from_str(&stdout)?;
     assert_eq!(report["counter"], "process", "{stdout}");
-    // Per record size the closed-loop row (1 in flight), then the main workload (32 in flight);
-    // last the batched 1 KiB row.
-    let rows: Vec<(Value, Value, Value)> = (0..5)
-        .map(|i| {
-            let row = &report["append"][i];
-            (
-                row["record_size"].clone(),
-                row["batch"].clone(),
-                row["inflight"].clone(),
-            )
-        })
+    // Append rows are found by name (the report's order is not part of its format).
+    let append: serde_json::Map<String, Value> = report["append"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|row| Some((row["workload"].as_str()?.to_owned(), row.clone())))
         .collect();
-    let expected: Vec<(Value, Value, Value)> = [
-        (100, 1, 1),
-        (100, 1, 32),
-        (1024, 1, 1),
-        (1024, 1, 32),
-        (1024, 64, 1),
-    ]
-    .iter()
-    .map(|&(size, batch, inflight)| (size.into(), batch.into(), inflight.into()))
-    .collect();
-    assert_eq!(rows, expected, "{stdout}");
+    for (name, size, batch, inflight) in [
+        ("closed-loop-100", 100, 1, 1),
+        ("main-100", 100, 1, 32),
+        ("closed-loop-1024", 1024, 1, 1),
+        ("main-1024", 1024, 1, 32),
+        ("batched-1024", 1024, 64, 1),
+    ] {
+        let shape = append.get(name).map(|r| {
+            let field = |key: &str| r[key].as_u64();
+            (field("record_size"), field("batch"), field("inflight"))
+        });
+        let expected = (Some(size), Some(batch), Some(inflight));
+        assert_eq!(shape, Some(expected), "row {name} in {stdout}");
+    }
     let modes: Vec<Option<&str>> = (0..4)
         .map(|i| report["sqlite"][i]["synchronous"].as_str())
         .collect();
     let expected = ["NORMAL", "NORMAL", "FULL", "FULL"].map(Some);
     assert_eq!(modes, expected);
+    // From here on, `/append/{workload}/...` pointers name the rows.
+    report["append"] = Value::Object(append);
     for pointer in FIGURES {
         let value = report.pointer(pointer).and_then(Value::as_f64);
         assert!(

@@ -389,6 +389,65 @@ fn concurrent_appends_share_commits() {
 }
 
 #[test]
+fn a_large_commit_is_split_into_bounded_batches() {
+    use crate::log::batch::{self, SEGMENT_HEADER_LEN};
+    use crate::log::commit::BATCH_TARGET_LEN;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fs = FaultyFs::new(13);
+    let mut config = LogConfig::for_tests(8 << 20);
+    config.flush.max_delay = crate::config::HumanDuration(std::time::Duration::from_millis(200));
+    config.flush.max_bytes = ByteSize(4 << 20);
+    let value = vec![7u8; 4000];
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        let before = log.stats();
+        let tasks: Vec<_> = (0..64u64)
+            .map(|_| {
+                let (log, value) = (log.clone(), value.clone());
+                tokio::spawn(async move {
+                    let records = (0..4)
+                        .map(|_| Record {
+                            timestamp_ms: 0,
+                            key: None,
+                            value: value.clone(),
+                            headers: Vec::new(),
+                        })
+                        .collect();
+                    log.append("t", 0, records).await
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task").expect("append");
+        }
+        let commits = log.stats().commits - before.commits;
+        assert!(commits < 8, "256 records took {commits} commits");
+        assert_eq!(read_all(&log, "t", 0).len(), 256);
+        // Walk the active segment's batches: every one within the target, together all records.
+        let dir = crate::log::meta::partition_dir(Path::new("/data/log"), "t", 0);
+        let file = fs
+            .open_read(&crate::log::segment::log_path(&dir, 0))
+            .expect("segment");
+        let bytes = file.bytes();
+        let (mut pos, mut records, mut batches) = (SEGMENT_HEADER_LEN, 0u64, 0u64);
+        while let Ok(header) = batch::decode_header(bytes.get(pos..).unwrap_or_default()) {
+            assert!(u64::from(header.length) <= BATCH_TARGET_LEN, "{header:?}");
+            assert_eq!(header.base_offset, records, "batches are contiguous");
+            records += u64::from(header.record_count);
+            batches += 1;
+            pos += header.length as usize;
+        }
+        assert_eq!(records, 256);
+        assert!(batches >= 1_000_000 / BATCH_TARGET_LEN, "{batches} batches");
+    });
+}
+
+#[test]
 fn periodic_durability_acknowledges_before_the_sync() {
     let rt = runtime();
     let fs = FaultyFs::new(11);

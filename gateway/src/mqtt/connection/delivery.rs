@@ -13,6 +13,7 @@ use super::super::codec::{OutPublish, Outgoing, PublishProperties, QoS};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
 use super::super::session::{Inflight, Matched, PartitionId};
+use super::super::shared::is_shared;
 use super::super::store::{Store, StoreError, StoredRecord};
 use super::{ConnError, Connection};
 
@@ -42,6 +43,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             .session
             .subscriptions
             .iter()
+            .filter(|s| !is_shared(&s.filter))
             .flat_map(|s| self.broker.partitions_for(&s.filter))
             .collect();
         for partition in wanted {
@@ -175,11 +177,24 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         matched: &Matched,
         source: Option<(PartitionId, u64)>,
     ) -> Result<(), ConnError> {
+        self.deliver_tracked(message, matched, source, false)
+            .map(drop)
+    }
+
+    /// `deliver` with the DUP flag given; returns the packet id when the message is now in
+    /// flight (awaiting the client's acknowledgement).
+    pub(super) fn deliver_tracked(
+        &mut self,
+        message: Message,
+        matched: &Matched,
+        source: Option<(PartitionId, u64)>,
+        dup: bool,
+    ) -> Result<Option<u16>, ConnError> {
         let granted = matched.qos;
         let retain = message.retain && matched.retain_as_published;
         let now = message::now_ms();
         if message.expired(now) || !self.may_receive(&message.topic) {
-            return Ok(());
+            return Ok(None);
         }
         let qos = if message.qos == QoS::AtMostOnce || granted == QoS::AtMostOnce {
             QoS::AtMostOnce
@@ -197,20 +212,20 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         };
         let size = message.topic.len() + message.payload.len() + 16;
         if size > self.client_max_packet {
-            return Ok(());
+            return Ok(None);
         }
         let mut publish = OutPublish {
             topic: Bytes::from(message.topic.into_bytes()),
             payload: message.payload,
             qos,
             pkid: 0,
-            dup: false,
+            dup,
             retain,
             properties,
         };
         if qos == QoS::AtLeastOnce {
             let Some(pkid) = self.session.next_pkid() else {
-                return Ok(());
+                return Ok(None);
             };
             publish.pkid = pkid;
             let inflight = Inflight {
@@ -220,8 +235,10 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             };
             self.session.add_inflight(pkid, inflight);
         }
+        let tracked = (qos == QoS::AtLeastOnce).then_some(publish.pkid);
         MqttMetrics::inc(&self.broker.metrics.publishes_out);
-        self.send(Outgoing::Publish(Box::new(publish)))
+        self.send(Outgoing::Publish(Box::new(publish)))?;
+        Ok(tracked)
     }
 
     /// Durably stores the cursors that moved (persistent sessions only).

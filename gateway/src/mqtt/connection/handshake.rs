@@ -130,7 +130,7 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         assigned_client_identifier: assigned,
         wildcard_subscription_available: Some(1),
         subscription_identifiers_available: Some(0),
-        shared_subscription_available: Some(0),
+        shared_subscription_available: Some(1),
         server_keep_alive,
         ..ConnAckProperties::default()
     });
@@ -155,6 +155,7 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         pending: Vec::new(),
         appending: None,
         rate: RateLimit::new(broker.config.max_publish_rate),
+        groups: Default::default(),
         writer,
         broker,
     };

@@ -1,6 +1,6 @@
 //! The connected client's packets: PUBLISH into the store queue (topic aliases, ACLs), PUBREL
 //! and PUBACK bookkeeping, SUBSCRIBE/UNSUBSCRIBE with options and retained messages, PINGREQ
-//! and DISCONNECT. Delivery itself lives in `delivery.rs`.
+//! and DISCONNECT. Delivery itself lives in `delivery.rs`, shared subscriptions in `share.rs`.
 
 use tokio::io::AsyncWrite;
 
@@ -13,6 +13,7 @@ use super::super::ingest::{Pending, ack_for};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
 use super::super::session::{Matched, Subscription};
+use super::super::shared::is_shared;
 use super::super::store::Store;
 use super::super::topic;
 use super::{ConnError, Connection, Flow};
@@ -25,6 +26,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             In::Publish(publish) => self.publish(*publish).await?,
             In::PubAck { pkid } => {
                 if self.session.acknowledge(pkid) {
+                    self.shared_acknowledged(pkid).await;
                     self.pump()?;
                 }
             }
@@ -133,10 +135,12 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let mut codes = Vec::with_capacity(subscribe.filters.len());
         let mut retained_for = Vec::new();
         for request in subscribe.filters {
+            if is_shared(&request.filter) {
+                codes.push(self.subscribe_shared(request, subscribe.id).await?);
+                continue;
+            }
             let filter = request.filter;
-            if filter.starts_with("$share/") {
-                codes.push(SubAckCode::SharedNotSupported);
-            } else if let Err(err) = topic::validate_filter(&filter, &self.broker.limits) {
+            if let Err(err) = topic::validate_filter(&filter, &self.broker.limits) {
                 tracing::info!(client_id = %self.client_id, %filter, %err, "subscription refused");
                 codes.push(SubAckCode::TopicFilterInvalid);
             } else if !self.may(Want::Subscribe, &filter) {
@@ -189,6 +193,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
     async fn unsubscribe(&mut self, pkid: u16, filters: &[String]) -> Result<(), ConnError> {
         for filter in filters {
             self.session.unsubscribe(filter);
+            if is_shared(filter) {
+                self.unsubscribe_shared(filter).await?;
+            }
         }
         self.save_session().await?;
         self.send(Outgoing::UnsubAck {

@@ -1,0 +1,278 @@
+//! Unit tests of shared groups over the in-memory store: spreading, acknowledgement and the
+//! group cursor, redelivery after a member leaves, key-sticky ownership, filter parsing and the
+//! registry's cursor lifecycle.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::super::codec::QoS;
+use super::super::memstore::MemoryStore;
+use super::super::message::Message;
+use super::super::session::PartitionId;
+use super::super::store::Store;
+use super::super::topic::TopicLimits;
+use super::group::GroupState;
+use super::*;
+
+const LIMITS: TopicLimits = TopicLimits {
+    max_len: 256,
+    max_levels: 16,
+};
+
+fn message(topic: &str, payload: &str) -> Message {
+    Message {
+        topic: topic.to_owned(),
+        payload: Bytes::copy_from_slice(payload.as_bytes()),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        client_id: "pub".to_owned(),
+        properties: None,
+        timestamp_ms: 0,
+    }
+}
+
+/// Appends `count` messages on `topic` to partition 0, keyed by `key(i)`.
+async fn append(store: &MemoryStore, topic: &str, count: usize, key: impl Fn(usize) -> String) {
+    for i in 0..count {
+        let record = message(topic, &format!("m{i}")).to_record(Some(key(i).into_bytes()));
+        store.append("mqtt", 0, vec![record]).await.expect("append");
+    }
+}
+
+fn group(store: &MemoryStore, filter: &str, strategy: SharedStrategy) -> GroupState<MemoryStore> {
+    let starts = BTreeMap::from([(partition(), 0)]);
+    GroupState::new(store.clone(), filter.to_owned(), strategy, starts)
+}
+
+fn partition() -> PartitionId {
+    ("mqtt".to_owned(), 0)
+}
+
+fn drain(rx: &mut mpsc::Receiver<Delivery>) -> Vec<Delivery> {
+    std::iter::from_fn(|| rx.try_recv().ok()).collect()
+}
+
+fn cursor(state: &GroupState<MemoryStore>) -> u64 {
+    state
+        .cursors()
+        .map(|(_, offset)| offset)
+        .next()
+        .expect("one partition")
+}
+
+#[tokio::test]
+async fn round_robin_hands_each_record_to_one_member_within_its_window() {
+    let store = MemoryStore::new(1);
+    append(&store, "a/x", 10, |i| format!("k{i}")).await;
+    append(&store, "other", 2, |i| format!("o{i}")).await;
+    let mut state = group(&store, "a/#", SharedStrategy::RoundRobin);
+    let (tx1, mut rx1) = mpsc::channel(4);
+    let (tx2, mut rx2) = mpsc::channel(4);
+    state.join(1, "m1".to_owned(), 4, tx1);
+    state.join(2, "m2".to_owned(), 4, tx2);
+    state.dispatch().expect("dispatch");
+    let (first, second) = (drain(&mut rx1), drain(&mut rx2));
+    assert_eq!((first.len(), second.len()), (4, 4), "windows of 4 each");
+    let offsets = |d: &[Delivery]| d.iter().map(|d| d.offset).collect::<Vec<_>>();
+    assert_eq!(offsets(&first), [0, 2, 4, 6]);
+    assert_eq!(offsets(&second), [1, 3, 5, 7]);
+    assert_eq!(cursor(&state), 0);
+    for d in &first {
+        state.ack(1, d.partition.clone(), d.offset);
+    }
+    assert_eq!(cursor(&state), 1, "offset 1 is still unacknowledged");
+    state.dispatch().expect("dispatch");
+    assert_eq!(offsets(&drain(&mut rx1)), [8, 9]);
+    for d in &second {
+        state.ack(2, d.partition.clone(), d.offset);
+    }
+    state.ack(1, partition(), 8);
+    state.ack(1, partition(), 9);
+    state.dispatch().expect("dispatch");
+    assert_eq!(
+        cursor(&state),
+        12,
+        "the two non-matching records are skipped"
+    );
+    assert!(drain(&mut rx2).is_empty());
+}
+
+#[tokio::test]
+async fn a_leaving_members_unacknowledged_records_go_to_another_with_dup() {
+    let store = MemoryStore::new(1);
+    append(&store, "a", 4, |i| format!("k{i}")).await;
+    let mut state = group(&store, "a", SharedStrategy::RoundRobin);
+    let (tx1, mut rx1) = mpsc::channel(8);
+    state.join(1, "m1".to_owned(), 8, tx1);
+    state.dispatch().expect("dispatch");
+    let got = drain(&mut rx1);
+    assert_eq!(got.len(), 4);
+    state.ack(1, partition(), 1);
+    state.leave(1);
+    assert_eq!(cursor(&state), 0);
+    let (tx2, mut rx2) = mpsc::channel(8);
+    state.join(2, "m2".to_owned(), 8, tx2);
+    state.dispatch().expect("dispatch");
+    let again = drain(&mut rx2);
+    let offsets: Vec<u64> = again.iter().map(|d| d.offset).collect();
+    assert_eq!(offsets, [0, 2, 3]);
+    assert!(again.iter().all(|d| d.dup));
+    for offset in offsets {
+        state.ack(2, partition(), offset);
+    }
+    assert_eq!(cursor(&state), 4);
+}
+
+#[tokio::test]
+async fn a_closed_member_channel_counts_as_leaving() {
+    let store = MemoryStore::new(1);
+    append(&store, "a", 2, |_| "k".to_owned()).await;
+    let mut state = group(&store, "a", SharedStrategy::RoundRobin);
+    let (tx1, rx1) = mpsc::channel(8);
+    state.join(1, "m1".to_owned(), 8, tx1);
+    state.dispatch().expect("dispatch");
+    drop(rx1);
+    let (tx2, mut rx2) = mpsc::channel(8);
+    state.join(2, "m2".to_owned(), 8, tx2);
+    state.dispatch().expect("dispatch");
+    assert_eq!(state.member_count(), 1);
+    assert_eq!(drain(&mut rx2).len(), 2);
+}
+
+#[tokio::test]
+async fn key_sticky_sends_each_key_to_one_member() {
+    let store = MemoryStore::new(1);
+    append(&store, "a", 60, |i| format!("dev-{}", i % 6)).await;
+    let mut state = group(&store, "a", SharedStrategy::KeySticky);
+    let mut receivers = Vec::new();
+    for id in 1..=3u64 {
+        let (tx, rx) = mpsc::channel(64);
+        state.join(id, format!("m{id}"), 64, tx);
+        receivers.push((id, rx));
+    }
+    state.dispatch().expect("dispatch");
+    let mut owner: HashMap<String, u64> = HashMap::new();
+    let mut total = 0;
+    for (id, rx) in &mut receivers {
+        for delivery in drain(rx) {
+            total += 1;
+            let key = String::from_utf8_lossy(&delivery.message.payload).into_owned();
+            let index: usize = key.trim_start_matches('m').parse().expect("number");
+            let previous = owner.insert(format!("dev-{}", index % 6), *id);
+            assert!(
+                previous.is_none_or(|p| p == *id),
+                "a key reached two members"
+            );
+        }
+    }
+    assert_eq!(total, 60);
+    assert_eq!(owner.len(), 6);
+}
+
+#[test]
+fn share_filters_are_parsed_and_checked() {
+    let key = ShareKey::parse("$share/g1/site/+/temp", &LIMITS).expect("valid");
+    assert_eq!(
+        (key.group.as_str(), key.filter.as_str()),
+        ("g1", "site/+/temp")
+    );
+    assert_eq!(key.cursor_name(), "mqtt.share:g1/site/+/temp");
+    for bad in [
+        "$share/g",
+        "$share//a",
+        "$share/+/a",
+        "$share/g#/a",
+        "$share/g/a/#/b",
+    ] {
+        assert!(ShareKey::parse(bad, &LIMITS).is_err(), "{bad}");
+    }
+    assert!(is_shared("$share/g/a") && !is_shared("$SYS/x") && !is_shared("share/g/a"));
+}
+
+#[tokio::test]
+async fn the_group_cursor_lives_as_long_as_a_session_holds_the_group() {
+    let store = MemoryStore::new(1);
+    append(&store, "a", 3, |_| "k".to_owned()).await;
+    store
+        .commit_cursor("mqtt.share:old/a", "mqtt", 0, 1)
+        .await
+        .expect("commit");
+    store
+        .commit_cursor("mqtt:c1", "mqtt", 0, 1)
+        .await
+        .expect("commit");
+    let groups = SharedGroups::new(store.clone(), SharedStrategy::RoundRobin);
+    let held = [("c1".to_owned(), "$share/g/a".to_owned())];
+    groups.restore(held.into_iter()).await.expect("restore");
+    assert_eq!(
+        store.cursor_names(),
+        ["mqtt:c1"],
+        "abandoned group cursor swept"
+    );
+
+    let key = ShareKey::parse("$share/g/a", &LIMITS).expect("valid");
+    let mut member = groups
+        .join(&key, "c1", vec![partition()], 8)
+        .await
+        .expect("joins");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while store.cursor(&key.cursor_name(), "mqtt", 0).is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "no group cursor");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    append(&store, "a", 1, |_| "k".to_owned()).await;
+    let mut memberships = Memberships::default();
+    member.matched = None;
+    memberships.insert("$share/g/a".to_owned(), member);
+    let (filter, delivery) = tokio::time::timeout(Duration::from_secs(5), memberships.recv())
+        .await
+        .expect("a delivery");
+    assert_eq!((filter.as_str(), delivery.offset), ("$share/g/a", 3));
+    memberships.settle(&filter, delivery.partition, 3).await;
+    assert!(memberships.leave_all().await.is_empty());
+    assert_eq!(store.cursor(&key.cursor_name(), "mqtt", 0), Some(4));
+
+    let c2 = [("c2".to_owned(), "$share/g/a".to_owned())];
+    groups
+        .restore(c2.into_iter())
+        .await
+        .expect("c2 holds the group too");
+    groups.release(&key, "c1").await.expect("release");
+    assert!(
+        store.cursor(&key.cursor_name(), "mqtt", 0).is_some(),
+        "c2 still holds it"
+    );
+    groups
+        .release_all(&["$share/g/a".to_owned(), "x/#".to_owned()], "c2")
+        .await
+        .expect("release");
+    assert_eq!(store.cursor(&key.cursor_name(), "mqtt", 0), None);
+}
+
+#[tokio::test]
+async fn a_record_waiting_for_a_busy_member_holds_the_cursor() {
+    let store = MemoryStore::new(1);
+    append(&store, "a", 3, |_| "same-key".to_owned()).await;
+    let mut state = group(&store, "a", SharedStrategy::KeySticky);
+    let (tx, mut rx) = mpsc::channel(1);
+    state.join(1, "m1".to_owned(), 1, tx);
+    state.dispatch().expect("dispatch");
+    let first = drain(&mut rx);
+    assert_eq!(first.iter().map(|d| d.offset).collect::<Vec<_>>(), [0]);
+    state.ack(1, partition(), 0);
+    assert_eq!(
+        cursor(&state),
+        1,
+        "offset 1 was read but waits for the member"
+    );
+    state.dispatch().expect("dispatch");
+    assert_eq!(drain(&mut rx).first().map(|d| d.offset), Some(1));
+    state.ack(1, partition(), 1);
+    state.dispatch().expect("dispatch");
+    state.ack(1, partition(), 2);
+    assert_eq!(drain(&mut rx).len(), 1);
+    assert_eq!(cursor(&state), 3);
+}

@@ -1,0 +1,109 @@
+//! Shared mode under faults: while mosquitto_pub keeps publishing, the link to Kafka is cut and
+//! restored three times and tern is SIGKILLed and restarted. Every edge record must still be
+//! upstream (at least once), the copies must deduplicate to exactly the edge log, and the group
+//! offsets must end at the edge ends.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tern_tests::{Gateway, KafkaCluster, free_port};
+
+use super::{KEYS, SharedGateway, check_upstream, metric, wait_forwarded};
+
+/// Runs mosquitto_pub (50 QoS 1 messages per run, keys in turn) until `stop`; runs that fail
+/// while tern is down are simply repeated. Returns how many runs succeeded.
+fn publish_until(port: u16, stop: &AtomicBool) -> u64 {
+    let mut succeeded = 0;
+    let mut run = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        run += 1;
+        let key = run % u64::from(KEYS);
+        let Ok(mut child) = Command::new("mosquitto_pub")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-q", "1", "-t", &format!("site/dev-{key}"), "-l"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        else {
+            return succeeded;
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            for seq in 0..50 {
+                let _ = writeln!(stdin, "gw-f-dev-{key}-run{run:05}-{seq:02}");
+            }
+        }
+        if child.wait().is_ok_and(|status| status.success()) {
+            succeeded += 1;
+        } else {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    succeeded
+}
+
+fn wait_metric(gateway: &Gateway, name: &str, at_least: u64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(gateway, name)?.unwrap_or(0) < at_least {
+        if Instant::now() > deadline {
+            bail!("{name} stayed below {at_least}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+#[test]
+fn shared_mode_is_at_least_once_across_link_cuts_and_its_own_sigkill() -> anyhow::Result<()> {
+    let cluster = KafkaCluster::start()?;
+    let mut shared = SharedGateway::new(&cluster, "gw-f")?;
+    shared.options.mqtt_listen = Some(free_port()?);
+    let mut gateway = shared.start()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let publisher = {
+        let (port, stop) = (gateway.mqtt.port(), Arc::clone(&stop));
+        std::thread::spawn(move || publish_until(port, &stop))
+    };
+    wait_metric(&gateway, "tern_upstream_forwarded_records_total", 200)?;
+
+    for round in 1..=3 {
+        cluster.cut_clients();
+        std::thread::sleep(Duration::from_millis(1_500));
+        let failing = metric(&gateway, "tern_upstream_failing")?;
+        assert!(failing.unwrap_or(0) >= 1, "cut {round} went unnoticed");
+        cluster.restore_clients();
+        std::thread::sleep(Duration::from_millis(1_000));
+    }
+    gateway.signal(libc::SIGKILL)?;
+    gateway.wait_exit(Duration::from_secs(10))?;
+    std::thread::sleep(Duration::from_millis(500));
+    gateway = shared.start()?;
+    std::thread::sleep(Duration::from_secs(2));
+
+    stop.store(true, Ordering::SeqCst);
+    let runs = publisher
+        .join()
+        .map_err(|_| anyhow::anyhow!("publisher panicked"))?;
+    wait_forwarded(&mut gateway, Duration::from_secs(120)).context("after the faults")?;
+    gateway.signal(libc::SIGTERM)?;
+    gateway.wait_exit(Duration::from_secs(15))?;
+
+    let upstream = check_upstream(&cluster, std::slice::from_ref(&shared))?;
+    assert!(
+        upstream.records as u64 >= 50 * runs,
+        "{} records, {runs} runs",
+        upstream.records
+    );
+    for (key, partitions) in &upstream.placement {
+        assert_eq!(partitions.len(), 1, "{key} in partitions {partitions:?}");
+    }
+    eprintln!(
+        "{} edge records upstream at least once across 3 link cuts and a SIGKILL; {} copies resent",
+        upstream.records, upstream.duplicates
+    );
+    Ok(())
+}
