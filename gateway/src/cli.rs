@@ -5,9 +5,12 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod bench;
+
+pub use bench::{BenchCommand, BenchLogArgs, LogWriterArgs, MqttBenchArgs, UpstreamBenchArgs};
+
 use crate::config::Overrides;
 use crate::log::tools::Decoder;
-use crate::mqtt::bench::BenchOptions;
 
 /// tern: an edge message broker for ARM gateways. Devices publish over MQTT; every message is
 /// kept in a segmented log on local flash and forwarded upstream to Kafka.
@@ -43,62 +46,6 @@ pub enum Command {
         #[arg(long)]
         delete: bool,
     },
-}
-
-/// Flags of `tern bench mqtt`; unset ones take the full (or --quick) defaults.
-#[derive(Debug, Args)]
-pub struct MqttBenchArgs {
-    /// Print one JSON object with every figure instead of the table.
-    #[arg(long)]
-    pub json: bool,
-    /// Measure only this running broker instead of starting tern and Mosquitto.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub broker: Option<String>,
-    /// Publisher connections [default: 16; quick: 4].
-    #[arg(long, value_name = "N")]
-    pub publishers: Option<usize>,
-    /// Messages per publisher [default: 5000; quick: 500].
-    #[arg(long, value_name = "M")]
-    pub messages: Option<usize>,
-    /// Payload bytes per message [default: 64].
-    #[arg(long, value_name = "S")]
-    pub size: Option<usize>,
-    /// Only this QoS level [default: 1 and 0].
-    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
-    pub qos: Option<u8>,
-    /// Unacknowledged QoS 1 publishes per connection [default: 64].
-    #[arg(long, value_name = "W")]
-    pub window: Option<usize>,
-    /// Runs per figure; the median is printed [default: 3; quick: 1].
-    #[arg(long, value_name = "R")]
-    pub repetitions: Option<usize>,
-    /// Idle clients connected for tern's memory figure [default: 1000; quick: 100].
-    #[arg(long, value_name = "K")]
-    pub idle_clients: Option<usize>,
-    /// A few seconds' run that checks the bench works (smaller defaults).
-    #[arg(long)]
-    pub quick: bool,
-}
-
-impl MqttBenchArgs {
-    /// The bench these flags describe.
-    pub fn options(&self) -> BenchOptions {
-        let base = if self.quick {
-            BenchOptions::quick()
-        } else {
-            BenchOptions::full()
-        };
-        BenchOptions {
-            broker: self.broker.clone(),
-            publishers: self.publishers.unwrap_or(base.publishers),
-            messages: self.messages.unwrap_or(base.messages),
-            size: self.size.unwrap_or(base.size),
-            qos: self.qos.or(base.qos),
-            window: self.window.unwrap_or(base.window),
-            repetitions: self.repetitions.unwrap_or(base.repetitions),
-            idle_clients: self.idle_clients.unwrap_or(base.idle_clients),
-        }
-    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -212,67 +159,6 @@ pub enum ConfigCommand {
     },
 }
 
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// The log against the raw device and SQLite: throughput, write amplification, latency,
-    /// reads, recovery, memory and a flash-lifetime projection, all on one file system.
-    Log(BenchLogArgs),
-    /// Internal: appends to a log until killed, printing progress (the bench's child process
-    /// for recovery time and peak memory).
-    /// MQTT publish throughput and PUBACK latency: tern (durable acks) next to Mosquitto under
-    /// the same load, with their ratio, plus tern's memory with idle clients. Needs `mosquitto`
-    /// on PATH unless --broker is given.
-    Mqtt(MqttBenchArgs),
-    #[command(hide = true)]
-    LogWriter(LogWriterArgs),
-}
-
-/// Flags of `tern bench log`.
-#[derive(Debug, Args)]
-pub struct BenchLogArgs {
-    /// Print one JSON object with every figure instead of the table.
-    #[arg(long)]
-    pub json: bool,
-    /// Parent directory for the bench's files (the ext4 image as root) [default: the system
-    /// temporary directory].
-    #[arg(long, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
-    /// Smaller sizes and a single run per workload: seconds instead of minutes.
-    #[arg(long)]
-    pub quick: bool,
-    /// Do not make a loop-mounted ext4 image even as root: write in DIR and count the process's
-    /// own write_bytes.
-    #[arg(long)]
-    pub no_loop: bool,
-    /// Commit window for tern's append workloads instead of the default `flush.max_delay`
-    /// (experiments behind that default).
-    #[arg(long, value_name = "MS")]
-    pub commit_max_delay_ms: Option<u64>,
-    /// Early-commit size for tern's append workloads instead of the default `flush.max_bytes`.
-    #[arg(long, value_name = "BYTES")]
-    pub commit_max_bytes: Option<u64>,
-}
-
-/// Flags of the hidden `tern bench log-writer`.
-#[derive(Debug, Args)]
-pub struct LogWriterArgs {
-    /// Log directory to append to.
-    #[arg(long, value_name = "DIR")]
-    pub dir: PathBuf,
-    /// Value size of each record in bytes.
-    #[arg(long, default_value_t = 1024)]
-    pub record_size: usize,
-    /// Concurrent appenders.
-    #[arg(long, default_value_t = 64)]
-    pub appenders: usize,
-    /// Records per append call.
-    #[arg(long, default_value_t = 16)]
-    pub batch: usize,
-    /// Stop appending (and exit without closing the log) after this many payload bytes.
-    #[arg(long)]
-    pub max_bytes: u64,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,24 +190,6 @@ mod tests {
             Some("127.0.0.1:1".parse().expect("addr"))
         );
         assert_eq!(overrides.admin_listen, None);
-    }
-
-    #[test]
-    fn bench_mqtt_flags_override_the_quick_defaults() {
-        let cli = Cli::try_parse_from([
-            "tern", "bench", "mqtt", "--quick", "--json", "--qos", "1", "--size", "512",
-        ])
-        .expect("valid command line");
-        let Command::Bench(BenchCommand::Mqtt(args)) = cli.command else {
-            panic!("expected bench mqtt, got {:?}", cli.command);
-        };
-        assert!(args.json);
-        let options = args.options();
-        assert_eq!(
-            (options.qos, options.size, options.publishers),
-            (Some(1), 512, BenchOptions::quick().publishers)
-        );
-        assert!(Cli::try_parse_from(["tern", "bench", "mqtt", "--qos", "2"]).is_err());
     }
 
     #[test]

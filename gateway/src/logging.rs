@@ -6,8 +6,13 @@ use crate::config::LoggingConfig;
 
 /// Installs the stderr subscriber. `RUST_LOG`, when set, wins over the configured level.
 pub fn init(config: &LoggingConfig) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(config.level.as_str()));
+    init_with(config.level.as_str());
+}
+
+/// Installs the stderr subscriber with `directives` (such as `"warn,rskafka=off"`) unless
+/// `RUST_LOG` is set.
+pub fn init_with(directives: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directives));
     // A second call (tests that run `serve` twice in one process) keeps the first subscriber.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -184,6 +184,18 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
             Ok(())
         }
         BenchCommand::LogWriter(args) => log::writer(&args),
+        BenchCommand::Upstream(args) => {
+            let report =
+                crate::upstream::bench::run(&args.options()).map_err(|err| BenchError::Setup {
+                    message: format!("{err:#}"),
+                })?;
+            if args.json {
+                println!("{}", report.to_json());
+            } else {
+                print!("{report}");
+            }
+            Ok(())
+        }
         BenchCommand::Mqtt(args) => {
             let report =
                 crate::mqtt::bench::run(&args.options()).map_err(|err| BenchError::Setup {

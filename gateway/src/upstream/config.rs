@@ -36,8 +36,16 @@ pub struct UpstreamConfig {
     /// decoded through the shared schema and sent as JSON (`reading-json`). A value that does not
     /// decode is forwarded raw with a `tern-decode-error` header; nothing is dropped.
     pub value_format: ValueFormat,
-    /// Uncompressed bytes per produce request (at least one record is always sent).
+    /// Bytes per produce request before compression: key, value, every header (tern's too) and
+    /// record framing (at least one record is always sent). Keep it below the topic's
+    /// `max.message.bytes`.
     pub max_batch_bytes: ByteSize,
+    /// How long a forwarder that has caught up with the edge log waits for more records before
+    /// it produces a batch that is not full (Kafka's `linger.ms`). Backlogs never wait.
+    pub linger: HumanDuration,
+    /// Cap on the bytes produced per second across all partitions of this upstream, counted
+    /// like `max_batch_bytes` (before compression); `0` = unlimited.
+    pub bandwidth: ByteSize,
     /// Replication factor of upstream topics tern creates.
     pub replication_factor: u16,
     /// Wait after a failure; doubles up to `backoff_max`.
@@ -66,6 +74,8 @@ impl Default for UpstreamConfig {
             compression: Codec::Lz4,
             value_format: ValueFormat::Raw,
             max_batch_bytes: ByteSize(512 * 1024),
+            linger: HumanDuration(std::time::Duration::from_millis(5)),
+            bandwidth: ByteSize(0),
             replication_factor: 3,
             backoff_min: HumanDuration(std::time::Duration::from_millis(100)),
             backoff_max: HumanDuration(std::time::Duration::from_secs(30)),
@@ -152,6 +162,11 @@ impl Default for TlsSettings {
     }
 }
 
+/// Longest accepted `linger`.
+const MAX_LINGER: std::time::Duration = std::time::Duration::from_secs(10);
+/// Smallest accepted non-zero `bandwidth`, bytes per second.
+const MIN_BANDWIDTH: u64 = 1024;
+
 impl UpstreamConfig {
     /// Checks the settings; `Err((key, message))` names the offending key.
     pub fn validate(&self) -> Result<(), (String, String)> {
@@ -177,6 +192,15 @@ impl UpstreamConfig {
             return Err((
                 "upstream.backoff_min".into(),
                 "must be above zero and at most backoff_max".into(),
+            ));
+        }
+        if self.linger.0 > MAX_LINGER {
+            return Err(("upstream.linger".into(), "must be at most 10s".into()));
+        }
+        if self.bandwidth.0 != 0 && self.bandwidth.0 < MIN_BANDWIDTH {
+            return Err((
+                "upstream.bandwidth".into(),
+                "must be 0 (unlimited) or at least 1KiB (bytes per second)".into(),
             ));
         }
         if let Some(id) = &self.gateway_id {
@@ -253,6 +277,28 @@ mod tests {
         );
         config.bootstrap = vec!["127.0.0.1:9092".into()];
         assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn linger_and_bandwidth_parse_in_human_units_and_are_checked() -> Result<(), toml::de::Error> {
+        let config: UpstreamConfig = toml::from_str(
+            "bootstrap = [\"k:9093\"]\nlinger = \"20ms\"\nbandwidth = \"256KiB\"\n",
+        )?;
+        assert_eq!(config.linger.0, std::time::Duration::from_millis(20));
+        assert_eq!(config.bandwidth.0, 256 * 1024);
+        assert_eq!(config.validate(), Ok(()));
+        let key = |config: UpstreamConfig| config.validate().map_err(|e| e.0);
+        let slow = UpstreamConfig {
+            bandwidth: crate::config::ByteSize(100),
+            ..config.clone()
+        };
+        assert_eq!(key(slow), Err("upstream.bandwidth".to_owned()));
+        let long = UpstreamConfig {
+            linger: HumanDuration(std::time::Duration::from_secs(11)),
+            ..config
+        };
+        assert_eq!(key(long), Err("upstream.linger".to_owned()));
+        Ok(())
     }
 
     #[test]

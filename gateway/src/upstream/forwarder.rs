@@ -10,10 +10,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::config::UpstreamConfig;
-use super::edge::EdgeLog;
+use super::edge::{EdgeLog, EdgeRecord};
 use super::kafka::{KafkaUpstream, UpstreamPartition};
 use super::shared::SharedForwarder;
 use super::{Provenance, UpstreamError, upstream_topic};
@@ -174,12 +175,9 @@ impl<L: EdgeLog> PartitionForwarder<L> {
             .log
             .subscribe(topic, partition)
             .map_err(|e| edge_error("subscribe", e))?;
-        let max_bytes = usize::try_from(self.config.max_batch_bytes.0).unwrap_or(usize::MAX);
+        let max_bytes = usize::try_from(self.kafka.batch_limit()).unwrap_or(usize::MAX);
         loop {
-            let batch = self
-                .log
-                .read(topic, partition, next, max_bytes)
-                .map_err(|e| edge_error("read", e))?;
+            let batch = self.next_batch(next, max_bytes, &durable_end).await?;
             let Some(last) = batch.last().map(|r| r.offset) else {
                 if durable_end.changed().await.is_err() {
                     return Ok(());
@@ -207,6 +205,32 @@ impl<L: EdgeLog> PartitionForwarder<L> {
                 s.last_error = None;
             });
         }
+    }
+
+    /// The records from `next` on, up to `max_bytes`. A batch that is not full and reaches the
+    /// durable end (caught up) waits `linger` once for more records and is read again.
+    async fn next_batch(
+        &self,
+        next: u64,
+        max_bytes: usize,
+        durable_end: &watch::Receiver<u64>,
+    ) -> Result<Vec<EdgeRecord>, UpstreamError> {
+        let (topic, partition) = (&self.source.topic, self.source.partition);
+        let read = || {
+            self.log
+                .read(topic, partition, next, max_bytes)
+                .map_err(|e| edge_error("read", e))
+        };
+        let batch = read()?;
+        let bytes: usize = batch.iter().map(EdgeRecord::size).sum();
+        let caught_up = batch
+            .last()
+            .is_some_and(|r| r.offset + 1 >= *durable_end.borrow());
+        if !caught_up || bytes >= max_bytes || self.config.linger.0.is_zero() {
+            return Ok(batch);
+        }
+        tokio::time::sleep(self.config.linger.0).await;
+        read()
     }
 
     /// Where to resume: after the last record the follower holds, clamped to the edge log.

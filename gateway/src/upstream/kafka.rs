@@ -18,6 +18,7 @@ use rskafka::record::Record;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
+use super::bandwidth::Bandwidth;
 use super::config::{Codec, SaslMechanism, TlsSettings, UpstreamConfig, ValueFormat};
 use super::edge::EdgeRecord;
 use super::{Provenance, UpstreamError};
@@ -36,6 +37,10 @@ pub const H_DECODE_ERROR: &str = "tern-decode-error";
 pub struct KafkaUpstream {
     client: Client,
     bootstrap: String,
+    /// The upstream's `bandwidth` cap, shared by every partition produced to through it.
+    bandwidth: Arc<Bandwidth>,
+    /// The most bytes one produce request carries ([`produced_bytes`]).
+    batch_limit: u64,
 }
 
 impl KafkaUpstream {
@@ -63,7 +68,19 @@ impl KafkaUpstream {
             bootstrap: bootstrap.clone(),
             message: e.to_string(),
         })?;
-        Ok(Self { client, bootstrap })
+        let bandwidth = Arc::new(Bandwidth::new(config.bandwidth.0));
+        Ok(Self {
+            client,
+            bootstrap,
+            batch_limit: bandwidth.batch_limit(config.max_batch_bytes.0),
+            bandwidth,
+        })
+    }
+
+    /// The most bytes one produce request carries: `max_batch_bytes`, or one second of the
+    /// bandwidth cap if that is less.
+    pub fn batch_limit(&self) -> u64 {
+        self.batch_limit
     }
 
     /// Creates `topic` with `partitions` partitions unless it exists. A cluster that refuses
@@ -133,7 +150,11 @@ impl KafkaUpstream {
             .partition_client(topic, index, UnknownTopicHandling::Error)
             .await
             .map_err(|e| self.error("find partition leader", topic, e))?;
-        Ok(UpstreamPartition { client })
+        Ok(UpstreamPartition {
+            client,
+            bandwidth: Arc::clone(&self.bandwidth),
+            batch_limit: self.batch_limit,
+        })
     }
 
     fn error(&self, op: &'static str, topic: &str, err: ClientError) -> UpstreamError {
@@ -149,6 +170,8 @@ impl KafkaUpstream {
 #[derive(Debug)]
 pub struct UpstreamPartition {
     client: PartitionClient,
+    bandwidth: Arc<Bandwidth>,
+    batch_limit: u64,
 }
 
 impl UpstreamPartition {
@@ -217,7 +240,10 @@ impl UpstreamPartition {
         }
     }
 
-    /// Produces `records` with acks=all as one batch.
+    /// Produces `records` with acks=all, in order, as requests of at most the batch limit (see
+    /// [`KafkaUpstream::batch_limit`]), each once the bandwidth cap lets its bytes through. An
+    /// error ends the call; the requests before it are stored, and the caller's catch-up finds
+    /// out where.
     pub async fn produce(
         &self,
         records: &[EdgeRecord],
@@ -229,10 +255,13 @@ impl UpstreamPartition {
             .iter()
             .map(|r| upstream_record(r, source, format))
             .collect();
-        self.client
-            .produce(batch, compression(codec))
-            .await
-            .map_err(|e| self.error("produce", e))?;
+        for (batch, bytes) in split(batch, self.batch_limit) {
+            self.bandwidth.acquire(bytes).await;
+            self.client
+                .produce(batch, compression(codec))
+                .await
+                .map_err(|e| self.error("produce", e))?;
+        }
         Ok(())
     }
 
@@ -305,6 +334,38 @@ pub fn upstream_record(record: &EdgeRecord, source: &Provenance, format: ValueFo
     }
 }
 
+/// Bytes Kafka's record format adds to each record beside key, value and header bytes (length,
+/// attributes, timestamp and offset deltas, lengths: varints, about 4 + 2 per header).
+const RECORD_FRAMING: usize = 14;
+
+/// The bytes a record puts into a produce request before compression: key, value, headers
+/// and [`RECORD_FRAMING`].
+pub fn produced_bytes(record: &Record) -> u64 {
+    let headers: usize = record.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let bytes = record.key.as_ref().map_or(0, Vec::len)
+        + record.value.as_ref().map_or(0, Vec::len)
+        + headers
+        + RECORD_FRAMING;
+    bytes as u64
+}
+
+/// `records` in order, cut into batches of at most `max_bytes` (at least one record each),
+/// each with its byte count.
+fn split(records: Vec<Record>, max_bytes: u64) -> Vec<(Vec<Record>, u64)> {
+    let mut batches: Vec<(Vec<Record>, u64)> = Vec::new();
+    for record in records {
+        let bytes = produced_bytes(&record);
+        match batches.last_mut() {
+            Some((batch, total)) if *total + bytes <= max_bytes => {
+                batch.push(record);
+                *total += bytes;
+            }
+            _ => batches.push((vec![record], bytes)),
+        }
+    }
+    batches
+}
+
 fn compression(codec: Codec) -> Compression {
     match codec {
         Codec::None => Compression::NoCompression,
@@ -316,99 +377,5 @@ fn compression(codec: Codec) -> Compression {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_ca_file_without_certificates_is_a_clear_error() -> std::io::Result<()> {
-        let path = std::env::temp_dir().join(format!("tern-ca-{}.pem", std::process::id()));
-        std::fs::write(&path, "not a certificate\n")?;
-        let result = tls_config(&TlsSettings {
-            ca_file: path.clone(),
-        });
-        std::fs::remove_file(&path)?;
-        let err = result.err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("holds no usable CA certificate"), "{err}");
-        let missing = tls_config(&TlsSettings {
-            ca_file: path.clone(),
-        });
-        assert!(matches!(missing, Err(UpstreamError::Tls { .. })));
-        Ok(())
-    }
-
-    #[test]
-    fn upstream_records_carry_edge_fields_and_tern_headers() {
-        let edge = EdgeRecord {
-            offset: 42,
-            timestamp_ms: 1_700_000_000_123,
-            key: Some(b"k".to_vec()),
-            value: b"v".to_vec(),
-            headers: vec![
-                ("tern-offset".into(), b"spoofed".to_vec()),
-                ("unit".into(), b"C".to_vec()),
-            ],
-        };
-        let source = Provenance {
-            gateway: "gw1".into(),
-            topic: "sensors".into(),
-            partition: 3,
-        };
-        let record = upstream_record(&edge, &source, ValueFormat::Raw);
-        assert_eq!(record.key.as_deref(), Some(&b"k"[..]));
-        assert_eq!(record.value.as_deref(), Some(&b"v"[..]));
-        assert_eq!(record.timestamp.timestamp_millis(), 1_700_000_000_123);
-        let header = |name: &str| record.headers.get(name).map(Vec::as_slice);
-        assert_eq!(header("unit"), Some(&b"C"[..]));
-        assert_eq!(header(H_OFFSET), Some(&b"42"[..]));
-        assert_eq!(header(H_GATEWAY), Some(&b"gw1"[..]));
-        assert_eq!(header(H_TOPIC), Some(&b"sensors"[..]));
-        assert_eq!(header(H_PARTITION), Some(&b"3"[..]));
-    }
-
-    #[test]
-    fn readings_can_be_forwarded_as_json_and_undecodable_values_stay_raw() {
-        let reading = tern_shared::Reading {
-            device_id: 7,
-            sequence: 3,
-            uptime_ms: 600,
-            dropped: 0,
-            values: tern_shared::SensorValues {
-                temperature_centi_c: 2150,
-                humidity_centi_pct: 4520,
-                supply_mv: 3300,
-            },
-        };
-        let mut buf = [0u8; 64];
-        let encoded = reading.encode(&mut buf).expect("encodes").to_vec();
-        let source = Provenance {
-            gateway: "gw1".into(),
-            topic: "mqtt".into(),
-            partition: 0,
-        };
-        let edge = |value: Vec<u8>| EdgeRecord {
-            offset: 0,
-            timestamp_ms: 1_700_000_000_000,
-            key: None,
-            value,
-            headers: Vec::new(),
-        };
-        let record = upstream_record(&edge(encoded), &source, ValueFormat::ReadingJson);
-        let json: serde_json::Value =
-            serde_json::from_slice(record.value.as_deref().unwrap_or_default()).expect("JSON");
-        assert_eq!(json["device_id"], 7);
-        assert_eq!(json["sequence"], 3);
-        assert!(!record.headers.contains_key(H_DECODE_ERROR));
-
-        let record = upstream_record(
-            &edge(b"not a reading".to_vec()),
-            &source,
-            ValueFormat::ReadingJson,
-        );
-        assert_eq!(record.value.as_deref(), Some(&b"not a reading"[..]));
-        let reason = record
-            .headers
-            .get(H_DECODE_ERROR)
-            .expect("decode error header");
-        assert!(String::from_utf8_lossy(reason).contains("not a reading"));
-    }
-}
+#[path = "kafka_test.rs"]
+mod tests;

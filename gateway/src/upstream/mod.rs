@@ -8,6 +8,8 @@
 
 use std::path::PathBuf;
 
+mod bandwidth;
+pub mod bench;
 mod config;
 mod edge;
 mod forwarder;
@@ -16,6 +18,7 @@ mod kafka;
 mod metrics;
 mod shared;
 
+pub use bandwidth::BURST as BANDWIDTH_BURST;
 pub use config::{
     Codec, Mode, SaslMechanism, SaslSettings, SharedKey, TlsSettings, UpstreamConfig, ValueFormat,
 };

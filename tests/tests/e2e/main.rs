@@ -12,5 +12,6 @@ mod mqtt_durability;
 mod mqtt_shared;
 mod readings;
 mod upstream;
+mod upstream_bench;
 mod upstream_faults;
 mod upstream_shared;

@@ -123,15 +123,24 @@ struct Forwarder {
 
 impl Forwarder {
     fn start(bootstrap: &str, log: &MemoryLog, tls: Option<TlsSettings>) -> anyhow::Result<Self> {
-        let config = UpstreamConfig {
+        Self::start_with(bootstrap, log, |config| config.tls = tls)
+    }
+
+    /// Starts with the test's settings, changed by `adjust`.
+    fn start_with(
+        bootstrap: &str,
+        log: &MemoryLog,
+        adjust: impl FnOnce(&mut UpstreamConfig),
+    ) -> anyhow::Result<Self> {
+        let mut config = UpstreamConfig {
             bootstrap: bootstrap.split(',').map(str::to_owned).collect(),
-            tls,
             gateway_id: Some("gw-e2e".to_owned()),
             compression: Codec::Lz4,
             max_batch_bytes: ByteSize(16 * 1024),
             backoff_max: HumanDuration(Duration::from_secs(1)),
             ..UpstreamConfig::default()
         };
+        adjust(&mut config);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -234,5 +243,59 @@ fn forwarder_speaks_tls_to_kafka_with_a_custom_ca() -> anyhow::Result<()> {
     let forwarder = Forwarder::start(&cluster.tls_bootstrap(), &log, Some(tls))?;
     forwarder.wait_until(&log, |p| log.end(p), Duration::from_secs(120))?;
     drop(forwarder);
+    assert_mirrors(&cluster, &log)
+}
+
+/// The bytes the bandwidth cap charges for `record` of `partition`: key, value, edge headers,
+/// tern's four headers (`tern-gateway gw-e2e`, `tern-topic sensors`, partition, offset) and the
+/// 14 bytes of record framing tern counts.
+fn charged_bytes(record: &EdgeRecord, partition: u32) -> u64 {
+    let edge_headers: usize = record.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let tern_headers = ("tern-gateway".len() + "gw-e2e".len())
+        + ("tern-topic".len() + TOPIC.len())
+        + ("tern-partition".len() + partition.to_string().len())
+        + ("tern-offset".len() + record.offset.to_string().len());
+    let framing = 14;
+    (record.key.as_ref().map_or(0, Vec::len)
+        + record.value.len()
+        + edge_headers
+        + tern_headers
+        + framing) as u64
+}
+
+/// `bandwidth` is one cap shared by both partition forwarders: a backlog of a known number of
+/// bytes cannot drain faster than the cap allows (less the one-second burst). Elapsed time is
+/// only bounded from below, which no slow machine can break.
+#[test]
+fn a_capped_backlog_drains_no_faster_than_the_bandwidth_cap() -> anyhow::Result<()> {
+    const CAP: u64 = 32 * 1024;
+    let cluster = KafkaCluster::start()?;
+    let log = MemoryLog::new();
+    for p in 0..PARTITIONS {
+        log.append(p, 400);
+    }
+    let mut total = 0;
+    for p in 0..PARTITIONS {
+        let records = log
+            .read(TOPIC, p, 0, usize::MAX)
+            .map_err(anyhow::Error::msg)?;
+        total += records.iter().map(|r| charged_bytes(r, p)).sum::<u64>();
+    }
+    let floor = Duration::from_secs_f64(total as f64 / CAP as f64) - upstream::BANDWIDTH_BURST;
+    assert!(
+        floor >= Duration::from_secs(3),
+        "{total} bytes make too weak a test"
+    );
+    let started = Instant::now();
+    let forwarder = Forwarder::start_with(&cluster.bootstrap(), &log, |config| {
+        config.bandwidth = ByteSize(CAP);
+    })?;
+    forwarder.wait_until(&log, |p| log.end(p), Duration::from_secs(120))?;
+    let elapsed = started.elapsed();
+    drop(forwarder);
+    assert!(
+        elapsed >= floor,
+        "{total} bytes under a {CAP} B/s cap drained in {elapsed:?}, faster than {floor:?}"
+    );
     assert_mirrors(&cluster, &log)
 }

@@ -1,15 +1,15 @@
 //! `tern bench mqtt`: a lean MQTT 3.1.1 load generator and the run that puts tern (durable QoS 1
 //! acks at the default commit window) next to Debian's Mosquitto under the same load, plus
 //! tern's memory with many idle clients. It owns the bench's options, its error type and the
-//! order of measurements; the wire bytes are in `wire.rs`, the load in `load.rs`, the child
+//! order of measurements (`tern bench upstream` reuses its load and its tern child); the wire bytes are in `wire.rs`, the load in `load.rs`, the child
 //! brokers in `servers.rs` and the figures in `report.rs`.
 //!
 //! It must never assert a target (it prints whether each is met) and never touch a process it did
 //! not start.
 
-mod load;
+pub(crate) mod load;
 mod report;
-mod servers;
+pub(crate) mod servers;
 mod wire;
 
 use std::net::SocketAddr;

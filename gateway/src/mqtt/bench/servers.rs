@@ -52,10 +52,15 @@ fn mosquitto_config(port: u16) -> String {
 impl Server {
     /// Starts `tern serve` (the running binary) and waits for its MQTT listener.
     pub fn tern() -> Result<Self, BenchError> {
+        Self::tern_with("")
+    }
+
+    /// The same, with `extra` (whole TOML tables such as `[[upstream]]`) added to its config.
+    pub fn tern_with(extra: &str) -> Result<Self, BenchError> {
         let dir = TempDir::new("tern")?;
         let data_dir = dir.path().join("data");
         let config = dir.path().join("tern.toml");
-        write_file(&config, &tern_config(&data_dir))?;
+        write_file(&config, &format!("{}{extra}", tern_config(&data_dir)))?;
         let exe = std::env::current_exe().map_err(|source| BenchError::Io {
             what: "finding the tern binary",
             source,

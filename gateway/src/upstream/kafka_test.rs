@@ -1,0 +1,147 @@
+//! Unit tests of `kafka.rs`: TLS settings and the upstream copy of an edge record.
+
+use super::*;
+
+#[test]
+fn a_ca_file_without_certificates_is_a_clear_error() -> std::io::Result<()> {
+    let path = std::env::temp_dir().join(format!("tern-ca-{}.pem", std::process::id()));
+    std::fs::write(&path, "not a certificate\n")?;
+    let result = tls_config(&TlsSettings {
+        ca_file: path.clone(),
+    });
+    std::fs::remove_file(&path)?;
+    let err = result.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("holds no usable CA certificate"), "{err}");
+    let missing = tls_config(&TlsSettings {
+        ca_file: path.clone(),
+    });
+    assert!(matches!(missing, Err(UpstreamError::Tls { .. })));
+    Ok(())
+}
+
+#[test]
+fn upstream_records_carry_edge_fields_and_tern_headers() {
+    let edge = EdgeRecord {
+        offset: 42,
+        timestamp_ms: 1_700_000_000_123,
+        key: Some(b"k".to_vec()),
+        value: b"v".to_vec(),
+        headers: vec![
+            ("tern-offset".into(), b"spoofed".to_vec()),
+            ("unit".into(), b"C".to_vec()),
+        ],
+    };
+    let source = Provenance {
+        gateway: "gw1".into(),
+        topic: "sensors".into(),
+        partition: 3,
+    };
+    let record = upstream_record(&edge, &source, ValueFormat::Raw);
+    assert_eq!(record.key.as_deref(), Some(&b"k"[..]));
+    assert_eq!(record.value.as_deref(), Some(&b"v"[..]));
+    assert_eq!(record.timestamp.timestamp_millis(), 1_700_000_000_123);
+    let header = |name: &str| record.headers.get(name).map(Vec::as_slice);
+    assert_eq!(header("unit"), Some(&b"C"[..]));
+    assert_eq!(header(H_OFFSET), Some(&b"42"[..]));
+    assert_eq!(header(H_GATEWAY), Some(&b"gw1"[..]));
+    assert_eq!(header(H_TOPIC), Some(&b"sensors"[..]));
+    assert_eq!(header(H_PARTITION), Some(&b"3"[..]));
+}
+
+#[test]
+fn readings_can_be_forwarded_as_json_and_undecodable_values_stay_raw() {
+    let reading = tern_shared::Reading {
+        device_id: 7,
+        sequence: 3,
+        uptime_ms: 600,
+        dropped: 0,
+        values: tern_shared::SensorValues {
+            temperature_centi_c: 2150,
+            humidity_centi_pct: 4520,
+            supply_mv: 3300,
+        },
+    };
+    let mut buf = [0u8; 64];
+    let encoded = reading.encode(&mut buf).expect("encodes").to_vec();
+    let source = Provenance {
+        gateway: "gw1".into(),
+        topic: "mqtt".into(),
+        partition: 0,
+    };
+    let edge = |value: Vec<u8>| EdgeRecord {
+        offset: 0,
+        timestamp_ms: 1_700_000_000_000,
+        key: None,
+        value,
+        headers: Vec::new(),
+    };
+    let record = upstream_record(&edge(encoded), &source, ValueFormat::ReadingJson);
+    let json: serde_json::Value =
+        serde_json::from_slice(record.value.as_deref().unwrap_or_default()).expect("JSON");
+    assert_eq!(json["device_id"], 7);
+    assert_eq!(json["sequence"], 3);
+    assert!(!record.headers.contains_key(H_DECODE_ERROR));
+
+    let record = upstream_record(
+        &edge(b"not a reading".to_vec()),
+        &source,
+        ValueFormat::ReadingJson,
+    );
+    assert_eq!(record.value.as_deref(), Some(&b"not a reading"[..]));
+    let reason = record
+        .headers
+        .get(H_DECODE_ERROR)
+        .expect("decode error header");
+    assert!(String::from_utf8_lossy(reason).contains("not a reading"));
+}
+
+#[test]
+fn produced_bytes_count_key_value_every_header_and_framing() {
+    let edge = EdgeRecord {
+        offset: 7,
+        timestamp_ms: 0,
+        key: Some(b"key".to_vec()),
+        value: vec![0; 100],
+        headers: Vec::new(),
+    };
+    let source = Provenance {
+        gateway: "gw".into(),
+        topic: "t".into(),
+        partition: 0,
+    };
+    let record = upstream_record(&edge, &source, ValueFormat::Raw);
+    // tern-gateway gw, tern-topic t, tern-partition 0, tern-offset 7.
+    let headers = (12 + 2) + (10 + 1) + (14 + 1) + (11 + 1);
+    assert_eq!(produced_bytes(&record), 3 + 100 + headers + 14);
+}
+
+#[test]
+fn batches_are_split_in_order_under_the_byte_limit() {
+    let record = |len: usize| Record {
+        key: None,
+        value: Some(vec![b'x'; len]),
+        headers: BTreeMap::new(),
+        timestamp: DateTime::<Utc>::default(),
+    };
+    // 86 + 14 = 100 bytes each; a limit of 250 holds two; a record above it travels alone.
+    let records = vec![record(86), record(86), record(86), record(486), record(86)];
+    let sizes: Vec<(Vec<usize>, u64)> = split(records, 250)
+        .into_iter()
+        .map(|(batch, bytes)| {
+            let lens = batch
+                .iter()
+                .map(|r| r.value.as_ref().map_or(0, Vec::len))
+                .collect();
+            (lens, bytes)
+        })
+        .collect();
+    assert_eq!(
+        sizes,
+        [
+            (vec![86, 86], 200),
+            (vec![86], 100),
+            (vec![486], 500),
+            (vec![86], 100)
+        ]
+    );
+}

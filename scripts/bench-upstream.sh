@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# `tern bench upstream` against the three-broker test cluster: builds tern (release profile unless
+# --debug), starts the cluster with scripts/kafka-cluster.sh in a temporary directory, runs the
+# bench with the remaining flags, and stops the cluster by the PIDs it started, also on failure.
+#
+#   scripts/bench-upstream.sh [--debug] [BENCH FLAGS...]
+#   scripts/bench-upstream.sh --records 1000000 --json
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+profile=release
+if [ "${1:-}" = "--debug" ]; then
+    profile=debug
+    shift
+fi
+target=${CARGO_TARGET_DIR:-$root/target}
+
+if [ "$profile" = release ]; then
+    (cd "$root" && cargo build -q --release -p tern-gateway --bin tern)
+else
+    (cd "$root" && cargo build -q -p tern-gateway --bin tern)
+fi
+
+dir=$(mktemp -d -t tern-bench-kafka.XXXXXX)
+cleanup() {
+    "$root/scripts/kafka-cluster.sh" stop "$dir" || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+started=$("$root/scripts/kafka-cluster.sh" start "$dir")
+bootstrap=$(sed -n 's/^bootstrap=\([^ ]*\).*/\1/p' <<<"$started")
+if [ -z "$bootstrap" ]; then
+    echo "the cluster printed no bootstrap servers: $started" >&2
+    exit 1
+fi
+echo "kafka cluster: $started" >&2
+"$target/$profile/tern" bench upstream --kafka "$bootstrap" "$@"
