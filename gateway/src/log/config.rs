@@ -33,6 +33,10 @@ pub enum OnFull {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FlushConfig {
+    /// While no fdatasync is running, a commit is written and synced once its first append
+    /// has waited this long (0: at once); while one is running, the commit gathers until it
+    /// returns. Bounds the fdatasync rate of a trickle of appends (see `writer.rs`).
+    pub min_delay: HumanDuration,
     /// Longest an append waits for companions before the commit's write and fdatasync (the
     /// window also closes once `max_bytes` are waiting; see `writer.rs`).
     pub max_delay: HumanDuration,
@@ -43,6 +47,7 @@ pub struct FlushConfig {
 impl Default for FlushConfig {
     fn default() -> Self {
         Self {
+            min_delay: HumanDuration(std::time::Duration::from_millis(2)),
             max_delay: HumanDuration(std::time::Duration::from_millis(30)),
             max_bytes: ByteSize(1 << 20),
         }
@@ -161,6 +166,9 @@ impl LogConfig {
         if self.flush.max_delay.0 > std::time::Duration::from_secs(10) {
             return bad("flush.max_delay", "must be at most 10s");
         }
+        if self.flush.min_delay.0 > self.flush.max_delay.0 {
+            return bad("flush.min_delay", "must be at most flush.max_delay");
+        }
         if self.flush.max_bytes.0 == 0 {
             return bad("flush.max_bytes", "must be larger than zero");
         }
@@ -203,6 +211,7 @@ impl LogConfig {
             segment_bytes: ByteSize(segment_bytes),
             index_interval: ByteSize(256),
             flush: FlushConfig {
+                min_delay: HumanDuration(std::time::Duration::ZERO),
                 max_delay: HumanDuration(std::time::Duration::ZERO),
                 max_bytes: ByteSize(1 << 20),
             },

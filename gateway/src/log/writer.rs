@@ -3,12 +3,15 @@
 //! written), rolls segments, applies retention and answers each append with its base offset
 //! once durable under the topic's policy.
 //!
-//! The commit window (policy `sync`) opens at a commit's first append and closes at the first
-//! of: `flush.max_bytes` gathered, or `flush.max_delay` elapsed. While it is open the previous
-//! commit's fdatasync runs, so the window costs throughput only when nothing else is in flight.
-//! A written commit's fdatasync starts when the previous one returns (one fdatasync at a time
-//! per partition, covering every batch written before it started); its appends are answered
-//! only after it returned.
+//! The commit window (policy `sync`) is adaptive group commit. It opens at a commit's first
+//! append and closes at the first of: `flush.max_bytes` gathered; `flush.max_delay` elapsed;
+//! or no fdatasync running (the previous commits are durable) and `flush.min_delay` elapsed.
+//! So an idle device syncs a lone append after `min_delay`, and while an fdatasync runs the
+//! next commit gathers everything that arrives until it returns: the commit size follows the
+//! load and the device's sync time, and `min_delay` caps the fdatasync rate of a trickle of
+//! appends (write amplification on flash). A written commit's fdatasync starts when the
+//! previous one returns (one fdatasync at a time per partition, covering every batch written
+//! before it started); its appends are answered only after it returned.
 //!
 //! Only this task writes the partition's files; readers see a commit only after it is durable
 //! (`sync`) or written (`periodic`).
@@ -23,7 +26,7 @@ use tokio::time::Instant;
 
 pub use super::commit::AppendRequest;
 use super::commit::{Step, Tip, Written};
-use super::config::Durability;
+use super::config::{Durability, FlushConfig};
 use super::error::Result;
 use super::partition::Partition;
 use super::roll::RETENTION_TICK;
@@ -71,6 +74,42 @@ async fn sync_done(syncing: &mut Option<Syncing>) -> SyncResult {
     match syncing {
         Some(s) => (&mut s.task).await,
         None => std::future::pending().await,
+    }
+}
+
+/// The deadlines of one commit window, from its first append.
+struct Window {
+    /// The device is idle: close from here on.
+    min: Instant,
+    /// Close whatever runs.
+    max: Instant,
+    max_bytes: u64,
+}
+
+impl Window {
+    fn new(flush: &FlushConfig, periodic: bool) -> Self {
+        let now = Instant::now();
+        let (min, max) = if periodic {
+            (Duration::ZERO, Duration::ZERO)
+        } else {
+            (flush.min_delay.0, flush.max_delay.0.max(flush.min_delay.0))
+        };
+        Self {
+            min: now + min,
+            max: now + max,
+            max_bytes: flush.max_bytes.0,
+        }
+    }
+
+    /// Whether the commit closes now, `idle` meaning no fdatasync is running.
+    fn closed(&self, idle: bool) -> bool {
+        let now = Instant::now();
+        now >= self.max || (idle && now >= self.min)
+    }
+
+    /// When `closed` may next turn true by time alone.
+    fn wake(&self, idle: bool) -> Instant {
+        if idle { self.min } else { self.max }
     }
 }
 
@@ -132,22 +171,17 @@ impl Writer {
 
     /// Collects the requests of one commit window (see the module doc for the rule).
     async fn gather(&mut self, first: AppendRequest) -> VecDeque<AppendRequest> {
-        let flush = self.part.shared.config.flush.clone();
-        let window = if self.periodic {
-            Duration::ZERO
-        } else {
-            flush.max_delay.0
-        };
-        let deadline = Instant::now() + window;
+        let window = Window::new(&self.part.shared.config.flush, self.periodic);
         let mut bytes = first.len;
         let mut requests = VecDeque::from([first]);
-        while bytes < flush.max_bytes.0 {
+        while bytes < window.max_bytes {
             if let Ok(request) = self.rx.try_recv() {
                 bytes += request.len;
                 requests.push_back(request);
                 continue;
             }
-            if window.is_zero() {
+            let idle = self.syncing.is_none();
+            if window.closed(idle) {
                 break;
             }
             tokio::select! {
@@ -160,7 +194,7 @@ impl Writer {
                     }
                     None => break,
                 },
-                () = tokio::time::sleep_until(deadline) => break,
+                () = tokio::time::sleep_until(window.wake(idle)) => {}
             }
         }
         requests
