@@ -1,6 +1,7 @@
 //! One client connection: framing with the packet size limit, the CONNECT handshake, keep alive
 //! (1.5 × the client's value), client-id takeover, and the packet loop. Publishes are stored in
-//! batches through `ingest.rs` and acknowledged only after the log confirmed them; deliveries
+//! batches through `ingest.rs` (up to `APPEND_BATCHES` in flight, kept in order by their turns)
+//! and acknowledged in the order they arrived, only after the log confirmed them; deliveries
 //! come from the log through `delivery.rs`. Bad input ends only this connection, with a log
 //! line; nothing here may panic.
 
@@ -18,7 +19,7 @@ use tokio::time::Instant;
 use super::auth::Origin;
 use super::broker::{Broker, SessionEntry};
 use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
-use super::ingest::{self, Outcome, Pending, Reply};
+use super::ingest::{self, Ingested, Outcome, Pending, Reply, Turn};
 use super::metrics::MqttMetrics;
 use super::session::{PartitionId, Session};
 use super::store::{Store, StoreError, StoredRecord};
@@ -29,6 +30,9 @@ use rate::RateLimit;
 /// How long a write to a client may take before the connection is given up.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Batches of publishes one connection may have in flight to the log at once.
+const APPEND_BATCHES: usize = 4;
+
 mod authz;
 mod delivery;
 mod handshake;
@@ -38,6 +42,8 @@ mod rate;
 mod test;
 #[cfg(test)]
 mod test_auth;
+#[cfg(test)]
+mod test_ingest;
 #[cfg(test)]
 mod test_sessions;
 
@@ -163,7 +169,10 @@ pub struct Connection<S: Store, W> {
     /// MQTT 5 topic aliases the client set up for its publishes.
     aliases: HashMap<u16, String>,
     pending: Vec<Pending>,
-    appending: Option<JoinHandle<(Vec<Pending>, Vec<Outcome>)>>,
+    /// Batches being stored, oldest first; acks go out in this order.
+    appending: VecDeque<JoinHandle<Ingested>>,
+    /// The newest batch's turn: the next batch queues and settles after it.
+    turn: Option<Turn>,
     rate: RateLimit,
 }
 
@@ -178,7 +187,7 @@ impl<S: Store, W> std::fmt::Debug for Connection<S, W> {
 
 enum Event {
     Read(std::io::Result<usize>),
-    Stored(Result<(Vec<Pending>, Vec<Outcome>), tokio::task::JoinError>),
+    Stored(Result<Ingested, tokio::task::JoinError>),
     Wake,
     Kicked,
     KeepAliveExpired,
@@ -208,7 +217,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 && self.pending.len() < usize::from(self.broker.config.inflight) * 2;
             let event = tokio::select! {
                 read = reader.read_buf(&mut inbuf), if can_read => Event::Read(read),
-                stored = join(&mut self.appending) => Event::Stored(stored),
+                stored = join_oldest(&mut self.appending) => Event::Stored(stored),
                 () = self.wake.notified() => Event::Wake,
                 () = self.kick.notified() => Event::Kicked,
                 () = sleep_until(deadline) => Event::KeepAliveExpired,
@@ -302,22 +311,23 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         }
     }
 
-    /// Starts storing the queued publishes if no append is running.
+    /// Starts storing the queued publishes unless `APPEND_BATCHES` batches are in flight.
     fn start_append(&mut self) {
-        if self.appending.is_some() || self.pending.is_empty() {
+        if self.appending.len() >= APPEND_BATCHES || self.pending.is_empty() {
             return;
         }
         let batch = std::mem::take(&mut self.pending);
-        let task = ingest::ingest(self.broker.clone(), self.client_id.clone(), batch);
-        self.appending = Some(tokio::spawn(task));
+        let previous = self.turn.take();
+        let client_id = self.client_id.clone();
+        let (work, turn) = ingest::ingest(self.broker.clone(), client_id, batch, previous);
+        self.turn = Some(turn);
+        self.appending.push_back(tokio::spawn(work));
     }
 
-    /// Sends the acks of a stored batch, in order, and starts the next batch.
-    fn stored(
-        &mut self,
-        done: Result<(Vec<Pending>, Vec<Outcome>), tokio::task::JoinError>,
-    ) -> Result<(), ConnError> {
-        self.appending = None;
+    /// Sends the acks of the oldest batch (which `join_oldest` saw finish), in order, and
+    /// starts the next batch.
+    fn stored(&mut self, done: Result<Ingested, tokio::task::JoinError>) -> Result<(), ConnError> {
+        self.appending.pop_front();
         let (batch, outcomes) = done.map_err(|err| StoreError::Failed {
             op: "append",
             topic: String::new(),
@@ -382,8 +392,8 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Waits for every queued publish to be settled (graceful shutdown, DISCONNECT).
     async fn drain_appends(&mut self) -> Result<(), ConnError> {
         self.start_append();
-        while self.appending.is_some() {
-            let done = join(&mut self.appending).await;
+        while !self.appending.is_empty() {
+            let done = join_oldest(&mut self.appending).await;
             self.stored(done)?;
         }
         self.flush().await
@@ -453,9 +463,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
     }
 }
 
-/// Awaits an optional task; never resolves when there is none.
-async fn join<T>(task: &mut Option<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
-    match task {
+/// Awaits the oldest task (leaving it queued); never resolves when there is none.
+async fn join_oldest<T>(tasks: &mut VecDeque<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
+    match tasks.front_mut() {
         Some(handle) => handle.await,
         None => std::future::pending().await,
     }
