@@ -37,6 +37,10 @@ pub struct FlushConfig {
     /// has waited this long (0: at once); while one is running, the commit gathers until it
     /// returns. Bounds the fdatasync rate of a trickle of appends (see `writer.rs`).
     pub min_delay: HumanDuration,
+    /// While no fdatasync is running, a commit holding this many bytes is written and synced
+    /// at once, before `min_delay`: large enough that one fdatasync's fixed device writes are
+    /// small beside it, so load gets short commits without a trickle getting many syncs.
+    pub min_bytes: ByteSize,
     /// Longest an append waits for companions before the commit's write and fdatasync (the
     /// window also closes once `max_bytes` are waiting; see `writer.rs`).
     pub max_delay: HumanDuration,
@@ -47,7 +51,8 @@ pub struct FlushConfig {
 impl Default for FlushConfig {
     fn default() -> Self {
         Self {
-            min_delay: HumanDuration(std::time::Duration::from_millis(2)),
+            min_delay: HumanDuration(std::time::Duration::from_millis(10)),
+            min_bytes: ByteSize(16 << 10),
             max_delay: HumanDuration(std::time::Duration::from_millis(30)),
             max_bytes: ByteSize(1 << 20),
         }
@@ -169,6 +174,9 @@ impl LogConfig {
         if self.flush.min_delay.0 > self.flush.max_delay.0 {
             return bad("flush.min_delay", "must be at most flush.max_delay");
         }
+        if self.flush.min_bytes.0 > self.flush.max_bytes.0 {
+            return bad("flush.min_bytes", "must be at most flush.max_bytes");
+        }
         if self.flush.max_bytes.0 == 0 {
             return bad("flush.max_bytes", "must be larger than zero");
         }
@@ -212,6 +220,7 @@ impl LogConfig {
             index_interval: ByteSize(256),
             flush: FlushConfig {
                 min_delay: HumanDuration(std::time::Duration::ZERO),
+                min_bytes: ByteSize(0),
                 max_delay: HumanDuration(std::time::Duration::ZERO),
                 max_bytes: ByteSize(1 << 20),
             },

@@ -5,11 +5,12 @@
 //!
 //! The commit window (policy `sync`) is adaptive group commit. It opens at a commit's first
 //! append and closes at the first of: `flush.max_bytes` gathered; `flush.max_delay` elapsed;
-//! or no fdatasync running (the previous commits are durable) and `flush.min_delay` elapsed.
-//! So an idle device syncs a lone append after `min_delay`, and while an fdatasync runs the
-//! next commit gathers everything that arrives until it returns: the commit size follows the
-//! load and the device's sync time, and `min_delay` caps the fdatasync rate of a trickle of
-//! appends (write amplification on flash). A written commit's fdatasync starts when the
+//! or no fdatasync running (the previous commits are durable) and either `flush.min_delay`
+//! elapsed or `flush.min_bytes` gathered. So an idle device syncs a lone append after
+//! `min_delay` and a large commit at once, and while an fdatasync runs the next commit gathers
+//! everything that arrives until it returns: the commit size follows the load and the device's
+//! sync time. `min_delay` caps the fdatasync rate of a trickle of appends (write amplification
+//! on flash); `min_bytes` is a fixed size, so a steady rate cannot ratchet commits down. A written commit's fdatasync starts when the
 //! previous one returns (one fdatasync at a time per partition, covering every batch written
 //! before it started); its appends are answered only after it returned.
 //!
@@ -79,8 +80,9 @@ async fn sync_done(syncing: &mut Option<Syncing>) -> SyncResult {
 
 /// The deadlines of one commit window, from its first append.
 struct Window {
-    /// The device is idle: close from here on.
+    /// The device is idle: close from here on, or from `min_bytes` gathered.
     min: Instant,
+    min_bytes: u64,
     /// Close whatever runs.
     max: Instant,
     max_bytes: u64,
@@ -97,14 +99,15 @@ impl Window {
         Self {
             min: now + min,
             max: now + max,
+            min_bytes: flush.min_bytes.0,
             max_bytes: flush.max_bytes.0,
         }
     }
 
-    /// Whether the commit closes now, `idle` meaning no fdatasync is running.
-    fn closed(&self, idle: bool) -> bool {
+    /// Whether a commit of `bytes` closes now, `idle` meaning no fdatasync is running.
+    fn closed(&self, idle: bool, bytes: u64) -> bool {
         let now = Instant::now();
-        now >= self.max || (idle && now >= self.min)
+        now >= self.max || (idle && (now >= self.min || bytes >= self.min_bytes))
     }
 
     /// When `closed` may next turn true by time alone.
@@ -181,7 +184,7 @@ impl Writer {
                 continue;
             }
             let idle = self.syncing.is_none();
-            if window.closed(idle) {
+            if window.closed(idle, bytes) {
                 break;
             }
             tokio::select! {
@@ -301,5 +304,44 @@ impl Writer {
             let done = sync_done(&mut self.syncing).await;
             self.synced(done);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ByteSize, HumanDuration};
+
+    fn flush(min_ms: u64, min_bytes: u64, max_ms: u64) -> FlushConfig {
+        FlushConfig {
+            min_delay: HumanDuration(Duration::from_millis(min_ms)),
+            min_bytes: ByteSize(min_bytes),
+            max_delay: HumanDuration(Duration::from_millis(max_ms)),
+            max_bytes: ByteSize(1 << 20),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_device_commits_at_min_delay_or_min_bytes_a_busy_one_at_max_delay() {
+        let window = Window::new(&flush(10, 1000, 30), false);
+        assert!(!window.closed(true, 999), "idle, small, before min_delay");
+        assert!(window.closed(true, 1000), "idle and min_bytes gathered");
+        assert!(
+            !window.closed(false, 1000),
+            "an fdatasync runs: keep gathering"
+        );
+        assert_eq!(window.wake(true), window.min);
+        assert_eq!(window.wake(false), window.max);
+        tokio::time::advance(Duration::from_millis(10)).await;
+        assert!(window.closed(true, 1), "idle after min_delay");
+        assert!(!window.closed(false, 1), "busy before max_delay");
+        tokio::time::advance(Duration::from_millis(20)).await;
+        assert!(window.closed(false, 1), "max_delay closes whatever runs");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_periodic_policy_never_waits() {
+        let window = Window::new(&flush(10, 1000, 30), true);
+        assert!(window.closed(false, 0));
     }
 }
