@@ -341,12 +341,6 @@ mod tests {
         let err =
             parse("[log.flush]\nmax_delay = \"soon\"\n", Path::new("t.toml")).expect_err("bad");
         assert!(err.to_string().contains("log.flush.max_delay"), "{err}");
-        let mut config = crate::log::LogConfig::default();
-        config.flush.min_delay = config.flush.max_delay;
-        assert!(config.validate().is_ok(), "min_delay may equal max_delay");
-        config.flush.min_delay.0 += std::time::Duration::from_millis(1);
-        let (key, _) = config.validate().expect_err("min_delay past max_delay");
-        assert_eq!(key, "log.flush.min_delay");
         let err = parse(
             "[log.retention]\non_full = \"panic\"\n",
             Path::new("t.toml"),

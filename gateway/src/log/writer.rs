@@ -94,7 +94,7 @@ impl Window {
         let (min, max) = if periodic {
             (Duration::ZERO, Duration::ZERO)
         } else {
-            (flush.min_delay.0, flush.max_delay.0.max(flush.min_delay.0))
+            (flush.min_delay.0.min(flush.max_delay.0), flush.max_delay.0)
         };
         Self {
             min: now + min,
@@ -337,6 +337,14 @@ mod tests {
         assert!(!window.closed(false, 1), "busy before max_delay");
         tokio::time::advance(Duration::from_millis(20)).await;
         assert!(window.closed(false, 1), "max_delay closes whatever runs");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn min_delay_is_capped_at_max_delay() {
+        let window = Window::new(&flush(50, 1000, 5), false);
+        assert_eq!(window.min, window.max);
+        tokio::time::advance(Duration::from_millis(5)).await;
+        assert!(window.closed(true, 1));
     }
 
     #[tokio::test(start_paused = true)]
