@@ -1,6 +1,6 @@
 //! One client connection: framing with the packet size limit, the CONNECT handshake, keep alive
 //! (1.5 × the client's value), client-id takeover, and the packet loop. Publishes are stored in
-//! batches through `ingest.rs` (up to `APPEND_BATCHES` in flight, kept in order by their turns)
+//! batches through `ingest.rs` (several in flight, kept in order: `connection/appends.rs`)
 //! and acknowledged in the order they arrived, only after the log confirmed them; deliveries
 //! come from the log through `delivery.rs`. Bad input ends only this connection, with a log
 //! line; nothing here may panic.
@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::auth::Origin;
 use super::broker::{Broker, SessionEntry};
 use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
-use super::ingest::{self, Ingested, Outcome, Pending, Reply, Turn};
+use super::ingest::{Ingested, Pending, Turn};
 use super::metrics::MqttMetrics;
 use super::session::{PartitionId, Session};
 use super::store::{Store, StoreError, StoredRecord};
@@ -30,9 +30,7 @@ use rate::RateLimit;
 /// How long a write to a client may take before the connection is given up.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Batches of publishes one connection may have in flight to the log at once.
-const APPEND_BATCHES: usize = 4;
-
+mod appends;
 mod authz;
 mod delivery;
 mod handshake;
@@ -217,7 +215,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 && self.pending.len() < usize::from(self.broker.config.inflight) * 2;
             let event = tokio::select! {
                 read = reader.read_buf(&mut inbuf), if can_read => Event::Read(read),
-                stored = join_oldest(&mut self.appending) => Event::Stored(stored),
+                stored = appends::join_oldest(&mut self.appending) => Event::Stored(stored),
                 () = self.wake.notified() => Event::Wake,
                 () = self.kick.notified() => Event::Kicked,
                 () = sleep_until(deadline) => Event::KeepAliveExpired,
@@ -311,98 +309,6 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         }
     }
 
-    /// Starts storing the queued publishes unless `APPEND_BATCHES` batches are in flight.
-    /// Beside a batch in flight, only a full one (`mqtt.inflight` publishes) starts: small
-    /// batches cost more CPU than their overlap saves.
-    fn start_append(&mut self) {
-        let full = usize::from(self.broker.config.inflight);
-        let wait = !self.appending.is_empty() && self.pending.len() < full;
-        if self.appending.len() >= APPEND_BATCHES || self.pending.is_empty() || wait {
-            return;
-        }
-        let batch = std::mem::take(&mut self.pending);
-        let previous = self.turn.take();
-        let client_id = self.client_id.clone();
-        let (work, turn) = ingest::ingest(self.broker.clone(), client_id, batch, previous);
-        self.turn = Some(turn);
-        self.appending.push_back(tokio::spawn(work));
-    }
-
-    /// Sends the acks of the oldest batch (which `join_oldest` saw finish), in order, and
-    /// starts the next batch.
-    fn stored(&mut self, done: Result<Ingested, tokio::task::JoinError>) -> Result<(), ConnError> {
-        self.appending.pop_front();
-        let (batch, outcomes) = done.map_err(|err| StoreError::Failed {
-            op: "append",
-            topic: String::new(),
-            message: err.to_string(),
-        })?;
-        for (pending, outcome) in batch.iter().zip(outcomes) {
-            self.settle(pending, outcome)?;
-        }
-        self.start_append();
-        Ok(())
-    }
-
-    fn settle(&mut self, pending: &Pending, outcome: Outcome) -> Result<(), ConnError> {
-        let metrics = self.broker.metrics.clone();
-        match outcome {
-            Outcome::Stored => {
-                if let Reply::PubRec(pkid) = pending.ack {
-                    self.session.pending_qos2.insert(pkid);
-                }
-                if pending.ack != Reply::None {
-                    MqttMetrics::inc(&metrics.acks_sent);
-                }
-                self.send_ack(pending.ack, false)
-            }
-            Outcome::Full => {
-                MqttMetrics::inc(&metrics.publishes_rejected);
-                tracing::warn!(client_id = %self.client_id, "log full: publish refused");
-                match self.version {
-                    Version::V5 => self.send_ack(pending.ack, true),
-                    Version::V4 => Ok(()),
-                }
-            }
-            Outcome::Failed(err) => Err(err.into()),
-        }
-    }
-
-    fn send_ack(&mut self, ack: Reply, quota_exceeded: bool) -> Result<(), ConnError> {
-        match ack {
-            Reply::None => Ok(()),
-            Reply::PubAck(pkid) => {
-                let reason = if quota_exceeded {
-                    codec::PubAckReason::QuotaExceeded
-                } else {
-                    codec::PubAckReason::Success
-                };
-                self.send(Outgoing::PubAck { pkid, reason })
-            }
-            Reply::PubRec(pkid) => {
-                let reason = if quota_exceeded {
-                    codec::PubRecReason::QuotaExceeded
-                } else {
-                    codec::PubRecReason::Success
-                };
-                self.send(Outgoing::PubRec { pkid, reason })
-            }
-            Reply::NotAuthorized { pkid, exactly_once } => {
-                self.send_not_authorized(pkid, exactly_once)
-            }
-        }
-    }
-
-    /// Waits for every queued publish to be settled (graceful shutdown, DISCONNECT).
-    async fn drain_appends(&mut self) -> Result<(), ConnError> {
-        self.start_append();
-        while !self.appending.is_empty() {
-            let done = join_oldest(&mut self.appending).await;
-            self.stored(done)?;
-        }
-        self.flush().await
-    }
-
     /// Cleans up after the packet loop: cursors, will, non-persistent state, takeover slot.
     async fn finish(mut self, result: Result<Flow, ConnError>, peer: SocketAddr) {
         let publish_will = match &result {
@@ -464,14 +370,6 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 self.disconnect(DisconnectReason::UnspecifiedError).await;
             }
         }
-    }
-}
-
-/// Awaits the oldest task (leaving it queued); never resolves when there is none.
-async fn join_oldest<T>(tasks: &mut VecDeque<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
-    match tasks.front_mut() {
-        Some(handle) => handle.await,
-        None => std::future::pending().await,
     }
 }
 
