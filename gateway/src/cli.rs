@@ -100,6 +100,14 @@ pub enum LogCommand {
         /// Group-commit window in milliseconds.
         #[arg(long, default_value_t = 20)]
         max_delay_ms: u64,
+        /// Shortest commit window while no fdatasync runs (`flush.min_delay`) [default: the
+        /// config default, capped at --max-delay-ms].
+        #[arg(long)]
+        min_delay_ms: Option<u64>,
+        /// Commit size that closes the window at once while no fdatasync runs
+        /// (`flush.min_bytes`) [default: the config default].
+        #[arg(long)]
+        min_bytes: Option<u64>,
         /// Open-loop appends per second (0 = closed loop printing acks).
         #[arg(long, default_value_t = 0)]
         rate: u64,

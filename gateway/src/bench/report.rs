@@ -30,9 +30,12 @@ pub struct Report {
     pub counter_note: String,
     pub appenders: usize,
     /// The log's default group-commit window (`flush.max_delay`) and early-commit size
-    /// (`flush.max_bytes`) the append workloads ran with.
+    /// (`flush.max_bytes`) the append workloads ran with, and the idle-device close
+    /// (`flush.min_delay`, `flush.min_bytes`).
     pub commit_window_ms: f64,
     pub commit_max_bytes: u64,
+    pub commit_min_delay_ms: f64,
+    pub commit_min_bytes: u64,
     /// Whether that window is the configuration's default (no `--commit-max-*` flag).
     pub commit_window_is_default: bool,
     pub raw: RawRun,
@@ -71,6 +74,8 @@ impl Report {
             appenders: plan.appenders,
             commit_window_ms: flush.max_delay.0.as_secs_f64() * 1e3,
             commit_max_bytes: flush.max_bytes.0,
+            commit_min_delay_ms: flush.min_delay.0.as_secs_f64() * 1e3,
+            commit_min_bytes: flush.min_bytes.0,
             commit_window_is_default: *flush == crate::log::FlushConfig::default(),
             raw,
             append: Vec::new(),
@@ -151,13 +156,15 @@ impl Report {
         let _ = writeln!(
             out,
             "tern log append, durability sync, {} concurrent appenders, {} commit window \
-             (at most {} ms or {} KiB):",
+             (device idle: {} ms or {} KiB; at most {} ms or {} KiB):",
             self.appenders,
             if self.commit_window_is_default {
                 "default"
             } else {
                 "NON-DEFAULT (--commit-max-*)"
             },
+            self.commit_min_delay_ms,
+            self.commit_min_bytes >> 10,
             self.commit_window_ms,
             self.commit_max_bytes >> 10
         );

@@ -33,6 +33,15 @@ pub enum OnFull {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FlushConfig {
+    /// While no fdatasync is running, a commit is written and synced once its first append
+    /// has waited this long (0: at once); while one is running, the commit gathers until it
+    /// returns. Bounds the fdatasync rate of a trickle of appends (see `writer.rs`). Capped at
+    /// `max_delay`, so a short `max_delay` alone still means short commits.
+    pub min_delay: HumanDuration,
+    /// While no fdatasync is running, a commit holding this many bytes is written and synced
+    /// at once, before `min_delay`: large enough that one fdatasync's fixed device writes are
+    /// small beside it, so load gets short commits without a trickle getting many syncs.
+    pub min_bytes: ByteSize,
     /// Longest an append waits for companions before the commit's write and fdatasync (the
     /// window also closes once `max_bytes` are waiting; see `writer.rs`).
     pub max_delay: HumanDuration,
@@ -43,6 +52,8 @@ pub struct FlushConfig {
 impl Default for FlushConfig {
     fn default() -> Self {
         Self {
+            min_delay: HumanDuration(std::time::Duration::from_millis(10)),
+            min_bytes: ByteSize(16 << 10),
             max_delay: HumanDuration(std::time::Duration::from_millis(30)),
             max_bytes: ByteSize(1 << 20),
         }
@@ -203,6 +214,8 @@ impl LogConfig {
             segment_bytes: ByteSize(segment_bytes),
             index_interval: ByteSize(256),
             flush: FlushConfig {
+                min_delay: HumanDuration(std::time::Duration::ZERO),
+                min_bytes: ByteSize(0),
                 max_delay: HumanDuration(std::time::Duration::ZERO),
                 max_bytes: ByteSize(1 << 20),
             },

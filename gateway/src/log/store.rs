@@ -214,6 +214,19 @@ impl Log {
     /// Appends records; resolves with the base offset once durable under the topic's policy
     /// (sync: after the group-committed fdatasync). Err(Full) under on_full = reject.
     pub async fn append(&self, topic: &str, partition: u32, records: Vec<Record>) -> Result<u64> {
+        let answer = self.enqueue(topic, partition, records).await?;
+        answer.await.map_err(|_| LogError::Closed)?
+    }
+
+    /// Queues records on the partition's writer and returns the receiver of `append`'s answer.
+    /// The writer takes appends in queueing order, so a caller that awaits one `enqueue` before
+    /// starting the next keeps its appends in order while several are in flight.
+    pub async fn enqueue(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+    ) -> Result<oneshot::Receiver<Result<u64>>> {
         self.check_open()?;
         let entry = self.topic(topic)?;
         let part =
@@ -234,7 +247,7 @@ impl Log {
         tx.send(AppendRequest::new(records, reply))
             .await
             .map_err(|_| LogError::Closed)?;
-        answer.await.map_err(|_| LogError::Closed)?
+        Ok(answer)
     }
 
     /// Records with offset >= from, up to about max_bytes (at least one if any exist).

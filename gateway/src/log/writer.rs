@@ -3,12 +3,16 @@
 //! written), rolls segments, applies retention and answers each append with its base offset
 //! once durable under the topic's policy.
 //!
-//! The commit window (policy `sync`) opens at a commit's first append and closes at the first
-//! of: `flush.max_bytes` gathered, or `flush.max_delay` elapsed. While it is open the previous
-//! commit's fdatasync runs, so the window costs throughput only when nothing else is in flight.
-//! A written commit's fdatasync starts when the previous one returns (one fdatasync at a time
-//! per partition, covering every batch written before it started); its appends are answered
-//! only after it returned.
+//! The commit window (policy `sync`) is adaptive group commit. It opens at a commit's first
+//! append and closes at the first of: `flush.max_bytes` gathered; `flush.max_delay` elapsed;
+//! or no fdatasync running (the previous commits are durable) and either `flush.min_delay`
+//! elapsed or `flush.min_bytes` gathered. So an idle device syncs a lone append after
+//! `min_delay` and a large commit at once, and while an fdatasync runs the next commit gathers
+//! everything that arrives until it returns: the commit size follows the load and the device's
+//! sync time. `min_delay` caps the fdatasync rate of a trickle of appends (write amplification
+//! on flash); `min_bytes` is a fixed size, so a steady rate cannot ratchet commits down. A written commit's fdatasync starts when the
+//! previous one returns (one fdatasync at a time per partition, covering every batch written
+//! before it started); its appends are answered only after it returned.
 //!
 //! Only this task writes the partition's files; readers see a commit only after it is durable
 //! (`sync`) or written (`periodic`).
@@ -23,7 +27,7 @@ use tokio::time::Instant;
 
 pub use super::commit::AppendRequest;
 use super::commit::{Step, Tip, Written};
-use super::config::Durability;
+use super::config::{Durability, FlushConfig};
 use super::error::Result;
 use super::partition::Partition;
 use super::roll::RETENTION_TICK;
@@ -71,6 +75,44 @@ async fn sync_done(syncing: &mut Option<Syncing>) -> SyncResult {
     match syncing {
         Some(s) => (&mut s.task).await,
         None => std::future::pending().await,
+    }
+}
+
+/// The deadlines of one commit window, from its first append.
+struct Window {
+    /// The device is idle: close from here on, or from `min_bytes` gathered.
+    min: Instant,
+    min_bytes: u64,
+    /// Close whatever runs.
+    max: Instant,
+    max_bytes: u64,
+}
+
+impl Window {
+    fn new(flush: &FlushConfig, periodic: bool) -> Self {
+        let now = Instant::now();
+        let (min, max) = if periodic {
+            (Duration::ZERO, Duration::ZERO)
+        } else {
+            (flush.min_delay.0.min(flush.max_delay.0), flush.max_delay.0)
+        };
+        Self {
+            min: now + min,
+            max: now + max,
+            min_bytes: flush.min_bytes.0,
+            max_bytes: flush.max_bytes.0,
+        }
+    }
+
+    /// Whether a commit of `bytes` closes now, `idle` meaning no fdatasync is running.
+    fn closed(&self, idle: bool, bytes: u64) -> bool {
+        let now = Instant::now();
+        now >= self.max || (idle && (now >= self.min || bytes >= self.min_bytes))
+    }
+
+    /// When `closed` may next turn true by time alone.
+    fn wake(&self, idle: bool) -> Instant {
+        if idle { self.min } else { self.max }
     }
 }
 
@@ -132,22 +174,17 @@ impl Writer {
 
     /// Collects the requests of one commit window (see the module doc for the rule).
     async fn gather(&mut self, first: AppendRequest) -> VecDeque<AppendRequest> {
-        let flush = self.part.shared.config.flush.clone();
-        let window = if self.periodic {
-            Duration::ZERO
-        } else {
-            flush.max_delay.0
-        };
-        let deadline = Instant::now() + window;
+        let window = Window::new(&self.part.shared.config.flush, self.periodic);
         let mut bytes = first.len;
         let mut requests = VecDeque::from([first]);
-        while bytes < flush.max_bytes.0 {
+        while bytes < window.max_bytes {
             if let Ok(request) = self.rx.try_recv() {
                 bytes += request.len;
                 requests.push_back(request);
                 continue;
             }
-            if window.is_zero() {
+            let idle = self.syncing.is_none();
+            if window.closed(idle, bytes) {
                 break;
             }
             tokio::select! {
@@ -160,7 +197,7 @@ impl Writer {
                     }
                     None => break,
                 },
-                () = tokio::time::sleep_until(deadline) => break,
+                () = tokio::time::sleep_until(window.wake(idle)) => {}
             }
         }
         requests
@@ -267,5 +304,52 @@ impl Writer {
             let done = sync_done(&mut self.syncing).await;
             self.synced(done);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ByteSize, HumanDuration};
+
+    fn flush(min_ms: u64, min_bytes: u64, max_ms: u64) -> FlushConfig {
+        FlushConfig {
+            min_delay: HumanDuration(Duration::from_millis(min_ms)),
+            min_bytes: ByteSize(min_bytes),
+            max_delay: HumanDuration(Duration::from_millis(max_ms)),
+            max_bytes: ByteSize(1 << 20),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_device_commits_at_min_delay_or_min_bytes_a_busy_one_at_max_delay() {
+        let window = Window::new(&flush(10, 1000, 30), false);
+        assert!(!window.closed(true, 999), "idle, small, before min_delay");
+        assert!(window.closed(true, 1000), "idle and min_bytes gathered");
+        assert!(
+            !window.closed(false, 1000),
+            "an fdatasync runs: keep gathering"
+        );
+        assert_eq!(window.wake(true), window.min);
+        assert_eq!(window.wake(false), window.max);
+        tokio::time::advance(Duration::from_millis(10)).await;
+        assert!(window.closed(true, 1), "idle after min_delay");
+        assert!(!window.closed(false, 1), "busy before max_delay");
+        tokio::time::advance(Duration::from_millis(20)).await;
+        assert!(window.closed(false, 1), "max_delay closes whatever runs");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn min_delay_is_capped_at_max_delay() {
+        let window = Window::new(&flush(50, 1000, 5), false);
+        assert_eq!(window.min, window.max);
+        tokio::time::advance(Duration::from_millis(5)).await;
+        assert!(window.closed(true, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_periodic_policy_never_waits() {
+        let window = Window::new(&flush(10, 1000, 30), true);
+        assert!(window.closed(false, 0));
     }
 }

@@ -1,6 +1,7 @@
 //! One client connection: framing with the packet size limit, the CONNECT handshake, keep alive
 //! (1.5 × the client's value), client-id takeover, and the packet loop. Publishes are stored in
-//! batches through `ingest.rs` and acknowledged only after the log confirmed them; deliveries
+//! batches through `ingest.rs` (several in flight, kept in order: `connection/appends.rs`)
+//! and acknowledged in the order they arrived, only after the log confirmed them; deliveries
 //! come from the log through `delivery.rs`. Bad input ends only this connection, with a log
 //! line; nothing here may panic.
 
@@ -18,7 +19,7 @@ use tokio::time::Instant;
 use super::auth::Origin;
 use super::broker::{Broker, SessionEntry};
 use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
-use super::ingest::{self, Outcome, Pending, Reply};
+use super::ingest::{Ingested, Pending, Turn};
 use super::metrics::MqttMetrics;
 use super::session::{PartitionId, Session};
 use super::shared::{Delivery, Memberships};
@@ -32,6 +33,7 @@ use rate::RateLimit;
 /// How long a write to a client may take before the connection is given up.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
+mod appends;
 mod authz;
 mod delivery;
 mod handshake;
@@ -49,6 +51,8 @@ mod test_auth;
 mod test_delivery;
 #[cfg(test)]
 mod test_delivery_v5;
+#[cfg(test)]
+mod test_ingest;
 #[cfg(test)]
 mod test_sessions;
 #[cfg(test)]
@@ -183,7 +187,10 @@ pub struct Connection<S: Store, W> {
     /// The client's QoS 1/2 publishes not yet finally acknowledged (MQTT 5 Receive Maximum).
     inbound: InboundQuota,
     pending: Vec<Pending>,
-    appending: Option<JoinHandle<(Vec<Pending>, Vec<Outcome>)>>,
+    /// Batches being stored, oldest first; acks go out in this order.
+    appending: VecDeque<JoinHandle<Ingested>>,
+    /// The newest batch's turn: the next batch queues and settles after it.
+    turn: Option<Turn>,
     rate: RateLimit,
     /// The shared groups this connection is a member of.
     groups: Memberships,
@@ -200,7 +207,7 @@ impl<S: Store, W> std::fmt::Debug for Connection<S, W> {
 
 enum Event {
     Read(std::io::Result<usize>),
-    Stored(Result<(Vec<Pending>, Vec<Outcome>), tokio::task::JoinError>),
+    Stored(Result<Ingested, tokio::task::JoinError>),
     Wake,
     Shared(String, Delivery),
     Kicked,
@@ -232,7 +239,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 && self.pending.len() < usize::from(self.broker.config.inflight) * 2;
             let event = tokio::select! {
                 read = reader.read_buf(&mut inbuf), if can_read => Event::Read(read),
-                stored = join(&mut self.appending) => Event::Stored(stored),
+                stored = appends::join_oldest(&mut self.appending) => Event::Stored(stored),
                 () = self.wake.notified() => Event::Wake,
                 (filter, delivery) = self.groups.recv(), if !self.window_full() => {
                     Event::Shared(filter, delivery)
@@ -330,98 +337,6 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         }
     }
 
-    /// Starts storing the queued publishes if no append is running.
-    fn start_append(&mut self) {
-        if self.appending.is_some() || self.pending.is_empty() {
-            return;
-        }
-        let batch = std::mem::take(&mut self.pending);
-        let task = ingest::ingest(self.broker.clone(), self.client_id.clone(), batch);
-        self.appending = Some(tokio::spawn(task));
-    }
-
-    /// Sends the acks of a stored batch, in order, and starts the next batch.
-    fn stored(
-        &mut self,
-        done: Result<(Vec<Pending>, Vec<Outcome>), tokio::task::JoinError>,
-    ) -> Result<(), ConnError> {
-        self.appending = None;
-        let (batch, outcomes) = done.map_err(|err| StoreError::Failed {
-            op: "append",
-            topic: String::new(),
-            message: err.to_string(),
-        })?;
-        for (pending, outcome) in batch.iter().zip(outcomes) {
-            self.settle(pending, outcome)?;
-        }
-        self.start_append();
-        Ok(())
-    }
-
-    fn settle(&mut self, pending: &Pending, outcome: Outcome) -> Result<(), ConnError> {
-        let metrics = self.broker.metrics.clone();
-        match outcome {
-            Outcome::Stored => {
-                if let Reply::PubRec(pkid) = pending.ack {
-                    self.session.pending_qos2.insert(pkid);
-                }
-                if pending.ack != Reply::None {
-                    MqttMetrics::inc(&metrics.acks_sent);
-                }
-                self.send_ack(pending.ack, false)
-            }
-            Outcome::Full => {
-                MqttMetrics::inc(&metrics.publishes_rejected);
-                tracing::warn!(client_id = %self.client_id, "log full: publish refused");
-                match self.version {
-                    Version::V5 => self.send_ack(pending.ack, true),
-                    Version::V4 => Ok(()),
-                }
-            }
-            Outcome::Failed(err) => Err(err.into()),
-        }
-    }
-
-    fn send_ack(&mut self, ack: Reply, quota_exceeded: bool) -> Result<(), ConnError> {
-        match ack {
-            Reply::PubAck(pkid) | Reply::NotAuthorized { pkid, .. } => self.inbound.release(pkid),
-            Reply::PubRec(pkid) if quota_exceeded => self.inbound.release(pkid),
-            Reply::PubRec(_) | Reply::None => {}
-        }
-        match ack {
-            Reply::None => Ok(()),
-            Reply::PubAck(pkid) => {
-                let reason = if quota_exceeded {
-                    codec::PubAckReason::QuotaExceeded
-                } else {
-                    codec::PubAckReason::Success
-                };
-                self.send(Outgoing::PubAck { pkid, reason })
-            }
-            Reply::PubRec(pkid) => {
-                let reason = if quota_exceeded {
-                    codec::PubRecReason::QuotaExceeded
-                } else {
-                    codec::PubRecReason::Success
-                };
-                self.send(Outgoing::PubRec { pkid, reason })
-            }
-            Reply::NotAuthorized { pkid, exactly_once } => {
-                self.send_not_authorized(pkid, exactly_once)
-            }
-        }
-    }
-
-    /// Waits for every queued publish to be settled (graceful shutdown, DISCONNECT).
-    async fn drain_appends(&mut self) -> Result<(), ConnError> {
-        self.start_append();
-        while self.appending.is_some() {
-            let done = join(&mut self.appending).await;
-            self.stored(done)?;
-        }
-        self.flush().await
-    }
-
     /// Cleans up after the packet loop: cursors, will, non-persistent state, takeover slot.
     async fn finish(mut self, result: Result<Flow, ConnError>, peer: SocketAddr) {
         // Publishes queued before the end are still settled, and their acks precede any
@@ -486,14 +401,6 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 self.disconnect(DisconnectReason::UnspecifiedError).await;
             }
         }
-    }
-}
-
-/// Awaits an optional task; never resolves when there is none.
-async fn join<T>(task: &mut Option<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
-    match task {
-        Some(handle) => handle.await,
-        None => std::future::pending().await,
     }
 }
 

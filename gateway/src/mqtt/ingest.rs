@@ -1,16 +1,20 @@
 //! Storing publishes: a batch of one connection's publishes is routed, grouped per log partition
-//! (keeping their order), appended durably, then retained updates and QoS 2 packet-id marks are
-//! written. Only then may the connection acknowledge. Never acknowledges anything itself and
-//! never reports success for a record the log did not confirm.
+//! (keeping their order), queued on the log, then, once durable, retained updates and QoS 2
+//! packet-id marks are written. Only then may the connection acknowledge. Several batches of one
+//! connection may be in flight: each queues its appends only after the previous batch queued its
+//! own, and settles only after the previous batch settled (a [`Turn`]), so a connection's records
+//! keep their order in every partition and retained updates their order per topic. Never
+//! acknowledges anything itself and never reports success for a record the log did not confirm.
 
+use std::future::Future;
 use std::sync::Arc;
 
-use tokio::task::JoinSet;
+use tokio::sync::oneshot;
 
 use super::broker::Broker;
 use super::codec::QoS;
 use super::message::Message;
-use super::store::{Record, Store, StoreError};
+use super::store::{Queued, Record, Store, StoreError};
 
 /// What to send once a publish is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,37 +49,68 @@ pub enum Outcome {
     Failed(StoreError),
 }
 
-/// Stores `batch` for `client_id`; outcomes are in batch order.
-pub async fn ingest<S: Store>(
+/// A batch's place in its connection's order: resolves once that batch has queued its appends
+/// (`queued`) and once it has settled (`settled`), or was dropped.
+#[derive(Debug)]
+pub struct Turn {
+    queued: oneshot::Receiver<()>,
+    settled: oneshot::Receiver<()>,
+}
+
+/// A stored batch and its outcomes, in batch order.
+pub type Ingested = (Vec<Pending>, Vec<Outcome>);
+
+/// Prepares storing `batch` for `client_id` after the batch whose turn is `previous`. Returns
+/// the work (to spawn) and the turn the next batch waits for.
+pub fn ingest<S: Store>(
     broker: Arc<Broker<S>>,
     client_id: String,
     batch: Vec<Pending>,
-) -> (Vec<Pending>, Vec<Outcome>) {
-    let mut outcomes: Vec<Option<Outcome>> = batch.iter().map(|_| None).collect();
-    let mut appends = JoinSet::new();
-    for Group {
-        partition: (topic, partition),
-        indices,
-        records,
-    } in group(&broker, &batch)
-    {
-        let store = broker.store.clone();
-        appends.spawn(async move {
-            let result = store.append(&topic, partition, records).await;
-            (indices, result)
-        });
-    }
-    while let Some(joined) = appends.join_next().await {
-        let (indices, result) = match joined {
-            Ok(done) => done,
-            Err(err) => {
-                tracing::error!(%err, "append task failed");
-                continue;
-            }
+    previous: Option<Turn>,
+) -> (impl Future<Output = Ingested> + Send + 'static, Turn) {
+    let (queued_tx, queued) = oneshot::channel();
+    let (settled_tx, settled) = oneshot::channel();
+    let work = async move {
+        let groups = group(&broker, &batch);
+        let (previous_queued, previous_settled) = match previous {
+            Some(turn) => (Some(turn.queued), Some(turn.settled)),
+            None => (None, None),
+        };
+        if let Some(turn) = previous_queued {
+            let _ = turn.await;
+        }
+        let mut waiting = Vec::with_capacity(groups.len());
+        for group in groups {
+            let (topic, partition) = &group.partition;
+            let queued = broker.store.enqueue(topic, *partition, group.records).await;
+            waiting.push((group.indices, queued));
+        }
+        let _ = queued_tx.send(());
+        let mut outcomes = outcomes(batch.len(), waiting).await;
+        if let Some(turn) = previous_settled {
+            let _ = turn.await;
+        }
+        settle(&broker, &client_id, &batch, &mut outcomes).await;
+        let _ = settled_tx.send(());
+        (batch, outcomes)
+    };
+    (work, Turn { queued, settled })
+}
+
+/// Waits for every queued append; a publish not appended (re-sent QoS 2) counts as stored.
+async fn outcomes(
+    len: usize,
+    waiting: Vec<(Vec<usize>, Result<Queued, StoreError>)>,
+) -> Vec<Outcome> {
+    let mut outcomes: Vec<Outcome> = (0..len).map(|_| Outcome::Stored).collect();
+    for (indices, queued) in waiting {
+        let result = match queued {
+            Ok(answer) => answer.await,
+            Err(err) => Err(err),
         };
         for i in indices {
             if let Some(slot) = outcomes.get_mut(i) {
-                *slot = Some(match &result {
+                *slot = match &result {
                     Ok(_) => Outcome::Stored,
                     Err(StoreError::Full { .. }) => Outcome::Full,
                     Err(err) => Outcome::Failed(StoreError::Failed {
@@ -83,16 +118,11 @@ pub async fn ingest<S: Store>(
                         topic: String::new(),
                         message: err.to_string(),
                     }),
-                });
+                };
             }
         }
     }
-    let mut outcomes: Vec<Outcome> = outcomes
-        .into_iter()
-        .map(|o| o.unwrap_or(Outcome::Stored))
-        .collect();
-    settle(&broker, &client_id, &batch, &mut outcomes).await;
-    (batch, outcomes)
+    outcomes
 }
 
 /// The records of one destination partition, in batch order, with their batch indices.
@@ -112,15 +142,17 @@ fn group<S: Store>(broker: &Broker<S>, batch: &[Pending]) -> Vec<Group> {
         let destination = broker.router.route(&message.topic, &message.client_id);
         let partitions = broker.partitions(destination.log_topic);
         let partition = broker.store.partition_for_key(&destination.key, partitions);
-        let key = (destination.log_topic.to_owned(), partition);
         let record = message.to_record(Some(destination.key));
-        match groups.iter_mut().find(|g| g.partition == key) {
+        let found = groups
+            .iter_mut()
+            .find(|g| g.partition.1 == partition && g.partition.0 == destination.log_topic);
+        match found {
             Some(group) => {
                 group.indices.push(i);
                 group.records.push(record);
             }
             None => groups.push(Group {
-                partition: key,
+                partition: (destination.log_topic.to_owned(), partition),
                 indices: vec![i],
                 records: vec![record],
             }),
@@ -128,7 +160,6 @@ fn group<S: Store>(broker: &Broker<S>, batch: &[Pending]) -> Vec<Group> {
     }
     groups
 }
-
 /// Retained updates and QoS 2 marks for what was stored; a failure turns the outcome into
 /// `Failed` so no ack goes out.
 async fn settle<S: Store>(

@@ -6,7 +6,7 @@ use tokio::sync::watch;
 
 use crate::log::{self, CursorStore, Log, LogError};
 
-use super::store::{Record, Store, StoreError, StoredRecord};
+use super::store::{Queued, Record, Store, StoreError, StoredRecord};
 
 /// The MQTT server's view of the log.
 #[derive(Debug, Clone)]
@@ -64,6 +64,18 @@ impl Store for LogStore {
         records: Vec<Record>,
     ) -> Result<u64, StoreError> {
         Ok(self.log.append(topic, partition, records).await?)
+    }
+
+    async fn enqueue(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+    ) -> Result<Queued, StoreError> {
+        let answer = self.log.enqueue(topic, partition, records).await?;
+        Ok(Box::pin(async move {
+            Ok(answer.await.map_err(|_| StoreError::Closed)??)
+        }))
     }
 
     fn read(

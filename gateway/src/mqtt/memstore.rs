@@ -1,18 +1,23 @@
 //! An in-memory [`Store`] for unit tests of the MQTT server's logic. Appends are "durable" at
-//! once; `set_full` makes appends fail like a full log. Never used by the binary or e2e tests.
+//! once; `set_full` makes appends fail like a full log, and `hold_answers` delays the answers
+//! of queued appends (records still land in queueing order) so tests can keep several appends
+//! in flight. Never used by the binary or e2e tests.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::store::{Record, Store, StoreError, StoredRecord};
+use super::store::{Queued, Record, Store, StoreError, StoredRecord};
 
 #[derive(Debug, Default)]
 struct Inner {
     partitions: HashMap<(String, u32), Partition>,
     cursors: HashMap<(String, String, u32), u64>,
+    /// Delays of the next queued appends' answers, in queueing order.
+    holds: VecDeque<Duration>,
 }
 
 #[derive(Debug)]
@@ -26,6 +31,9 @@ struct Partition {
 pub struct MemoryStore {
     inner: Arc<Mutex<Inner>>,
     full: Arc<AtomicBool>,
+    /// Queued appends not answered yet, and the most there ever were.
+    unanswered: Arc<AtomicUsize>,
+    most_unanswered: Arc<AtomicUsize>,
     partitions: u32,
 }
 
@@ -34,6 +42,8 @@ impl MemoryStore {
         Self {
             inner: Arc::default(),
             full: Arc::default(),
+            unanswered: Arc::default(),
+            most_unanswered: Arc::default(),
             partitions,
         }
     }
@@ -41,6 +51,16 @@ impl MemoryStore {
     /// Makes every later append fail with [`StoreError::Full`] (or succeed again).
     pub fn set_full(&self, full: bool) {
         self.full.store(full, Ordering::SeqCst);
+    }
+
+    /// Delays the answers of the next queued appends by `delays`, one each, in queueing order.
+    pub fn hold_answers(&self, delays: impl IntoIterator<Item = Duration>) {
+        self.lock().holds.extend(delays);
+    }
+
+    /// The most queued appends that were waiting for their answer at once.
+    pub fn most_unanswered(&self) -> usize {
+        self.most_unanswered.load(Ordering::SeqCst)
     }
 
     /// Every record of `topic`, all partitions, in partition then offset order.
@@ -108,6 +128,24 @@ impl Store for MemoryStore {
             }
             p.end.send_replace(p.records.len() as u64);
             base
+        }))
+    }
+
+    async fn enqueue(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+    ) -> Result<Queued, StoreError> {
+        let base = self.append(topic, partition, records).await?;
+        let hold = self.lock().holds.pop_front().unwrap_or_default();
+        let now = self.unanswered.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_unanswered.fetch_max(now, Ordering::SeqCst);
+        let unanswered = Arc::clone(&self.unanswered);
+        Ok(Box::pin(async move {
+            tokio::time::sleep(hold).await;
+            unanswered.fetch_sub(1, Ordering::SeqCst);
+            Ok(base)
         }))
     }
 

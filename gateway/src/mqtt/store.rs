@@ -4,10 +4,14 @@
 //! in-memory one in `memstore.rs`. Nothing in `mqtt/` touches storage except through this trait.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use tokio::sync::watch;
 
 pub use crate::log::{Record, StoredRecord};
+
+/// A queued append: resolves with its base offset once durable.
+pub type Queued = Pin<Box<dyn Future<Output = Result<u64, StoreError>> + Send>>;
 
 /// Header lookup on records.
 pub trait Headers {
@@ -64,6 +68,15 @@ pub trait Store: Clone + Send + Sync + 'static {
         partition: u32,
         records: Vec<Record>,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Queues an append behind every earlier queued append to the partition and returns its
+    /// answer; awaiting one `enqueue` before the next keeps appends in order while several are
+    /// in flight.
+    fn enqueue(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+    ) -> impl Future<Output = Result<Queued, StoreError>> + Send;
     /// Durable records from `from`, about `max_bytes` worth; empty at the end.
     fn read(
         &self,

@@ -92,7 +92,8 @@ async fn publish<S: Store>(broker: Arc<Broker<S>>, mut message: Message) {
         ack: Reply::None,
         durable_qos2: false,
     };
-    let (_, outcomes) = ingest::ingest(broker, client_id.clone(), vec![pending]).await;
+    let (work, _) = ingest::ingest(broker, client_id.clone(), vec![pending], None);
+    let (_, outcomes) = work.await;
     match outcomes.into_iter().next() {
         Some(Outcome::Stored) => tracing::info!(%client_id, %topic, "will message published"),
         Some(Outcome::Full) => tracing::warn!(%client_id, %topic, "will message dropped: log full"),

@@ -23,6 +23,10 @@ pub struct StressOptions {
     pub segment_bytes: u64,
     /// Group-commit window (`flush.max_delay`).
     pub max_delay: Duration,
+    /// `flush.min_delay` (`None`: the default, capped at `max_delay`).
+    pub min_delay: Option<Duration>,
+    /// `flush.min_bytes` (`None`: the default).
+    pub min_bytes: Option<u64>,
     /// Open-loop mode when > 0: this many one-record appends per second for `seconds`, then
     /// one JSON summary line instead of ack lines (the commit-window experiment).
     pub rate: u64,
@@ -45,6 +49,16 @@ pub async fn stress(data_dir: &Path, options: StressOptions) -> anyhow::Result<(
         ..LogConfig::default()
     };
     config.flush.max_delay = HumanDuration(options.max_delay);
+    let min_delay = options.min_delay.unwrap_or(config.flush.min_delay.0);
+    let min_delay = min_delay.min(options.max_delay);
+    config.flush.min_delay = HumanDuration(min_delay);
+    let min_bytes = options.min_bytes.unwrap_or(config.flush.min_bytes.0);
+    config.flush.min_bytes = ByteSize(min_bytes);
+    let options = StressOptions {
+        min_delay: Some(min_delay),
+        min_bytes: Some(min_bytes),
+        ..options
+    };
     config.retention.bytes = ByteSize(options.retention_bytes);
     config.retention.on_full = crate::log::OnFull::DropOldest;
     let log = Log::open(&data_dir.join("log"), &config).await?;
@@ -136,6 +150,8 @@ async fn open_loop(log: &Log, options: &StressOptions) -> anyhow::Result<serde_j
         "payload_bytes": total * options.record_bytes as u64,
         "elapsed_s": elapsed,
         "max_delay_ms": options.max_delay.as_millis() as u64,
+        "min_delay_ms": options.min_delay.map(|d| d.as_millis() as u64),
+        "min_bytes": options.min_bytes,
         "commits": after.commits - before.commits,
         "fsyncs": after.fsyncs - before.fsyncs,
         "bytes_written": after.bytes_written - before.bytes_written,

@@ -2,7 +2,7 @@
 //! detection, connection and client-id limits, session takeover, clean start and session expiry,
 //! keep alive, and the MQTT 5 CONNACK properties announcing tern's limits.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -158,7 +158,8 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
             (connect.version == Version::V5).then_some(usize::from(broker.config.inflight)),
         ),
         pending: Vec::new(),
-        appending: None,
+        appending: VecDeque::new(),
+        turn: None,
         rate: RateLimit::new(broker.config.max_publish_rate),
         groups: Default::default(),
         writer,

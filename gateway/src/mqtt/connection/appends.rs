@@ -1,0 +1,132 @@
+//! The connection's durable-ack pipeline: publishes queued by `packets.rs` become batches
+//! stored through `ingest.rs`, up to `APPEND_BATCHES` in flight, and their acks go out strictly
+//! in arrival order, each only after its batch settled. It never acknowledges a publish the
+//! log did not confirm and never reorders acks.
+
+use std::collections::VecDeque;
+
+use tokio::io::AsyncWrite;
+use tokio::task::JoinHandle;
+
+use super::super::codec::{self, Outgoing, Version};
+use super::super::ingest::{self, Ingested, Outcome, Pending, Reply};
+use super::super::metrics::MqttMetrics;
+use super::super::store::{Store, StoreError};
+use super::{ConnError, Connection};
+
+/// Batches of publishes one connection may have in flight to the log at once.
+const APPEND_BATCHES: usize = 4;
+
+impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+    /// Starts storing the queued publishes unless `APPEND_BATCHES` batches are in flight.
+    /// Beside a batch in flight, only a full one (`mqtt.inflight` publishes) starts: small
+    /// batches cost more CPU than their overlap saves.
+    pub(super) fn start_append(&mut self) {
+        let full = usize::from(self.broker.config.inflight);
+        let wait = !self.appending.is_empty() && self.pending.len() < full;
+        if self.appending.len() >= APPEND_BATCHES || self.pending.is_empty() || wait {
+            return;
+        }
+        let batch = std::mem::take(&mut self.pending);
+        let previous = self.turn.take();
+        let client_id = self.client_id.clone();
+        let (work, turn) = ingest::ingest(self.broker.clone(), client_id, batch, previous);
+        self.turn = Some(turn);
+        self.appending.push_back(tokio::spawn(work));
+    }
+
+    /// Sends the acks of the oldest batch (which `join_oldest` saw finish), in order, and
+    /// starts the next batch.
+    pub(super) fn stored(
+        &mut self,
+        done: Result<Ingested, tokio::task::JoinError>,
+    ) -> Result<(), ConnError> {
+        self.appending.pop_front();
+        let (batch, outcomes) = done.map_err(|err| StoreError::Failed {
+            op: "append",
+            topic: String::new(),
+            message: err.to_string(),
+        })?;
+        for (pending, outcome) in batch.iter().zip(outcomes) {
+            self.settle(pending, outcome)?;
+        }
+        self.start_append();
+        Ok(())
+    }
+
+    fn settle(&mut self, pending: &Pending, outcome: Outcome) -> Result<(), ConnError> {
+        let metrics = self.broker.metrics.clone();
+        match outcome {
+            Outcome::Stored => {
+                if let Reply::PubRec(pkid) = pending.ack {
+                    self.session.pending_qos2.insert(pkid);
+                }
+                if pending.ack != Reply::None {
+                    MqttMetrics::inc(&metrics.acks_sent);
+                }
+                self.send_ack(pending.ack, false)
+            }
+            Outcome::Full => {
+                MqttMetrics::inc(&metrics.publishes_rejected);
+                tracing::warn!(client_id = %self.client_id, "log full: publish refused");
+                match self.version {
+                    Version::V5 => self.send_ack(pending.ack, true),
+                    Version::V4 => Ok(()),
+                }
+            }
+            Outcome::Failed(err) => Err(err.into()),
+        }
+    }
+
+    fn send_ack(&mut self, ack: Reply, quota_exceeded: bool) -> Result<(), ConnError> {
+        // The Receive Maximum quota of a publish ends with its PUBACK, or with a refusing
+        // PUBREC; an accepted QoS 2 publish holds it until PUBCOMP.
+        match ack {
+            Reply::PubAck(pkid) | Reply::NotAuthorized { pkid, .. } => self.inbound.release(pkid),
+            Reply::PubRec(pkid) if quota_exceeded => self.inbound.release(pkid),
+            Reply::PubRec(_) | Reply::None => {}
+        }
+        match ack {
+            Reply::None => Ok(()),
+            Reply::PubAck(pkid) => {
+                let reason = if quota_exceeded {
+                    codec::PubAckReason::QuotaExceeded
+                } else {
+                    codec::PubAckReason::Success
+                };
+                self.send(Outgoing::PubAck { pkid, reason })
+            }
+            Reply::PubRec(pkid) => {
+                let reason = if quota_exceeded {
+                    codec::PubRecReason::QuotaExceeded
+                } else {
+                    codec::PubRecReason::Success
+                };
+                self.send(Outgoing::PubRec { pkid, reason })
+            }
+            Reply::NotAuthorized { pkid, exactly_once } => {
+                self.send_not_authorized(pkid, exactly_once)
+            }
+        }
+    }
+
+    /// Waits for every queued publish to be settled (graceful shutdown, DISCONNECT).
+    pub(super) async fn drain_appends(&mut self) -> Result<(), ConnError> {
+        self.start_append();
+        while !self.appending.is_empty() {
+            let done = join_oldest(&mut self.appending).await;
+            self.stored(done)?;
+        }
+        self.flush().await
+    }
+}
+
+/// Awaits the oldest task (leaving it queued); never resolves when there is none.
+pub(super) async fn join_oldest<T>(
+    tasks: &mut VecDeque<JoinHandle<T>>,
+) -> Result<T, tokio::task::JoinError> {
+    match tasks.front_mut() {
+        Some(handle) => handle.await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,82 @@
+//! Several batches of one connection in flight to the log at once: answers held back so later
+//! batches are durable first, yet acks leave in arrival order, each partition keeps the
+//! connection's publish order, and retained updates are applied in publish order.
+
+use std::time::Duration;
+
+use super::super::codec::tests::client_publish;
+use super::super::codec::{QoS, Version};
+use super::super::config::MqttConfig;
+use super::super::memstore::MemoryStore;
+use super::super::store::Store;
+use super::test::Harness;
+
+/// Pause between publishes so that each one is read as its own batch.
+const APART: Duration = Duration::from_millis(20);
+
+/// A server whose first three queued appends are answered last (300, 150 and 50 ms late),
+/// with `mqtt.inflight = 1` so that one publish makes a full batch (a batch starts beside
+/// others in flight only when full).
+async fn slow_first_answers(store: MemoryStore) -> Harness {
+    store.hold_answers([300, 150, 50].map(Duration::from_millis));
+    let config = MqttConfig {
+        inflight: 1,
+        ..MqttConfig::default()
+    };
+    Harness::with_config(store, config).await
+}
+
+#[tokio::test]
+async fn acks_follow_arrival_order_and_partitions_keep_publish_order() {
+    let store = MemoryStore::new(2);
+    let h = slow_first_answers(store.clone()).await;
+    let mut c = h.connect(Version::V4, "pipe", true).await;
+    for i in 1..=12u16 {
+        let topic = format!("t/{}", i % 3);
+        c.publish(&topic, i.to_string().as_bytes(), QoS::AtLeastOnce, i)
+            .await;
+        tokio::time::sleep(APART).await;
+    }
+    for i in 1..=12u8 {
+        assert_eq!(c.frame().await, [0x40, 2, 0, i], "PUBACK {i} out of order");
+    }
+    assert!(
+        store.most_unanswered() >= 3,
+        "only {} appends were in flight at once",
+        store.most_unanswered()
+    );
+    let mut stored = 0;
+    for partition in 0..2 {
+        let records = store.read("mqtt", partition, 0, usize::MAX).expect("read");
+        let order: Vec<u16> = records
+            .iter()
+            .filter_map(|r| std::str::from_utf8(&r.record.value).ok()?.parse().ok())
+            .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "partition {partition} lost the publish order: {order:?}"
+        );
+        stored += order.len();
+    }
+    assert_eq!(stored, 12);
+}
+
+#[tokio::test]
+async fn retained_updates_in_flight_together_apply_in_publish_order() {
+    let h = slow_first_answers(MemoryStore::new(1)).await;
+    let mut c = h.connect(Version::V4, "retainer", true).await;
+    for (pkid, value) in [(1u16, "old"), (2, "newer"), (3, "newest")] {
+        let mut frame = client_publish(Version::V4, "r", value.as_bytes(), QoS::AtLeastOnce, pkid);
+        if let Some(flags) = frame.first_mut() {
+            *flags |= 1; // RETAIN
+        }
+        c.send(&frame).await;
+        tokio::time::sleep(APART).await;
+    }
+    for pkid in 1..=3u8 {
+        assert_eq!(c.frame().await, [0x40, 2, 0, pkid]);
+    }
+    let retained = h.broker.retained.matching("r");
+    let payloads: Vec<&[u8]> = retained.iter().map(|m| &m.payload[..]).collect();
+    assert_eq!(payloads, [&b"newest"[..]]);
+}
