@@ -28,7 +28,7 @@ pub use group::wire::Commit;
 pub use group::{GroupClient, GroupError};
 pub use kafka::{H_DECODE_ERROR, H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC};
 pub use metrics::UpstreamMetrics;
-pub use shared::partitioner::{murmur2, partition_for};
+pub use shared::partitioner::partition_for;
 pub use shared::{group_client, shared_topic};
 
 /// Why forwarding stopped or could not start.
