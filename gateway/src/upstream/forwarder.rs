@@ -127,29 +127,12 @@ impl<L: EdgeLog> PartitionForwarder<L> {
     }
 
     async fn run(self, mut shutdown: Shutdown) {
-        let mut backoff = self.config.backoff_min.0;
-        loop {
-            let forwarded_before = self.forwarded();
-            let ended = tokio::select! {
-                () = shutdown.wait() => return,
-                result = self.session() => result,
-            };
-            // A session only ends without an error when the edge log closes.
-            let Err(err) = ended else { return };
-            if self.forwarded() > forwarded_before {
-                backoff = self.config.backoff_min.0;
-            }
-            tracing::warn!(topic = %self.source.topic, partition = self.source.partition, %err, ?backoff, "forwarding interrupted");
-            self.update(|s| {
-                s.connected = false;
-                s.last_error = Some(err.to_string());
-            });
-            tokio::select! {
-                () = shutdown.wait() => return,
-                () = tokio::time::sleep(backoff) => {}
-            }
-            backoff = (backoff * 2).min(self.config.backoff_max.0);
-        }
+        let (config, source, status) = (&self.config, &self.source, &self.status);
+        let interrupted = "forwarding interrupted";
+        run_sessions(config, source, status, &mut shutdown, interrupted, || {
+            self.session()
+        })
+        .await;
     }
 
     /// One connected session: catch up, then forward until an error or until the log closes.
@@ -288,12 +271,6 @@ impl<L: EdgeLog> PartitionForwarder<L> {
         }
     }
 
-    fn forwarded(&self) -> u64 {
-        let map = self.status.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&(self.source.topic.clone(), self.source.partition))
-            .map_or(0, |s| s.forwarded_records)
-    }
-
     fn update(&self, change: impl FnOnce(&mut PartitionStatus)) {
         let mut map = self.status.lock().unwrap_or_else(|e| e.into_inner());
         change(
@@ -305,4 +282,50 @@ impl<L: EdgeLog> PartitionForwarder<L> {
 
 fn edge_error(op: &'static str, source: super::edge::EdgeLogError) -> UpstreamError {
     UpstreamError::Edge { op, source }
+}
+
+/// Runs `session` again and again until shutdown, or until one ends without an error (the edge
+/// log closed). After a failure it records the error in `status`, logs it with `interrupted`, and
+/// waits a doubling backoff between `backoff_min` and `backoff_max`, reset once a session
+/// forwarded records. Both modes' partition tasks run their sessions through it.
+pub(super) async fn run_sessions<F, Fut>(
+    config: &UpstreamConfig,
+    source: &Provenance,
+    status: &StatusMap,
+    shutdown: &mut Shutdown,
+    interrupted: &'static str,
+    mut session: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), UpstreamError>>,
+{
+    let key = (source.topic.clone(), source.partition);
+    let forwarded = || {
+        let map = status.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&key).map_or(0, |s| s.forwarded_records)
+    };
+    let mut backoff = config.backoff_min.0;
+    loop {
+        let before = forwarded();
+        let ended = tokio::select! {
+            () = shutdown.wait() => return,
+            result = session() => result,
+        };
+        let Err(err) = ended else { return };
+        if forwarded() > before {
+            backoff = config.backoff_min.0;
+        }
+        tracing::warn!(topic = %source.topic, partition = source.partition, %err, ?backoff, "{interrupted}");
+        {
+            let mut map = status.lock().unwrap_or_else(|e| e.into_inner());
+            let entry = map.entry(key.clone()).or_default();
+            entry.connected = false;
+            entry.last_error = Some(err.to_string());
+        }
+        tokio::select! {
+            () = shutdown.wait() => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(config.backoff_max.0);
+    }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use super::config::{Mode, UpstreamConfig};
 use super::edge::{EdgeLog, EdgeLogError, EdgeRecord};
-use super::forwarder::{PartitionStatus, StatusMap};
+use super::forwarder::{PartitionStatus, StatusMap, run_sessions};
 use super::group::GroupClient;
 use super::group::wire::Commit;
 use super::kafka::{KafkaUpstream, UpstreamPartition, tls_config};
@@ -92,29 +92,12 @@ impl<L: EdgeLog> SharedForwarder<L> {
 
     /// Sessions until shutdown, with doubling backoff after failures.
     pub async fn run(self, mut shutdown: Shutdown) {
-        let mut backoff = self.config.backoff_min.0;
-        loop {
-            let before = self.status().forwarded_records;
-            let ended = tokio::select! {
-                () = shutdown.wait() => return,
-                result = self.session() => result,
-            };
-            // A session only ends without an error when the edge log closes.
-            let Err(err) = ended else { return };
-            if self.status().forwarded_records > before {
-                backoff = self.config.backoff_min.0;
-            }
-            tracing::warn!(topic = %self.source.topic, partition = self.source.partition, %err, ?backoff, "shared forwarding interrupted");
-            self.update(|s| {
-                s.connected = false;
-                s.last_error = Some(err.to_string());
-            });
-            tokio::select! {
-                () = shutdown.wait() => return,
-                () = tokio::time::sleep(backoff) => {}
-            }
-            backoff = (backoff * 2).min(self.config.backoff_max.0);
-        }
+        let (config, source, status) = (&self.config, &self.source, &self.status);
+        let interrupted = "shared forwarding interrupted";
+        run_sessions(config, source, status, &mut shutdown, interrupted, || {
+            self.session()
+        })
+        .await;
     }
 
     /// One session: make sure the topic is usable, resume from the group offset, then produce
@@ -285,13 +268,6 @@ impl<L: EdgeLog> SharedForwarder<L> {
             group: self.group.group().to_owned(),
             source,
         }
-    }
-
-    fn status(&self) -> PartitionStatus {
-        let map = self.status.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&(self.source.topic.clone(), self.source.partition))
-            .cloned()
-            .unwrap_or_default()
     }
 
     fn update(&self, change: impl FnOnce(&mut PartitionStatus)) {
