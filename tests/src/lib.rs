@@ -251,6 +251,44 @@ impl Gateway {
     pub fn admin_get(&self, path: &str) -> anyhow::Result<(u16, String)> {
         http_get(self.admin, path)
     }
+
+    /// The sum of the samples of metric `name` on `/metrics` whose labels start with `labels`
+    /// (e.g. `topic="mqtt"`, or "" for every sample); `None` when there is none.
+    pub fn metric_sum(&self, name: &str, labels: &str) -> anyhow::Result<Option<u64>> {
+        let (status, body) = self.admin_get("/metrics")?;
+        if status != 200 {
+            bail!("/metrics answered {status}");
+        }
+        let prefix = format!("{name}{{{labels}");
+        let values: Vec<u64> = body
+            .lines()
+            .filter(|line| line.starts_with(&prefix))
+            .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
+            .collect();
+        Ok((!values.is_empty()).then(|| values.iter().sum()))
+    }
+
+    /// Waits until the upstream metrics whose labels start with `labels` report every durable
+    /// record forwarded and no forwarder failing; on timeout the error quotes tern's last log
+    /// lines.
+    pub fn wait_forwarded(&mut self, labels: &str, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let behind = self.metric_sum("tern_upstream_records_behind", labels)?;
+            let failing = self.metric_sum("tern_upstream_failing", labels)?;
+            if behind == Some(0) && failing == Some(0) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let lines = self.stderr_lines();
+                let tail = &lines[lines.len().saturating_sub(20)..];
+                bail!(
+                    "still {behind:?} records behind, failing {failing:?}; recent log: {tail:#?}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }
 
 impl Drop for Gateway {

@@ -37,40 +37,12 @@ fn payload(seq: u64) -> Vec<u8> {
 
 /// The value of `name{topic="mqtt",…}` summed over partitions, if the family has such a line.
 fn metric(gateway: &Gateway, name: &str) -> anyhow::Result<Option<u64>> {
-    let (status, body) = gateway.admin_get("/metrics")?;
-    if status != 200 {
-        bail!("/metrics answered {status}");
-    }
-    let prefix = format!("{name}{{topic=\"{EDGE_TOPIC}\"");
-    let values: Vec<u64> = body
-        .lines()
-        .filter(|line| line.starts_with(&prefix))
-        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
-        .collect();
-    Ok((!values.is_empty()).then(|| values.iter().sum()))
+    gateway.metric_sum(name, &format!("topic=\"{EDGE_TOPIC}\""))
 }
 
 /// Waits until tern reports every durable record forwarded and its forwarders connected.
 fn wait_forwarded(gateway: &mut Gateway, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let behind = metric(gateway, "tern_upstream_records_behind")?;
-        let failing = metric(gateway, "tern_upstream_failing")?;
-        if behind == Some(0) && failing == Some(0) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            let tail: Vec<String> = gateway
-                .stderr_lines()
-                .iter()
-                .rev()
-                .take(20)
-                .cloned()
-                .collect();
-            bail!("still {behind:?} records behind, failing {failing:?}; recent log: {tail:#?}");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    gateway.wait_forwarded(&format!("topic=\"{EDGE_TOPIC}\""), timeout)
 }
 
 /// Checks that the upstream topic holds exactly the edge log's records of `EDGE_TOPIC`, in edge

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tern_tests::kafka_tools::ConsumedRecord;
@@ -106,41 +106,14 @@ fn publish(gateway: &Gateway, id: &str, round: u32, count: u32) -> anyhow::Resul
     Ok(())
 }
 
-/// Sum of `name{…}` over every partition line.
+/// The value of `name` summed over all its samples, if the family has any.
 fn metric(gateway: &Gateway, name: &str) -> anyhow::Result<Option<u64>> {
-    let (status, body) = gateway.admin_get("/metrics")?;
-    if status != 200 {
-        bail!("/metrics answered {status}");
-    }
-    let values: Vec<u64> = body
-        .lines()
-        .filter(|line| line.starts_with(&format!("{name}{{")))
-        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
-        .collect();
-    Ok((!values.is_empty()).then(|| values.iter().sum()))
+    gateway.metric_sum(name, "")
 }
 
 /// Waits until every durable record is forwarded (and committed) and nothing fails.
 fn wait_forwarded(gateway: &mut Gateway, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let behind = metric(gateway, "tern_upstream_records_behind")?;
-        let failing = metric(gateway, "tern_upstream_failing")?;
-        if behind == Some(0) && failing == Some(0) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            let tail: Vec<String> = gateway
-                .stderr_lines()
-                .iter()
-                .rev()
-                .take(20)
-                .cloned()
-                .collect();
-            bail!("still {behind:?} behind, failing {failing:?}; recent log: {tail:#?}");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    gateway.wait_forwarded("", timeout)
 }
 
 /// Edge end offset of every partition (the log's offsets are contiguous from 0).
