@@ -247,6 +247,17 @@ impl Gateway {
         }
     }
 
+    /// Stops the gateway with SIGTERM and checks that it exits with status 0 within 15 s (a
+    /// graceful shutdown); the error quotes its log otherwise.
+    pub fn stop(&mut self) -> anyhow::Result<()> {
+        self.signal(libc::SIGTERM)?;
+        let status = self.wait_exit(Duration::from_secs(15))?;
+        if status.code() != Some(0) {
+            bail!("tern exited with {status}: {:#?}", self.stderr_lines());
+        }
+        Ok(())
+    }
+
     /// `GET path` on the admin endpoint: (status, body).
     pub fn admin_get(&self, path: &str) -> anyhow::Result<(u16, String)> {
         http_get(self.admin, path)

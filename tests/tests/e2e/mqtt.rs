@@ -54,13 +54,6 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-fn stop(gateway: &mut Gateway) -> anyhow::Result<()> {
-    gateway.signal(libc::SIGTERM)?;
-    let status = gateway.wait_exit(Duration::from_secs(15))?;
-    assert_eq!(status.code(), Some(0), "{:?}", gateway.stderr_lines());
-    Ok(())
-}
-
 #[test]
 fn mosquitto_publishes_in_v311_and_v5_become_records_with_headers() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-pub")?;
@@ -135,7 +128,7 @@ fn mosquitto_publishes_in_v311_and_v5_become_records_with_headers() -> anyhow::R
             "3600",
         ],
     )?;
-    stop(&mut gateway)?;
+    gateway.stop()?;
 
     let records = read_log(dir.path(), "mqtt")?;
     assert_eq!(records.len(), 3, "{records:?}");
@@ -383,7 +376,7 @@ fn acl_rules_limit_publish_and_subscribe_per_client() -> anyhow::Result<()> {
         "3.1.1 has no refusal code: a plain PUBACK, as Mosquitto sends"
     );
     assert_eq!(v4.publish_qos1("devices/d3/x", b"ok too", 3)?, 0);
-    stop(&mut gateway)?;
+    gateway.stop()?;
     let records = read_log(dir.path(), "mqtt")?;
     let values: Vec<&str> = records.iter().map(|r| r.value.as_str()).collect();
     assert_eq!(values, ["ok", "ok too"], "refused publishes are not stored");
@@ -408,7 +401,7 @@ fn retained_messages_survive_a_restart_and_empty_payloads_clear_them() -> anyhow
             "on",
         ],
     )?;
-    stop(&mut gateway)?;
+    gateway.stop()?;
 
     let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
     for version in ["mqttv311", "mqttv5"] {
@@ -427,7 +420,7 @@ fn retained_messages_survive_a_restart_and_empty_payloads_clear_them() -> anyhow
         &gateway,
         &["-V", "mqttv5", "-q", "1", "-r", "-t", "status/pump", "-n"],
     )?;
-    stop(&mut gateway)?;
+    gateway.stop()?;
 
     let gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
     let output = mosquitto(
@@ -511,7 +504,7 @@ fn a_persistent_session_resumes_after_a_gateway_restart_with_every_message() -> 
         );
         publisher.disconnect()?;
     }
-    stop(&mut gateway)?;
+    gateway.stop()?;
 
     let gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
     let (_client, mut connection) = rumqttc(gateway.mqtt, "keeper", false, None);
@@ -578,7 +571,7 @@ fn a_malformed_packet_closes_only_its_connection() -> anyhow::Result<()> {
         metrics.contains("tern_mqtt_malformed_packets_total 2"),
         "{metrics}"
     );
-    stop(&mut gateway)?;
+    gateway.stop()?;
     assert!(
         !gateway
             .stderr_lines()

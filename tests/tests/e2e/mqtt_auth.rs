@@ -104,13 +104,6 @@ fn publish(port: u16, version: &str, args: &[&str]) -> anyhow::Result<Output> {
     mosquitto("mosquitto_pub", port, &all)
 }
 
-fn stop(mut gateway: Gateway) -> anyhow::Result<()> {
-    gateway.signal(libc::SIGTERM)?;
-    let status = gateway.wait_exit(std::time::Duration::from_secs(15))?;
-    assert_eq!(status.code(), Some(0), "{:?}", gateway.stderr_lines());
-    Ok(())
-}
-
 #[test]
 fn tern_passwd_users_are_accepted_and_wrong_or_anonymous_clients_refused() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-auth-passwd")?;
@@ -124,7 +117,7 @@ fn tern_passwd_users_are_accepted_and_wrong_or_anonymous_clients_refused() -> an
         "[mqtt.auth]\npassword_file = \"{}\"\nallow_anonymous = false\n",
         file.display()
     );
-    let gateway = start(&dir, &config)?;
+    let mut gateway = start(&dir, &config)?;
     let port = gateway.mqtt.port();
     for version in VERSIONS {
         let good = publish(
@@ -166,7 +159,7 @@ fn tern_passwd_users_are_accepted_and_wrong_or_anonymous_clients_refused() -> an
         !bob.status.success(),
         "deleted users are refused without a restart"
     );
-    stop(gateway)?;
+    gateway.stop()?;
     assert_eq!(
         values(&dir.path().join("data"))?,
         ["mqttv311", "mqttv5", "bob"]
@@ -179,7 +172,7 @@ fn acl_refuses_publish_and_subscribe_for_both_versions() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-auth-acl")?;
     // Anonymous clients on the loopback listener (the default), confined by client id.
     let config = "[[mqtt.acl]]\ntopic = \"devices/%c/#\"\naccess = \"readwrite\"\n";
-    let gateway = start(&dir, config)?;
+    let mut gateway = start(&dir, config)?;
     let port = gateway.mqtt.port();
     for version in VERSIONS {
         let own = publish(
@@ -214,7 +207,7 @@ fn acl_refuses_publish_and_subscribe_for_both_versions() -> anyhow::Result<()> {
             "{version}: {message}"
         );
     }
-    stop(gateway)?;
+    gateway.stop()?;
     assert_eq!(
         values(&dir.path().join("data"))?,
         VERSIONS,
@@ -282,7 +275,7 @@ fn tls_listener_takes_the_client_certificate_as_username() -> anyhow::Result<()>
         !plain.status.success(),
         "anonymous refused on the plain listener too"
     );
-    stop(gateway)?;
+    gateway.stop()?;
     assert_eq!(values(&dir.path().join("data"))?, VERSIONS);
     Ok(())
 }
@@ -333,7 +326,7 @@ fn tls_listener_with_passwords_and_no_client_certificates() -> anyhow::Result<()
             "plain MQTT on the TLS port fails"
         );
     }
-    stop(gateway)?;
+    gateway.stop()?;
     assert_eq!(values(&dir.path().join("data"))?, VERSIONS);
     Ok(())
 }

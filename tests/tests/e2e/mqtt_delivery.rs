@@ -215,13 +215,6 @@ fn sub_output(child: Child) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-fn stop(gateway: &mut Gateway) -> anyhow::Result<()> {
-    gateway.signal(libc::SIGTERM)?;
-    let status = gateway.wait_exit(Duration::from_secs(15))?;
-    assert_eq!(status.code(), Some(0), "{:?}", gateway.stderr_lines());
-    Ok(())
-}
-
 #[test]
 fn mosquitto_sub_gets_qos2_deliveries_exactly_once_in_v311_and_v5() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-qos2-out")?;
@@ -248,7 +241,7 @@ fn mosquitto_sub_gets_qos2_deliveries_exactly_once_in_v311_and_v5() -> anyhow::R
             "{version}: every message once, at QoS 2, in order"
         );
     }
-    stop(&mut gateway)
+    gateway.stop()
 }
 
 #[test]
@@ -299,14 +292,14 @@ fn released_qos2_deliveries_are_resent_as_pubrel_after_a_reconnect_and_a_sigkill
         }
         settled(&mut sub)?;
         sub.disconnect()?;
-        stop(&mut gateway)?;
+        gateway.stop()?;
 
         let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
         let mut sub = connect(gateway.mqtt, &id, v5, None)?;
         sub.set_timeout(Duration::from_millis(700))?;
         let stray = sub.read_packet();
         assert!(stray.is_err(), "nothing is resent after PUBCOMP: {stray:?}");
-        stop(&mut gateway)?;
+        gateway.stop()?;
     }
     Ok(())
 }
@@ -370,7 +363,7 @@ fn deliveries_repeated_after_a_gateway_sigkill_carry_dup() -> anyhow::Result<()>
         settled(&mut sub)?;
         sub.disconnect()?;
     }
-    stop(&mut gateway)?;
+    gateway.stop()?;
     let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
     let mut sub = connect(gateway.mqtt, "dup-sub-false", false, None)?;
     sub.set_timeout(Duration::from_millis(700))?;
@@ -378,5 +371,5 @@ fn deliveries_repeated_after_a_gateway_sigkill_carry_dup() -> anyhow::Result<()>
         sub.read_packet().is_err(),
         "acknowledged deliveries are not repeated"
     );
-    stop(&mut gateway)
+    gateway.stop()
 }

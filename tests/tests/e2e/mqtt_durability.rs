@@ -11,13 +11,6 @@ use std::time::{Duration, Instant};
 use tern_tests::raw_mqtt::RawClient;
 use tern_tests::{Gateway, ServeOptions, TempDir, read_log};
 
-fn stop(gateway: &mut Gateway) -> anyhow::Result<()> {
-    gateway.signal(libc::SIGTERM)?;
-    let status = gateway.wait_exit(Duration::from_secs(15))?;
-    assert_eq!(status.code(), Some(0), "{:?}", gateway.stderr_lines());
-    Ok(())
-}
-
 #[test]
 fn every_acknowledged_qos1_message_survives_repeated_sigkill() -> anyhow::Result<()> {
     const PUBLISHERS: usize = 20;
@@ -75,7 +68,7 @@ fn every_acknowledged_qos1_message_survives_repeated_sigkill() -> anyhow::Result
         "the persistent subscriber missed {missed} of {}",
         acked.len()
     );
-    stop(&mut gateway)?;
+    gateway.stop()?;
 
     let stored: BTreeSet<String> = read_log(dir.path(), "mqtt")?
         .into_iter()
@@ -176,7 +169,7 @@ fn a_full_log_gets_quota_exceeded_on_v5_and_no_puback_on_v311() -> anyhow::Resul
         v4.read_packet().is_err(),
         "no PUBACK for a message not stored"
     );
-    stop(&mut gateway)?;
+    gateway.stop()?;
 
     let records = read_log(dir.path(), "mqtt")?;
     assert_eq!(

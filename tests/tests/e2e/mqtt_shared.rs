@@ -12,13 +12,6 @@ use rumqttc::{Client, Event, Incoming, MqttOptions, QoS};
 use tern_tests::raw_mqtt::{RawClient, Received};
 use tern_tests::{Gateway, ServeOptions, TempDir, free_port};
 
-fn stop(gateway: &mut Gateway) -> anyhow::Result<()> {
-    gateway.signal(libc::SIGTERM)?;
-    let status = gateway.wait_exit(Duration::from_secs(15))?;
-    assert_eq!(status.code(), Some(0), "{:?}", gateway.stderr_lines());
-    Ok(())
-}
-
 /// Reads PUBLISHes (acknowledging them, or not) until none came for `quiet`.
 fn collect(client: &mut RawClient, ack: bool, quiet: Duration) -> anyhow::Result<Vec<Received>> {
     client.set_timeout(quiet)?;
@@ -140,7 +133,7 @@ fn round_robin_hands_each_message_to_exactly_one_member_of_either_version() -> a
         COUNT,
         "the plain subscriber still gets all"
     );
-    stop(&mut gateway)
+    gateway.stop()
 }
 
 #[test]
@@ -194,7 +187,7 @@ fn key_sticky_keeps_every_key_on_one_member() -> anyhow::Result<()> {
     assert_eq!(owner.len(), KEYS);
     let owners: BTreeSet<usize> = owner.values().copied().collect();
     assert_eq!(owners.len(), 2, "all keys on one member: {owner:?}");
-    stop(&mut gateway)
+    gateway.stop()
 }
 
 #[test]
@@ -224,7 +217,7 @@ fn a_member_that_drops_out_has_its_unacknowledged_messages_redelivered() -> anyh
     assert!(redelivered.iter().all(|r| r.dup), "redeliveries carry DUP");
     let all: BTreeSet<String> = acked.into_iter().chain(unacked).collect();
     assert_eq!(all, expected(COUNT));
-    stop(&mut gateway)
+    gateway.stop()
 }
 
 #[test]
@@ -269,7 +262,7 @@ fn the_group_cursor_survives_sigkill_and_resumes_without_loss() -> anyhow::Resul
     let mut member = RawClient::connect(gateway.mqtt, "keeper", 60, false, false)?;
     let resumed = payloads(&collect(&mut member, true, Duration::from_secs(2))?);
     assert_eq!(resumed, wanted, "from the oldest unacknowledged message on");
-    stop(&mut gateway)
+    gateway.stop()
 }
 
 #[test]
@@ -306,5 +299,5 @@ fn shared_subscriptions_get_no_retained_messages_and_refuse_no_local() -> anyhow
         (0xe0, Some(0x82)),
         "DISCONNECT protocol error"
     );
-    stop(&mut gateway)
+    gateway.stop()
 }

@@ -39,15 +39,8 @@ fn wait_for_readings(data_dir: &Path, device_id: u32, count: u32) -> anyhow::Res
 
 /// SIGTERM, then the same gateway again: same data directory, same MQTT port.
 fn restart(gateway: &mut Gateway, data_dir: &Path, options: &ServeOptions) -> anyhow::Result<()> {
-    stop(gateway)?;
+    gateway.stop()?;
     *gateway = Gateway::start(data_dir, options)?;
-    Ok(())
-}
-
-fn stop(gateway: &mut Gateway) -> anyhow::Result<()> {
-    gateway.signal(libc::SIGTERM)?;
-    let status = gateway.wait_exit(Duration::from_secs(15))?;
-    assert_eq!(status.code(), Some(0), "{:?}", gateway.stderr_lines());
     Ok(())
 }
 
@@ -78,7 +71,7 @@ fn readings_reach_the_log_across_a_gateway_restart(board: Board) -> anyhow::Resu
     let status = qemu.wait_exit(Duration::from_secs(30))?;
     let log = qemu.log()?;
     assert!(status.success(), "QEMU exited with {status}; log:\n{log}");
-    stop(&mut gateway)?;
+    gateway.stop()?;
 
     let readings = Readings::read(data.path(), device_id)?;
     readings.assert_gap_free_from_zero(READINGS);

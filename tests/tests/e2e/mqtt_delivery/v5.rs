@@ -11,7 +11,7 @@ use tern_tests::raw_mqtt::RawClient;
 use tern_tests::{Gateway, ServeOptions, TempDir, read_log};
 
 use super::{
-    ack, connect, expect_packet, gateway_with, mosquitto_pub_lines, next_wire, publish_qos2, stop,
+    ack, connect, expect_packet, gateway_with, mosquitto_pub_lines, next_wire, publish_qos2,
 };
 
 #[test]
@@ -65,7 +65,7 @@ fn outbound_topic_aliases_stay_within_both_maxima_and_rumqttc_follows_them() -> 
         resolved, expected,
         "rumqttc (alias maximum 1) follows every reassignment"
     );
-    stop(&mut gateway)
+    gateway.stop()
 }
 
 fn wait_suback(events: &mut rumqttc::v5::Connection) -> anyhow::Result<()> {
@@ -191,7 +191,7 @@ fn publishes_beyond_the_receive_maximum_get_disconnect_0x93_on_v5_only() -> anyh
             &lines,
         )?;
     }
-    stop(&mut gateway)?;
+    gateway.stop()?;
     let stored = read_log(dir.path(), "mqtt")?;
     let by_mosquitto = stored.iter().filter(|r| r.value.starts_with('c')).count();
     assert_eq!(
