@@ -14,8 +14,6 @@ pub enum BenchCommand {
     /// The log against the raw device and SQLite: throughput, write amplification, latency,
     /// reads, recovery, memory and a flash-lifetime projection, all on one file system.
     Log(BenchLogArgs),
-    /// Internal: appends to a log until killed, printing progress (the bench's child process
-    /// for recovery time and peak memory).
     /// MQTT publish throughput and PUBACK latency: tern (durable acks) next to Mosquitto under
     /// the same load, with their ratio, plus tern's memory with idle clients. Needs `mosquitto`
     /// on PATH unless --broker is given.
@@ -24,6 +22,8 @@ pub enum BenchCommand {
     /// steady forwarding rate, then the drain of a backlog per compression codec with bytes on
     /// the wire per payload byte. Creates topics named `tern-bench.*`.
     Upstream(UpstreamBenchArgs),
+    /// Internal: appends to a log until killed, printing progress (the bench's child process
+    /// for recovery time and peak memory).
     #[command(hide = true)]
     LogWriter(LogWriterArgs),
 }
