@@ -233,27 +233,16 @@ impl<L: EdgeLog> PartitionForwarder<L> {
                 cursor.unwrap_or(start)
             }
         };
-        if upstream_next > end {
-            return Err(UpstreamError::AheadOfEdge {
-                topic: topic.clone(),
-                partition,
-                upstream_next,
-                edge_end: end,
-            });
-        }
-        let next = if upstream_next < start {
-            tracing::warn!(%topic, partition, lost = start - upstream_next, "records left the edge log before they were forwarded");
-            start
-        } else {
-            upstream_next
-        };
-        if cursor != Some(next) {
-            self.log
-                .commit_cursor(&self.cursor_name(), topic, partition, next)
-                .await
-                .map_err(|e| edge_error("commit cursor", e))?;
-        }
-        Ok(next)
+        let name = self.cursor_name();
+        resume_within(
+            &self.log,
+            &name,
+            &self.source,
+            (start, end),
+            cursor,
+            upstream_next,
+        )
+        .await
     }
 
     /// Waits until the follower's end offset holds still for `catch_up_settle`: a request cut
@@ -280,8 +269,42 @@ impl<L: EdgeLog> PartitionForwarder<L> {
     }
 }
 
-fn edge_error(op: &'static str, source: super::edge::EdgeLogError) -> UpstreamError {
+pub(super) fn edge_error(op: &'static str, source: super::edge::EdgeLogError) -> UpstreamError {
     UpstreamError::Edge { op, source }
+}
+
+/// Where a session resumes, given the offset the follower or the group says is next: an error
+/// past the edge log's end, the log start (with a warning) if retention passed it, and the
+/// forwarder's cursor (`cursor_name`, now at `cursor`) moved there. Both modes resume through it.
+pub(super) async fn resume_within<L: EdgeLog>(
+    log: &L,
+    cursor_name: &str,
+    source: &Provenance,
+    (start, end): (u64, u64),
+    cursor: Option<u64>,
+    resume: u64,
+) -> Result<u64, UpstreamError> {
+    let (topic, partition) = (&source.topic, source.partition);
+    if resume > end {
+        return Err(UpstreamError::AheadOfEdge {
+            topic: topic.clone(),
+            partition,
+            upstream_next: resume,
+            edge_end: end,
+        });
+    }
+    let next = if resume < start {
+        tracing::warn!(%topic, partition, lost = start - resume, "records left the edge log before they were forwarded");
+        start
+    } else {
+        resume
+    };
+    if cursor != Some(next) {
+        log.commit_cursor(cursor_name, topic, partition, next)
+            .await
+            .map_err(|e| edge_error("commit cursor", e))?;
+    }
+    Ok(next)
 }
 
 /// Runs `session` again and again until shutdown, or until one ends without an error (the edge

@@ -14,8 +14,8 @@ use std::collections::btree_map::Entry;
 use std::sync::Arc;
 
 use super::config::{Mode, UpstreamConfig};
-use super::edge::{EdgeLog, EdgeLogError, EdgeRecord};
-use super::forwarder::{PartitionStatus, StatusMap, run_sessions};
+use super::edge::{EdgeLog, EdgeRecord};
+use super::forwarder::{PartitionStatus, StatusMap, edge_error, resume_within, run_sessions};
 use super::group::GroupClient;
 use super::group::wire::Commit;
 use super::kafka::{KafkaUpstream, UpstreamPartition, tls_config};
@@ -195,26 +195,9 @@ impl<L: EdgeLog> SharedForwarder<L> {
                 cursor.unwrap_or(start)
             }
         };
-        if resume > end {
-            return Err(UpstreamError::AheadOfEdge {
-                topic: topic.clone(),
-                partition,
-                upstream_next: resume,
-                edge_end: end,
-            });
-        }
-        let next = if resume < start {
-            tracing::warn!(%topic, partition, lost = start - resume, "records left the edge log before they were forwarded");
-            start
-        } else {
-            resume
-        };
-        if cursor != Some(next) {
-            self.log
-                .commit_cursor(&self.cursor_name(), topic, partition, next)
-                .await
-                .map_err(|e| edge_error("commit cursor", e))?;
-        }
+        let name = self.cursor_name();
+        let next =
+            resume_within(&self.log, &name, &self.source, (start, end), cursor, resume).await?;
         tracing::info!(%topic, partition, group = %self.group.group(), next, "shared forwarding resumes");
         Ok(next)
     }
@@ -282,8 +265,4 @@ impl<L: EdgeLog> SharedForwarder<L> {
 /// An edge partition as a Kafka partition index.
 fn index(partition: u32) -> i32 {
     i32::try_from(partition).unwrap_or(i32::MAX)
-}
-
-fn edge_error(op: &'static str, source: EdgeLogError) -> UpstreamError {
-    UpstreamError::Edge { op, source }
 }
