@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `tern bench upstream` against the three-broker test cluster: builds tern (release profile unless
+# `tern-bench upstream` against the three-broker test cluster: builds tern (release profile unless
 # --debug), starts the cluster with scripts/kafka-cluster.sh in a temporary directory, runs the
 # bench with the remaining flags, and stops the cluster by the PIDs it started, also on failure.
 #
@@ -16,9 +16,9 @@ fi
 target=${CARGO_TARGET_DIR:-$root/target}
 
 if [ "$profile" = release ]; then
-    (cd "$root" && cargo build -q --release -p tern-gateway --bin tern)
+    (cd "$root" && cargo build -q --release -p tern -p tern-bench)
 else
-    (cd "$root" && cargo build -q -p tern-gateway --bin tern)
+    (cd "$root" && cargo build -q -p tern -p tern-bench)
 fi
 
 dir=$(mktemp -d -t tern-bench-kafka.XXXXXX)
@@ -35,4 +35,4 @@ if [ -z "$bootstrap" ]; then
     exit 1
 fi
 echo "kafka cluster: $started" >&2
-"$target/$profile/tern" bench upstream --kafka "$bootstrap" "$@"
+"$target/$profile/tern-bench" upstream --kafka "$bootstrap" "$@"

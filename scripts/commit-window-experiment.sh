@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Commit-window experiment behind the default `log.flush.max_delay` (docs/log-format.md,
-# "Measured choices"). Run as root from the repository root after building tern:
-#   scripts/commit-window-experiment.sh [path/to/tern]
-# For each window it runs `tern log stress` in open-loop mode (a fixed rate of one-record
+# "Measured choices"). Run as root from the repository root after building tern-bench:
+#   scripts/commit-window-experiment.sh [path/to/tern-bench]
+# For each window it runs `tern-bench stress` in open-loop mode (a fixed rate of one-record
 # appends, as sensors publish) on a loop-mounted ext4 image and prints device bytes per payload
 # byte (the loop device's sectors-written counter), fdatasyncs per second and ack latency.
 # A window is "MIN/MAX/BYTES": `flush.min_delay` and `flush.max_delay` in milliseconds and
@@ -16,7 +16,7 @@ for spec in "100 2000" "1024 500" "100 20000"; do
     IFS=/ read -r min max bytes <<< "$window"
     rm -rf "$WORK/mnt/d"
     sync; before=$(sectors)
-    out=$("$TERN" log stress --data-dir "$WORK/mnt/d" --rate "$2" --seconds 5 \
+    out=$("$TERN_BENCH" stress --data-dir "$WORK/mnt/d" --rate "$2" --seconds 5 \
       --record-bytes "$1" --min-delay-ms "$min" --max-delay-ms "$max" --min-bytes "$bytes" \
       --segment-bytes 67108864)
     sync; after=$(sectors)

@@ -48,7 +48,7 @@ for name in "${targets[@]}"; do
   triple=$(triple_of "$name")
   configure "$name"
   echo "== $triple: release build"
-  cargo build --locked --release -p tern-gateway --bin tern \
+  cargo build --locked --release -p tern --bin tern \
     -Z build-std=std,panic_abort --target "$triple"
   binary="$CARGO_TARGET_DIR/$triple/release/tern"
   size=$(stat -c %s "$binary")
@@ -61,6 +61,6 @@ for name in "${targets[@]}"; do
   runner_var="CARGO_TARGET_$(echo "$triple" | tr 'a-z-' 'A-Z_')_RUNNER"
   ${!runner_var} "$binary" --version
   echo "== $triple: tests under QEMU"
-  cargo test --locked -p tern-gateway -Z build-std=std,panic_abort --target "$triple" || status=1
+  cargo test --locked -p tern-core -p tern-log -p tern-mqtt -p tern-upstream -p tern -Z build-std=std,panic_abort --target "$triple" || status=1
 done
 exit $status

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Steady-state write amplification with segment recycling (docs/log-format.md, "Measured
-# choices"). Run as root from the repository root after building tern:
-#   scripts/recycle-experiment.sh [path/to/tern]
-# One `tern log stress` run per record size, 35 s at a fixed rate, 1 MiB segments and a 3 MiB
+# choices"). Run as root from the repository root after building tern-bench:
+#   scripts/recycle-experiment.sh [path/to/tern-bench]
+# One `tern-bench stress` run per record size, 35 s at a fixed rate, 1 MiB segments and a 3 MiB
 # partition limit: after about 15 s every roll reuses a deleted segment file. Device bytes are
 # read from the loop device's sectors-written counter between second 20 and second 30 of the
 # run, when the partition is in that steady state, and divided by the payload of those 10 s.
@@ -12,7 +12,7 @@ printf "%-6s %-6s %-8s %-7s %-9s %-9s %-9s\n" bytes rate window WA fsync/s recyc
 for spec in "100 2000" "1024 500"; do
   set -- $spec
   rm -rf "$WORK/mnt/d"
-  "$TERN" log stress --data-dir "$WORK/mnt/d" --max-delay-ms 20 --segment-bytes 1048576 \
+  "$TERN_BENCH" stress --data-dir "$WORK/mnt/d" --max-delay-ms 20 --segment-bytes 1048576 \
     --retention-bytes 3145728 --rate "$2" --record-bytes "$1" --seconds 35 > "$WORK/out" &
   pid=$!
   sleep 20; sync; before=$(sectors)

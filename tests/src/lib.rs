@@ -24,18 +24,37 @@ pub mod raw_mqtt;
 
 /// Path of the `tern` binary, built once per test process with the same cargo that runs the tests.
 pub fn tern_binary() -> anyhow::Result<PathBuf> {
+    built_binaries().map(|dir| dir.join("tern"))
+}
+
+/// Path of the `tern-bench` binary (benchmarks and the crash tests' stress writer), built with
+/// `tern` in the same directory, so the benches that start `tern serve` find it beside them.
+pub fn bench_binary() -> anyhow::Result<PathBuf> {
+    built_binaries().map(|dir| dir.join("tern-bench"))
+}
+
+/// Builds `tern` and `tern-bench` once per test process: the directory holding both.
+fn built_binaries() -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
-        .get_or_init(|| build_tern().map_err(|err| format!("{err:#}")))
+        .get_or_init(|| build_binaries().map_err(|err| format!("{err:#}")))
         .clone()
         .map_err(anyhow::Error::msg)
 }
 
-fn build_tern() -> anyhow::Result<PathBuf> {
+fn build_binaries() -> anyhow::Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let workspace = workspace_root();
     let status = Command::new(cargo)
-        .args(["build", "--quiet", "-p", "tern-gateway", "--bin", "tern"])
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "tern",
+            "-p",
+            "tern-bench",
+            "--bins",
+        ])
         .current_dir(&workspace)
         .status()
         .context("cannot run cargo to build tern")?;
@@ -45,11 +64,13 @@ fn build_tern() -> anyhow::Result<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target"));
-    let binary = target.join("debug").join("tern");
-    if !binary.exists() {
-        bail!("tern binary missing at {} after building", binary.display());
+    let dir = target.join("debug");
+    for binary in ["tern", "tern-bench"] {
+        if !dir.join(binary).exists() {
+            bail!("{binary} missing in {} after building", dir.display());
+        }
     }
-    Ok(binary)
+    Ok(dir)
 }
 
 /// Wall-clock milliseconds since the epoch, for record timestamps: Kafka's retention (7 days by
@@ -313,11 +334,20 @@ impl Drop for Gateway {
 
 /// Runs `tern ARGS…` to completion: (exit status, stdout, stderr).
 pub fn run_tern(args: &[&str]) -> anyhow::Result<(ExitStatus, String, String)> {
-    let output = Command::new(tern_binary()?)
+    run_to_end(&tern_binary()?, args)
+}
+
+/// Runs `tern-bench ARGS…` to completion: (exit status, stdout, stderr).
+pub fn run_bench(args: &[&str]) -> anyhow::Result<(ExitStatus, String, String)> {
+    run_to_end(&bench_binary()?, args)
+}
+
+fn run_to_end(binary: &Path, args: &[&str]) -> anyhow::Result<(ExitStatus, String, String)> {
+    let output = Command::new(binary)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .context("cannot run tern")?;
+        .with_context(|| format!("cannot run {}", binary.display()))?;
     Ok((
         output.status,
         String::from_utf8_lossy(&output.stdout).into_owned(),

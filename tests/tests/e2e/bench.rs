@@ -2,7 +2,7 @@
 //! for. This checks that the bench works, never how fast anything is.
 
 use serde_json::Value;
-use tern_tests::{TempDir, run_tern};
+use tern_tests::{TempDir, run_bench};
 
 /// Every figure, as a JSON pointer into the report, append rows keyed by their `workload` name.
 const FIGURES: &[&str] = &[
@@ -55,15 +55,8 @@ const FIGURES: &[&str] = &[
 fn quick_bench_prints_every_figure_as_json() -> anyhow::Result<()> {
     let dir = TempDir::new("bench")?;
     let dir_arg = dir.path().display().to_string();
-    let (status, stdout, stderr) = run_tern(&[
-        "bench",
-        "log",
-        "--quick",
-        "--json",
-        "--no-loop",
-        "--dir",
-        &dir_arg,
-    ])?;
+    let (status, stdout, stderr) =
+        run_bench(&["log", "--quick", "--json", "--no-loop", "--dir", &dir_arg])?;
     assert!(status.success(), "{stderr}");
     let mut report: Value = serde_json::from_str(&stdout)?;
     assert_eq!(report["counter"], "process", "{stdout}");

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tern_tests::{Gateway, ServeOptions, TempDir, run_tern, tern_binary, workspace_root};
+use tern_tests::{Gateway, ServeOptions, TempDir, bench_binary, run_tern, workspace_root};
 
 /// Copies the committed fixture into a fresh temporary directory.
 fn fixture_copy(label: &str) -> anyhow::Result<TempDir> {
@@ -218,9 +218,8 @@ fn verify_names_file_and_byte_of_damage() -> anyhow::Result<()> {
 
 /// Starts the stress writer, lets it run for `run_for`, kills it with SIGKILL, returns stdout.
 fn run_and_kill(dir: &Path, run_for: Duration) -> anyhow::Result<String> {
-    let mut child = Command::new(tern_binary()?)
+    let mut child = Command::new(bench_binary()?)
         .args([
-            "log",
             "stress",
             "--data-dir",
             &dir_arg(dir),

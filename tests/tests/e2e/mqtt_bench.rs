@@ -3,7 +3,7 @@
 //! (present, positive, finite); it asserts no performance target.
 
 use serde_json::Value;
-use tern_tests::run_tern;
+use tern_tests::run_bench;
 
 /// The figure at `path` (e.g. `tern.qos1.p99_ms`), which must be a positive finite number.
 fn figure(report: &Value, path: &str) -> f64 {
@@ -21,7 +21,7 @@ fn figure(report: &Value, path: &str) -> f64 {
 
 #[test]
 fn quick_bench_prints_every_figure_side_by_side() -> anyhow::Result<()> {
-    let (status, stdout, stderr) = run_tern(&["bench", "mqtt", "--quick", "--json"])?;
+    let (status, stdout, stderr) = run_bench(&["mqtt", "--quick", "--json"])?;
     assert!(status.success(), "bench failed: {stderr}\n{stdout}");
     let report: Value = serde_json::from_str(&stdout)?;
     for broker in ["tern", "mosquitto"] {
@@ -64,13 +64,13 @@ fn quick_bench_prints_every_figure_side_by_side() -> anyhow::Result<()> {
 
 #[test]
 fn bench_against_one_broker_and_bad_flags() -> anyhow::Result<()> {
-    let (status, _, stderr) = run_tern(&["bench", "mqtt", "--quick", "--publishers", "0"])?;
+    let (status, _, stderr) = run_bench(&["mqtt", "--quick", "--publishers", "0"])?;
     assert!(!status.success());
     assert!(
         stderr.contains("--publishers must be at least 1"),
         "{stderr}"
     );
-    let (status, _, stderr) = run_tern(&["bench", "mqtt", "--broker", "127.0.0.1:1", "--quick"])?;
+    let (status, _, stderr) = run_bench(&["mqtt", "--broker", "127.0.0.1:1", "--quick"])?;
     assert!(!status.success(), "nothing listens on port 1");
     assert!(stderr.contains("connecting a bench client"), "{stderr}");
     Ok(())

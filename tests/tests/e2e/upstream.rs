@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use tern_gateway::config::{ByteSize, HumanDuration};
-use tern_gateway::shutdown;
-use tern_gateway::upstream::{
+use tern_core::shutdown;
+use tern_core::{ByteSize, HumanDuration};
+use tern_tests::{KafkaCluster, now_ms};
+use tern_upstream::{
     self, Codec, EdgeLog, EdgeLogError, EdgeRecord, StatusMap, TlsSettings, UpstreamConfig,
 };
-use tern_tests::{KafkaCluster, now_ms};
 use tokio::sync::watch;
 
 const TOPIC: &str = "sensors";
@@ -147,7 +147,7 @@ impl Forwarder {
             .build()?;
         let (trigger, shutdown) = shutdown::channel();
         let status = StatusMap::default();
-        let task = upstream::run(
+        let task = tern_upstream::run(
             config,
             "gw-e2e".to_owned(),
             log.clone(),
@@ -281,7 +281,7 @@ fn a_capped_backlog_drains_no_faster_than_the_bandwidth_cap() -> anyhow::Result<
             .map_err(anyhow::Error::msg)?;
         total += records.iter().map(|r| charged_bytes(r, p)).sum::<u64>();
     }
-    let floor = Duration::from_secs_f64(total as f64 / CAP as f64) - upstream::BANDWIDTH_BURST;
+    let floor = Duration::from_secs_f64(total as f64 / CAP as f64) - tern_upstream::BANDWIDTH_BURST;
     assert!(
         floor >= Duration::from_secs(3),
         "{total} bytes make too weak a test"

@@ -4,7 +4,7 @@
 //! it asserts no timing and no performance target.
 
 use serde_json::Value;
-use tern_tests::{KafkaCluster, run_tern};
+use tern_tests::{KafkaCluster, run_bench};
 
 const CODECS: [&str; 5] = ["none", "gzip", "lz4", "snappy", "zstd"];
 
@@ -27,7 +27,6 @@ fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()
     let cluster = KafkaCluster::start()?;
     let bootstrap = cluster.bootstrap();
     let args = [
-        "bench",
         "upstream",
         "--kafka",
         &bootstrap,
@@ -37,7 +36,7 @@ fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()
         "1",
         "--json",
     ];
-    let (status, stdout, stderr) = run_tern(&args)?;
+    let (status, stdout, stderr) = run_bench(&args)?;
     assert!(status.success(), "bench failed: {stderr}\n{stdout}");
     let report: Value = serde_json::from_str(&stdout)?;
     assert_eq!(figure(&report, "shape.records"), 20_000.0);

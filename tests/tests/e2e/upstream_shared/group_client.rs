@@ -1,4 +1,4 @@
-//! tern's consumer-group client (`upstream::GroupClient`, built by `upstream::group_client` as
+//! tern's consumer-group client (`tern_upstream::GroupClient`, built by `tern_upstream::group_client` as
 //! shared mode builds it) alone against the real cluster: over TLS with a private CA and over
 //! SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, commit and fetch back, with the offsets checked
 //! by `kafka-consumer-groups`; a wrong password and commits naming a partition or a topic that
@@ -7,11 +7,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tern_gateway::upstream::{
-    self, Commit, GroupClient, Mode, SaslMechanism, SaslSettings, TlsSettings, UpstreamConfig,
-};
 use tern_tests::KafkaCluster;
 use tern_tests::kafka::{SASL_PASSWORD, SASL_USER};
+use tern_upstream::{
+    self, Commit, GroupClient, Mode, SaslMechanism, SaslSettings, TlsSettings, UpstreamConfig,
+};
 
 const TOPIC: &str = "progress";
 
@@ -36,7 +36,8 @@ fn client(
         ..UpstreamConfig::default()
     };
     change(&mut config);
-    let client = upstream::group_client(&config, "gw-t")?.context("shared mode has a client")?;
+    let client =
+        tern_upstream::group_client(&config, "gw-t")?.context("shared mode has a client")?;
     std::sync::Arc::into_inner(client).context("the client is shared")
 }
 

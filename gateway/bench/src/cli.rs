@@ -1,0 +1,314 @@
+//! The `tern-bench` command line: subcommands and their flags. Parsing only; the benches live in
+//! this crate's `log`, `mqtt` and `upstream` modules.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use tern_upstream::Codec;
+
+use crate::mqtt::BenchOptions;
+use crate::stress::StressOptions;
+use crate::upstream::{UpstreamBenchOptions, codec_name};
+
+/// tern-bench: tern's performance figures (never part of the tests' pass/fail) and the crash
+/// tests' stress writer. Not shipped on a gateway.
+#[derive(Debug, Parser)]
+#[command(name = "tern-bench", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// The log against the raw device and SQLite: throughput, write amplification, latency,
+    /// reads, recovery, memory and a flash-lifetime projection, all on one file system.
+    Log(BenchLogArgs),
+    /// MQTT publish throughput and PUBACK latency: tern (durable acks) next to Mosquitto under
+    /// the same load, with their ratio, plus tern's memory with idle clients. Needs `mosquitto`
+    /// on PATH unless --broker is given.
+    Mqtt(MqttBenchArgs),
+    /// Forwarding to Kafka against a cluster you started: live MQTT ingest (the anchor) and the
+    /// steady forwarding rate, then the drain of a backlog per compression codec with bytes on
+    /// the wire per payload byte. Creates topics named `tern-bench.*`.
+    Upstream(UpstreamBenchArgs),
+    /// Internal: appends to a log until killed, printing progress (the bench's child process
+    /// for recovery time and peak memory).
+    #[command(hide = true)]
+    LogWriter(LogWriterArgs),
+    /// Crash-test helper: append from several tasks, printing each acknowledged append.
+    #[command(hide = true)]
+    Stress(StressArgs),
+}
+
+/// Flags of the hidden `tern-bench stress`: the crash tests' writer.
+#[derive(Debug, Args)]
+pub struct StressArgs {
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: PathBuf,
+    #[arg(long, default_value_t = 4)]
+    pub tasks: u32,
+    /// Appends per task; 0 = until killed.
+    #[arg(long, default_value_t = 0)]
+    pub appends: u64,
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub segment_bytes: u64,
+    /// Group-commit window in milliseconds.
+    #[arg(long, default_value_t = 20)]
+    pub max_delay_ms: u64,
+    /// Shortest commit window while no fdatasync runs (`flush.min_delay`) [default: the
+    /// config default, capped at --max-delay-ms].
+    #[arg(long)]
+    pub min_delay_ms: Option<u64>,
+    /// Commit size that closes the window at once while no fdatasync runs
+    /// (`flush.min_bytes`) [default: the config default].
+    #[arg(long)]
+    pub min_bytes: Option<u64>,
+    /// Open-loop appends per second (0 = closed loop printing acks).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    #[arg(long, default_value_t = 100)]
+    pub record_bytes: usize,
+    /// Partition size limit; the oldest segments are dropped (and recycled) past it.
+    #[arg(long, default_value_t = 0)]
+    pub retention_bytes: u64,
+}
+
+impl StressArgs {
+    /// The run these flags describe.
+    pub fn options(&self) -> StressOptions {
+        StressOptions {
+            data_dir: self.data_dir.clone(),
+            tasks: self.tasks,
+            appends: self.appends,
+            segment_bytes: self.segment_bytes,
+            max_delay: Duration::from_millis(self.max_delay_ms),
+            min_delay: self.min_delay_ms.map(Duration::from_millis),
+            min_bytes: self.min_bytes,
+            rate: self.rate,
+            seconds: self.seconds,
+            record_bytes: self.record_bytes,
+            retention_bytes: self.retention_bytes,
+        }
+    }
+}
+
+/// Flags of `tern-bench log`.
+#[derive(Debug, Args)]
+pub struct BenchLogArgs {
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Parent directory for the bench's files (the ext4 image as root) [default: the system
+    /// temporary directory].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Smaller sizes and a single run per workload: seconds instead of minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Do not make a loop-mounted ext4 image even as root: write in DIR and count the process's
+    /// own write_bytes.
+    #[arg(long)]
+    pub no_loop: bool,
+    /// Commit window for tern's append workloads instead of the default `flush.max_delay`
+    /// (experiments behind that default).
+    #[arg(long, value_name = "MS")]
+    pub commit_max_delay_ms: Option<u64>,
+    /// Early-commit size for tern's append workloads instead of the default `flush.max_bytes`.
+    #[arg(long, value_name = "BYTES")]
+    pub commit_max_bytes: Option<u64>,
+}
+
+/// Flags of `tern-bench upstream`.
+#[derive(Debug, Args)]
+pub struct UpstreamBenchArgs {
+    /// Bootstrap servers of the Kafka cluster to measure against (it is not started for you:
+    /// scripts/bench-upstream.sh does that).
+    #[arg(
+        long,
+        value_name = "HOST:PORT[,HOST:PORT...]",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub kafka: Vec<String>,
+    /// Records in the backlog drained per codec.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub records: u64,
+    /// Payload bytes per record and per MQTT message.
+    #[arg(long, value_name = "S", default_value_t = 64)]
+    pub size: usize,
+    /// Runs per figure; the median is printed.
+    #[arg(long, value_name = "R", default_value_t = 3)]
+    pub repetitions: usize,
+    /// Only these codecs [default: none,gzip,lz4,snappy,zstd].
+    #[arg(long, value_name = "CODEC", value_delimiter = ',', value_parser = parse_codec)]
+    pub codec: Vec<Codec>,
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl UpstreamBenchArgs {
+    pub fn options(&self) -> UpstreamBenchOptions {
+        UpstreamBenchOptions {
+            kafka: self.kafka.clone(),
+            records: self.records,
+            size: self.size,
+            repetitions: self.repetitions,
+            codecs: if self.codec.is_empty() {
+                UpstreamBenchOptions::ALL_CODECS.to_vec()
+            } else {
+                self.codec.clone()
+            },
+        }
+    }
+}
+
+fn parse_codec(text: &str) -> Result<Codec, String> {
+    UpstreamBenchOptions::ALL_CODECS
+        .into_iter()
+        .find(|&c| codec_name(c) == text)
+        .ok_or_else(|| format!("unknown codec `{text}` (known: none, gzip, lz4, snappy, zstd)"))
+}
+
+/// Flags of the hidden `tern-bench log-writer`.
+#[derive(Debug, Args)]
+pub struct LogWriterArgs {
+    /// Log directory to append to.
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Value size of each record in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub record_size: usize,
+    /// Concurrent appenders.
+    #[arg(long, default_value_t = 64)]
+    pub appenders: usize,
+    /// Records per append call.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Stop appending (and exit without closing the log) after this many payload bytes.
+    #[arg(long)]
+    pub max_bytes: u64,
+}
+
+/// Flags of `tern-bench mqtt`; unset ones take the full (or --quick) defaults.
+#[derive(Debug, Args)]
+pub struct MqttBenchArgs {
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Measure only this running broker instead of starting tern and Mosquitto.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub broker: Option<String>,
+    /// Publisher connections [default: 16; quick: 4].
+    #[arg(long, value_name = "N")]
+    pub publishers: Option<usize>,
+    /// Messages per publisher [default: 5000; quick: 500].
+    #[arg(long, value_name = "M")]
+    pub messages: Option<usize>,
+    /// Payload bytes per message [default: 64].
+    #[arg(long, value_name = "S")]
+    pub size: Option<usize>,
+    /// Only this QoS level [default: 1 and 0].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub qos: Option<u8>,
+    /// Unacknowledged QoS 1 publishes per connection [default: 64].
+    #[arg(long, value_name = "W")]
+    pub window: Option<usize>,
+    /// Runs per figure; the median is printed [default: 3; quick: 1].
+    #[arg(long, value_name = "R")]
+    pub repetitions: Option<usize>,
+    /// Idle clients connected for tern's memory figure [default: 1000; quick: 100].
+    #[arg(long, value_name = "K")]
+    pub idle_clients: Option<usize>,
+    /// A few seconds' run that checks the bench works (smaller defaults).
+    #[arg(long)]
+    pub quick: bool,
+}
+
+impl MqttBenchArgs {
+    /// The bench these flags describe.
+    pub fn options(&self) -> BenchOptions {
+        let base = if self.quick {
+            BenchOptions::quick()
+        } else {
+            BenchOptions::full()
+        };
+        BenchOptions {
+            broker: self.broker.clone(),
+            publishers: self.publishers.unwrap_or(base.publishers),
+            messages: self.messages.unwrap_or(base.messages),
+            size: self.size.unwrap_or(base.size),
+            qos: self.qos.or(base.qos),
+            window: self.window.unwrap_or(base.window),
+            repetitions: self.repetitions.unwrap_or(base.repetitions),
+            idle_clients: self.idle_clients.unwrap_or(base.idle_clients),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_mqtt_flags_override_the_quick_defaults() {
+        let cli = Cli::try_parse_from([
+            "tern-bench",
+            "mqtt",
+            "--quick",
+            "--json",
+            "--qos",
+            "1",
+            "--size",
+            "512",
+        ])
+        .expect("valid command line");
+        let BenchCommand::Mqtt(args) = cli.command else {
+            panic!("expected bench mqtt, got {:?}", cli.command);
+        };
+        assert!(args.json);
+        let options = args.options();
+        assert_eq!(
+            (options.qos, options.size, options.publishers),
+            (Some(1), 512, BenchOptions::quick().publishers)
+        );
+        assert!(Cli::try_parse_from(["tern-bench", "mqtt", "--qos", "2"]).is_err());
+    }
+
+    #[test]
+    fn bench_upstream_needs_kafka_and_takes_codecs() {
+        assert!(Cli::try_parse_from(["tern-bench", "upstream"]).is_err());
+        let cli = Cli::try_parse_from([
+            "tern-bench",
+            "upstream",
+            "--kafka",
+            "127.0.0.1:1,127.0.0.1:2",
+            "--codec",
+            "zstd,none",
+            "--records",
+            "500",
+        ])
+        .expect("valid command line");
+        let BenchCommand::Upstream(args) = cli.command else {
+            panic!("expected bench upstream, got {:?}", cli.command);
+        };
+        let options = args.options();
+        assert_eq!(options.kafka, ["127.0.0.1:1", "127.0.0.1:2"]);
+        assert_eq!(options.codecs, [Codec::Zstd, Codec::None]);
+        assert_eq!((options.records, options.size), (500, 64));
+        let err = Cli::try_parse_from([
+            "tern-bench",
+            "upstream",
+            "--kafka",
+            "k:1",
+            "--codec",
+            "brotli",
+        ])
+        .map(|_| ());
+        assert!(err.is_err_and(|e| e.to_string().contains("unknown codec `brotli`")));
+    }
+}

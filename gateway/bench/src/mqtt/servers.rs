@@ -1,0 +1,277 @@
+//! The brokers under test, as child processes on loopback: tern itself (`tern serve` from the
+//! running binary, with a temporary data directory and durable acks at the default commit window)
+//! and Debian's `mosquitto` (a generated config, persistence off as shipped). Each child is ended
+//! by its own PID when its handle drops, and its temporary directory is removed.
+//!
+//! It must never touch a process it did not start and never listen beyond 127.0.0.1.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::BenchError;
+
+/// How long a broker may take to start listening.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A broker child process and the address it listens on.
+#[derive(Debug)]
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    /// Config and data, removed when the handle drops (after the child is ended).
+    _dir: TempDir,
+    /// Its last stderr lines, for error messages.
+    stderr: mpsc::Receiver<String>,
+}
+
+/// The tern settings of the bench: defaults, except that the per-client publish rate limit is
+/// off (it would cap every publisher at 1,000 msgs/s) and the listeners are on loopback port 0.
+fn tern_config(data_dir: &Path) -> String {
+    format!(
+        "data_dir = {data_dir:?}\n\
+         [mqtt]\nlisten = \"127.0.0.1:0\"\nmax_publish_rate = 0\nmax_connections = 2048\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [logging]\nlevel = \"info\"\n",
+        data_dir = data_dir.display().to_string()
+    )
+}
+
+/// Mosquitto's settings: one loopback listener, anonymous clients, persistence off (the shipped
+/// default, so it acknowledges from RAM), no connection limit, errors and warnings only.
+fn mosquitto_config(port: u16) -> String {
+    format!(
+        "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n\
+         max_connections -1\nlog_dest stderr\nlog_type error\nlog_type warning\n"
+    )
+}
+
+impl Server {
+    /// Starts `tern serve` (the running binary) and waits for its MQTT listener.
+    pub fn tern() -> Result<Self, BenchError> {
+        Self::tern_with("")
+    }
+
+    /// The same, with `extra` (whole TOML tables such as `[[upstream]]`) added to its config.
+    pub fn tern_with(extra: &str) -> Result<Self, BenchError> {
+        let dir = TempDir::new("tern")?;
+        let data_dir = dir.path().join("data");
+        let config = dir.path().join("tern.toml");
+        write_file(&config, &format!("{}{extra}", tern_config(&data_dir)))?;
+        let exe = crate::tern_binary().map_err(|err| BenchError::Io {
+            what: "finding the tern binary",
+            source: std::io::Error::other(err.to_string()),
+        })?;
+        let mut command = Command::new(exe);
+        command.arg("serve").arg("--config").arg(&config);
+        command.env("RUST_LOG", "info");
+        let (child, stderr) = spawn(command, "tern")?;
+        let mut server = Self {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            _dir: dir,
+            stderr,
+        };
+        server.addr = server.wait_for_line("mqtt listener on ")?;
+        Ok(server)
+    }
+
+    /// Starts `mosquitto -c FILE` on a free loopback port and waits until it accepts.
+    pub fn mosquitto() -> Result<Self, BenchError> {
+        let dir = TempDir::new("mosquitto")?;
+        let port = free_port()?;
+        let config = dir.path().join("mosquitto.conf");
+        write_file(&config, &mosquitto_config(port))?;
+        let mut command = Command::new(mosquitto_binary());
+        command.arg("-c").arg(&config);
+        let (child, stderr) = spawn(command, "mosquitto")?;
+        let mut server = Self {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            _dir: dir,
+            stderr,
+        };
+        server.wait_accepting()?;
+        Ok(server)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Parses the address after `marker` in the child's stderr.
+    fn wait_for_line(&mut self, marker: &str) -> Result<SocketAddr, BenchError> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut seen = Vec::new();
+        while let Ok(line) = self
+            .stderr
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            if let Some(addr) = line.split(marker).nth(1) {
+                if let Ok(addr) = addr.trim().parse() {
+                    return Ok(addr);
+                }
+            }
+            seen.push(line);
+        }
+        Err(BenchError::Start {
+            broker: "tern",
+            output: seen.join("\n"),
+        })
+    }
+
+    /// Waits until a TCP connection to `addr` succeeds.
+    fn wait_accepting(&mut self) -> Result<(), BenchError> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(BenchError::Start {
+            broker: "mosquitto",
+            output: self.stderr.try_iter().collect::<Vec<_>>().join("\n"),
+        })
+    }
+
+    /// The child's resident set (`VmRSS`) and its peak (`VmHWM`), in KiB.
+    pub fn rss_kib(&self) -> Result<(u64, u64), BenchError> {
+        let path = format!("/proc/{}/status", self.pid());
+        let status = std::fs::read_to_string(&path).map_err(|source| BenchError::Io {
+            what: "reading the broker's /proc status",
+            source,
+        })?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        };
+        match (field("VmRSS:"), field("VmHWM:")) {
+            (Some(rss), Some(peak)) => Ok((rss, peak)),
+            _ => Err(BenchError::Proc { path }),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Child::kill sends SIGKILL to this child's own PID.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawns `command` with stderr drained by a thread (so the child never blocks on a full pipe).
+fn spawn(
+    mut command: Command,
+    broker: &'static str,
+) -> Result<(Child, mpsc::Receiver<String>), BenchError> {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|source| BenchError::Spawn { broker, source })?;
+    let (tx, rx) = mpsc::channel();
+    if let Some(stderr) = child.stderr.take() {
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                // Once nobody listens the lines are only drained.
+                let _ = tx.send(line);
+            }
+        });
+    }
+    Ok((child, rx))
+}
+
+/// `mosquitto` from PATH, else where Debian installs it (/usr/sbin is not on every PATH).
+fn mosquitto_binary() -> PathBuf {
+    let debian = Path::new("/usr/sbin/mosquitto");
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("mosquitto").exists()));
+    if on_path || !debian.exists() {
+        PathBuf::from("mosquitto")
+    } else {
+        debian.to_path_buf()
+    }
+}
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> Result<u16, BenchError> {
+    let io = |source| BenchError::Io {
+        what: "finding a free loopback port",
+        source,
+    };
+    let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(io)?;
+    Ok(listener.local_addr().map_err(io)?.port())
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), BenchError> {
+    std::fs::write(path, text).map_err(|source| BenchError::Io {
+        what: "writing a broker config",
+        source,
+    })
+}
+
+/// A temporary directory removed on drop.
+#[derive(Debug)]
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> Result<Self, BenchError> {
+        let path = std::env::temp_dir().join(format!("tern-bench-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).map_err(|source| BenchError::Io {
+            what: "creating a temporary directory",
+            source,
+        })?;
+        Ok(Self(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tern_config_parses_and_lifts_only_the_rate_limit() {
+        let text = tern_config(Path::new("/tmp/x"));
+        #[derive(serde::Deserialize)]
+        struct Sections {
+            data_dir: std::path::PathBuf,
+            mqtt: tern_mqtt::config::MqttConfig,
+            #[serde(default)]
+            log: tern_log::LogConfig,
+        }
+        let config: Sections = toml::from_str(&text).expect("valid config");
+        assert_eq!(config.data_dir, Path::new("/tmp/x"));
+        assert_eq!(config.mqtt.max_publish_rate, 0);
+        assert_eq!(config.log, tern_log::LogConfig::default());
+    }
+
+    #[test]
+    fn the_mosquitto_config_listens_on_loopback_only() {
+        let text = mosquitto_config(4242);
+        assert!(text.starts_with("listener 4242 127.0.0.1\n"), "{text}");
+        assert!(text.contains("persistence false"), "{text}");
+    }
+}

@@ -1,0 +1,288 @@
+//! `tern bench upstream`: forwarding figures against a Kafka cluster the user started. In one
+//! run it measures the anchor — live MQTT ingest into a `tern serve` child (the MQTT bench's load
+//! generator, QoS 1) — and, while that stream runs, the steady forwarding rate of the child's
+//! forwarder; then, for each compression codec, the drain of a backlog built directly through
+//! the log API, by the forwarder running in this process. Bytes on the wire are counted by a
+//! proxy between that forwarder and Kafka (`proxy.rs`). It owns the options, the error type and the
+//! order of measurements; the phases are `live.rs` and `backlog.rs`, the figures `report.rs`.
+//!
+//! It never starts or stops Kafka, never asserts a target (it prints whether each is met), and
+//! never touches a process or topic it did not create (its topics start with `tern-bench.`).
+
+mod backlog;
+mod live;
+mod proxy;
+mod report;
+mod wire;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use report::Report;
+
+use tern_upstream::KafkaUpstream;
+use tern_upstream::{Codec, UpstreamConfig};
+
+/// Prefix of every upstream topic the bench creates.
+pub const TOPIC_PREFIX: &str = "tern-bench.";
+/// How long forwarding may take to reach an expected end offset before the bench gives up.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What to measure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamBenchOptions {
+    /// Bootstrap servers of the cluster, `host:port`.
+    pub kafka: Vec<String>,
+    /// Records in the backlog drained per codec.
+    pub records: u64,
+    /// Payload bytes per record (MQTT message and backlog value).
+    pub size: usize,
+    pub repetitions: usize,
+    pub codecs: Vec<Codec>,
+}
+
+impl UpstreamBenchOptions {
+    pub const ALL_CODECS: [Codec; 5] = [
+        Codec::None,
+        Codec::Gzip,
+        Codec::Lz4,
+        Codec::Snappy,
+        Codec::Zstd,
+    ];
+
+    fn validate(&self) -> Result<(), BenchError> {
+        let checks = [
+            (
+                self.kafka.is_empty(),
+                "--kafka",
+                "needs at least one host:port",
+            ),
+            (self.records == 0, "--records", "must be at least 1"),
+            (self.repetitions == 0, "--repetitions", "must be at least 1"),
+            (
+                self.codecs.is_empty(),
+                "--codec",
+                "needs at least one codec",
+            ),
+            (
+                !(16..=64 * 1024).contains(&self.size),
+                "--size",
+                "must be between 16 and 65536",
+            ),
+            (
+                self.records.saturating_mul(self.size as u64 + 64) >= 1 << 30,
+                "--records",
+                "x (--size + 64 bytes) must stay below the log's default 1GiB retention",
+            ),
+        ];
+        match checks.iter().find(|(bad, ..)| *bad) {
+            Some((_, option, reason)) => Err(BenchError::Invalid { option, reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// Settings of a forwarder of this bench: defaults, except where it connects and its names.
+    fn upstream(&self, bootstrap: Vec<String>, gateway: &str, codec: Codec) -> UpstreamConfig {
+        UpstreamConfig {
+            bootstrap,
+            gateway_id: Some(gateway.to_owned()),
+            topic_prefix: TOPIC_PREFIX.to_owned(),
+            compression: codec,
+            ..UpstreamConfig::default()
+        }
+    }
+}
+
+/// Why the bench could not finish.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    #[error("{option} {reason}")]
+    Invalid {
+        option: &'static str,
+        reason: &'static str,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Upstream(#[from] tern_upstream::UpstreamError),
+    #[error("MQTT load: {0}")]
+    Mqtt(#[from] crate::mqtt::BenchError),
+    #[error("edge log {op}: {source}")]
+    Log {
+        op: &'static str,
+        source: tern_log::LogError,
+    },
+    #[error("{topic} reached offset {got} of {expected} in {after:?}")]
+    Stalled {
+        topic: String,
+        expected: u64,
+        got: u64,
+        after: Duration,
+    },
+    #[error("{topic} holds {got} records, {expected} expected: forwarding duplicated records")]
+    Count {
+        topic: String,
+        expected: u64,
+        got: u64,
+    },
+}
+
+/// Runs the bench described by `options` and returns every figure.
+pub fn run(options: &UpstreamBenchOptions) -> Result<Report, BenchError> {
+    options.validate()?;
+    // The forwarder's warnings, but not rskafka's errors while the bench waits for new topics.
+    tern_core::logging::init("warn,rskafka=off");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| BenchError::Io {
+            what: "starting the async runtime",
+            source,
+        })?;
+    let direct = options.upstream(options.kafka.clone(), "direct", Codec::None);
+    let kafka = runtime.block_on(KafkaUpstream::connect(&direct))?;
+    let run_id = run_id();
+    progress(format_args!(
+        "live MQTT ingest into tern serve, forwarding ({run_id})"
+    ));
+    let live = live::measure(options, &runtime, &kafka, &run_id)?;
+    progress(format_args!(
+        "building a backlog of {} records",
+        options.records
+    ));
+    let (backlog, built) = runtime.block_on(backlog::Backlog::build(options))?;
+    let mut drains = Vec::new();
+    for rep in 0..options.repetitions {
+        for &codec in &options.codecs {
+            let gateway = format!("{run_id}-{}-{rep}", codec_name(codec));
+            progress(format_args!(
+                "draining it with {}, run {}",
+                codec_name(codec),
+                rep + 1
+            ));
+            let drained = runtime.block_on(backlog.drain(options, &kafka, &gateway, codec))?;
+            drains.push(drained);
+        }
+    }
+    runtime.block_on(backlog.close())?;
+    Ok(Report::new(options, live, built, drains))
+}
+
+/// One line on stderr saying what the bench does now (the figures go to stdout).
+fn progress(what: std::fmt::Arguments<'_>) {
+    eprintln!("tern bench upstream: {what}");
+}
+
+/// A name part that keeps this run's topics apart from earlier runs on the same cluster.
+fn run_id() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("r{secs}-{}", std::process::id())
+}
+
+pub fn codec_name(codec: Codec) -> &'static str {
+    match codec {
+        Codec::None => "none",
+        Codec::Gzip => "gzip",
+        Codec::Lz4 => "lz4",
+        Codec::Snappy => "snappy",
+        Codec::Zstd => "zstd",
+    }
+}
+
+/// Waits until partition 0 of `topic` holds `expected` records (its end offset), polling the
+/// cluster directly; returns when it got there. More than `expected` is an error (duplicates).
+/// Errors while the new topic's leader settles are retried until the timeout.
+async fn wait_for_end(
+    kafka: &KafkaUpstream,
+    topic: &str,
+    expected: u64,
+) -> Result<Instant, BenchError> {
+    let started = Instant::now();
+    let mut got = 0;
+    let mut partition = None;
+    while started.elapsed() < FORWARD_TIMEOUT {
+        if partition.is_none() {
+            partition = kafka.partition(topic, 0).await.ok();
+        }
+        if let Some(upstream) = &partition {
+            match upstream.end_offset().await {
+                Ok(end) => got = u64::try_from(end).unwrap_or(0),
+                Err(err) => {
+                    tracing::debug!(%err, "asking for the end offset again");
+                    partition = None;
+                }
+            }
+            if got >= expected {
+                return match got {
+                    got if got == expected => Ok(Instant::now()),
+                    got => Err(BenchError::Count {
+                        topic: topic.to_owned(),
+                        expected,
+                        got,
+                    }),
+                };
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err(BenchError::Stalled {
+        topic: topic.to_owned(),
+        expected,
+        got,
+        after: FORWARD_TIMEOUT,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> UpstreamBenchOptions {
+        UpstreamBenchOptions {
+            kafka: vec!["127.0.0.1:9092".into()],
+            records: 1_000_000,
+            size: 64,
+            repetitions: 3,
+            codecs: UpstreamBenchOptions::ALL_CODECS.to_vec(),
+        }
+    }
+
+    #[test]
+    fn bad_options_name_the_flag() {
+        assert!(options().validate().is_ok());
+        let bad = UpstreamBenchOptions {
+            size: 8,
+            ..options()
+        };
+        let err = bad.validate().map_err(|e| e.to_string());
+        assert_eq!(err, Err("--size must be between 16 and 65536".to_owned()));
+        let bad = UpstreamBenchOptions {
+            kafka: Vec::new(),
+            ..options()
+        };
+        assert!(bad.validate().is_err());
+        let too_big = UpstreamBenchOptions {
+            size: 2048,
+            ..options()
+        };
+        let err = too_big.validate().map_err(|e| e.to_string());
+        assert!(err.is_err_and(|e| e.starts_with("--records")));
+    }
+
+    #[test]
+    fn bench_forwarders_use_the_defaults_under_their_own_prefix() {
+        let config = options().upstream(vec!["127.0.0.1:1".into()], "r1-zstd-0", Codec::Zstd);
+        assert_eq!(config.validate(), Ok(()));
+        assert_eq!(config.topic_prefix, TOPIC_PREFIX);
+        assert_eq!(
+            config.max_batch_bytes,
+            UpstreamConfig::default().max_batch_bytes
+        );
+        assert_eq!(config.linger, UpstreamConfig::default().linger);
+    }
+}

@@ -1,0 +1,16 @@
+//! What every crate of the gateway shares and nothing else: human units for configuration
+//! (`ByteSize`, `HumanDuration`), the one configuration error a layer's validation returns
+//! ([`InvalidConfig`]), the shutdown signal, the metrics trait of the admin endpoint and the
+//! stderr diagnostics.
+//!
+//! It must never depend on another tern crate, and never do I/O beyond reading `/proc/self` for
+//! process metrics.
+
+mod config;
+pub mod logging;
+pub mod metrics;
+pub mod shutdown;
+mod units;
+
+pub use config::{InvalidConfig, invalid};
+pub use units::{ByteSize, HumanDuration};

@@ -1,0 +1,230 @@
+//! The `[log]` configuration section: segment geometry, durability policy, commit window,
+//! retention and per-topic overrides, with defaults and a validation pass that names the key.
+//!
+//! Settings only: this module never opens files.
+
+use serde::{Deserialize, Serialize};
+
+use tern_core::{ByteSize, HumanDuration};
+
+/// When an append's future resolves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// After the group-committed fdatasync: nothing acknowledged is ever lost.
+    #[default]
+    Sync,
+    /// After the write; fdatasync every `sync_interval`: a power cut loses at most that window.
+    Periodic,
+}
+
+/// What a partition does when retention cannot make room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnFull {
+    /// Refuse the append with `LogError::Full` (callers turn it into backpressure).
+    #[default]
+    Reject,
+    /// Delete the oldest segments even if a cursor still needs them.
+    DropOldest,
+}
+
+/// `[log.flush]`: the group-commit window of the `sync` policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FlushConfig {
+    /// While no fdatasync is running, a commit is written and synced once its first append
+    /// has waited this long (0: at once); while one is running, the commit gathers until it
+    /// returns. Bounds the fdatasync rate of a trickle of appends (see `writer.rs`). Capped at
+    /// `max_delay`, so a short `max_delay` alone still means short commits.
+    pub min_delay: HumanDuration,
+    /// While no fdatasync is running, a commit holding this many bytes is written and synced
+    /// at once, before `min_delay`: large enough that one fdatasync's fixed device writes are
+    /// small beside it, so load gets short commits without a trickle getting many syncs.
+    pub min_bytes: ByteSize,
+    /// Longest an append waits for companions before the commit's write and fdatasync (the
+    /// window also closes once `max_bytes` are waiting; see `writer.rs`).
+    pub max_delay: HumanDuration,
+    /// A commit starts early once this many bytes are waiting.
+    pub max_bytes: ByteSize,
+}
+
+impl Default for FlushConfig {
+    fn default() -> Self {
+        Self {
+            min_delay: HumanDuration(std::time::Duration::from_millis(10)),
+            min_bytes: ByteSize(16 << 10),
+            max_delay: HumanDuration(std::time::Duration::from_millis(30)),
+            max_bytes: ByteSize(1 << 20),
+        }
+    }
+}
+
+/// `[log.retention]`: when whole segments are deleted, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Largest size of one partition; 0 means no limit.
+    pub bytes: ByteSize,
+    /// Segments whose newest record is older than this are deleted; 0 means no limit.
+    pub age: HumanDuration,
+    pub on_full: OnFull,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            bytes: ByteSize(1 << 30),
+            age: HumanDuration(std::time::Duration::from_secs(7 * 86_400)),
+            on_full: OnFull::Reject,
+        }
+    }
+}
+
+/// `[[log.topic]]`: settings of one topic that differ from the `[log]` defaults.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopicOverride {
+    pub name: String,
+    pub partitions: Option<u32>,
+    pub durability: Option<Durability>,
+    pub retention_bytes: Option<ByteSize>,
+    pub retention_age: Option<HumanDuration>,
+    pub on_full: Option<OnFull>,
+}
+
+/// The `[log]` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// Partitions of a topic created without an override.
+    pub partitions: u32,
+    /// A segment is sealed and a new one started once it would grow past this size.
+    pub segment_bytes: ByteSize,
+    /// Bytes of batches between two sparse index entries.
+    pub index_interval: ByteSize,
+    pub durability: Durability,
+    /// fdatasync cadence of the `periodic` policy (its loss window on a power cut).
+    pub sync_interval: HumanDuration,
+    /// Most sealed files (segments and indexes) kept open and mapped at once.
+    pub max_open_files: usize,
+    pub flush: FlushConfig,
+    pub retention: RetentionConfig,
+    /// Per-topic overrides.
+    pub topic: Vec<TopicOverride>,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            partitions: 1,
+            segment_bytes: ByteSize(64 << 20),
+            index_interval: ByteSize(4096),
+            durability: Durability::Sync,
+            sync_interval: HumanDuration(std::time::Duration::from_secs(1)),
+            max_open_files: 64,
+            flush: FlushConfig::default(),
+            retention: RetentionConfig::default(),
+            topic: Vec::new(),
+        }
+    }
+}
+
+/// The effective settings of one topic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicSettings {
+    pub partitions: u32,
+    pub durability: Durability,
+    pub retention_bytes: u64,
+    pub retention_age_ms: u64,
+    pub on_full: OnFull,
+}
+
+impl LogConfig {
+    /// The settings that apply to `topic`.
+    pub fn topic_settings(&self, topic: &str) -> TopicSettings {
+        let o = self.topic.iter().find(|t| t.name == topic);
+        let o = o.cloned().unwrap_or_default();
+        TopicSettings {
+            partitions: o.partitions.unwrap_or(self.partitions),
+            durability: o.durability.unwrap_or(self.durability),
+            retention_bytes: o.retention_bytes.unwrap_or(self.retention.bytes).0,
+            retention_age_ms: u64::try_from(
+                o.retention_age.unwrap_or(self.retention.age).0.as_millis(),
+            )
+            .unwrap_or(u64::MAX),
+            on_full: o.on_full.unwrap_or(self.retention.on_full),
+        }
+    }
+
+    /// Checks ranges and relations; the error is (dotted key, message).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |key: &str, msg: &str| Err((format!("log.{key}"), msg.to_owned()));
+        if !(1..=10_000).contains(&self.partitions) {
+            return bad("partitions", "must be between 1 and 10000");
+        }
+        if !(4096..=1 << 30).contains(&self.segment_bytes.0) {
+            return bad("segment_bytes", "must be between 4KiB and 1GiB");
+        }
+        if self.index_interval.0 == 0 || self.index_interval.0 > self.segment_bytes.0 {
+            return bad("index_interval", "must be between 1 byte and segment_bytes");
+        }
+        if self.flush.max_delay.0 > std::time::Duration::from_secs(10) {
+            return bad("flush.max_delay", "must be at most 10s");
+        }
+        if self.flush.max_bytes.0 == 0 {
+            return bad("flush.max_bytes", "must be larger than zero");
+        }
+        if self.sync_interval.0.is_zero() {
+            return bad("sync_interval", "must be longer than zero");
+        }
+        let retention = self.retention.bytes.0;
+        if retention != 0 && retention < self.segment_bytes.0 {
+            return bad(
+                "retention.bytes",
+                "must be 0 (no limit) or at least segment_bytes",
+            );
+        }
+        if self.max_open_files < 2 {
+            return bad("max_open_files", "must be at least 2");
+        }
+        for (i, t) in self.topic.iter().enumerate() {
+            if let Err(reason) = super::validate_topic_name(&t.name) {
+                return Err((format!("log.topic[{i}].name"), reason));
+            }
+            if t.partitions.is_some_and(|p| !(1..=10_000).contains(&p)) {
+                return Err((
+                    format!("log.topic[{i}].partitions"),
+                    "must be between 1 and 10000".to_owned(),
+                ));
+            }
+            if self.topic.iter().take(i).any(|o| o.name == t.name) {
+                return Err((
+                    format!("log.topic[{i}].name"),
+                    "topic listed twice".to_owned(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Settings for tests and tools: small segments, no commit window.
+    pub fn for_tests(segment_bytes: u64) -> Self {
+        Self {
+            segment_bytes: ByteSize(segment_bytes),
+            index_interval: ByteSize(256),
+            flush: FlushConfig {
+                min_delay: HumanDuration(std::time::Duration::ZERO),
+                min_bytes: ByteSize(0),
+                max_delay: HumanDuration(std::time::Duration::ZERO),
+                max_bytes: ByteSize(1 << 20),
+            },
+            retention: RetentionConfig {
+                bytes: ByteSize(0),
+                age: HumanDuration(std::time::Duration::ZERO),
+                on_full: OnFull::Reject,
+            },
+            ..Self::default()
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! Segment files on disk: their names, and walking the batches of a segment's bytes, whether
+//! memory-mapped (sealed) or read from the file being appended (active).
+//!
+//! Read-only: this module validates and decodes, it never writes or truncates.
+
+use std::borrow::Cow;
+use std::io;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::batch::{self, BATCH_HEADER_LEN, BatchHeader, SEGMENT_HEADER_LEN, SegmentHeader};
+use super::fs::{ReadFile, WriteFile};
+use super::index::IndexBuilder;
+
+/// Name of the segment file whose first offset is `base`.
+pub fn log_name(base: u64) -> String {
+    format!("{base:020}.log")
+}
+
+/// The base offset named by a segment file name, if it is one.
+pub fn parse_log_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".log")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+pub fn log_path(dir: &Path, base: u64) -> PathBuf {
+    dir.join(log_name(base))
+}
+
+pub fn index_path(dir: &Path, base: u64) -> PathBuf {
+    dir.join(format!("{base:020}.index"))
+}
+
+pub fn time_index_path(dir: &Path, base: u64) -> PathBuf {
+    dir.join(format!("{base:020}.timeindex"))
+}
+
+/// Bytes of a segment, read in place or from a file.
+pub trait Source {
+    /// `len` bytes from `pos`; fails past the readable end.
+    fn slice(&self, pos: u64, len: usize) -> io::Result<Cow<'_, [u8]>>;
+    /// Readable length.
+    fn len(&self) -> u64;
+}
+
+impl Source for [u8] {
+    fn slice(&self, pos: u64, len: usize) -> io::Result<Cow<'_, [u8]>> {
+        let start = usize::try_from(pos).unwrap_or(usize::MAX);
+        self.get(start..start.saturating_add(len))
+            .map(Cow::Borrowed)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end"))
+    }
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+}
+
+/// A sealed (mapped) segment file.
+#[derive(Debug)]
+pub struct Mapped(pub Arc<dyn ReadFile>);
+
+impl Source for Mapped {
+    fn slice(&self, pos: u64, len: usize) -> io::Result<Cow<'_, [u8]>> {
+        self.0.bytes().slice(pos, len)
+    }
+    fn len(&self) -> u64 {
+        self.0.bytes().len() as u64
+    }
+}
+
+/// The committed prefix of the active segment.
+#[derive(Debug)]
+pub struct Active {
+    pub file: Arc<dyn WriteFile>,
+    pub committed: u64,
+}
+
+impl Source for Active {
+    fn slice(&self, pos: u64, len: usize) -> io::Result<Cow<'_, [u8]>> {
+        if pos.saturating_add(len as u64) > self.committed {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "read past the end",
+            ));
+        }
+        let mut buf = vec![0u8; len];
+        self.file.read_at(pos, &mut buf)?;
+        Ok(Cow::Owned(buf))
+    }
+    fn len(&self) -> u64 {
+        self.committed
+    }
+}
+
+/// Where and why a walk over batches stopped before the end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    pub position: u64,
+    pub reason: String,
+}
+
+/// Visits the batches from byte `pos` to the end of `src`, checking each CRC. Stops at the
+/// first damaged batch (reported) or when `visit` breaks.
+pub fn walk(
+    src: &(impl Source + ?Sized),
+    mut pos: u64,
+    mut visit: impl FnMut(u64, &BatchHeader, &[u8]) -> ControlFlow<()>,
+) -> Result<(), Damage> {
+    let limit = src.len();
+    while pos < limit {
+        let damage = |reason: String| Damage {
+            position: pos,
+            reason,
+        };
+        let head = src
+            .slice(pos, BATCH_HEADER_LEN)
+            .map_err(|_| damage("batch header cut short".to_owned()))?;
+        let header = batch::decode_header(&head).map_err(|e| damage(e.to_string()))?;
+        let bytes = src
+            .slice(pos, header.length as usize)
+            .map_err(|_| damage(format!("batch of {} bytes cut short", header.length)))?;
+        batch::check_batch(&bytes).map_err(|e| damage(e.to_string()))?;
+        if visit(pos, &header, &bytes).is_break() {
+            return Ok(());
+        }
+        pos += u64::from(header.length);
+    }
+    Ok(())
+}
+
+/// After damage at byte `damaged`, the next position holding a whole, valid batch of
+/// `generation` whose base offset is at least `min_offset`: where reading resumes. Sealed
+/// segments only (it probes every byte position).
+pub fn resync(bytes: &[u8], damaged: u64, generation: u32, min_offset: u64) -> Option<u64> {
+    let start = usize::try_from(damaged).ok()?.saturating_add(1);
+    let end = bytes.len().saturating_sub(BATCH_HEADER_LEN - 1);
+    (start..end)
+        .find(|pos| {
+            let rest = bytes.get(*pos..).unwrap_or_default();
+            batch::check_batch(rest)
+                .is_ok_and(|h| h.generation == generation && h.base_offset >= min_offset)
+        })
+        .map(|pos| pos as u64)
+}
+
+/// What a full validation of a segment found.
+#[derive(Debug)]
+pub struct Scan {
+    pub header: SegmentHeader,
+    /// Bytes up to the end of the last valid batch.
+    pub valid_len: u64,
+    /// Offset after the last valid batch.
+    pub end_offset: u64,
+    pub index: IndexBuilder,
+    /// Why the scan stopped before the end of the bytes, if it did.
+    pub damage: Option<Damage>,
+}
+
+/// Validates a whole segment: header, then batches in order, each with the file's generation
+/// and the next dense offset. `Err` when the file header itself is unusable.
+pub fn scan(bytes: &[u8], expected_base: u64, index_interval: u64) -> Result<Scan, Damage> {
+    let header = SegmentHeader::decode(bytes).map_err(|e| Damage {
+        position: 0,
+        reason: format!("segment header: {e}"),
+    })?;
+    if header.base_offset != expected_base {
+        return Err(Damage {
+            position: 0,
+            reason: format!(
+                "segment header names base offset {}, file name {expected_base}",
+                header.base_offset
+            ),
+        });
+    }
+    let mut scan = Scan {
+        header,
+        valid_len: SEGMENT_HEADER_LEN as u64,
+        end_offset: expected_base,
+        index: IndexBuilder::new(index_interval),
+        damage: None,
+    };
+    let walked = walk(bytes, SEGMENT_HEADER_LEN as u64, |pos, batch, _| {
+        if batch.generation != header.generation || batch.base_offset != scan.end_offset {
+            scan.damage = Some(Damage {
+                position: pos,
+                reason: format!(
+                    "stale batch (generation {}, base offset {}; expected {}, {})",
+                    batch.generation, batch.base_offset, header.generation, scan.end_offset
+                ),
+            });
+            return ControlFlow::Break(());
+        }
+        let rel = u32::try_from(batch.base_offset - expected_base).unwrap_or(u32::MAX);
+        let at = u32::try_from(pos).unwrap_or(u32::MAX);
+        scan.index
+            .add_batch(rel, at, u64::from(batch.length), batch.max_timestamp);
+        scan.valid_len = pos + u64::from(batch.length);
+        scan.end_offset = batch.next_offset();
+        ControlFlow::Continue(())
+    });
+    if let Err(damage) = walked {
+        scan.damage = Some(damage);
+    }
+    Ok(scan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Record;
+
+    #[test]
+    fn names_sort_and_parse() {
+        assert_eq!(log_name(42), "00000000000000000042.log");
+        assert_eq!(parse_log_name("00000000000000000042.log"), Some(42));
+        assert_eq!(parse_log_name("42.log"), None);
+        assert_eq!(parse_log_name("0000000000000000004x.log"), None);
+    }
+
+    #[test]
+    fn scan_stops_at_stale_and_torn_batches() {
+        let header = SegmentHeader {
+            generation: 3,
+            base_offset: 10,
+        };
+        let mut bytes = header.encode().to_vec();
+        let rec = Record {
+            timestamp_ms: 5,
+            key: None,
+            value: b"v".to_vec(),
+            headers: vec![],
+        };
+        batch::encode_batch(10, 3, &[rec.clone(), rec.clone()], &mut bytes);
+        let good = bytes.len() as u64;
+        batch::encode_batch(12, 2, std::slice::from_ref(&rec), &mut bytes);
+        let scanned = scan(&bytes, 10, 4096).expect("header valid");
+        assert_eq!((scanned.valid_len, scanned.end_offset), (good, 12));
+        assert!(scanned.damage.expect("stale").reason.contains("stale"));
+        bytes.truncate(good as usize);
+        batch::encode_batch(12, 3, &[rec], &mut bytes);
+        bytes.truncate(bytes.len() - 1);
+        let scanned = scan(&bytes, 10, 4096).expect("header valid");
+        assert_eq!((scanned.valid_len, scanned.end_offset), (good, 12));
+        assert!(
+            scan(&bytes, 11, 4096).is_err(),
+            "base offset must match the name"
+        );
+    }
+}

@@ -1,0 +1,256 @@
+//! `[mqtt]` and `[[route]]` settings: the listener, its limits (all with safe defaults for a
+//! Pi-class gateway) and the routing rules from MQTT topics to log topics. Describes settings
+//! only; the validation pass names the offending key. Never opens sockets or files.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use tern_core::{ByteSize, HumanDuration, InvalidConfig, invalid};
+
+use super::auth::config::{AclConfig, AuthConfig};
+use super::shared::SharedStrategy;
+use super::tls::TlsConfig;
+use super::topic::{self, TopicLimits};
+
+/// `[mqtt]`: the device-facing listener.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MqttConfig {
+    /// Address of the MQTT listener.
+    pub listen: SocketAddr,
+    /// Most simultaneous client connections; more are refused (CONNACK "server busy").
+    pub max_connections: usize,
+    /// Largest MQTT packet accepted or sent, header included.
+    pub max_packet_size: ByteSize,
+    /// Unacknowledged QoS 1/2 messages per direction and session (announced as Receive Maximum).
+    pub inflight: u16,
+    /// Bytes of outgoing messages a session may have sent but not yet had acknowledged.
+    pub max_queued_bytes: ByteSize,
+    /// Longest topic name or filter in bytes.
+    pub max_topic_length: usize,
+    /// Most levels in a topic name or filter.
+    pub max_topic_levels: usize,
+    /// Topic aliases an MQTT 5 client may set up per connection (announced in CONNACK).
+    pub topic_alias_maximum: u16,
+    /// Topic aliases tern uses for deliveries to an MQTT 5 client, per connection (capped by
+    /// the client's Topic Alias Maximum; least recently used ones are reassigned). 0 = none.
+    pub outbound_topic_aliases: u16,
+    /// Publishes per second a single client may send; reading pauses beyond it. 0 = unlimited.
+    pub max_publish_rate: u32,
+    /// Largest keep alive granted; MQTT 5 clients asking for more are told this value.
+    pub max_keep_alive: HumanDuration,
+    /// A connection that sends no CONNECT within this time is closed.
+    pub connect_timeout: HumanDuration,
+    /// Longest session expiry: MQTT 5 clients asking for more get this, and MQTT 3.1.1
+    /// persistent sessions expire after it, so a device that never returns cannot pin the log.
+    pub max_session_expiry: HumanDuration,
+    /// Log topic for publishes that no `[[route]]` matches.
+    pub default_log_topic: String,
+    /// How a shared subscription (`$share/{group}/{filter}`) picks the member for a record:
+    /// "round-robin" or "key-sticky" (by record key).
+    pub shared_strategy: SharedStrategy,
+    /// `[mqtt.auth]`: password file and anonymous access.
+    pub auth: AuthConfig,
+    /// `[[mqtt.acl]]`: topic access rules; none = everything allowed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub acl: Vec<AclConfig>,
+    /// `[mqtt.tls]`: an additional TLS listener; none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 1883)),
+            max_connections: 1024,
+            max_packet_size: ByteSize(256 * 1024),
+            inflight: 32,
+            max_queued_bytes: ByteSize(1024 * 1024),
+            max_topic_length: 256,
+            max_topic_levels: 16,
+            topic_alias_maximum: 16,
+            outbound_topic_aliases: 16,
+            max_publish_rate: 1000,
+            max_keep_alive: HumanDuration(std::time::Duration::from_secs(3600)),
+            connect_timeout: HumanDuration(std::time::Duration::from_secs(10)),
+            max_session_expiry: HumanDuration(std::time::Duration::from_secs(7 * 24 * 3600)),
+            default_log_topic: "mqtt".to_owned(),
+            shared_strategy: SharedStrategy::RoundRobin,
+            auth: AuthConfig::default(),
+            acl: Vec::new(),
+            tls: None,
+        }
+    }
+}
+
+impl MqttConfig {
+    /// Topic validation limits.
+    pub fn topic_limits(&self) -> TopicLimits {
+        TopicLimits {
+            max_len: self.max_topic_length,
+            max_levels: self.max_topic_levels,
+        }
+    }
+
+    /// Checks ranges and relations.
+    pub fn validate(&self, routes: &[RouteConfig]) -> Result<(), InvalidConfig> {
+        let packet = self.max_packet_size.0;
+        if !(64..=268_435_460).contains(&packet) {
+            return Err(invalid(
+                "mqtt.max_packet_size",
+                "must be between 64B and 256MiB",
+            ));
+        }
+        let checks = [
+            (self.max_connections == 0, "mqtt.max_connections"),
+            (self.inflight == 0, "mqtt.inflight"),
+            (self.max_queued_bytes.0 < packet, "mqtt.max_queued_bytes"),
+            (self.max_topic_length == 0, "mqtt.max_topic_length"),
+            (self.max_topic_levels == 0, "mqtt.max_topic_levels"),
+            (self.connect_timeout.0.is_zero(), "mqtt.connect_timeout"),
+        ];
+        if let Some((_, key)) = checks.iter().find(|(bad, _)| *bad) {
+            let message = if *key == "mqtt.max_queued_bytes" {
+                "must be at least mqtt.max_packet_size"
+            } else {
+                "must be greater than zero"
+            };
+            return Err(invalid(key, message));
+        }
+        if self.max_keep_alive.0.as_secs() > u64::from(u16::MAX) {
+            return Err(invalid("mqtt.max_keep_alive", "must be at most 65535s"));
+        }
+        validate_log_topic("mqtt.default_log_topic", &self.default_log_topic)?;
+        self.auth.validate(&self.acl, &self.topic_limits())?;
+        if let Some(tls) = &self.tls {
+            tls.validate(self.listen)?;
+        }
+        for (i, route) in routes.iter().enumerate() {
+            route.validate(i, &self.topic_limits())?;
+        }
+        Ok(())
+    }
+}
+
+/// One `[[route]]`: publishes whose MQTT topic matches `filter` go to log topic `topic`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// MQTT topic filter (`+` and `#` allowed).
+    pub filter: String,
+    /// Log topic receiving the records.
+    pub topic: String,
+    /// The record key: "mqtt-topic" (default), "client-id" or "level:N" (0-based topic level).
+    #[serde(default)]
+    pub key: RouteKey,
+}
+
+impl RouteConfig {
+    fn validate(&self, index: usize, limits: &TopicLimits) -> Result<(), InvalidConfig> {
+        topic::validate_filter(&self.filter, limits)
+            .map_err(|err| invalid(&format!("route[{index}].filter"), err.to_string()))?;
+        validate_log_topic(&format!("route[{index}].topic"), &self.topic)
+    }
+}
+
+/// What becomes the record key (and so picks the partition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum RouteKey {
+    /// The MQTT topic name: per-topic order holds.
+    #[default]
+    MqttTopic,
+    /// The publishing client's id: per-client order holds.
+    ClientId,
+    /// One level of the topic (0-based), e.g. the device id in `site/{device}/temp`.
+    Level(usize),
+}
+
+impl TryFrom<String> for RouteKey {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        match text.as_str() {
+            "mqtt-topic" => Ok(Self::MqttTopic),
+            "client-id" => Ok(Self::ClientId),
+            other => other
+                .strip_prefix("level:")
+                .and_then(|n| n.parse().ok())
+                .map(Self::Level)
+                .ok_or_else(|| {
+                    format!("expected \"mqtt-topic\", \"client-id\" or \"level:N\", got {other:?}")
+                }),
+        }
+    }
+}
+
+impl From<RouteKey> for String {
+    fn from(key: RouteKey) -> String {
+        match key {
+            RouteKey::MqttTopic => "mqtt-topic".to_owned(),
+            RouteKey::ClientId => "client-id".to_owned(),
+            RouteKey::Level(n) => format!("level:{n}"),
+        }
+    }
+}
+
+/// Log topic names: [A-Za-z0-9._-], 1..=200 characters, not "." or "..".
+fn validate_log_topic(key: &str, name: &str) -> Result<(), InvalidConfig> {
+    let charset = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if name.is_empty() || name.len() > 200 || !charset || name == "." || name == ".." {
+        return Err(invalid(
+            key,
+            format!("{name:?} is not a log topic name ([A-Za-z0-9._-], 1 to 200 characters)"),
+        ));
+    }
+    if name.starts_with("__") {
+        return Err(invalid(key, "names starting with \"__\" are reserved"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_keys_parse_and_print() {
+        for text in ["mqtt-topic", "client-id", "level:3"] {
+            let key = RouteKey::try_from(text.to_owned()).expect("parses");
+            assert_eq!(String::from(key), text);
+        }
+        assert!(RouteKey::try_from("level:x".to_owned()).is_err());
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let config = MqttConfig::default();
+        assert!(config.validate(&[]).is_ok());
+        let route = RouteConfig {
+            filter: "a/#/b".to_owned(),
+            topic: "t".to_owned(),
+            key: RouteKey::MqttTopic,
+        };
+        let err = config
+            .validate(std::slice::from_ref(&route))
+            .expect_err("bad filter");
+        assert!(err.to_string().contains("route[0].filter"), "{err}");
+        let route = RouteConfig {
+            filter: "a/#".to_owned(),
+            topic: "bad topic".to_owned(),
+            ..route
+        };
+        let err = config.validate(&[route]).expect_err("bad topic");
+        assert!(err.to_string().contains("route[0].topic"), "{err}");
+        let zero = MqttConfig {
+            inflight: 0,
+            ..MqttConfig::default()
+        };
+        let err = zero.validate(&[]).expect_err("zero");
+        assert!(err.to_string().contains("mqtt.inflight"), "{err}");
+    }
+}

@@ -1,0 +1,426 @@
+//! One client connection: framing with the packet size limit, the CONNECT handshake, keep alive
+//! (1.5 × the client's value), client-id takeover, and the packet loop. Publishes are stored in
+//! batches through `ingest.rs` (several in flight, kept in order: `connection/appends.rs`)
+//! and acknowledged in the order they arrived, only after the log confirmed them; deliveries
+//! come from the log through `delivery.rs`. Bad input ends only this connection, with a log
+//! line; nothing here may panic.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use super::auth::Origin;
+use super::broker::{Broker, SessionEntry};
+use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
+use super::ingest::{Ingested, Pending, Turn};
+use super::metrics::MqttMetrics;
+use super::session::{PartitionId, Session};
+use super::shared::{Delivery, Memberships};
+use super::store::{Store, StoreError, StoredRecord};
+use super::will::Will;
+use out_alias::OutboundAliases;
+use quota::InboundQuota;
+use rate::RateLimit;
+use tern_core::shutdown::Shutdown;
+
+/// How long a write to a client may take before the connection is given up.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+mod appends;
+mod authz;
+mod delivery;
+mod handshake;
+mod lease;
+mod out_alias;
+mod packets;
+mod quota;
+mod rate;
+mod share;
+#[cfg(test)]
+mod test;
+#[cfg(test)]
+mod test_auth;
+#[cfg(test)]
+mod test_delivery;
+#[cfg(test)]
+mod test_delivery_v5;
+#[cfg(test)]
+mod test_ingest;
+#[cfg(test)]
+mod test_sessions;
+#[cfg(test)]
+mod test_share;
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnError {
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    #[error("protocol violation: {reason}")]
+    Protocol {
+        reason: &'static str,
+        code: DisconnectReason,
+    },
+    #[error("storage: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// What the packet loop does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    /// The client sent DISCONNECT; `will` says whether its will is still published.
+    Disconnect {
+        will: bool,
+    },
+}
+
+/// Serves one accepted socket, which came through a listener described by `origin`, until it
+/// closes.
+pub async fn serve<S, IO>(
+    broker: Arc<Broker<S>>,
+    io: IO,
+    peer: SocketAddr,
+    origin: Origin,
+    shutdown: Shutdown,
+) where
+    S: Store,
+    IO: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut reader, writer) = tokio::io::split(io);
+    let mut inbuf = BytesMut::with_capacity(4096);
+    let connect = match handshake::read_connect(&broker, &mut reader, &mut inbuf, peer).await {
+        Ok(connect) => connect,
+        Err((err, reply)) => {
+            refuse(&broker, writer, reply, peer, &err).await;
+            return;
+        }
+    };
+    let connect = match authz::authenticate(&broker, connect, &origin).await {
+        Ok(connect) => connect,
+        Err((err, reply)) => {
+            refuse(&broker, writer, reply, peer, &err).await;
+            return;
+        }
+    };
+    let id = broker.connection_id();
+    let mut conn = match handshake::accept(broker.clone(), writer, *connect, id).await {
+        Ok(conn) => conn,
+        Err(err) => {
+            tracing::warn!(%peer, %err, "MQTT connection refused");
+            MqttMetrics::inc(&broker.metrics.connections_refused);
+            return;
+        }
+    };
+    MqttMetrics::inc(&broker.metrics.connections);
+    MqttMetrics::inc(&broker.metrics.connections_total);
+    tracing::debug!(%peer, client_id = %conn.client_id, "MQTT client connected");
+    let result = conn.run(&mut reader, inbuf, shutdown).await;
+    conn.finish(result, peer).await;
+    MqttMetrics::dec(&broker.metrics.connections);
+}
+
+async fn refuse<S: Store, W: AsyncWrite>(
+    broker: &Broker<S>,
+    mut writer: WriteHalf<W>,
+    reply: Option<(Version, codec::ConnAckCode)>,
+    peer: SocketAddr,
+    err: &ConnError,
+) {
+    MqttMetrics::inc(&broker.metrics.connections_refused);
+    tracing::info!(%peer, %err, "MQTT connection refused before CONNACK");
+    if let Some((version, code)) = reply {
+        let mut out = BytesMut::new();
+        let packet = Outgoing::ConnAck {
+            session_present: false,
+            code,
+            properties: None,
+        };
+        if codec::encode(version, packet, &mut out).is_ok() {
+            let _ = writer.write_all(&out).await;
+            let _ = writer.shutdown().await;
+        }
+    }
+}
+
+/// A connected client.
+pub struct Connection<S: Store, W> {
+    broker: Arc<Broker<S>>,
+    writer: WriteHalf<W>,
+    out: BytesMut,
+    version: Version,
+    client_id: String,
+    /// The authenticated username (`None`: anonymous), for ACL checks.
+    user: Option<String>,
+    entry: Arc<SessionEntry>,
+    session: OwnedMutexGuard<Session>,
+    kick: Arc<Notify>,
+    wake: Arc<Notify>,
+    watchers: JoinSet<()>,
+    watched: HashSet<PartitionId>,
+    /// Records read from the log but not yet delivered, per partition.
+    readahead: HashMap<PartitionId, VecDeque<StoredRecord>>,
+    /// Partitions whose next record (at the offset given) waits for a "sent up to" lease
+    /// (`lease.rs`).
+    lease_due: BTreeMap<PartitionId, u64>,
+    keep_alive: Option<Duration>,
+    last_packet: Instant,
+    /// The client's Receive Maximum for our QoS 1 deliveries.
+    client_receive_max: usize,
+    /// The client's Maximum Packet Size.
+    client_max_packet: usize,
+    will: Option<Will>,
+    /// MQTT 5 topic aliases the client set up for its publishes.
+    aliases: HashMap<u16, String>,
+    /// MQTT 5 topic aliases tern sets up for its deliveries.
+    out_aliases: OutboundAliases,
+    /// The client's QoS 1/2 publishes not yet finally acknowledged (MQTT 5 Receive Maximum).
+    inbound: InboundQuota,
+    pending: Vec<Pending>,
+    /// Batches being stored, oldest first; acks go out in this order.
+    appending: VecDeque<JoinHandle<Ingested>>,
+    /// The newest batch's turn: the next batch queues and settles after it.
+    turn: Option<Turn>,
+    rate: RateLimit,
+    /// The shared groups this connection is a member of.
+    groups: Memberships,
+}
+
+impl<S: Store, W> std::fmt::Debug for Connection<S, W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("client_id", &self.client_id)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Event {
+    Read(std::io::Result<usize>),
+    Stored(Result<Ingested, tokio::task::JoinError>),
+    Wake,
+    Shared(String, Delivery),
+    Kicked,
+    KeepAliveExpired,
+    Throttled,
+    Shutdown,
+    Tick,
+}
+
+impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+    async fn run<R: AsyncRead>(
+        &mut self,
+        reader: &mut ReadHalf<R>,
+        mut inbuf: BytesMut,
+        mut shutdown: Shutdown,
+    ) -> Result<Flow, ConnError> {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        self.resume().await?;
+        self.join_groups().await;
+        loop {
+            self.flush().await?;
+            let throttled = self.rate.resume_at();
+            // While tern itself stops reading (rate limit), the client's pings wait unread.
+            let deadline = match throttled {
+                Some(_) => None,
+                None => self.keep_alive.map(|k| self.last_packet + k.mul_f32(1.5)),
+            };
+            let can_read = throttled.is_none()
+                && self.pending.len() < usize::from(self.broker.config.inflight) * 2;
+            let event = tokio::select! {
+                read = reader.read_buf(&mut inbuf), if can_read => Event::Read(read),
+                stored = appends::join_oldest(&mut self.appending) => Event::Stored(stored),
+                () = self.wake.notified() => Event::Wake,
+                (filter, delivery) = self.groups.recv(), if !self.window_full() => {
+                    Event::Shared(filter, delivery)
+                }
+                () = self.kick.notified() => Event::Kicked,
+                () = sleep_until(deadline) => Event::KeepAliveExpired,
+                () = sleep_until(throttled) => Event::Throttled,
+                () = shutdown.wait() => Event::Shutdown,
+                _ = tick.tick() => Event::Tick,
+            };
+            match event {
+                Event::Read(read) => {
+                    if read? == 0 {
+                        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+                    }
+                    if let Flow::Disconnect { will } = self.process(&mut inbuf).await? {
+                        return Ok(Flow::Disconnect { will });
+                    }
+                }
+                Event::Stored(done) => self.stored(done)?,
+                Event::Wake => self.deliver_more().await?,
+                Event::Shared(filter, delivery) => self.deliver_shared(filter, delivery).await?,
+                Event::Kicked => {
+                    self.disconnect(DisconnectReason::SessionTakenOver).await;
+                    return Ok(Flow::Disconnect { will: true });
+                }
+                Event::KeepAliveExpired => {
+                    MqttMetrics::inc(&self.broker.metrics.keep_alive_timeouts);
+                    self.disconnect(DisconnectReason::KeepAliveTimeout).await;
+                    return Err(ConnError::Protocol {
+                        reason: "keep alive expired",
+                        code: DisconnectReason::KeepAliveTimeout,
+                    });
+                }
+                Event::Shutdown => {
+                    self.drain_appends().await?;
+                    self.disconnect(DisconnectReason::ServerShuttingDown).await;
+                    return Ok(Flow::Disconnect { will: false });
+                }
+                Event::Tick => self.commit_cursors().await?,
+                Event::Throttled => self.last_packet = Instant::now(),
+            }
+        }
+    }
+
+    /// Decodes and handles every complete frame in `inbuf`.
+    async fn process(&mut self, inbuf: &mut BytesMut) -> Result<Flow, ConnError> {
+        let max = self.broker.config.max_packet_size.0 as usize;
+        while let Some(len) = codec::frame_len(inbuf, max)? {
+            let frame = inbuf.split_to(len);
+            self.last_packet = Instant::now();
+            let packet = codec::decode(self.version, &frame)?;
+            let flow = self.handle(packet).await?;
+            if flow != Flow::Continue {
+                return Ok(flow);
+            }
+        }
+        self.start_append();
+        Ok(Flow::Continue)
+    }
+
+    /// Writes everything queued in `out`. A client that stops reading cannot stall a takeover
+    /// (the kick interrupts the write) nor hold its session forever (the write times out).
+    async fn flush(&mut self) -> Result<(), ConnError> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        tokio::select! {
+            written = self.writer.write_all(&self.out) => written?,
+            () = self.kick.notified() => {
+                self.kick.notify_one();
+                return Err(ConnError::Protocol {
+                    reason: "taken over while the client was not reading",
+                    code: DisconnectReason::SessionTakenOver,
+                });
+            }
+            () = tokio::time::sleep(WRITE_TIMEOUT) => {
+                let err = std::io::Error::new(std::io::ErrorKind::TimedOut, "client stopped reading");
+                return Err(err.into());
+            }
+        }
+        self.out.clear();
+        Ok(())
+    }
+
+    fn send(&mut self, packet: Outgoing) -> Result<(), ConnError> {
+        codec::encode(self.version, packet, &mut self.out)?;
+        Ok(())
+    }
+
+    /// Sends DISCONNECT with `reason` (MQTT 5 only) and flushes, ignoring socket errors.
+    async fn disconnect(&mut self, reason: DisconnectReason) {
+        if self.version == Version::V5 && self.send(Outgoing::Disconnect { reason }).is_ok() {
+            let _ = self.flush().await;
+        }
+    }
+
+    /// Cleans up after the packet loop: cursors, will, non-persistent state, takeover slot.
+    async fn finish(mut self, result: Result<Flow, ConnError>, peer: SocketAddr) {
+        // Publishes queued before the end are still settled, and their acks precede any
+        // DISCONNECT (nothing may follow it on the wire).
+        if let Err(err) = self.drain_appends().await {
+            tracing::debug!(client_id = %self.client_id, %err, "unsettled publishes at close");
+        }
+        let publish_will = match &result {
+            Ok(Flow::Disconnect { will }) => *will,
+            Ok(Flow::Continue) => false,
+            Err(err) => {
+                self.log_end(err, peer).await;
+                true
+            }
+        };
+        self.watchers.abort_all();
+        self.leave_groups().await;
+        if let Err(err) = self.commit_cursors().await {
+            tracing::warn!(client_id = %self.client_id, %err, "cannot save session cursors");
+        }
+        if let Some(will) = self.will.take().filter(|_| publish_will) {
+            super::will::schedule(
+                self.broker.clone(),
+                self.entry.clone(),
+                will,
+                self.session.expiry,
+            );
+        }
+        if !self.session.persistent() {
+            if let Err(err) = self.broker.forget_session(&mut self.session).await {
+                tracing::warn!(client_id = %self.client_id, %err, "cannot remove session");
+            }
+        }
+        self.entry.release(&self.kick);
+        let _ = self.writer.shutdown().await;
+    }
+
+    async fn log_end(&mut self, err: &ConnError, peer: SocketAddr) {
+        match err {
+            ConnError::Io(_) => {
+                tracing::debug!(%peer, client_id = %self.client_id, %err, "MQTT connection lost");
+            }
+            ConnError::Codec(codec_err) => {
+                MqttMetrics::inc(&self.broker.metrics.malformed_packets);
+                tracing::warn!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
+                let reason = match codec_err {
+                    CodecError::TooLarge { .. } => DisconnectReason::PacketTooLarge,
+                    CodecError::Protocol { .. } => DisconnectReason::ProtocolError,
+                    _ => DisconnectReason::MalformedPacket,
+                };
+                self.disconnect(reason).await;
+            }
+            ConnError::Protocol { code, .. } => {
+                tracing::warn!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
+                let code = *code;
+                if code != DisconnectReason::KeepAliveTimeout {
+                    self.disconnect(code).await;
+                }
+            }
+            ConnError::Store(_) => {
+                tracing::error!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
+                self.disconnect(DisconnectReason::UnspecifiedError).await;
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Builds the `Connect`-derived limits; shared by the handshake.
+fn client_limits(connect: &Connect) -> (usize, usize) {
+    let properties = connect.properties.as_ref();
+    let receive_max = properties
+        .and_then(|p| p.receive_maximum)
+        .filter(|r| *r > 0)
+        .map_or(usize::from(u16::MAX), usize::from);
+    let max_packet = properties
+        .and_then(|p| p.max_packet_size)
+        .filter(|m| *m > 0)
+        .map_or(usize::MAX, |m| m as usize);
+    (receive_max, max_packet)
+}

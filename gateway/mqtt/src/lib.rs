@@ -1,0 +1,50 @@
+//! The MQTT 3.1.1/5.0 server: accepts device connections, turns publishes into log records
+//! (acknowledged only once durable) and serves subscriptions from the log. The only module that
+//! imports `rumqttd`, and only for its packet codecs (in `codec.rs`). It reaches storage only
+//! through the `Store` trait (`store.rs`).
+
+pub mod auth;
+mod broker;
+pub mod codec;
+pub mod config;
+mod connection;
+mod ingest;
+mod listener;
+mod logstore;
+#[cfg(test)]
+mod memstore;
+pub mod message;
+mod metrics;
+pub mod retained;
+pub mod router;
+mod session;
+pub mod shared;
+pub mod state;
+pub mod store;
+pub mod tls;
+pub mod topic;
+mod will;
+
+use std::net::SocketAddr;
+
+pub use broker::Broker;
+pub use listener::MqttListener;
+pub use logstore::LogStore;
+pub use metrics::MqttMetrics;
+
+/// Why the MQTT server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MqttError {
+    #[error("cannot listen for MQTT on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("MQTT authentication: {0}")]
+    Auth(#[from] auth::AuthError),
+    #[error("MQTT TLS listener: {0}")]
+    Tls(#[from] tls::TlsError),
+    #[error("cannot open MQTT state in the log: {0}")]
+    Store(#[from] store::StoreError),
+}

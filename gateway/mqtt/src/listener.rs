@@ -1,0 +1,91 @@
+//! The MQTT TCP listener: binds, accepts connections and runs each in its own task until
+//! shutdown, then waits for them to finish their in-flight work. Also runs the session-expiry
+//! sweep. The connection limit itself is checked in the handshake so refused clients get a
+//! CONNACK; the listener never reads client bytes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use super::MqttError;
+use super::broker::Broker;
+use super::store::Store;
+use super::tls::{self, TlsConfig, TlsServer, Transport};
+use tern_core::shutdown::Shutdown;
+
+/// How often expired sessions are removed.
+const EXPIRY_SWEEP: Duration = Duration::from_secs(5);
+
+/// A bound MQTT listener.
+#[derive(Debug)]
+pub struct MqttListener<S> {
+    listener: TcpListener,
+    broker: Arc<Broker<S>>,
+    transport: Arc<Transport>,
+}
+
+impl<S: Store> MqttListener<S> {
+    pub async fn bind(addr: SocketAddr, broker: Arc<Broker<S>>) -> Result<Self, MqttError> {
+        Self::bind_with(addr, broker, None).await
+    }
+
+    /// Binds the `[mqtt.tls]` listener.
+    pub async fn bind_tls(config: &TlsConfig, broker: Arc<Broker<S>>) -> Result<Self, MqttError> {
+        let server = TlsServer::load(config)?;
+        Self::bind_with(config.listen, broker, Some(server)).await
+    }
+
+    async fn bind_with(
+        addr: SocketAddr,
+        broker: Arc<Broker<S>>,
+        tls: Option<TlsServer>,
+    ) -> Result<Self, MqttError> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| MqttError::Bind { addr, source })?;
+        let loopback = listener
+            .local_addr()
+            .is_ok_and(|local| local.ip().is_loopback());
+        let transport = Arc::new(Transport { loopback, tls });
+        Ok(Self {
+            listener,
+            broker,
+            transport,
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts until `shutdown`, then waits for every connection to close.
+    pub async fn run(self, mut shutdown: Shutdown) {
+        let mut connections = JoinSet::new();
+        let mut sweep = tokio::time::interval(EXPIRY_SWEEP);
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok((socket, peer)) => {
+                        let _ = socket.set_nodelay(true);
+                        let transport = self.transport.clone();
+                        let task = tls::serve_socket(self.broker.clone(), socket, peer, transport, shutdown.clone());
+                        connections.spawn(task);
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, "cannot accept MQTT connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                _ = sweep.tick() => self.broker.expire_sessions().await,
+                () = shutdown.wait() => break,
+            }
+        }
+        drop(self.listener);
+        while connections.join_next().await.is_some() {}
+        tracing::info!("MQTT listener stopped");
+    }
+}

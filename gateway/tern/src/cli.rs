@@ -1,0 +1,219 @@
+//! The command line: subcommands, flags and their help texts. Parsing only; no behaviour.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::Overrides;
+use tern_log::tools::Decoder;
+
+/// tern: an edge message broker for ARM gateways. Devices publish over MQTT; every message is
+/// kept in a segmented log on local flash and forwarded upstream to Kafka.
+#[derive(Debug, Parser)]
+#[command(name = "tern", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway (MQTT listener, log, admin endpoint).
+    Serve(ServeArgs),
+    /// Work with configuration files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Inspect and check a log directory (read-only; safe while tern runs).
+    #[command(subcommand)]
+    Log(LogCommand),
+    /// Add, change or delete a user of an MQTT password file (argon2id hashes, mode 0600).
+    /// The password is prompted for twice without echo on a terminal, else read from the first
+    /// line of standard input. A running tern picks the change up at the next CONNECT.
+    Passwd {
+        /// The password file (`mqtt.auth.password_file`); created if missing.
+        file: PathBuf,
+        /// The username.
+        user: String,
+        /// Remove the user instead of setting a password.
+        #[arg(long)]
+        delete: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LogCommand {
+    /// Print records as JSON lines: topic, partition, offset, timestamp, key, headers, value
+    /// (UTF-8 text when valid, else base64, flagged by *_encoding). With `--decode reading`
+    /// each value is decoded as a sensor reading (`"reading": {...}`); a value that does not
+    /// decode keeps its raw `value` and gets a `decode_error`.
+    Dump {
+        /// The data directory (the log lives in its `log` subdirectory).
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+        #[arg(long)]
+        topic: String,
+        /// Only this partition [default: all].
+        #[arg(long)]
+        partition: Option<u32>,
+        /// First offset (`120`), or first time: `@<ms since epoch>` or RFC 3339
+        /// (`2026-01-31T12:00:00Z`) [default: the oldest record].
+        #[arg(long, value_name = "OFFSET|TIME")]
+        from: Option<String>,
+        /// Print at most this many records.
+        #[arg(long)]
+        count: Option<u64>,
+        /// Decode each value through a shared schema: `reading` (tern_shared::Reading).
+        #[arg(long, value_name = "SCHEMA")]
+        decode: Option<Decoder>,
+    },
+    /// Check every segment, batch CRC, index, topic metadata and the cursor log; exits 1 and
+    /// names file and byte on damage.
+    Verify {
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+    },
+    /// List topics and partitions with offsets, sizes and segment counts.
+    Topics {
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+    },
+}
+
+/// Flags of `tern serve`. Each flag overrides the same setting of the configuration file.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML configuration file (see tern.example.toml). Without it the built-in defaults apply.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Directory holding the log, cursors and the lock file [default: ./tern-data].
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Address of the MQTT listener [default: 127.0.0.1:1883].
+    #[arg(long, value_name = "ADDR")]
+    pub mqtt_listen: Option<SocketAddr>,
+    /// Address of the admin HTTP endpoint (/healthz, /metrics) [default: 127.0.0.1:9090].
+    #[arg(long, value_name = "ADDR")]
+    pub admin_listen: Option<SocketAddr>,
+    /// Forward every topic to this Kafka cluster in mirror mode with default settings
+    /// (replaces the file's [[upstream]]).
+    #[arg(long, value_name = "BOOTSTRAP[,BOOTSTRAP...]", value_delimiter = ',')]
+    pub kafka: Option<Vec<String>>,
+    /// This gateway's name in upstream topic names [default: the host name].
+    #[arg(long, value_name = "ID")]
+    pub gateway_id: Option<String>,
+}
+
+impl ServeArgs {
+    /// The settings these flags override.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            data_dir: self.data_dir.clone(),
+            mqtt_listen: self.mqtt_listen,
+            admin_listen: self.admin_listen,
+            kafka: self.kafka.clone(),
+            gateway_id: self.gateway_id.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a configuration file and print the effective configuration.
+    Check {
+        /// The TOML file to check.
+        file: PathBuf,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_flags_become_overrides() {
+        let cli = Cli::try_parse_from([
+            "tern",
+            "serve",
+            "--data-dir",
+            "/x",
+            "--mqtt-listen",
+            "127.0.0.1:1",
+        ])
+        .expect("valid command line");
+        let Command::Serve(args) = cli.command else {
+            panic!("expected serve, got {:?}", cli.command);
+        };
+        let overrides = args.overrides();
+        assert_eq!(overrides.data_dir, Some(PathBuf::from("/x")));
+        assert_eq!(
+            overrides.mqtt_listen,
+            Some("127.0.0.1:1".parse().expect("addr"))
+        );
+        assert_eq!(overrides.admin_listen, None);
+    }
+
+    #[test]
+    fn log_dump_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "tern",
+            "log",
+            "dump",
+            "--data-dir",
+            "/d",
+            "--topic",
+            "t",
+            "--from",
+            "@5",
+            "--count",
+            "2",
+            "--decode",
+            "reading",
+        ])
+        .expect("valid command line");
+        let Command::Log(LogCommand::Dump {
+            topic,
+            from,
+            count,
+            partition,
+            decode,
+            ..
+        }) = cli.command
+        else {
+            panic!("expected log dump, got {:?}", cli.command);
+        };
+        assert_eq!(
+            (topic.as_str(), from.as_deref(), count, partition, decode),
+            ("t", Some("@5"), Some(2), None, Some(Decoder::Reading))
+        );
+    }
+
+    #[test]
+    fn an_unknown_decoder_is_refused_with_the_known_ones() {
+        let err = Cli::try_parse_from([
+            "tern",
+            "log",
+            "dump",
+            "--data-dir",
+            "/d",
+            "--topic",
+            "t",
+            "--decode",
+            "json",
+        ])
+        .map(|cli| format!("{:?}", cli.command));
+        let message = err.map_err(|e| e.to_string());
+        assert!(
+            message
+                .as_ref()
+                .is_err_and(|m| m.contains("unknown decoder `json` (known: reading)")),
+            "{message:?}"
+        );
+    }
+}

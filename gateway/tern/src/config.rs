@@ -1,0 +1,428 @@
+//! tern's configuration: the serde structs with their defaults, loading from TOML, command-line
+//! overrides and the validation pass. Every key is documented, with its default, in
+//! `tern.example.toml` at the repository root; a test keeps the two equal.
+//!
+//! This module only describes settings; it never opens sockets or files other than the
+//! configuration file itself.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use tern_core::{HumanDuration, InvalidConfig, invalid};
+
+use tern_mqtt::config::{MqttConfig, RouteConfig};
+use tern_upstream::UpstreamConfig;
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("cannot read configuration file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: key `{key}`: {message}")]
+    Parse {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(#[from] InvalidConfig),
+    #[error("cannot print configuration: {0}")]
+    Print(#[from] toml::ser::Error),
+}
+
+/// The whole configuration of one gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Directory holding the log, cursors and the lock file.
+    pub data_dir: PathBuf,
+    pub mqtt: MqttConfig,
+    pub admin: AdminConfig,
+    pub logging: LoggingConfig,
+    pub shutdown: ShutdownConfig,
+    pub log: tern_log::LogConfig,
+    /// `[[route]]`: MQTT topic filters mapped to log topics, first match wins.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub route: Vec<RouteConfig>,
+    /// `[[upstream]]`: the Kafka cluster the log is forwarded to (at most one for now). None by
+    /// default: tern then only stores.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub upstream: Vec<UpstreamConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./tern-data"),
+            mqtt: MqttConfig::default(),
+            admin: AdminConfig::default(),
+            logging: LoggingConfig::default(),
+            shutdown: ShutdownConfig::default(),
+            log: tern_log::LogConfig::default(),
+            route: Vec::new(),
+            upstream: Vec::new(),
+        }
+    }
+}
+
+/// `[admin]`: the HTTP endpoint with `/healthz` and `/metrics`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address of the admin HTTP endpoint.
+    pub listen: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+        }
+    }
+}
+
+/// `[logging]`: diagnostics written to stderr.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoggingConfig {
+    /// Lowest level printed; `RUST_LOG` overrides it.
+    pub level: LogLevel,
+}
+
+/// A diagnostics level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Error,
+    Warn,
+    #[default]
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    /// The level's name as `tracing` filters spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Error => "error",
+            Self::Warn => "warn",
+            Self::Info => "info",
+            Self::Debug => "debug",
+            Self::Trace => "trace",
+        }
+    }
+}
+
+/// `[shutdown]`: how a SIGINT/SIGTERM is handled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShutdownConfig {
+    /// How long in-flight work may take to finish after the first signal before tern exits anyway.
+    pub grace: HumanDuration,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self {
+            grace: HumanDuration(std::time::Duration::from_secs(10)),
+        }
+    }
+}
+
+/// Settings given on the command line; each replaces the file's value when present.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    pub data_dir: Option<PathBuf>,
+    pub mqtt_listen: Option<SocketAddr>,
+    pub admin_listen: Option<SocketAddr>,
+    /// `--kafka`: forward to these bootstrap servers with default settings (replaces the file's
+    /// `[[upstream]]`).
+    pub kafka: Option<Vec<String>>,
+    /// `--gateway-id`: this gateway's name upstream.
+    pub gateway_id: Option<String>,
+}
+
+/// Loads `path` (or the built-in defaults when `None`), applies `overrides` and validates.
+pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let mut config = match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+            parse(&text, path)?
+        }
+        None => Config::default(),
+    };
+    config.apply(overrides);
+    config.validate()?;
+    Ok(config)
+}
+
+/// Parses TOML text; errors name the offending key by its dotted path.
+pub fn parse(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+    let deserializer = toml::Deserializer::new(text);
+    serde_path_to_error::deserialize(deserializer).map_err(|err| {
+        let key = err.path().to_string();
+        let inner = err.into_inner();
+        let message = inner.message().to_owned();
+        if key == "." || key.is_empty() {
+            ConfigError::Syntax {
+                path: origin.to_owned(),
+                message: inner.to_string().trim_end().to_owned(),
+            }
+        } else {
+            ConfigError::Parse {
+                path: origin.to_owned(),
+                key,
+                message,
+            }
+        }
+    })
+}
+
+impl Config {
+    fn apply(&mut self, overrides: &Overrides) {
+        if let Some(dir) = &overrides.data_dir {
+            self.data_dir = dir.clone();
+        }
+        if let Some(addr) = overrides.mqtt_listen {
+            self.mqtt.listen = addr;
+        }
+        if let Some(addr) = overrides.admin_listen {
+            self.admin.listen = addr;
+        }
+        if let Some(bootstrap) = &overrides.kafka {
+            self.upstream = vec![UpstreamConfig {
+                bootstrap: bootstrap.clone(),
+                ..UpstreamConfig::default()
+            }];
+        }
+        if let Some(id) = &overrides.gateway_id {
+            for upstream in &mut self.upstream {
+                upstream.gateway_id = Some(id.clone());
+            }
+        }
+    }
+
+    /// Checks what types alone cannot: relations between keys and sensible ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        Ok(self.check()?)
+    }
+
+    fn check(&self) -> Result<(), InvalidConfig> {
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        if self.mqtt.listen == self.admin.listen && self.mqtt.listen.port() != 0 {
+            return Err(invalid(
+                "admin.listen",
+                format!("{} is already the MQTT listener", self.admin.listen),
+            ));
+        }
+        if self.shutdown.grace.0.is_zero() {
+            return Err(invalid("shutdown.grace", "must be longer than zero"));
+        }
+        if self.upstream.len() > 1 {
+            return Err(invalid("upstream", "only one [[upstream]] is supported"));
+        }
+        for upstream in &self.upstream {
+            upstream
+                .validate()
+                .map_err(|(key, message)| invalid(&key, message))?;
+        }
+        self.mqtt.validate(&self.route)?;
+        self.log
+            .validate()
+            .map_err(|(key, message)| invalid(&key, message))
+    }
+
+    /// The effective configuration as TOML, as `tern config check` prints it.
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        Ok(toml::to_string_pretty(self)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_and_acls_print_and_parse_back() {
+        let text = r##"
+[mqtt.auth]
+allow_anonymous = "never"
+password_file = "/etc/tern/passwd"
+
+[[mqtt.acl]]
+user = "ops"
+topic = "#"
+access = "read"
+
+[[mqtt.acl]]
+client_id = "ops-1"
+topic = "secrets/#"
+access = "deny"
+
+[[route]]
+filter = "site/+/temp"
+topic = "temperature"
+key = "level:1"
+"##;
+        let path = std::path::Path::new("t.toml");
+        let config = parse(text, path).expect("parses");
+        assert_eq!(config.route[0].key, tern_mqtt::config::RouteKey::Level(1));
+        assert_eq!(
+            config.mqtt.acl[0].access,
+            tern_mqtt::auth::config::Access::Read
+        );
+        assert_eq!(
+            config.mqtt.acl[1].access,
+            tern_mqtt::auth::config::Access::Deny
+        );
+        assert_eq!(
+            config.mqtt.auth.allow_anonymous,
+            tern_mqtt::auth::config::Anonymous::Never
+        );
+        config.validate().expect("valid");
+        let printed = config.to_toml().expect("prints");
+        assert_eq!(parse(&printed, path).expect("parses back"), config);
+    }
+
+    const EXAMPLE: &str = include_str!("../../../tern.example.toml");
+
+    #[test]
+    fn example_file_parses_to_the_defaults() {
+        let parsed = parse(EXAMPLE, Path::new("tern.example.toml")).expect("example parses");
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn board_configs_are_valid() {
+        let boards = [
+            (
+                "raspberry-pi-4",
+                include_str!("../../../boards/raspberry-pi-4/tern.toml"),
+            ),
+            (
+                "raspberry-pi-3",
+                include_str!("../../../boards/raspberry-pi-3/tern.toml"),
+            ),
+        ];
+        for (board, text) in boards {
+            let config = parse(text, Path::new(board)).expect("board config parses");
+            config.validate().expect("board config is valid");
+            assert_eq!(config.data_dir, PathBuf::from("/var/lib/tern"), "{board}");
+        }
+    }
+
+    #[test]
+    fn printed_config_parses_back_identically() {
+        let config = Config::default();
+        let text = config.to_toml().expect("prints");
+        assert_eq!(parse(&text, Path::new("printed")).expect("parses"), config);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = parse(
+            "[mqtt]\nlisten = \"127.0.0.1:1\"\nlistn = 3\n",
+            Path::new("t.toml"),
+        )
+        .expect_err("unknown key");
+        let text = err.to_string();
+        assert!(text.contains("listn"), "{text}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let err = parse("[admin]\nlisten = \"nowhere\"\n", Path::new("t.toml")).expect_err("bad");
+        assert!(err.to_string().contains("admin.listen"), "{err}");
+        let err = parse("[shutdown]\ngrace = \"soon\"\n", Path::new("t.toml")).expect_err("bad");
+        assert!(err.to_string().contains("shutdown.grace"), "{err}");
+        let err = parse("[logging]\nlevel = \"loud\"\n", Path::new("t.toml")).expect_err("bad");
+        assert!(err.to_string().contains("logging.level"), "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_are_reported_not_panicked() {
+        let err = parse("[mqtt\nlisten=", Path::new("t.toml")).expect_err("syntax");
+        assert!(err.to_string().contains("t.toml"), "{err}");
+    }
+
+    #[test]
+    fn overrides_replace_file_values() {
+        let mut config = Config::default();
+        config.apply(&Overrides {
+            data_dir: Some(PathBuf::from("/d")),
+            mqtt_listen: Some("127.0.0.1:2".parse().expect("addr")),
+            admin_listen: None,
+            ..Overrides::default()
+        });
+        assert_eq!(config.data_dir, PathBuf::from("/d"));
+        assert_eq!(config.mqtt.listen.port(), 2);
+        assert_eq!(config.admin.listen.port(), 9090);
+    }
+
+    #[test]
+    fn log_keys_are_named_in_errors() {
+        let err =
+            parse("[log.flush]\nmax_delay = \"soon\"\n", Path::new("t.toml")).expect_err("bad");
+        assert!(err.to_string().contains("log.flush.max_delay"), "{err}");
+        let err = parse(
+            "[log.retention]\non_full = \"panic\"\n",
+            Path::new("t.toml"),
+        )
+        .expect_err("bad");
+        assert!(err.to_string().contains("log.retention.on_full"), "{err}");
+        let config =
+            parse("[log]\nsegment_bytes = \"1KiB\"\n", Path::new("t.toml")).expect("parses");
+        let err = config.validate().expect_err("too small");
+        assert!(err.to_string().contains("log.segment_bytes"), "{err}");
+        let config = parse("[[log.topic]]\nname = \"a/b\"\n", Path::new("t.toml")).expect("parses");
+        let err = config.validate().expect_err("bad name");
+        assert!(err.to_string().contains("log.topic[0].name"), "{err}");
+    }
+
+    #[test]
+    fn kafka_flag_forwards_with_defaults_and_names_bad_upstream_keys() {
+        let mut config = Config::default();
+        config.apply(&Overrides {
+            kafka: Some(vec!["127.0.0.1:9092".into(), "127.0.0.1:9093".into()]),
+            gateway_id: Some("pi-7".into()),
+            ..Overrides::default()
+        });
+        assert_eq!(config.upstream.len(), 1);
+        assert_eq!(config.upstream[0].bootstrap.len(), 2);
+        assert_eq!(config.upstream[0].gateway_id.as_deref(), Some("pi-7"));
+        assert!(config.validate().is_ok());
+        let text = config.to_toml().expect("prints");
+        assert_eq!(parse(&text, Path::new("printed")).expect("parses"), config);
+        let err = parse(
+            "[[upstream]]\nbootstrap = [\"k:1\"]\ncompression = \"brotli\"\n",
+            Path::new("t.toml"),
+        )
+        .expect_err("bad codec");
+        assert!(err.to_string().contains("compression"), "{err}");
+        config.upstream[0].bootstrap.clear();
+        let err = config.validate().expect_err("no servers");
+        assert!(err.to_string().contains("upstream.bootstrap"), "{err}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let mut config = Config::default();
+        config.admin.listen = config.mqtt.listen;
+        let err = config.validate().expect_err("clash");
+        assert!(err.to_string().contains("admin.listen"), "{err}");
+    }
+}

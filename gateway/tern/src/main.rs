@@ -1,0 +1,83 @@
+//! The `tern` binary: parse the command line, load the configuration, run the chosen command and
+//! map its outcome to an exit code. The wiring is in `app.rs`; the layers are the `tern-*` crates.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod admin;
+mod app;
+mod cli;
+mod config;
+
+use cli::{Cli, Command, ConfigCommand, LogCommand};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("tern: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => {
+            let config = config::load(args.config.as_deref(), &args.overrides())?;
+            tern_core::logging::init(config.logging.level.as_str());
+            app::serve(config)
+        }
+        Command::Config(ConfigCommand::Check { file }) => {
+            let config = config::load(Some(&file), &config::Overrides::default())?;
+            print!("{}", config.to_toml()?);
+            Ok(())
+        }
+        Command::Log(command) => run_log_tool(command),
+        Command::Passwd { file, user, delete } => {
+            use tern_mqtt::auth::passwd;
+            let password = if delete {
+                None
+            } else {
+                Some(passwd::read_password()?)
+            };
+            passwd::update(&file, &user, password.as_deref())?;
+            Ok(())
+        }
+    }
+}
+
+fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {
+    use tern_log::tools;
+    let mut out = std::io::stdout().lock();
+    match command {
+        LogCommand::Dump {
+            data_dir,
+            topic,
+            partition,
+            from,
+            count,
+            decode,
+        } => {
+            let from = match from {
+                Some(text) => tools::From::parse(&text).map_err(anyhow::Error::msg)?,
+                None => tools::From::Offset(0),
+            };
+            let options = tools::DumpOptions {
+                partition,
+                from,
+                count,
+                decode,
+            };
+            tools::dump(&data_dir, &topic, &options, &mut out)?;
+            Ok(())
+        }
+        LogCommand::Verify { data_dir } => match tools::verify(&data_dir, &mut out)? {
+            0 => Ok(()),
+            n => anyhow::bail!("{n} problem(s) in the log of {}", data_dir.display()),
+        },
+        LogCommand::Topics { data_dir } => tools::topics(&data_dir, &mut out),
+    }
+}

@@ -1,0 +1,342 @@
+//! `[[upstream]]`: where and how the edge log is forwarded to Kafka. Only describes settings and
+//! checks them; it never connects anywhere.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use tern_core::{ByteSize, HumanDuration};
+
+/// One upstream Kafka cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Bootstrap servers, `host:port`. Required.
+    pub bootstrap: Vec<String>,
+    /// This gateway's name in upstream topic names and the `tern-gateway` header. Default: the
+    /// host name.
+    pub gateway_id: Option<String>,
+    /// Upstream topic of edge topic `t`: `{topic_prefix}{gateway_id}.{t}`.
+    pub topic_prefix: String,
+    /// Edge topics to forward; empty forwards every topic. Internal topics (names starting with
+    /// `__`, such as the MQTT session state) are never forwarded.
+    pub topics: Vec<String>,
+    /// `mirror`: exactly once, one upstream topic per gateway and edge topic. `shared`: at least
+    /// once, one upstream topic per edge topic for every gateway, progress in a consumer group.
+    pub mode: Mode,
+    /// Shared mode: what Kafka's murmur2 partitioner hashes to pick the upstream partition.
+    pub shared_key: SharedKey,
+    /// Shared mode: partitions of an upstream topic tern creates. Default: as many as the edge
+    /// topic (never fewer: the group offsets name the edge partition).
+    pub shared_partitions: Option<u32>,
+    /// Shared mode: the consumer group holding progress. Default: `{topic_prefix}{gateway_id}`.
+    pub group: Option<String>,
+    pub compression: Codec,
+    /// What the upstream record's value is: the edge value as it is (`raw`), or a sensor reading
+    /// decoded through the shared schema and sent as JSON (`reading-json`). A value that does not
+    /// decode is forwarded raw with a `tern-decode-error` header; nothing is dropped.
+    pub value_format: ValueFormat,
+    /// Bytes per produce request before compression: key, value, every header (tern's too) and
+    /// record framing (at least one record is always sent). Keep it below the topic's
+    /// `max.message.bytes`.
+    pub max_batch_bytes: ByteSize,
+    /// How long a forwarder that has caught up with the edge log waits for more records before
+    /// it produces a batch that is not full (Kafka's `linger.ms`). Backlogs never wait.
+    pub linger: HumanDuration,
+    /// Cap on the bytes produced per second across all partitions of this upstream, counted
+    /// like `max_batch_bytes` (before compression); `0` = unlimited.
+    pub bandwidth: ByteSize,
+    /// Replication factor of upstream topics tern creates.
+    pub replication_factor: u16,
+    /// Wait after a failure; doubles up to `backoff_max`.
+    pub backoff_min: HumanDuration,
+    pub backoff_max: HumanDuration,
+    /// How often new edge topics are looked for.
+    pub discover_interval: HumanDuration,
+    /// Catch-up waits until the follower's end offset stays the same for this long, so a batch
+    /// an interrupted request left on the leader shows up before tern decides what to resend.
+    pub catch_up_settle: HumanDuration,
+    pub sasl: Option<SaslSettings>,
+    pub tls: Option<TlsSettings>,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            bootstrap: Vec::new(),
+            gateway_id: None,
+            topic_prefix: "tern.".to_owned(),
+            topics: Vec::new(),
+            mode: Mode::Mirror,
+            shared_key: SharedKey::RecordKey,
+            shared_partitions: None,
+            group: None,
+            compression: Codec::Lz4,
+            value_format: ValueFormat::Raw,
+            max_batch_bytes: ByteSize(512 * 1024),
+            linger: HumanDuration(std::time::Duration::from_millis(5)),
+            bandwidth: ByteSize(0),
+            replication_factor: 3,
+            backoff_min: HumanDuration(std::time::Duration::from_millis(100)),
+            backoff_max: HumanDuration(std::time::Duration::from_secs(30)),
+            discover_interval: HumanDuration(std::time::Duration::from_secs(1)),
+            catch_up_settle: HumanDuration(std::time::Duration::from_millis(500)),
+            sasl: None,
+            tls: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Mirror,
+    Shared,
+}
+
+/// `shared_key`: the bytes hashed to pick a record's upstream partition in shared mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SharedKey {
+    /// The record key (Kafka's default partitioner); keyless records use `edge-partition`.
+    RecordKey,
+    /// The gateway id: all of a gateway's records in one partition.
+    Gateway,
+    /// `{gateway_id}/{edge topic}/{edge partition}`: each edge partition stays in order.
+    EdgePartition,
+}
+
+/// `value_format`: how edge values are sent upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ValueFormat {
+    /// The edge record's value, byte for byte.
+    #[default]
+    Raw,
+    /// `tern_shared::Reading` decoded and sent as a JSON object.
+    ReadingJson,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Codec {
+    None,
+    Gzip,
+    Lz4,
+    Snappy,
+    Zstd,
+}
+
+/// `[upstream.sasl]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaslSettings {
+    pub mechanism: SaslMechanism,
+    pub username: String,
+    pub password: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SaslMechanism {
+    #[serde(rename = "PLAIN")]
+    Plain,
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+/// `[upstream.tls]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsSettings {
+    /// PEM file of the CAs to trust.
+    pub ca_file: PathBuf,
+}
+
+impl Default for TlsSettings {
+    fn default() -> Self {
+        Self {
+            ca_file: PathBuf::from("/etc/ssl/certs/ca-certificates.crt"),
+        }
+    }
+}
+
+/// Longest accepted `linger`.
+const MAX_LINGER: std::time::Duration = std::time::Duration::from_secs(10);
+/// Smallest accepted non-zero `bandwidth`, bytes per second.
+const MIN_BANDWIDTH: u64 = 1024;
+
+impl UpstreamConfig {
+    /// Checks the settings; `Err((key, message))` names the offending key.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if self.bootstrap.is_empty() {
+            return Err((
+                "upstream.bootstrap".into(),
+                "needs at least one host:port".into(),
+            ));
+        }
+        if let Some(bad) = self.bootstrap.iter().find(|b| !b.contains(':')) {
+            return Err((
+                "upstream.bootstrap".into(),
+                format!("`{bad}` is not host:port"),
+            ));
+        }
+        if self.replication_factor == 0 || i16::try_from(self.replication_factor).is_err() {
+            return Err((
+                "upstream.replication_factor".into(),
+                "must be 1..=32767".into(),
+            ));
+        }
+        if self.backoff_min.0.is_zero() || self.backoff_min.0 > self.backoff_max.0 {
+            return Err((
+                "upstream.backoff_min".into(),
+                "must be above zero and at most backoff_max".into(),
+            ));
+        }
+        if self.linger.0 > MAX_LINGER {
+            return Err(("upstream.linger".into(), "must be at most 10s".into()));
+        }
+        if self.bandwidth.0 != 0 && self.bandwidth.0 < MIN_BANDWIDTH {
+            return Err((
+                "upstream.bandwidth".into(),
+                "must be 0 (unlimited) or at least 1KiB (bytes per second)".into(),
+            ));
+        }
+        if let Some(id) = &self.gateway_id {
+            check_topic_part(id).map_err(|m| ("upstream.gateway_id".to_owned(), m))?;
+        }
+        self.validate_shared()?;
+        check_topic_part(&self.topic_prefix).map_err(|m| ("upstream.topic_prefix".to_owned(), m))
+    }
+}
+
+impl UpstreamConfig {
+    /// The shared-mode keys: a usable group name and partition count.
+    fn validate_shared(&self) -> Result<(), (String, String)> {
+        if self
+            .group
+            .as_ref()
+            .is_some_and(|g| g.is_empty() || g.len() > 249)
+        {
+            return Err(("upstream.group".into(), "must be 1 to 249 bytes".into()));
+        }
+        if self
+            .shared_partitions
+            .is_some_and(|n| n == 0 || i32::try_from(n).is_err())
+        {
+            return Err((
+                "upstream.shared_partitions".into(),
+                "must be 1..=2147483647".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether edge topic `topic` is forwarded.
+    pub fn forwards(&self, topic: &str) -> bool {
+        !topic.starts_with("__")
+            && (self.topics.is_empty() || self.topics.iter().any(|t| t == topic))
+    }
+}
+
+/// Kafka topic names allow `[A-Za-z0-9._-]` and at most 249 characters.
+pub fn check_topic_part(part: &str) -> Result<(), String> {
+    match part
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        Some(c) => Err(format!(
+            "`{part}` contains `{c}`; Kafka topic names allow only A-Z a-z 0-9 . _ -"
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_topics_are_never_forwarded() {
+        let mut config = UpstreamConfig::default();
+        assert!(config.forwards("sensors"));
+        assert!(!config.forwards("__mqtt_state"));
+        config.topics = vec!["alarms".into(), "__mqtt_state".into()];
+        assert!(config.forwards("alarms"));
+        assert!(!config.forwards("sensors"));
+        assert!(!config.forwards("__mqtt_state"));
+    }
+
+    #[test]
+    fn defaults_need_only_bootstrap_servers() {
+        let mut config = UpstreamConfig::default();
+        assert_eq!(
+            config.validate().map_err(|e| e.0),
+            Err("upstream.bootstrap".to_owned())
+        );
+        config.bootstrap = vec!["127.0.0.1:9092".into()];
+        assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn linger_and_bandwidth_parse_in_human_units_and_are_checked() -> Result<(), toml::de::Error> {
+        let config: UpstreamConfig = toml::from_str(
+            "bootstrap = [\"k:9093\"]\nlinger = \"20ms\"\nbandwidth = \"256KiB\"\n",
+        )?;
+        assert_eq!(config.linger.0, std::time::Duration::from_millis(20));
+        assert_eq!(config.bandwidth.0, 256 * 1024);
+        assert_eq!(config.validate(), Ok(()));
+        let key = |config: UpstreamConfig| config.validate().map_err(|e| e.0);
+        let slow = UpstreamConfig {
+            bandwidth: tern_core::ByteSize(100),
+            ..config.clone()
+        };
+        assert_eq!(key(slow), Err("upstream.bandwidth".to_owned()));
+        let long = UpstreamConfig {
+            linger: HumanDuration(std::time::Duration::from_secs(11)),
+            ..config
+        };
+        assert_eq!(key(long), Err("upstream.linger".to_owned()));
+        Ok(())
+    }
+
+    #[test]
+    fn shared_mode_parses_and_names_bad_shared_keys() -> Result<(), toml::de::Error> {
+        let mut config: UpstreamConfig = toml::from_str(
+            "bootstrap = [\"k:9093\"]\nmode = \"shared\"\nshared_key = \"gateway\"\n\
+             group = \"plant-7\"\nshared_partitions = 12\n",
+        )?;
+        assert_eq!(config.mode, Mode::Shared);
+        assert_eq!(config.shared_key, SharedKey::Gateway);
+        assert_eq!(config.shared_partitions, Some(12));
+        assert_eq!(config.validate(), Ok(()));
+        config.shared_partitions = Some(0);
+        assert_eq!(
+            config.validate().map_err(|e| e.0),
+            Err("upstream.shared_partitions".to_owned())
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn parses_sasl_and_codec_and_names_bad_gateway_ids() -> Result<(), toml::de::Error> {
+        let config: UpstreamConfig = toml::from_str(
+            "bootstrap = [\"k:9093\"]\ncompression = \"zstd\"\ngateway_id = \"pi/1\"\n\
+             [sasl]\nmechanism = \"SCRAM-SHA-512\"\nusername = \"u\"\npassword = \"p\"\n",
+        )?;
+        assert_eq!(config.compression, Codec::Zstd);
+        assert_eq!(
+            config.sasl.map(|s| s.mechanism),
+            Some(SaslMechanism::ScramSha512)
+        );
+        let mut config = UpstreamConfig {
+            gateway_id: Some("pi/1".into()),
+            ..UpstreamConfig::default()
+        };
+        config.bootstrap = vec!["k:9093".into()];
+        let err = config.validate().map_err(|e| e.0);
+        assert_eq!(err, Err("upstream.gateway_id".to_owned()));
+        Ok(())
+    }
+}

@@ -1,0 +1,381 @@
+//! The Kafka side of forwarding, and the only module that imports the Kafka client (rskafka):
+//! connecting (TLS via rustls with a custom CA, SASL), creating upstream topics, asking a follower partition where it is (end
+//! offset and the `tern-offset` header of its last record) and producing batches with acks=all.
+//! It never retries a produce itself: rskafka's internal retries are switched off, because a
+//! retried produce whose first attempt was stored would duplicate records. The forwarder re-runs
+//! the catch-up protocol after every error instead.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rskafka::BackoffConfig;
+use rskafka::chrono::{DateTime, Utc};
+use rskafka::client::error::{Error as ClientError, ProtocolError};
+use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, UnknownTopicHandling};
+use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
+use rskafka::record::Record;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+use super::bandwidth::Bandwidth;
+use super::config::{Codec, SaslMechanism, TlsSettings, UpstreamConfig, ValueFormat};
+use super::edge::EdgeRecord;
+use super::{Provenance, UpstreamError};
+use tern_log::tools::Decoder;
+
+/// Header names tern adds to every upstream record.
+pub const H_GATEWAY: &str = "tern-gateway";
+pub const H_TOPIC: &str = "tern-topic";
+pub const H_PARTITION: &str = "tern-partition";
+pub const H_OFFSET: &str = "tern-offset";
+/// Set when `value_format` asked for a decoded value and the edge value did not decode.
+pub const H_DECODE_ERROR: &str = "tern-decode-error";
+
+/// A connection to the upstream cluster.
+#[derive(Debug)]
+pub struct KafkaUpstream {
+    client: Client,
+    bootstrap: String,
+    /// The upstream's `bandwidth` cap, shared by every partition produced to through it.
+    bandwidth: Arc<Bandwidth>,
+    /// The most bytes one produce request carries ([`produced_bytes`]).
+    batch_limit: u64,
+}
+
+impl KafkaUpstream {
+    pub async fn connect(config: &UpstreamConfig) -> Result<Self, UpstreamError> {
+        let bootstrap = config.bootstrap.join(",");
+        let no_retry = BackoffConfig {
+            deadline: Some(Duration::ZERO),
+            ..BackoffConfig::default()
+        };
+        let mut builder = ClientBuilder::new(config.bootstrap.clone())
+            .client_id("tern")
+            .backoff_config(no_retry);
+        if let Some(sasl) = &config.sasl {
+            let credentials = Credentials::new(sasl.username.clone(), sasl.password.clone());
+            builder = builder.sasl_config(match sasl.mechanism {
+                SaslMechanism::Plain => SaslConfig::Plain(credentials),
+                SaslMechanism::ScramSha256 => SaslConfig::ScramSha256(credentials),
+                SaslMechanism::ScramSha512 => SaslConfig::ScramSha512(credentials),
+            });
+        }
+        if let Some(tls) = &config.tls {
+            builder = builder.tls_config(tls_config(tls)?);
+        }
+        let client = builder.build().await.map_err(|e| UpstreamError::Connect {
+            bootstrap: bootstrap.clone(),
+            message: e.to_string(),
+        })?;
+        let bandwidth = Arc::new(Bandwidth::new(config.bandwidth.0));
+        Ok(Self {
+            client,
+            bootstrap,
+            batch_limit: bandwidth.batch_limit(config.max_batch_bytes.0),
+            bandwidth,
+        })
+    }
+
+    /// The most bytes one produce request carries: `max_batch_bytes`, or one second of the
+    /// bandwidth cap if that is less.
+    pub fn batch_limit(&self) -> u64 {
+        self.batch_limit
+    }
+
+    /// Creates `topic` with `partitions` partitions unless it exists. A cluster that refuses
+    /// (policy, ACLs, too few brokers) yields [`UpstreamError::MissingTopic`] naming the topic.
+    pub async fn ensure_topic(
+        &self,
+        topic: &str,
+        partitions: u32,
+        replication: u16,
+    ) -> Result<(), UpstreamError> {
+        let exists = |topics: &[rskafka::topic::Topic]| topics.iter().any(|t| t.name == topic);
+        let listed = self
+            .client
+            .list_topics()
+            .await
+            .map_err(|e| self.error("list topics", topic, e))?;
+        if exists(&listed) {
+            return Ok(());
+        }
+        let controller = self
+            .client
+            .controller_client()
+            .map_err(|e| self.error("create topic", topic, e))?;
+        let (partitions, replication) = (
+            i32::try_from(partitions).unwrap_or(i32::MAX),
+            i16::try_from(replication).unwrap_or(i16::MAX),
+        );
+        match controller
+            .create_topic(topic, partitions, replication, 10_000)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(ClientError::ServerError {
+                protocol_error: ProtocolError::TopicAlreadyExists,
+                ..
+            }) => Ok(()),
+            Err(err) => Err(UpstreamError::MissingTopic {
+                topic: topic.to_owned(),
+                reason: err.to_string(),
+            }),
+        }
+    }
+
+    /// How many partitions `topic` has upstream (0 when it does not exist).
+    pub async fn partition_count(&self, topic: &str) -> Result<u32, UpstreamError> {
+        let listed = self
+            .client
+            .list_topics()
+            .await
+            .map_err(|e| self.error("list topics", topic, e))?;
+        let count = listed
+            .iter()
+            .find(|t| t.name == topic)
+            .map_or(0, |t| t.partitions.len());
+        Ok(u32::try_from(count).unwrap_or(u32::MAX))
+    }
+
+    /// A handle on `topic`/`partition` at its current leader.
+    pub async fn partition(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<UpstreamPartition, UpstreamError> {
+        let index = i32::try_from(partition).unwrap_or(i32::MAX);
+        let client = self
+            .client
+            .partition_client(topic, index, UnknownTopicHandling::Error)
+            .await
+            .map_err(|e| self.error("find partition leader", topic, e))?;
+        Ok(UpstreamPartition {
+            client,
+            bandwidth: Arc::clone(&self.bandwidth),
+            batch_limit: self.batch_limit,
+        })
+    }
+
+    fn error(&self, op: &'static str, topic: &str, err: ClientError) -> UpstreamError {
+        UpstreamError::Kafka {
+            op,
+            topic: topic.to_owned(),
+            message: format!("{err} (bootstrap {})", self.bootstrap),
+        }
+    }
+}
+
+/// One upstream partition, the follower of one edge partition.
+#[derive(Debug)]
+pub struct UpstreamPartition {
+    client: PartitionClient,
+    bandwidth: Arc<Bandwidth>,
+    batch_limit: u64,
+}
+
+impl UpstreamPartition {
+    /// The follower's end offset (its high watermark: only records every in-sync replica holds).
+    pub async fn end_offset(&self) -> Result<i64, UpstreamError> {
+        self.client
+            .get_offset(OffsetAt::Latest)
+            .await
+            .map_err(|e| self.error("list offsets", e))
+    }
+
+    /// The catch-up question: the edge offset after the last record this follower holds (0 when
+    /// it never held any), from the `tern-offset` header of its last record. `None` when it held
+    /// records but retention removed them all, so there is no last record to ask. Fails when the
+    /// last record was not mirrored from `source`.
+    pub async fn next_edge_offset(
+        &self,
+        source: &Provenance,
+    ) -> Result<Option<u64>, UpstreamError> {
+        let end = self
+            .client
+            .get_offset(OffsetAt::Latest)
+            .await
+            .map_err(|e| self.error("list offsets", e))?;
+        if end <= 0 {
+            return Ok(Some(0));
+        }
+        let start = self
+            .client
+            .get_offset(OffsetAt::Earliest)
+            .await
+            .map_err(|e| self.error("list offsets", e))?;
+        if start >= end {
+            return Ok(None);
+        }
+        let (records, _high_watermark) = self
+            .client
+            .fetch_records(end - 1, 1..8 * 1024 * 1024, 1_000)
+            .await
+            .map_err(|e| self.error("fetch last record", e))?;
+        let last = records
+            .iter()
+            .find(|r| r.offset == end - 1)
+            .ok_or_else(|| {
+                self.error_text(
+                    "fetch last record",
+                    format!("no record at offset {}", end - 1),
+                )
+            })?;
+        let headers = &last.record.headers;
+        let offset = headers
+            .get(H_OFFSET)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let origin_matches = headers.get(H_TOPIC).map(Vec::as_slice)
+            == Some(source.topic.as_bytes())
+            && headers.get(H_PARTITION).map(Vec::as_slice)
+                == Some(source.partition.to_string().as_bytes());
+        match offset {
+            Some(offset) if origin_matches => Ok(Some(offset + 1)),
+            _ => Err(UpstreamError::NotMirrored {
+                topic: self.client.topic().to_owned(),
+                partition: source.partition,
+                offset: u64::try_from(end - 1).unwrap_or(0),
+            }),
+        }
+    }
+
+    /// Produces `records` with acks=all, in order, as requests of at most the batch limit (see
+    /// [`KafkaUpstream::batch_limit`]), each once the bandwidth cap lets its bytes through. An
+    /// error ends the call; the requests before it are stored, and the caller's catch-up finds
+    /// out where.
+    pub async fn produce(
+        &self,
+        records: &[EdgeRecord],
+        source: &Provenance,
+        codec: Codec,
+        format: ValueFormat,
+    ) -> Result<(), UpstreamError> {
+        let batch: Vec<Record> = records
+            .iter()
+            .map(|r| upstream_record(r, source, format))
+            .collect();
+        for (batch, bytes) in split(batch, self.batch_limit) {
+            self.bandwidth.acquire(bytes).await;
+            self.client
+                .produce(batch, compression(codec))
+                .await
+                .map_err(|e| self.error("produce", e))?;
+        }
+        Ok(())
+    }
+
+    fn error(&self, op: &'static str, err: ClientError) -> UpstreamError {
+        self.error_text(op, err.to_string())
+    }
+
+    fn error_text(&self, op: &'static str, message: String) -> UpstreamError {
+        UpstreamError::Kafka {
+            op,
+            topic: format!("{}/{}", self.client.topic(), self.client.partition()),
+            message,
+        }
+    }
+}
+
+/// A rustls client configuration trusting the CAs in `settings.ca_file` (PEM).
+pub fn tls_config(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, UpstreamError> {
+    let path = &settings.ca_file;
+    let tls_error = |message: String| UpstreamError::Tls {
+        path: path.clone(),
+        message,
+    };
+    let pem = std::fs::read(path).map_err(|e| tls_error(e.to_string()))?;
+    let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| tls_error(format!("not a PEM certificate file: {e}")))?;
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(certificates);
+    if added == 0 {
+        return Err(tls_error("holds no usable CA certificate".to_owned()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// The upstream copy of an edge record: key, value, timestamp and headers, then tern's headers
+/// (which replace edge headers of the same name). rskafka keeps headers in a map, so repeated
+/// edge header names keep only their last value. With `ValueFormat::ReadingJson` the value is
+/// the decoded reading as JSON, or the raw value plus a `tern-decode-error` header.
+pub fn upstream_record(record: &EdgeRecord, source: &Provenance, format: ValueFormat) -> Record {
+    let mut headers: BTreeMap<String, Vec<u8>> = record.headers.iter().cloned().collect();
+    let value = match format {
+        ValueFormat::Raw => record.value.clone(),
+        ValueFormat::ReadingJson => match Decoder::Reading.to_json_bytes(&record.value) {
+            Ok(json) => json,
+            Err(reason) => {
+                headers.insert(H_DECODE_ERROR.to_owned(), reason.into_bytes());
+                record.value.clone()
+            }
+        },
+    };
+    headers.insert(H_GATEWAY.to_owned(), source.gateway.clone().into_bytes());
+    headers.insert(H_TOPIC.to_owned(), source.topic.clone().into_bytes());
+    headers.insert(
+        H_PARTITION.to_owned(),
+        source.partition.to_string().into_bytes(),
+    );
+    headers.insert(H_OFFSET.to_owned(), record.offset.to_string().into_bytes());
+    Record {
+        key: record.key.clone(),
+        value: Some(value),
+        headers,
+        timestamp: DateTime::<Utc>::from_timestamp_millis(record.timestamp_ms).unwrap_or_default(),
+    }
+}
+
+/// Bytes Kafka's record format adds to each record beside key, value and header bytes (length,
+/// attributes, timestamp and offset deltas, lengths: varints, about 4 + 2 per header).
+const RECORD_FRAMING: usize = 14;
+
+/// The bytes a record puts into a produce request before compression: key, value, headers
+/// and [`RECORD_FRAMING`].
+pub fn produced_bytes(record: &Record) -> u64 {
+    let headers: usize = record.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let bytes = record.key.as_ref().map_or(0, Vec::len)
+        + record.value.as_ref().map_or(0, Vec::len)
+        + headers
+        + RECORD_FRAMING;
+    bytes as u64
+}
+
+/// `records` in order, cut into batches of at most `max_bytes` (at least one record each),
+/// each with its byte count.
+fn split(records: Vec<Record>, max_bytes: u64) -> Vec<(Vec<Record>, u64)> {
+    let mut batches: Vec<(Vec<Record>, u64)> = Vec::new();
+    for record in records {
+        let bytes = produced_bytes(&record);
+        match batches.last_mut() {
+            Some((batch, total)) if *total + bytes <= max_bytes => {
+                batch.push(record);
+                *total += bytes;
+            }
+            _ => batches.push((vec![record], bytes)),
+        }
+    }
+    batches
+}
+
+fn compression(codec: Codec) -> Compression {
+    match codec {
+        Codec::None => Compression::NoCompression,
+        Codec::Gzip => Compression::Gzip,
+        Codec::Lz4 => Compression::Lz4,
+        Codec::Snappy => Compression::Snappy,
+        Codec::Zstd => Compression::Zstd,
+    }
+}
+
+#[cfg(test)]
+#[path = "kafka_test.rs"]
+mod tests;
