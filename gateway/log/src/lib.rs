@@ -18,8 +18,11 @@ pub mod datadir;
 mod error;
 pub mod fs;
 mod index;
+#[cfg(any(test, feature = "testing"))]
+pub mod memory;
 mod meta;
 mod partition;
+pub mod port;
 mod recovery;
 mod roll;
 mod segment;
@@ -35,6 +38,9 @@ pub use config::{Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, To
 pub use cursors::CursorStore;
 pub use error::LogError;
 pub use fs::{Fs, RealFs};
+#[cfg(any(test, feature = "testing"))]
+pub use memory::MemoryLog;
+pub use port::{LogPort, Queued};
 pub use stats::{LogMetrics, LogStats, PartitionStats};
 pub use store::Log;
 
@@ -45,6 +51,22 @@ pub struct Record {
     pub key: Option<Vec<u8>>,
     pub value: Vec<u8>,
     pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Record {
+    /// The value of the first header called `name`.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_slice())
+    }
+
+    /// Uncompressed size for batching and read limits: key, value and headers.
+    pub fn size(&self) -> usize {
+        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+        self.key.as_ref().map_or(0, Vec::len) + self.value.len() + headers
+    }
 }
 
 /// A record read back, with its offset.

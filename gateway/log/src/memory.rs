@@ -1,0 +1,428 @@
+//! [`MemoryLog`]: an in-memory [`LogPort`] for the unit tests of the layers above the log
+//! (feature `testing`). It keeps the real log's promises where tests can observe them:
+//! offsets are assigned in queueing order, a record becomes visible to `read`, `offsets` and
+//! the end watch only when its commit happens, and the commit answers every append it covers
+//! (a commit covers a prefix of the partition, as a group commit does). Commits run on their
+//! own task, so an append is committed whether or not its caller awaits the answer.
+//!
+//! Test controls: [`MemoryLog::set_full`] refuses appends as a full log does,
+//! [`MemoryLog::hold_answers`] delays the commits of the next queued appends (on tokio's clock,
+//! so paused-clock tests control them), [`MemoryLog::close`] closes it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+
+use crate::port::{LogPort, Queued};
+use crate::{LogError, Record, StoredRecord, TopicInfo, validate_topic_name};
+
+/// A shared in-memory log whose topics all have the same partition count.
+#[derive(Debug, Clone)]
+pub struct MemoryLog {
+    inner: Arc<Mutex<Inner>>,
+    partitions: u32,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    topics: BTreeMap<String, Vec<Partition>>,
+    cursors: BTreeMap<(String, String, u32), u64>,
+    /// Commit delays of the next queued appends, in queueing order.
+    holds: VecDeque<Duration>,
+    full: bool,
+    closed: bool,
+    unanswered: usize,
+    most_unanswered: usize,
+}
+
+#[derive(Debug)]
+struct Partition {
+    durable: Vec<StoredRecord>,
+    pending: VecDeque<Pending>,
+    /// The offset the next queued record gets.
+    next: u64,
+    end: watch::Sender<u64>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    base: u64,
+    records: Vec<Record>,
+    reply: oneshot::Sender<Result<u64, LogError>>,
+}
+
+impl Partition {
+    fn new() -> Self {
+        Self {
+            durable: Vec::new(),
+            pending: VecDeque::new(),
+            next: 0,
+            end: watch::channel(0).0,
+        }
+    }
+
+    fn durable_end(&self) -> u64 {
+        self.durable.len() as u64
+    }
+}
+
+impl MemoryLog {
+    /// An empty log; every topic gets `partitions` partitions (at least one).
+    pub fn new(partitions: u32) -> Self {
+        Self {
+            inner: Arc::default(),
+            partitions: partitions.max(1),
+        }
+    }
+
+    /// Makes every later append fail with [`LogError::Full`] (or succeed again).
+    pub fn set_full(&self, full: bool) {
+        self.lock().full = full;
+    }
+
+    /// Delays the commits of the next queued appends by `delays`, one each, in queueing order.
+    pub fn hold_answers(&self, delays: impl IntoIterator<Item = Duration>) {
+        self.lock().holds.extend(delays);
+    }
+
+    /// The most queued appends that were waiting for their answer at once.
+    pub fn most_unanswered(&self) -> usize {
+        self.lock().most_unanswered
+    }
+
+    /// Closes the log: later calls fail with [`LogError::Closed`].
+    pub fn close(&self) {
+        self.lock().closed = true;
+    }
+
+    /// Every durable record of `topic`, all partitions, in partition then offset order.
+    pub fn all(&self, topic: &str) -> Vec<Record> {
+        let inner = self.lock();
+        inner.topics.get(topic).map_or_else(Vec::new, |parts| {
+            parts
+                .iter()
+                .flat_map(|p| p.durable.iter().map(|r| r.record.clone()))
+                .collect()
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Commits the queued appends of a partition up to `upto`, in order: their records become
+    /// visible, the end watch moves, and then their answers go out.
+    fn commit(&self, topic: &str, partition: u32, upto: u64) {
+        let mut inner = self.lock();
+        let mut answered = 0;
+        if let Some(part) = partition_mut(&mut inner.topics, topic, partition) {
+            let mut replies = Vec::new();
+            while part.pending.front().is_some_and(|p| p.base < upto) {
+                let Some(pending) = part.pending.pop_front() else {
+                    break;
+                };
+                for (offset, record) in (pending.base..).zip(pending.records) {
+                    part.durable.push(StoredRecord { offset, record });
+                }
+                replies.push((pending.reply, pending.base));
+            }
+            part.end.send_replace(part.durable_end());
+            for (reply, base) in replies {
+                answered += 1;
+                let _ = reply.send(Ok(base));
+            }
+        }
+        inner.unanswered = inner.unanswered.saturating_sub(answered);
+    }
+
+    fn check_open(inner: &Inner) -> Result<(), LogError> {
+        if inner.closed {
+            Err(LogError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn with_partition<T>(
+        &self,
+        topic: &str,
+        partition: u32,
+        f: impl FnOnce(&Partition) -> Result<T, LogError>,
+    ) -> Result<T, LogError> {
+        let inner = self.lock();
+        Self::check_open(&inner)?;
+        let parts = inner
+            .topics
+            .get(topic)
+            .ok_or_else(|| LogError::UnknownTopic {
+                topic: topic.to_owned(),
+            })?;
+        let part = parts
+            .get(partition as usize)
+            .ok_or_else(|| LogError::UnknownPartition {
+                topic: topic.to_owned(),
+                partition,
+            })?;
+        f(part)
+    }
+}
+
+fn partition_mut<'a>(
+    topics: &'a mut BTreeMap<String, Vec<Partition>>,
+    topic: &str,
+    partition: u32,
+) -> Option<&'a mut Partition> {
+    topics.get_mut(topic)?.get_mut(partition as usize)
+}
+
+impl LogPort for MemoryLog {
+    fn topics(&self) -> Vec<TopicInfo> {
+        self.lock()
+            .topics
+            .iter()
+            .map(|(name, parts)| TopicInfo {
+                name: name.clone(),
+                partitions: u32::try_from(parts.len()).unwrap_or(u32::MAX),
+            })
+            .collect()
+    }
+
+    fn ensure_topic(&self, topic: &str) -> Result<u32, LogError> {
+        validate_topic_name(topic).map_err(|reason| LogError::InvalidTopicName {
+            topic: topic.to_owned(),
+            reason,
+        })?;
+        let mut inner = self.lock();
+        Self::check_open(&inner)?;
+        let partitions = self.partitions;
+        inner
+            .topics
+            .entry(topic.to_owned())
+            .or_insert_with(|| (0..partitions).map(|_| Partition::new()).collect());
+        Ok(partitions)
+    }
+
+    async fn append(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+    ) -> Result<u64, LogError> {
+        self.enqueue(topic, partition, records).await?.await
+    }
+
+    async fn enqueue(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+    ) -> Result<Queued, LogError> {
+        if records.is_empty() {
+            return Err(LogError::InvalidAppend {
+                topic: topic.to_owned(),
+                reason: "no records".to_owned(),
+            });
+        }
+        let (reply, answer) = oneshot::channel();
+        let (upto, hold) = {
+            let mut inner = self.lock();
+            Self::check_open(&inner)?;
+            if inner.full {
+                return Err(LogError::Full {
+                    topic: topic.to_owned(),
+                    partition,
+                });
+            }
+            let hold = inner.holds.pop_front().unwrap_or_default();
+            let part = partition_mut(&mut inner.topics, topic, partition).ok_or_else(|| {
+                LogError::UnknownPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                }
+            })?;
+            let base = part.next;
+            part.next += records.len() as u64;
+            let upto = part.next;
+            part.pending.push_back(Pending {
+                base,
+                records,
+                reply,
+            });
+            inner.unanswered += 1;
+            inner.most_unanswered = inner.most_unanswered.max(inner.unanswered);
+            (upto, hold)
+        };
+        let log = self.clone();
+        let topic = topic.to_owned();
+        tokio::spawn(async move {
+            tokio::time::sleep(hold).await;
+            log.commit(&topic, partition, upto);
+        });
+        Ok(Box::pin(async move {
+            answer.await.map_err(|_| LogError::Closed)?
+        }))
+    }
+
+    fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<StoredRecord>, LogError> {
+        self.with_partition(topic, partition, |part| {
+            let end = part.durable_end();
+            if from > end {
+                return Err(LogError::OffsetOutOfRange {
+                    topic: topic.to_owned(),
+                    partition,
+                    offset: from,
+                    start: 0,
+                    end,
+                });
+            }
+            let mut size = 0;
+            Ok(part
+                .durable
+                .iter()
+                .skip(usize::try_from(from).unwrap_or(usize::MAX))
+                .take_while(|r| {
+                    let first = size == 0;
+                    size += r.record.size();
+                    first || size <= max_bytes
+                })
+                .cloned()
+                .collect())
+        })
+    }
+
+    fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError> {
+        self.with_partition(topic, partition, |part| Ok((0, part.durable_end())))
+    }
+
+    fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>, LogError> {
+        self.with_partition(topic, partition, |part| Ok(part.end.subscribe()))
+    }
+
+    fn cursor(&self, name: &str, topic: &str, partition: u32) -> Option<u64> {
+        let key = (name.to_owned(), topic.to_owned(), partition);
+        self.lock().cursors.get(&key).copied()
+    }
+
+    async fn commit_cursor(
+        &self,
+        name: &str,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+    ) -> Result<(), LogError> {
+        let mut inner = self.lock();
+        Self::check_open(&inner)?;
+        inner
+            .cursors
+            .insert((name.to_owned(), topic.to_owned(), partition), offset);
+        Ok(())
+    }
+
+    fn cursor_names(&self) -> Vec<String> {
+        let names: BTreeSet<String> = self.lock().cursors.keys().map(|k| k.0.clone()).collect();
+        names.into_iter().collect()
+    }
+
+    async fn remove_cursors(&self, name: &str) -> Result<(), LogError> {
+        let mut inner = self.lock();
+        Self::check_open(&inner)?;
+        inner.cursors.retain(|(n, _, _), _| n != name);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(value: &str) -> Record {
+        Record {
+            timestamp_ms: 1,
+            key: None,
+            value: value.as_bytes().to_vec(),
+            headers: Vec::new(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_visible_before_its_commit() -> Result<(), LogError> {
+        let log = MemoryLog::new(1);
+        log.ensure_topic("t")?;
+        let end = log.subscribe("t", 0)?;
+        log.hold_answers([Duration::from_millis(50)]);
+        let answer = log.enqueue("t", 0, vec![record("a")]).await?;
+        tokio::time::sleep(Duration::from_millis(49)).await;
+        assert_eq!(log.read("t", 0, 0, 1024)?, Vec::new());
+        assert_eq!(log.offsets("t", 0)?, (0, 0));
+        assert_eq!(*end.borrow(), 0);
+        assert_eq!(answer.await?, 0);
+        assert_eq!(log.offsets("t", 0)?, (0, 1));
+        assert_eq!(*end.borrow(), 1);
+        assert_eq!(log.read("t", 0, 0, 1024)?.len(), 1);
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_covers_the_appends_queued_before_it() -> Result<(), LogError> {
+        let log = MemoryLog::new(1);
+        log.ensure_topic("t")?;
+        log.hold_answers([Duration::from_secs(10), Duration::ZERO]);
+        let first = log.enqueue("t", 0, vec![record("a"), record("b")]).await?;
+        let second = log.enqueue("t", 0, vec![record("c")]).await?;
+        assert_eq!(second.await?, 2);
+        // The second commit made the first append durable too, long before its own delay.
+        assert_eq!(first.await?, 0);
+        assert_eq!(log.offsets("t", 0)?, (0, 3));
+        assert_eq!(log.most_unanswered(), 2);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn refuses_like_the_log() -> Result<(), LogError> {
+        let log = MemoryLog::new(2);
+        assert!(matches!(
+            log.read("t", 0, 0, 1),
+            Err(LogError::UnknownTopic { .. })
+        ));
+        assert_eq!(log.ensure_topic("t")?, 2);
+        assert!(matches!(
+            log.enqueue("t", 2, vec![record("a")]).await,
+            Err(LogError::UnknownPartition { .. })
+        ));
+        assert!(matches!(
+            log.read("t", 0, 1, 1),
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        log.set_full(true);
+        assert!(matches!(
+            log.append("t", 0, vec![record("a")]).await,
+            Err(LogError::Full { .. })
+        ));
+        log.set_full(false);
+        log.close();
+        assert!(matches!(log.offsets("t", 0), Err(LogError::Closed)));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn cursors_are_kept_by_name() -> Result<(), LogError> {
+        let log = MemoryLog::new(1);
+        log.commit_cursor("b", "t", 0, 4).await?;
+        log.commit_cursor("a", "t", 0, 2).await?;
+        log.commit_cursor("a", "t", 1, 3).await?;
+        assert_eq!(log.cursor_names(), ["a", "b"]);
+        assert_eq!(log.cursor("a", "t", 1), Some(3));
+        log.remove_cursors("a").await?;
+        assert_eq!(log.cursor_names(), ["b"]);
+        assert_eq!(log.cursor("a", "t", 0), None);
+        Ok(())
+    }
+}

@@ -1,0 +1,146 @@
+//! The one port through which the other layers use the log: create topics, queue appends that
+//! resolve once durable, read durable records from an offset, watch a partition's durable end,
+//! and keep named durable cursors. The MQTT server and the upstream forwarder are written
+//! against [`LogPort`]; the gateway passes them a [`Log`], unit tests the in-memory
+//! [`MemoryLog`](crate::memory::MemoryLog), which keeps the same promise: nothing is visible
+//! before its append has resolved as durable.
+//!
+//! It never adds behaviour of its own: each method is the [`Log`] method of the same name.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use tokio::sync::watch;
+
+use crate::{Log, LogError, Record, StoredRecord, TopicInfo};
+
+/// A queued append: resolves with its base offset once durable.
+pub type Queued = Pin<Box<dyn Future<Output = Result<u64, LogError>> + Send>>;
+
+/// What the MQTT server and the forwarder may do with the log.
+pub trait LogPort: Clone + Send + Sync + 'static {
+    /// Every topic with its partition count.
+    fn topics(&self) -> Vec<TopicInfo>;
+    /// Creates `topic` if missing; returns its partition count.
+    fn ensure_topic(&self, topic: &str) -> Result<u32, LogError>;
+    /// Appends and resolves with the base offset once durable.
+    fn append(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+    ) -> impl Future<Output = Result<u64, LogError>> + Send;
+    /// Queues an append behind every earlier queued append to the partition and returns its
+    /// answer; awaiting one `enqueue` before the next keeps appends in order while several are
+    /// in flight.
+    fn enqueue(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+    ) -> impl Future<Output = Result<Queued, LogError>> + Send;
+    /// Durable records from `from`, about `max_bytes` worth (at least one if any); empty at
+    /// the end.
+    fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<StoredRecord>, LogError>;
+    /// (start offset, end offset = next offset to be written).
+    fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError>;
+    /// The partition's durable end offset, changing after each commit.
+    fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>, LogError>;
+    /// Cursor `name`'s next offset to read in a partition, if it has one.
+    fn cursor(&self, name: &str, topic: &str, partition: u32) -> Option<u64>;
+    /// Durably moves cursor `name` to `offset` (next to read).
+    fn commit_cursor(
+        &self,
+        name: &str,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+    ) -> impl Future<Output = Result<(), LogError>> + Send;
+    /// The names of every stored cursor, each once, sorted.
+    fn cursor_names(&self) -> Vec<String>;
+    /// Durably removes every position of cursor `name`.
+    fn remove_cursors(&self, name: &str) -> impl Future<Output = Result<(), LogError>> + Send;
+}
+
+impl LogPort for Log {
+    fn topics(&self) -> Vec<TopicInfo> {
+        Log::topics(self)
+    }
+
+    fn ensure_topic(&self, topic: &str) -> Result<u32, LogError> {
+        Ok(Log::ensure_topic(self, topic)?.partitions)
+    }
+
+    async fn append(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+    ) -> Result<u64, LogError> {
+        Log::append(self, topic, partition, records).await
+    }
+
+    async fn enqueue(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+    ) -> Result<Queued, LogError> {
+        let answer = Log::enqueue(self, topic, partition, records).await?;
+        Ok(Box::pin(async move {
+            answer.await.map_err(|_| LogError::Closed)?
+        }))
+    }
+
+    fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<StoredRecord>, LogError> {
+        Log::read(self, topic, partition, from, max_bytes)
+    }
+
+    fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError> {
+        Log::offsets(self, topic, partition)
+    }
+
+    fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>, LogError> {
+        Log::subscribe(self, topic, partition)
+    }
+
+    fn cursor(&self, name: &str, topic: &str, partition: u32) -> Option<u64> {
+        self.cursors().get(name, topic, partition)
+    }
+
+    async fn commit_cursor(
+        &self,
+        name: &str,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+    ) -> Result<(), LogError> {
+        self.cursors().commit(name, topic, partition, offset).await
+    }
+
+    fn cursor_names(&self) -> Vec<String> {
+        let names: std::collections::BTreeSet<String> = self
+            .cursors()
+            .list()
+            .into_iter()
+            .map(|(name, ..)| name)
+            .collect();
+        names.into_iter().collect()
+    }
+
+    async fn remove_cursors(&self, name: &str) -> Result<(), LogError> {
+        self.cursors().remove(name).await
+    }
+}
