@@ -7,6 +7,8 @@ set -euo pipefail
 packages=(
   # ARM cross-builds with the distro toolchain (-Z build-std), run under QEMU user mode.
   rustc-web cargo-web rust-web-src
+  # clippy of the same toolchain, for the firmware's lint (tests/run clippy).
+  rust-web-clippy
   gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross
   qemu-user
   # Firmware: lld links thumbv7m binaries; qemu-system-arm runs them.
@@ -15,9 +17,9 @@ packages=(
   mosquitto-clients mosquitto
   # Test helpers (firmware responder, ELF size reader).
   python3
-  # `tern bench log` as root: mkfs.ext4 for the image, losetup and mount for the loop mount.
+  # `tern-bench log` as root: mkfs.ext4 for the image, losetup and mount for the loop mount.
   e2fsprogs mount util-linux
-  # A C compiler for the bundled SQLite of the bench's comparison (feature bench-sqlite).
+  # A C compiler for the bundled SQLite of the bench's comparison (feature sqlite of tern-bench).
   gcc libc6-dev
   # The real Apache Kafka 4.x test cluster (tests/src/kafka.rs): Java 17 and Maven for its jars.
   openjdk-17-jre-headless maven

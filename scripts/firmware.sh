@@ -2,6 +2,7 @@
 # Builds the sensor firmware for every board, checks its size budget, and smoke-tests it in QEMU.
 #
 #   scripts/firmware.sh [lm3s6965evb|mps2-an385]...     (default: both)
+#   scripts/firmware.sh --clippy                         clippy -D warnings for each board
 #
 # For each board: a release build with the distro toolchain (-Z build-std=core, linked by ld.lld),
 # flash and RAM use read from the ELF (budget: 64 KiB flash, 16 KiB RAM = static RAM plus the
@@ -20,6 +21,11 @@ READINGS=20          # the responder sends `halt` after this many acknowledged r
 DROP_AT=6            # ...and cuts the first connection when this PUBLISH arrives
 QEMU_TIMEOUT=120     # seconds; a hung boot fails instead of blocking the test command
 
+lint=false
+if [ "${1:-}" = "--clippy" ]; then
+  lint=true
+  shift
+fi
 boards=("$@")
 [ ${#boards[@]} -gt 0 ] || boards=(lm3s6965evb mps2-an385)
 
@@ -134,7 +140,25 @@ check_budget() {
   [ $((ram + stack)) -le "$RAM_BUDGET" ] || { echo "firmware: $board: RAM over budget" >&2; return 1; }
 }
 
+# clippy of the distro toolchain (Debian's rust-web-clippy, the same 1.85 as the build), since
+# the firmware's core is built from the distro's rust-web-src.
+clippy_board() {
+  (
+    cd firmware
+    PATH="/usr/bin:$PATH" RUSTC_BOOTSTRAP=1 RUSTUP_TOOLCHAIN='' CARGO_TARGET_DIR=target/clippy \
+      cargo clippy --locked --quiet --no-default-features --features "$1,semihosting" -- -D warnings
+  )
+}
+
 ensure_tools
+if $lint; then
+  command -v /usr/bin/cargo-clippy >/dev/null || scripts/ensure-deps.sh
+  for board in "${boards[@]}"; do
+    echo "firmware: clippy $board"
+    clippy_board "$board" || exit 1
+  done
+  exit 0
+fi
 failed=0
 for board in "${boards[@]}"; do
   device_id=$(device_id_of "$board")

@@ -12,17 +12,17 @@
 mod batch;
 mod cache;
 mod commit;
-pub mod config;
+mod config;
 mod cursors;
 pub mod datadir;
 mod error;
-pub mod fs;
+mod fs;
 mod index;
 #[cfg(any(test, feature = "testing"))]
-pub mod memory;
+mod memory;
 mod meta;
 mod partition;
-pub mod port;
+mod port;
 mod recovery;
 mod roll;
 mod segment;
@@ -37,6 +37,8 @@ mod tests;
 pub use config::{Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, TopicOverride};
 pub use cursors::CursorStore;
 pub use error::LogError;
+#[cfg(feature = "fault-injection")]
+pub use fs::{CrashMode, FaultyFs};
 pub use fs::{Fs, RealFs};
 #[cfg(any(test, feature = "testing"))]
 pub use memory::MemoryLog;

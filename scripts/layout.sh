@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Checks the workspace's shape, the facts docs/ARCHITECTURE.md states as invariants:
+#   - the shipped `tern` binary's crate graph (`cargo tree -e normal`) has no rusqlite and no
+#     tern-bench: no benchmark code is compiled into what is flashed onto a gateway;
+#   - only tern-mqtt depends on rumqttd and only tern-upstream on rskafka (among the gateway's
+#     crates; the tests crate drives both as reference clients);
+#   - the gateway's crates form no import cycle (cargo refuses cycles between crates) and no
+#     crate has an import cycle between its modules (scripts/module-cycles.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail=0
+tree=$(cargo tree --locked -p tern -e normal --prefix none --format '{p}')
+for banned in rusqlite tern-bench; do
+  if grep -q "^$banned " <<<"$tree"; then
+    echo "layout: the tern binary depends on $banned" >&2
+    fail=1
+  fi
+done
+
+# Which gateway crate depends directly on $1 (normal dependencies).
+direct_users() {
+  cargo tree --locked --workspace -e normal --invert "$1" --depth 1 --prefix none --format '{p}' |
+    awk '{print $1}' | grep -v "^$1$" | grep '^tern' | sort -u || true
+}
+for pair in rumqttd:tern-mqtt rskafka:tern-upstream; do
+  dep=${pair%%:*}
+  owner=${pair##*:}
+  users=$(direct_users "$dep" | grep -v "^$owner$" | grep -v '^tern-tests$' || true)
+  if [ -n "$users" ]; then
+    echo "layout: $dep is used by $users (only $owner may)" >&2
+    fail=1
+  fi
+done
+
+python3 scripts/module-cycles.py || fail=1
+[ "$fail" -eq 0 ] && echo "layout: ok"
+exit "$fail"
