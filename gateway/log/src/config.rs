@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use tern_core::{ByteSize, HumanDuration};
+use tern_core::{ByteSize, HumanDuration, InvalidConfig, invalid};
 
 /// When an append's future resolves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -157,9 +157,9 @@ impl LogConfig {
         }
     }
 
-    /// Checks ranges and relations; the error is (dotted key, message).
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let bad = |key: &str, msg: &str| Err((format!("log.{key}"), msg.to_owned()));
+    /// Checks ranges and relations; the error names the dotted key.
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        let bad = |key: &str, msg: &str| Err(invalid(&format!("log.{key}"), msg));
         if !(1..=10_000).contains(&self.partitions) {
             return bad("partitions", "must be between 1 and 10000");
         }
@@ -190,18 +190,18 @@ impl LogConfig {
         }
         for (i, t) in self.topic.iter().enumerate() {
             if let Err(reason) = super::validate_topic_name(&t.name) {
-                return Err((format!("log.topic[{i}].name"), reason));
+                return Err(invalid(&format!("log.topic[{i}].name"), reason));
             }
             if t.partitions.is_some_and(|p| !(1..=10_000).contains(&p)) {
-                return Err((
-                    format!("log.topic[{i}].partitions"),
-                    "must be between 1 and 10000".to_owned(),
+                return Err(invalid(
+                    &format!("log.topic[{i}].partitions"),
+                    "must be between 1 and 10000",
                 ));
             }
             if self.topic.iter().take(i).any(|o| o.name == t.name) {
-                return Err((
-                    format!("log.topic[{i}].name"),
-                    "topic listed twice".to_owned(),
+                return Err(invalid(
+                    &format!("log.topic[{i}].name"),
+                    "topic listed twice",
                 ));
             }
         }

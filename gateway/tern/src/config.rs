@@ -241,9 +241,7 @@ impl Config {
                 .map_err(|(key, message)| invalid(&key, message))?;
         }
         self.mqtt.validate(&self.route)?;
-        self.log
-            .validate()
-            .map_err(|(key, message)| invalid(&key, message))
+        self.log.validate()
     }
 
     /// The effective configuration as TOML, as `tern config check` prints it.

@@ -78,6 +78,6 @@ fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {
             0 => Ok(()),
             n => anyhow::bail!("{n} problem(s) in the log of {}", data_dir.display()),
         },
-        LogCommand::Topics { data_dir } => tools::topics(&data_dir, &mut out),
+        LogCommand::Topics { data_dir } => Ok(tools::topics(&data_dir, &mut out)?),
     }
 }

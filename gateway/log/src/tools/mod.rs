@@ -13,7 +13,27 @@ use serde_json::json;
 use super::batch::{self, SEGMENT_HEADER_LEN};
 use super::fs::{Fs, RealFs};
 use super::segment::{self, Damage, Scan};
-use super::{StoredRecord, meta};
+use super::{LogError, StoredRecord, meta};
+
+/// Why a tool could not do its work (damage it finds is printed, not returned).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    #[error("no log in {data_dir} (expected {log_dir})")]
+    NoLog { data_dir: PathBuf, log_dir: PathBuf },
+    #[error("no topic {topic} in {log_dir}")]
+    NoTopic { topic: String, log_dir: PathBuf },
+    #[error("topic {topic} has {partitions} partitions, not {wanted}")]
+    NoPartition {
+        topic: String,
+        partitions: u32,
+        wanted: u32,
+    },
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("cannot write the output: {0}")]
+    Output(#[from] std::io::Error),
+}
 
 /// Where `tern log dump` starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,7 +176,7 @@ pub fn dump(
     topic: &str,
     options: &DumpOptions,
     out: &mut dyn Write,
-) -> anyhow::Result<u64> {
+) -> Result<u64, ToolError> {
     let DumpOptions {
         partition,
         from,
@@ -168,14 +188,19 @@ pub fn dump(
     let info = meta::list(&fs, &log_dir)?
         .into_iter()
         .find(|t| t.name == topic)
-        .ok_or_else(|| anyhow::anyhow!("no topic {topic} in {}", log_dir.display()))?;
+        .ok_or_else(|| ToolError::NoTopic {
+            topic: topic.to_owned(),
+            log_dir: log_dir.clone(),
+        })?;
     let partitions: Vec<u32> = match partition {
         Some(p) if p < info.partitions => vec![p],
-        Some(p) => anyhow::bail!(
-            "topic {topic} has {} partitions, not {}",
-            info.partitions,
-            p + 1
-        ),
+        Some(p) => {
+            return Err(ToolError::NoPartition {
+                topic: topic.to_owned(),
+                partitions: info.partitions,
+                wanted: p + 1,
+            });
+        }
         None => (0..info.partitions).collect(),
     };
     let mut dumper = Dumper {
@@ -304,7 +329,7 @@ pub struct PartitionSummary {
 }
 
 /// Topics, partitions, offsets, sizes and segment counts, read without changing anything.
-pub fn summarize(data_dir: &Path) -> anyhow::Result<Vec<PartitionSummary>> {
+pub fn summarize(data_dir: &Path) -> Result<Vec<PartitionSummary>, ToolError> {
     let fs = RealFs;
     let log_dir = data_dir.join("log");
     let mut out = Vec::new();
@@ -334,7 +359,7 @@ pub fn summarize(data_dir: &Path) -> anyhow::Result<Vec<PartitionSummary>> {
 }
 
 /// `tern log topics`: a table on `out`.
-pub fn topics(data_dir: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn topics(data_dir: &Path, out: &mut dyn Write) -> Result<(), ToolError> {
     writeln!(
         out,
         "{:<30} {:>9} {:>12} {:>12} {:>14} {:>8}",

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use super::{partition_files, scan_file};
+use super::{ToolError, partition_files, scan_file};
 use crate::batch::SEGMENT_HEADER_LEN;
 use crate::cursors::CURSORS_FILE;
 use crate::fs::{Fs, RealFs};
@@ -36,15 +36,14 @@ impl Report<'_> {
 }
 
 /// Verifies the log under `data_dir/log`; returns the number of problems found (printed).
-pub fn verify(data_dir: &Path, out: &mut dyn Write) -> anyhow::Result<usize> {
+pub fn verify(data_dir: &Path, out: &mut dyn Write) -> Result<usize, ToolError> {
     let fs = RealFs;
     let log_dir = data_dir.join("log");
     if !fs.is_dir(&log_dir) {
-        anyhow::bail!(
-            "no log in {} (expected {})",
-            data_dir.display(),
-            log_dir.display()
-        );
+        return Err(ToolError::NoLog {
+            data_dir: data_dir.to_owned(),
+            log_dir,
+        });
     }
     let mut report = Report { out, problems: 0 };
     let topics_dir = meta::topics_dir(&log_dir);
