@@ -157,7 +157,7 @@ fn power_cuts_never_lose_acknowledged_records() {
             fs.ops()
         })
         .collect();
-    for seed in 0..CRASH_POINTS {
+    for seed in crash_seeds() {
         let fs = FaultyFs::new(seed);
         if (seed / 2) % 2 == 0 {
             fs.set_sync_delay(Duration::from_micros(200));
@@ -200,6 +200,9 @@ fn power_cuts_never_lose_acknowledged_records() {
             log.close().await.expect("close");
         });
     }
+    if std::env::var_os("TERN_TEST_SEED").is_some() {
+        return; // a replay of one seed: the coverage figures below are for the whole sweep
+    }
     assert!(
         crashes - full_runs >= 2_000,
         "{full_runs} runs ended before the power cut"
@@ -212,6 +215,18 @@ fn power_cuts_never_lose_acknowledged_records() {
         acked_total > 10_000,
         "the crash points cover real work: {acked_total} acks"
     );
+}
+
+/// The crash points to run: every seed in `0..CRASH_POINTS`, or only `TERN_TEST_SEED` to replay
+/// the one a failure named (each failure message starts with `seed N`).
+fn crash_seeds() -> std::ops::Range<u64> {
+    match std::env::var("TERN_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(seed) => seed..seed + 1,
+        None => 0..CRASH_POINTS,
+    }
 }
 
 /// Polls `done` every millisecond (the writer runs on the test's runtime meanwhile).

@@ -466,8 +466,15 @@ fn periodic_durability_acknowledges_before_the_sync() {
         }
         assert_eq!(log.stats().fsyncs, before, "no fdatasync per append");
         assert_eq!(read_all(&log, "t", 0).len(), 20, "visible after the write");
-        tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
-        assert!(log.stats().fsyncs > before, "synced within the interval");
+        // The signal: the periodic sync itself, with no further append to prompt it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while log.stats().fsyncs == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no periodic sync within 20 s of a 2 s interval"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         log.close().await.expect("close");
         fs.crash(crate::fs::CrashMode::DropUnsynced);
         let log = open(&fs, &config).await;
