@@ -1,9 +1,11 @@
 //! The Kafka side of forwarding, and the only module that imports the Kafka client (rskafka):
-//! connecting (TLS via rustls with a custom CA, SASL), creating upstream topics, asking a follower partition where it is (end
-//! offset and the `tern-offset` header of its last record) and producing batches with acks=all.
-//! It never retries a produce itself: rskafka's internal retries are switched off, because a
-//! retried produce whose first attempt was stored would duplicate records. The forwarder re-runs
-//! the catch-up protocol after every error instead.
+//! connecting (TLS via rustls with a custom CA, SASL), creating upstream topics, and the
+//! `follower.rs` traits over a partition client — its end and start offsets, the headers of its
+//! last record, and producing batches with acks=all as tern's upstream records (`tern-*`
+//! headers, `reading-json` values decoded with `tern_shared::Reading`). It never retries a
+//! produce itself: rskafka's internal retries are switched off, because a retried produce whose
+//! first attempt was stored would duplicate records. The forwarder re-runs the catch-up protocol
+//! after every error instead.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -6,7 +6,8 @@
 //! imports the Kafka client, behind the `follower.rs` traits, and only `group/` speaks Kafka's
 //! group-offset requests itself; nothing here appends to the edge log or answers devices.
 //!
-//! This file only declares the modules and re-exports what other crates use.
+//! This file only declares the modules and re-exports what other crates use (and the types
+//! of the `[[upstream]]` settings' fields).
 
 mod bandwidth;
 mod config;
@@ -25,12 +26,12 @@ pub use bandwidth::BURST as BANDWIDTH_BURST;
 pub use config::{
     Codec, Mode, SaslMechanism, SaslSettings, SharedKey, TlsSettings, UpstreamConfig, ValueFormat,
 };
-pub use driver::{PartitionStatus, StatusMap};
+pub use driver::StatusMap;
 pub use error::UpstreamError;
-pub use follower::{Follower, next_edge_offset};
+pub use follower::next_edge_offset;
+pub use group::GroupClient;
 pub use group::wire::Commit;
-pub use group::{GroupClient, GroupError};
-pub use kafka::{KafkaUpstream, UpstreamPartition};
+pub use kafka::KafkaUpstream;
 pub use metrics::UpstreamMetrics;
 pub use provenance::{Provenance, gateway_id, upstream_topic};
 pub use shared::group_client;
