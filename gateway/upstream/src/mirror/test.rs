@@ -1,12 +1,13 @@
 //! Unit tests of `mirror.rs` on tokio's paused clock: sessions against the in-memory log and a
 //! fake follower (`follower::fake`) that shows acknowledged produces and hides lost ones.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tern_core::HumanDuration;
 use tern_core::shutdown::{self, ShutdownTrigger};
-use tern_log::{LogPort, MemoryLog, Record};
+use tern_log::{LogError, LogPort, MemoryLog, Record, TopicInfo};
 use tokio::task::JoinHandle;
 
 use super::*;
@@ -61,7 +62,7 @@ struct Running {
 }
 
 impl Running {
-    fn start(config: &UpstreamConfig, cluster: &FakeCluster, log: &MemoryLog) -> Self {
+    fn start<L: LogPort>(config: &UpstreamConfig, cluster: &FakeCluster, log: &L) -> Self {
         let (trigger, shutdown) = shutdown::channel();
         let status = StatusMap::default();
         let kafka = Arc::new(cluster.clone());
@@ -212,4 +213,113 @@ async fn a_follower_ahead_of_the_edge_log_stops_forwarding_with_a_clear_error() 
     assert!(error.contains("up to edge offset 5"), "{error}");
     assert_eq!(cluster.edge_offsets(UPSTREAM, 0).len(), 5);
     running.stop().await;
+}
+
+/// The in-memory log after retention removed every record before `start`.
+#[derive(Debug, Clone)]
+struct Trimmed {
+    log: MemoryLog,
+    start: u64,
+}
+
+impl LogPort for Trimmed {
+    fn topics(&self) -> Vec<TopicInfo> {
+        self.log.topics()
+    }
+
+    fn ensure_topic(&self, topic: &str) -> Result<u32, LogError> {
+        self.log.ensure_topic(topic)
+    }
+
+    fn append(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+    ) -> impl Future<Output = Result<u64, LogError>> + Send {
+        self.log.append(topic, partition, records)
+    }
+
+    fn enqueue(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+    ) -> impl Future<Output = Result<tern_log::Queued, LogError>> + Send {
+        self.log.enqueue(topic, partition, records)
+    }
+
+    fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<tern_log::StoredRecord>, LogError> {
+        let (start, end) = self.offsets(topic, partition)?;
+        if from < start {
+            return Err(LogError::OffsetOutOfRange {
+                topic: topic.to_owned(),
+                partition,
+                offset: from,
+                start,
+                end,
+            });
+        }
+        self.log.read(topic, partition, from, max_bytes)
+    }
+
+    fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError> {
+        let (_, end) = self.log.offsets(topic, partition)?;
+        Ok((self.start, end))
+    }
+
+    fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>, LogError> {
+        self.log.subscribe(topic, partition)
+    }
+
+    fn cursor(&self, name: &str, topic: &str, partition: u32) -> Option<u64> {
+        self.log.cursor(name, topic, partition)
+    }
+
+    fn commit_cursor(
+        &self,
+        name: &str,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+    ) -> impl Future<Output = Result<(), LogError>> + Send {
+        self.log.commit_cursor(name, topic, partition, offset)
+    }
+
+    fn cursor_names(&self) -> Vec<String> {
+        self.log.cursor_names()
+    }
+
+    fn remove_cursors(&self, name: &str) -> impl Future<Output = Result<(), LogError>> + Send {
+        self.log.remove_cursors(name)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_edge_log_whose_start_passed_the_follower_resumes_at_its_start() {
+    let log = edge_log(10).await;
+    let cluster = FakeCluster::new(64 * 1024);
+    let held = log.read(TOPIC, 0, 0, 3 * 100).expect("read");
+    let follower = cluster.partition(UPSTREAM, 0).await.expect("partition");
+    let (codec, format) = (config().compression, config().value_format);
+    follower
+        .produce(&held, &source(), codec, format)
+        .await
+        .expect("seed");
+    let trimmed = Trimmed { log, start: 6 };
+    let running = Running::start(&config(), &cluster, &trimmed);
+    wait_for(&cluster, 7).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(cluster.edge_offsets(UPSTREAM, 0), [0, 1, 2, 6, 7, 8, 9]);
+    let status = running.status();
+    assert_eq!((status.next, status.forwarded_records), (10, 4));
+    assert_eq!(status.last_error, None);
+    running.stop().await;
+    assert_eq!(trimmed.cursor(CURSOR, TOPIC, 0), Some(10));
 }
