@@ -1,9 +1,11 @@
 //! The Kafka side of forwarding, and the only module that imports the Kafka client (rskafka):
-//! connecting (TLS via rustls with a custom CA, SASL), creating upstream topics, asking a follower partition where it is (end
-//! offset and the `tern-offset` header of its last record) and producing batches with acks=all.
-//! It never retries a produce itself: rskafka's internal retries are switched off, because a
-//! retried produce whose first attempt was stored would duplicate records. The forwarder re-runs
-//! the catch-up protocol after every error instead.
+//! connecting (TLS via rustls with a custom CA, SASL), creating upstream topics, and the
+//! `follower.rs` traits over a partition client — its end and start offsets, the headers of its
+//! last record, and producing batches with acks=all as tern's upstream records (`tern-*`
+//! headers, `reading-json` values decoded with `tern_shared::Reading`). It never retries a
+//! produce itself: rskafka's internal retries are switched off, because a retried produce whose
+//! first attempt was stored would duplicate records. The forwarder re-runs the catch-up protocol
+//! after every error instead.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,17 +20,15 @@ use rskafka::record::Record;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-use super::bandwidth::Bandwidth;
-use super::config::{Codec, SaslMechanism, TlsSettings, UpstreamConfig, ValueFormat};
-use super::edge::EdgeRecord;
-use super::{Provenance, UpstreamError};
-use tern_log::tools::Decoder;
+use tern_log::StoredRecord;
+use tern_shared::Reading;
 
-/// Header names tern adds to every upstream record.
-pub const H_GATEWAY: &str = "tern-gateway";
-pub const H_TOPIC: &str = "tern-topic";
-pub const H_PARTITION: &str = "tern-partition";
-pub const H_OFFSET: &str = "tern-offset";
+use crate::bandwidth::Bandwidth;
+use crate::config::{Codec, SaslMechanism, TlsSettings, UpstreamConfig, ValueFormat};
+use crate::error::UpstreamError;
+use crate::follower::{Cluster, Follower};
+use crate::provenance::{H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC, Provenance};
+
 /// Set when `value_format` asked for a decoded value and the edge value did not decode.
 pub const H_DECODE_ERROR: &str = "tern-decode-error";
 
@@ -124,20 +124,6 @@ impl KafkaUpstream {
         }
     }
 
-    /// How many partitions `topic` has upstream (0 when it does not exist).
-    pub async fn partition_count(&self, topic: &str) -> Result<u32, UpstreamError> {
-        let listed = self
-            .client
-            .list_topics()
-            .await
-            .map_err(|e| self.error("list topics", topic, e))?;
-        let count = listed
-            .iter()
-            .find(|t| t.name == topic)
-            .map_or(0, |t| t.partitions.len());
-        Ok(u32::try_from(count).unwrap_or(u32::MAX))
-    }
-
     /// A handle on `topic`/`partition` at its current leader.
     pub async fn partition(
         &self,
@@ -183,70 +169,96 @@ impl UpstreamPartition {
             .map_err(|e| self.error("list offsets", e))
     }
 
-    /// The catch-up question: the edge offset after the last record this follower holds (0 when
-    /// it never held any), from the `tern-offset` header of its last record. `None` when it held
-    /// records but retention removed them all, so there is no last record to ask. Fails when the
-    /// last record was not mirrored from `source`.
-    pub async fn next_edge_offset(
-        &self,
-        source: &Provenance,
-    ) -> Result<Option<u64>, UpstreamError> {
-        let end = self
-            .client
-            .get_offset(OffsetAt::Latest)
-            .await
-            .map_err(|e| self.error("list offsets", e))?;
-        if end <= 0 {
-            return Ok(Some(0));
+    fn error(&self, op: &'static str, err: ClientError) -> UpstreamError {
+        self.error_text(op, err.to_string())
+    }
+
+    fn error_text(&self, op: &'static str, message: String) -> UpstreamError {
+        UpstreamError::Kafka {
+            op,
+            topic: format!("{}/{}", self.client.topic(), self.client.partition()),
+            message,
         }
-        let start = self
+    }
+}
+
+impl Cluster for KafkaUpstream {
+    type Partition = UpstreamPartition;
+
+    fn batch_limit(&self) -> u64 {
+        self.batch_limit
+    }
+
+    async fn ensure_topic(
+        &self,
+        topic: &str,
+        partitions: u32,
+        replication: u16,
+    ) -> Result<(), UpstreamError> {
+        KafkaUpstream::ensure_topic(self, topic, partitions, replication).await
+    }
+
+    /// How many partitions `topic` has upstream (0 when it does not exist).
+    async fn partition_count(&self, topic: &str) -> Result<u32, UpstreamError> {
+        let listed = self
             .client
+            .list_topics()
+            .await
+            .map_err(|e| self.error("list topics", topic, e))?;
+        let count = listed
+            .iter()
+            .find(|t| t.name == topic)
+            .map_or(0, |t| t.partitions.len());
+        Ok(u32::try_from(count).unwrap_or(u32::MAX))
+    }
+
+    async fn partition(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<UpstreamPartition, UpstreamError> {
+        KafkaUpstream::partition(self, topic, partition).await
+    }
+}
+
+impl Follower for UpstreamPartition {
+    fn topic(&self) -> &str {
+        self.client.topic()
+    }
+
+    async fn end_offset(&self) -> Result<i64, UpstreamError> {
+        UpstreamPartition::end_offset(self).await
+    }
+
+    async fn start_offset(&self) -> Result<i64, UpstreamError> {
+        self.client
             .get_offset(OffsetAt::Earliest)
             .await
-            .map_err(|e| self.error("list offsets", e))?;
-        if start >= end {
-            return Ok(None);
-        }
+            .map_err(|e| self.error("list offsets", e))
+    }
+
+    async fn headers_at(&self, offset: i64) -> Result<BTreeMap<String, Vec<u8>>, UpstreamError> {
         let (records, _high_watermark) = self
             .client
-            .fetch_records(end - 1, 1..8 * 1024 * 1024, 1_000)
+            .fetch_records(offset, 1..8 * 1024 * 1024, 1_000)
             .await
             .map_err(|e| self.error("fetch last record", e))?;
-        let last = records
-            .iter()
-            .find(|r| r.offset == end - 1)
+        let record = records
+            .into_iter()
+            .find(|r| r.offset == offset)
             .ok_or_else(|| {
-                self.error_text(
-                    "fetch last record",
-                    format!("no record at offset {}", end - 1),
-                )
+                self.error_text("fetch last record", format!("no record at offset {offset}"))
             })?;
-        let headers = &last.record.headers;
-        let offset = headers
-            .get(H_OFFSET)
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        let origin_matches = headers.get(H_TOPIC).map(Vec::as_slice)
-            == Some(source.topic.as_bytes())
-            && headers.get(H_PARTITION).map(Vec::as_slice)
-                == Some(source.partition.to_string().as_bytes());
-        match offset {
-            Some(offset) if origin_matches => Ok(Some(offset + 1)),
-            _ => Err(UpstreamError::NotMirrored {
-                topic: self.client.topic().to_owned(),
-                partition: source.partition,
-                offset: u64::try_from(end - 1).unwrap_or(0),
-            }),
-        }
+        Ok(record.record.headers)
     }
 
     /// Produces `records` with acks=all, in order, as requests of at most the batch limit (see
     /// [`KafkaUpstream::batch_limit`]), each once the bandwidth cap lets its bytes through. An
     /// error ends the call; the requests before it are stored, and the caller's catch-up finds
     /// out where.
-    pub async fn produce(
+    async fn produce(
         &self,
-        records: &[EdgeRecord],
+        records: &[StoredRecord],
         source: &Provenance,
         codec: Codec,
         format: ValueFormat,
@@ -263,18 +275,6 @@ impl UpstreamPartition {
                 .map_err(|e| self.error("produce", e))?;
         }
         Ok(())
-    }
-
-    fn error(&self, op: &'static str, err: ClientError) -> UpstreamError {
-        self.error_text(op, err.to_string())
-    }
-
-    fn error_text(&self, op: &'static str, message: String) -> UpstreamError {
-        UpstreamError::Kafka {
-            op,
-            topic: format!("{}/{}", self.client.topic(), self.client.partition()),
-            message,
-        }
     }
 }
 
@@ -307,11 +307,12 @@ pub fn tls_config(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, U
 /// (which replace edge headers of the same name). rskafka keeps headers in a map, so repeated
 /// edge header names keep only their last value. With `ValueFormat::ReadingJson` the value is
 /// the decoded reading as JSON, or the raw value plus a `tern-decode-error` header.
-pub fn upstream_record(record: &EdgeRecord, source: &Provenance, format: ValueFormat) -> Record {
+pub fn upstream_record(stored: &StoredRecord, source: &Provenance, format: ValueFormat) -> Record {
+    let record = &stored.record;
     let mut headers: BTreeMap<String, Vec<u8>> = record.headers.iter().cloned().collect();
     let value = match format {
         ValueFormat::Raw => record.value.clone(),
-        ValueFormat::ReadingJson => match Decoder::Reading.to_json_bytes(&record.value) {
+        ValueFormat::ReadingJson => match reading_json(&record.value) {
             Ok(json) => json,
             Err(reason) => {
                 headers.insert(H_DECODE_ERROR.to_owned(), reason.into_bytes());
@@ -325,13 +326,21 @@ pub fn upstream_record(record: &EdgeRecord, source: &Provenance, format: ValueFo
         H_PARTITION.to_owned(),
         source.partition.to_string().into_bytes(),
     );
-    headers.insert(H_OFFSET.to_owned(), record.offset.to_string().into_bytes());
+    headers.insert(H_OFFSET.to_owned(), stored.offset.to_string().into_bytes());
     Record {
         key: record.key.clone(),
         value: Some(value),
         headers,
         timestamp: DateTime::<Utc>::from_timestamp_millis(record.timestamp_ms).unwrap_or_default(),
     }
+}
+
+/// A Reading value as the JSON document `value_format = "reading-json"` forwards, or why it
+/// is not one.
+fn reading_json(value: &[u8]) -> Result<Vec<u8>, String> {
+    let reading = Reading::decode(value).map_err(|err| format!("not a reading: {err}"))?;
+    let json = serde_json::to_value(reading).map_err(|err| format!("reading as JSON: {err}"))?;
+    serde_json::to_vec(&json).map_err(|err| format!("reading as JSON: {err}"))
 }
 
 /// Bytes Kafka's record format adds to each record beside key, value and header bytes (length,
@@ -377,5 +386,4 @@ fn compression(codec: Codec) -> Compression {
 }
 
 #[cfg(test)]
-#[path = "kafka_test.rs"]
-mod tests;
+mod test;

@@ -4,9 +4,10 @@
 
 use std::fmt::Write;
 
-use super::edge::EdgeLog;
-use super::forwarder::StatusMap;
 use tern_core::metrics::MetricsSource;
+use tern_log::LogPort;
+
+use crate::driver::StatusMap;
 
 /// The upstream families for the admin endpoint.
 #[derive(Debug)]
@@ -49,7 +50,7 @@ const FAMILIES: [(&str, &str, &str); 5] = [
     ),
 ];
 
-impl<L: EdgeLog> MetricsSource for UpstreamMetrics<L> {
+impl<L: LogPort> MetricsSource for UpstreamMetrics<L> {
     fn render(&self, out: &mut String) {
         let map = self
             .status

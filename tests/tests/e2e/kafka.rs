@@ -1,7 +1,8 @@
 //! The Kafka test cluster and the Kafka client tern forwards with: a real three-node Apache Kafka
 //! 4.x cluster, rskafka producing with acks=all, headers and every compression codec, and the
 //! catch-up protocol in miniature (ask the follower for its end offset and the `tern-offset` header
-//! of its last record, resume from the next edge offset) — across a crash of the partition leader.
+//! of its last record with tern's own `tern_upstream::next_edge_offset`, resume from the next edge
+//! offset) — across a crash of the partition leader.
 //! Also SASL PLAIN / SCRAM-SHA-256 / SCRAM-SHA-512 authentication. What reached Kafka is checked
 //! only with Kafka's own console consumer.
 
@@ -11,12 +12,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use rskafka::BackoffConfig;
 use rskafka::chrono::{DateTime, Utc};
-use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, UnknownTopicHandling};
+use rskafka::client::partition::{Compression, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
 use rskafka::record::Record;
 use tern_tests::kafka::{SASL_PASSWORD, SASL_USER};
 use tern_tests::kafka_tools::ConsumedRecord;
 use tern_tests::{KafkaCluster, now_ms};
+use tern_upstream::{KafkaUpstream, Provenance, UpstreamConfig};
 
 const TOPIC: &str = "tern.spike.sensors";
 const CODECS: [Compression; 5] = [
@@ -60,31 +62,38 @@ async fn connect(cluster: &KafkaCluster) -> anyhow::Result<Client> {
         .await?)
 }
 
-/// The edge offset after the last record the follower holds, from its `tern-offset` header.
-async fn next_edge_offset(partition: &PartitionClient) -> anyhow::Result<u64> {
-    let end = partition.get_offset(OffsetAt::Latest).await?;
-    if end == 0 {
-        return Ok(0);
-    }
-    let (records, _high_watermark) = partition
-        .fetch_records(end - 1, 1..1_000_000, 1_000)
-        .await?;
-    let last = records
-        .iter()
-        .find(|r| r.offset == end - 1)
-        .with_context(|| format!("fetch at {} returned no record", end - 1))?;
-    let header = last
-        .record
-        .headers
-        .get("tern-offset")
-        .context("last upstream record has no tern-offset header")?;
-    let edge: u64 = std::str::from_utf8(header)?.parse()?;
-    Ok(edge + 1)
+/// tern's connection to the cluster, which asks the catch-up question.
+async fn connect_tern(cluster: &KafkaCluster) -> anyhow::Result<KafkaUpstream> {
+    let config = UpstreamConfig {
+        bootstrap: cluster.bootstrap().split(',').map(str::to_owned).collect(),
+        ..UpstreamConfig::default()
+    };
+    Ok(KafkaUpstream::connect(&config).await?)
+}
+
+/// The edge offset after the last record the follower holds, asked at the partition's current
+/// leader the way tern's forwarder asks (`tern_upstream::next_edge_offset`: its `tern-offset`
+/// header, checked against the edge partition it came from).
+async fn next_edge_offset(kafka: &KafkaUpstream) -> anyhow::Result<u64> {
+    let follower = kafka.partition(TOPIC, 0).await?;
+    let source = Provenance {
+        gateway: "gw-spike".to_owned(),
+        topic: "sensors".to_owned(),
+        partition: 0,
+    };
+    tern_upstream::next_edge_offset(&follower, &source)
+        .await?
+        .context("retention removed every upstream record")
 }
 
 /// Forwards `edge` to the partition in batches of 4, cycling through the codecs, resuming from
 /// what the follower really holds after every error. Gives up after `patience`.
-async fn forward(client: &Client, edge: &[Record], patience: Duration) -> anyhow::Result<u32> {
+async fn forward(
+    client: &Client,
+    kafka: &KafkaUpstream,
+    edge: &[Record],
+    patience: Duration,
+) -> anyhow::Result<u32> {
     let deadline = Instant::now() + patience;
     let mut errors = 0;
     let mut batches = 0usize;
@@ -96,7 +105,7 @@ async fn forward(client: &Client, edge: &[Record], patience: Duration) -> anyhow
             let partition = client
                 .partition_client(TOPIC, 0, UnknownTopicHandling::Retry)
                 .await?;
-            let next = next_edge_offset(&partition).await?;
+            let next = next_edge_offset(kafka).await?;
             let next = usize::try_from(next)?;
             if next >= edge.len() {
                 return Ok::<bool, anyhow::Error>(true);
@@ -162,27 +171,37 @@ fn rskafka_forwards_exactly_once_across_a_leader_crash() -> anyhow::Result<()> {
         .build()?;
     let base_ts = now_ms();
     let edge: Vec<Record> = (0..40).map(|i| edge_record(base_ts, i)).collect();
-    let client = runtime.block_on(async {
+    let (client, kafka) = runtime.block_on(async {
         let client = connect(&cluster).await?;
         client
             .controller_client()?
             .create_topic(TOPIC, 1, 3, 10_000)
             .await?;
-        Ok::<Client, anyhow::Error>(client)
+        Ok::<_, anyhow::Error>((client, connect_tern(&cluster).await?))
     })?;
     let state = cluster.describe_topic(TOPIC)?;
     assert_eq!(state.len(), 1);
     assert_eq!(state[0].replicas.len(), 3, "{state:?}");
 
     // First half, every codec; then a re-run from scratch adds nothing (catch-up, no duplicates).
-    runtime.block_on(forward(&client, &edge[..20], Duration::from_secs(60)))?;
-    runtime.block_on(forward(&client, &edge[..20], Duration::from_secs(60)))?;
+    runtime.block_on(forward(
+        &client,
+        &kafka,
+        &edge[..20],
+        Duration::from_secs(60),
+    ))?;
+    runtime.block_on(forward(
+        &client,
+        &kafka,
+        &edge[..20],
+        Duration::from_secs(60),
+    ))?;
     assert_exactly(&cluster.consume_all(TOPIC, 0)?, base_ts, 20);
 
     // Crash the leader; the same client carries on with the survivors (min.insync.replicas=2).
     let leader = cluster.leader(TOPIC, 0)?;
     cluster.kill_broker(leader)?;
-    runtime.block_on(forward(&client, &edge, Duration::from_secs(120)))?;
+    runtime.block_on(forward(&client, &kafka, &edge, Duration::from_secs(120)))?;
     let new_leader = cluster.leader(TOPIC, 0)?;
     assert_ne!(new_leader, leader);
     assert_exactly(&cluster.consume_all(TOPIC, 0)?, base_ts, 40);

@@ -1,117 +1,47 @@
-//! tern's mirror-mode forwarder (`tern_gateway::upstream`) as a library against the real
-//! three-node Kafka cluster, with a small in-memory [`EdgeLog`] on the edge side: TLS with a
+//! tern's mirror-mode forwarder (`tern_upstream`) as a library against the real three-node
+//! Kafka cluster, with tern's in-memory log (`tern_log::MemoryLog`) on the edge side: TLS with a
 //! custom CA, which the `--kafka` quick start has no flag for. The exactly-once proof under
 //! faults drives the `tern` binary instead (`upstream_faults`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use tern_core::shutdown;
 use tern_core::{ByteSize, HumanDuration};
+use tern_log::{LogPort, MemoryLog, Record, StoredRecord};
 use tern_tests::{KafkaCluster, now_ms};
-use tern_upstream::{
-    self, Codec, EdgeLog, EdgeLogError, EdgeRecord, StatusMap, TlsSettings, UpstreamConfig,
-};
-use tokio::sync::watch;
+use tern_upstream::{self, Codec, StatusMap, TlsSettings, UpstreamConfig};
 
 const TOPIC: &str = "sensors";
 const PARTITIONS: u32 = 2;
 const UPSTREAM: &str = "tern.gw-e2e.sensors";
 
-/// An in-memory edge log: one topic, records and cursors in memory.
-#[derive(Clone)]
-struct MemoryLog {
-    records: Arc<Mutex<Vec<Vec<EdgeRecord>>>>,
-    cursors: Arc<Mutex<HashMap<(String, u32), u64>>>,
-    ends: Arc<Vec<watch::Sender<u64>>>,
-}
-
-impl MemoryLog {
-    fn new() -> Self {
-        Self {
-            records: Arc::new(Mutex::new(vec![Vec::new(); PARTITIONS as usize])),
-            cursors: Arc::default(),
-            ends: Arc::new((0..PARTITIONS).map(|_| watch::channel(0).0).collect()),
-        }
-    }
-
-    fn append(&self, partition: u32, count: u64) {
-        let mut all = self.records.lock().unwrap_or_else(|e| e.into_inner());
-        let records = &mut all[partition as usize];
-        for _ in 0..count {
-            let offset = records.len() as u64;
-            records.push(EdgeRecord {
-                offset,
+/// The edge log: tern's in-memory log with the one topic, `count` durable records in each
+/// partition.
+fn edge_log(count: u64) -> anyhow::Result<MemoryLog> {
+    let log = MemoryLog::new(PARTITIONS);
+    log.ensure_topic(TOPIC)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    for partition in 0..PARTITIONS {
+        let records = (0..count)
+            .map(|offset| Record {
                 timestamp_ms: now_ms(),
                 key: Some(format!("dev-{}", offset % 7).into_bytes()),
                 value: format!("p{partition}-{offset:06}-{}", "x".repeat(200)).into_bytes(),
                 headers: vec![("unit".to_owned(), b"C".to_vec())],
-            });
-        }
-        self.ends[partition as usize].send_replace(records.len() as u64);
+            })
+            .collect();
+        runtime.block_on(log.append(TOPIC, partition, records))?;
     }
-
-    fn end(&self, partition: u32) -> u64 {
-        *self.ends[partition as usize].borrow()
-    }
+    Ok(log)
 }
 
-impl EdgeLog for MemoryLog {
-    fn topics(&self) -> Vec<(String, u32)> {
-        vec![(TOPIC.to_owned(), PARTITIONS)]
-    }
-
-    fn read(
-        &self,
-        _: &str,
-        p: u32,
-        from: u64,
-        max_bytes: usize,
-    ) -> Result<Vec<EdgeRecord>, EdgeLogError> {
-        let all = self.records.lock().unwrap_or_else(|e| e.into_inner());
-        let records = all.get(p as usize).ok_or("no such partition")?;
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        for record in records.iter().skip(usize::try_from(from)?) {
-            if !out.is_empty() && bytes + record.size() > max_bytes {
-                break;
-            }
-            bytes += record.size();
-            out.push(record.clone());
-        }
-        Ok(out)
-    }
-
-    fn offsets(&self, _: &str, p: u32) -> Result<(u64, u64), EdgeLogError> {
-        Ok((0, self.end(p)))
-    }
-
-    fn subscribe(&self, _: &str, p: u32) -> Result<watch::Receiver<u64>, EdgeLogError> {
-        Ok(self
-            .ends
-            .get(p as usize)
-            .ok_or("no such partition")?
-            .subscribe())
-    }
-
-    fn cursor(&self, name: &str, _: &str, p: u32) -> Option<u64> {
-        let cursors = self.cursors.lock().unwrap_or_else(|e| e.into_inner());
-        cursors.get(&(name.to_owned(), p)).copied()
-    }
-
-    async fn commit_cursor(
-        &self,
-        name: &str,
-        _: &str,
-        p: u32,
-        offset: u64,
-    ) -> Result<(), EdgeLogError> {
-        let mut cursors = self.cursors.lock().unwrap_or_else(|e| e.into_inner());
-        cursors.insert((name.to_owned(), p), offset);
-        Ok(())
-    }
+/// The durable end of an edge partition.
+fn end(log: &MemoryLog, partition: u32) -> u64 {
+    log.offsets(TOPIC, partition).map_or(0, |(_, end)| end)
 }
 
 /// A forwarder on its own runtime; dropping it cuts it off wherever it is (like a crash).
@@ -184,7 +114,7 @@ impl Forwarder {
                     .clone();
                 bail!(
                     "forwarding stalled: ends {:?}, status {map:?}",
-                    (0..PARTITIONS).map(|p| log.end(p)).collect::<Vec<_>>()
+                    (0..PARTITIONS).map(|p| end(log, p)).collect::<Vec<_>>()
                 );
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -204,16 +134,15 @@ impl Drop for Forwarder {
 fn assert_mirrors(cluster: &KafkaCluster, log: &MemoryLog) -> anyhow::Result<()> {
     for partition in 0..PARTITIONS {
         let upstream = cluster.consume_all(UPSTREAM, partition)?;
-        let edge = log
-            .read(TOPIC, partition, 0, usize::MAX)
-            .map_err(anyhow::Error::msg)?;
+        let edge = log.read(TOPIC, partition, 0, usize::MAX)?;
         assert_eq!(
             upstream.len(),
             edge.len(),
             "partition {partition}: upstream vs edge count"
         );
-        for (up, ed) in upstream.iter().zip(&edge) {
-            let offset = ed.offset.to_string();
+        for (up, stored) in upstream.iter().zip(&edge) {
+            let offset = stored.offset.to_string();
+            let ed = &stored.record;
             assert_eq!(up.header("tern-offset"), Some(offset.as_str()), "{up:?}");
             assert_eq!(
                 up.header("tern-partition"),
@@ -233,15 +162,12 @@ fn assert_mirrors(cluster: &KafkaCluster, log: &MemoryLog) -> anyhow::Result<()>
 #[test]
 fn forwarder_speaks_tls_to_kafka_with_a_custom_ca() -> anyhow::Result<()> {
     let cluster = KafkaCluster::start()?;
-    let log = MemoryLog::new();
-    for p in 0..PARTITIONS {
-        log.append(p, 300);
-    }
+    let log = edge_log(300)?;
     let tls = TlsSettings {
         ca_file: cluster.tls_ca(),
     };
     let forwarder = Forwarder::start(&cluster.tls_bootstrap(), &log, Some(tls))?;
-    forwarder.wait_until(&log, |p| log.end(p), Duration::from_secs(120))?;
+    forwarder.wait_until(&log, |p| end(&log, p), Duration::from_secs(120))?;
     drop(forwarder);
     assert_mirrors(&cluster, &log)
 }
@@ -249,12 +175,13 @@ fn forwarder_speaks_tls_to_kafka_with_a_custom_ca() -> anyhow::Result<()> {
 /// The bytes the bandwidth cap charges for `record` of `partition`: key, value, edge headers,
 /// tern's four headers (`tern-gateway gw-e2e`, `tern-topic sensors`, partition, offset) and the
 /// 14 bytes of record framing tern counts.
-fn charged_bytes(record: &EdgeRecord, partition: u32) -> u64 {
+fn charged_bytes(stored: &StoredRecord, partition: u32) -> u64 {
+    let record = &stored.record;
     let edge_headers: usize = record.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
     let tern_headers = ("tern-gateway".len() + "gw-e2e".len())
         + ("tern-topic".len() + TOPIC.len())
         + ("tern-partition".len() + partition.to_string().len())
-        + ("tern-offset".len() + record.offset.to_string().len());
+        + ("tern-offset".len() + stored.offset.to_string().len());
     let framing = 14;
     (record.key.as_ref().map_or(0, Vec::len)
         + record.value.len()
@@ -270,15 +197,10 @@ fn charged_bytes(record: &EdgeRecord, partition: u32) -> u64 {
 fn a_capped_backlog_drains_no_faster_than_the_bandwidth_cap() -> anyhow::Result<()> {
     const CAP: u64 = 32 * 1024;
     let cluster = KafkaCluster::start()?;
-    let log = MemoryLog::new();
-    for p in 0..PARTITIONS {
-        log.append(p, 400);
-    }
+    let log = edge_log(400)?;
     let mut total = 0;
     for p in 0..PARTITIONS {
-        let records = log
-            .read(TOPIC, p, 0, usize::MAX)
-            .map_err(anyhow::Error::msg)?;
+        let records = log.read(TOPIC, p, 0, usize::MAX)?;
         total += records.iter().map(|r| charged_bytes(r, p)).sum::<u64>();
     }
     let floor = Duration::from_secs_f64(total as f64 / CAP as f64) - tern_upstream::BANDWIDTH_BURST;
@@ -290,7 +212,7 @@ fn a_capped_backlog_drains_no_faster_than_the_bandwidth_cap() -> anyhow::Result<
     let forwarder = Forwarder::start_with(&cluster.bootstrap(), &log, |config| {
         config.bandwidth = ByteSize(CAP);
     })?;
-    forwarder.wait_until(&log, |p| log.end(p), Duration::from_secs(120))?;
+    forwarder.wait_until(&log, |p| end(&log, p), Duration::from_secs(120))?;
     let elapsed = started.elapsed();
     drop(forwarder);
     assert!(

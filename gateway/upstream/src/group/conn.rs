@@ -16,10 +16,10 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::super::config::{SaslMechanism, SaslSettings};
 use super::GroupError;
 use super::sasl::{self, Scram};
 use super::wire::{self, ApiVersions, decode_api_versions};
+use crate::config::{SaslMechanism, SaslSettings};
 
 /// Upper bound on a response; the group client's answers are a few hundred bytes.
 const MAX_RESPONSE: usize = 1 << 20;

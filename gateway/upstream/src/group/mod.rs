@@ -16,7 +16,7 @@ mod conn;
 mod sasl;
 pub mod wire;
 
-use super::config::SaslSettings;
+use crate::config::SaslSettings;
 use conn::{CLIENT_ID, Connection};
 pub use sasl::SaslError;
 use wire::{Commit, WireError};

@@ -7,7 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use ring::{digest, hmac, pbkdf2};
 
-use super::super::config::{SaslMechanism, SaslSettings};
+use crate::config::{SaslMechanism, SaslSettings};
 
 /// Why an exchange failed on the client side.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -371,5 +371,4 @@ pub fn decode_sasl_authenticate(body: &[u8]) -> Result<Authenticated, WireError>
 }
 
 #[cfg(test)]
-#[path = "wire_test.rs"]
-mod tests;
+mod test;

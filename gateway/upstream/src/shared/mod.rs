@@ -13,14 +13,17 @@ use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::sync::Arc;
 
-use super::config::{Mode, UpstreamConfig};
-use super::edge::{EdgeLog, EdgeRecord};
-use super::forwarder::{PartitionStatus, StatusMap, edge_error, resume_within, run_sessions};
-use super::group::GroupClient;
-use super::group::wire::Commit;
-use super::kafka::{KafkaUpstream, UpstreamPartition, tls_config};
-use super::{Provenance, UpstreamError};
 use tern_core::shutdown::Shutdown;
+use tern_log::{LogPort, StoredRecord};
+
+use crate::config::{Mode, UpstreamConfig};
+use crate::driver::{self, StatusMap, edge_error, resume_within, run_sessions};
+use crate::error::UpstreamError;
+use crate::follower::{Cluster, Follower};
+use crate::group::wire::Commit;
+use crate::group::{GroupClient, GroupError};
+use crate::kafka::tls_config;
+use crate::provenance::Provenance;
 
 pub mod partitioner;
 
@@ -52,9 +55,9 @@ pub fn group_client(
 
 /// Forwards one edge partition into the shared topic.
 #[derive(Debug)]
-pub struct SharedForwarder<L> {
+pub struct SharedForwarder<L, C> {
     config: UpstreamConfig,
-    kafka: Arc<KafkaUpstream>,
+    kafka: Arc<C>,
     group: Arc<GroupClient>,
     log: L,
     edge_partitions: u32,
@@ -63,10 +66,10 @@ pub struct SharedForwarder<L> {
     topic: String,
 }
 
-impl<L: EdgeLog> SharedForwarder<L> {
+impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
     pub fn new(
         config: &UpstreamConfig,
-        kafka: &Arc<KafkaUpstream>,
+        kafka: &Arc<C>,
         group: &Arc<GroupClient>,
         log: &L,
         edge_partitions: u32,
@@ -106,10 +109,7 @@ impl<L: EdgeLog> SharedForwarder<L> {
         let partitions = self.prepare_topic().await?;
         let (topic, partition) = (&self.source.topic, self.source.partition);
         let mut next = self.resume().await?;
-        self.update(|s| {
-            s.connected = true;
-            s.next = next;
-        });
+        driver::connected(&self.status, &self.source, next);
         let mut upstream = BTreeMap::new();
         let mut durable_end = self
             .log
@@ -129,7 +129,7 @@ impl<L: EdgeLog> SharedForwarder<L> {
             };
             let (count, bytes) = (
                 batch.len(),
-                batch.iter().map(EdgeRecord::size).sum::<usize>(),
+                batch.iter().map(|r| r.record.size()).sum::<usize>(),
             );
             for (index, records) in self.split(batch, partitions) {
                 let target = match upstream.entry(index) {
@@ -142,12 +142,7 @@ impl<L: EdgeLog> SharedForwarder<L> {
             }
             next = last + 1;
             self.commit(next).await?;
-            self.update(|s| {
-                s.next = next;
-                s.forwarded_records += count as u64;
-                s.forwarded_bytes += bytes as u64;
-                s.last_error = None;
-            });
+            driver::forwarded(&self.status, &self.source, next, count, bytes);
         }
     }
 
@@ -203,8 +198,8 @@ impl<L: EdgeLog> SharedForwarder<L> {
     }
 
     /// Splits a batch by upstream partition, keeping edge order within each.
-    fn split(&self, batch: Vec<EdgeRecord>, partitions: u32) -> BTreeMap<u32, Vec<EdgeRecord>> {
-        let mut out: BTreeMap<u32, Vec<EdgeRecord>> = BTreeMap::new();
+    fn split(&self, batch: Vec<StoredRecord>, partitions: u32) -> BTreeMap<u32, Vec<StoredRecord>> {
+        let mut out: BTreeMap<u32, Vec<StoredRecord>> = BTreeMap::new();
         for record in batch {
             let key = partitioner::routing_key(self.config.shared_key, &record, &self.source);
             let target = partitioner::partition_for(&key, partitions);
@@ -215,8 +210,8 @@ impl<L: EdgeLog> SharedForwarder<L> {
 
     async fn produce(
         &self,
-        upstream: &UpstreamPartition,
-        records: &[EdgeRecord],
+        upstream: &C::Partition,
+        records: &[StoredRecord],
     ) -> Result<(), UpstreamError> {
         let (codec, format) = (self.config.compression, self.config.value_format);
         upstream.produce(records, &self.source, codec, format).await
@@ -245,20 +240,12 @@ impl<L: EdgeLog> SharedForwarder<L> {
             .map_err(|e| edge_error("commit cursor", e))
     }
 
-    fn group_error(&self, op: &'static str, source: super::group::GroupError) -> UpstreamError {
+    fn group_error(&self, op: &'static str, source: GroupError) -> UpstreamError {
         UpstreamError::Group {
             op,
             group: self.group.group().to_owned(),
             source,
         }
-    }
-
-    fn update(&self, change: impl FnOnce(&mut PartitionStatus)) {
-        let mut map = self.status.lock().unwrap_or_else(|e| e.into_inner());
-        change(
-            map.entry((self.source.topic.clone(), self.source.partition))
-                .or_default(),
-        );
     }
 }
 

@@ -5,9 +5,10 @@
 
 use std::borrow::Cow;
 
-use super::super::Provenance;
-use super::super::config::SharedKey;
-use super::super::edge::EdgeRecord;
+use tern_log::StoredRecord;
+
+use crate::config::SharedKey;
+use crate::provenance::Provenance;
 
 /// `toPositive(murmur2(key)) % partitions` (Kafka's default partitioner; the log partitions
 /// keys the same way, with the same murmur2 pinned against Kafka's test vectors in the log's
@@ -19,10 +20,10 @@ pub fn partition_for(key: &[u8], partitions: u32) -> u32 {
 /// The bytes `shared_key` hashes for `record` from `source`.
 pub fn routing_key<'a>(
     choice: SharedKey,
-    record: &'a EdgeRecord,
+    record: &'a StoredRecord,
     source: &Provenance,
 ) -> Cow<'a, [u8]> {
-    match (choice, &record.key) {
+    match (choice, &record.record.key) {
         (SharedKey::RecordKey, Some(key)) => Cow::Borrowed(key),
         (SharedKey::Gateway, _) => Cow::Owned(source.gateway.clone().into_bytes()),
         (SharedKey::RecordKey | SharedKey::EdgePartition, _) => Cow::Owned(
@@ -52,18 +53,20 @@ mod tests {
             topic: "mqtt".into(),
             partition: 2,
         };
-        let mut record = EdgeRecord {
+        let mut record = StoredRecord {
             offset: 0,
-            timestamp_ms: 0,
-            key: Some(b"dev-7".to_vec()),
-            value: Vec::new(),
-            headers: Vec::new(),
+            record: tern_log::Record {
+                timestamp_ms: 0,
+                key: Some(b"dev-7".to_vec()),
+                value: Vec::new(),
+                headers: Vec::new(),
+            },
         };
-        let key = |choice, record: &EdgeRecord| routing_key(choice, record, &source).into_owned();
+        let key = |choice, record: &StoredRecord| routing_key(choice, record, &source).into_owned();
         assert_eq!(key(SharedKey::RecordKey, &record), b"dev-7");
         assert_eq!(key(SharedKey::Gateway, &record), b"gw1");
         assert_eq!(key(SharedKey::EdgePartition, &record), b"gw1/mqtt/2");
-        record.key = None;
+        record.record.key = None;
         assert_eq!(key(SharedKey::RecordKey, &record), b"gw1/mqtt/2");
     }
 }

@@ -1,3 +1,5 @@
+//! Unit tests of `group/wire.rs`: golden request bytes, responses built the way Kafka sends
+//! them, and decoders fed arbitrary bytes (proptest).
 #![expect(
     clippy::big_endian_bytes,
     reason = "the responses are built the way Kafka sends them"

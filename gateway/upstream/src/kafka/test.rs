@@ -21,15 +21,17 @@ fn a_ca_file_without_certificates_is_a_clear_error() -> std::io::Result<()> {
 
 #[test]
 fn upstream_records_carry_edge_fields_and_tern_headers() {
-    let edge = EdgeRecord {
+    let edge = StoredRecord {
         offset: 42,
-        timestamp_ms: 1_700_000_000_123,
-        key: Some(b"k".to_vec()),
-        value: b"v".to_vec(),
-        headers: vec![
-            ("tern-offset".into(), b"spoofed".to_vec()),
-            ("unit".into(), b"C".to_vec()),
-        ],
+        record: tern_log::Record {
+            timestamp_ms: 1_700_000_000_123,
+            key: Some(b"k".to_vec()),
+            value: b"v".to_vec(),
+            headers: vec![
+                ("tern-offset".into(), b"spoofed".to_vec()),
+                ("unit".into(), b"C".to_vec()),
+            ],
+        },
     };
     let source = Provenance {
         gateway: "gw1".into(),
@@ -68,12 +70,14 @@ fn readings_can_be_forwarded_as_json_and_undecodable_values_stay_raw() {
         topic: "mqtt".into(),
         partition: 0,
     };
-    let edge = |value: Vec<u8>| EdgeRecord {
+    let edge = |value: Vec<u8>| StoredRecord {
         offset: 0,
-        timestamp_ms: 1_700_000_000_000,
-        key: None,
-        value,
-        headers: Vec::new(),
+        record: tern_log::Record {
+            timestamp_ms: 1_700_000_000_000,
+            key: None,
+            value,
+            headers: Vec::new(),
+        },
     };
     let record = upstream_record(&edge(encoded), &source, ValueFormat::ReadingJson);
     let json: serde_json::Value =
@@ -97,12 +101,14 @@ fn readings_can_be_forwarded_as_json_and_undecodable_values_stay_raw() {
 
 #[test]
 fn produced_bytes_count_key_value_every_header_and_framing() {
-    let edge = EdgeRecord {
+    let edge = StoredRecord {
         offset: 7,
-        timestamp_ms: 0,
-        key: Some(b"key".to_vec()),
-        value: vec![0; 100],
-        headers: Vec::new(),
+        record: tern_log::Record {
+            timestamp_ms: 0,
+            key: Some(b"key".to_vec()),
+            value: vec![0; 100],
+            headers: Vec::new(),
+        },
     };
     let source = Provenance {
         gateway: "gw".into(),

@@ -1,0 +1,257 @@
+//! What both forwarding modes share for one edge partition: its status in the [`StatusMap`]
+//! (shared with the metrics endpoint), the retry loop that runs its sessions with a doubling
+//! backoff ([`run_sessions`]), and the resume rule that clamps a resume offset to the edge log
+//! and moves the forwarder's cursor there ([`resume_within`]). It never talks to Kafka and never
+//! appends to the edge log; the modes (`mirror.rs`, `shared/`) own their sessions.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use tern_core::shutdown::Shutdown;
+use tern_log::{LogError, LogPort};
+
+use crate::config::UpstreamConfig;
+use crate::error::UpstreamError;
+use crate::provenance::Provenance;
+
+/// Per-partition progress, shared with the metrics endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionStatus {
+    /// Next edge offset to forward (everything before it is upstream).
+    pub next: u64,
+    pub forwarded_records: u64,
+    pub forwarded_bytes: u64,
+    pub connected: bool,
+    pub last_error: Option<String>,
+}
+
+/// Status of every forwarded partition, keyed by (edge topic, partition).
+pub type StatusMap = Arc<Mutex<BTreeMap<(String, u32), PartitionStatus>>>;
+
+/// Changes the status of `source`'s partition.
+pub fn update(status: &StatusMap, source: &Provenance, change: impl FnOnce(&mut PartitionStatus)) {
+    let mut map = status.lock().unwrap_or_else(|e| e.into_inner());
+    change(
+        map.entry((source.topic.clone(), source.partition))
+            .or_default(),
+    );
+}
+
+/// A session is connected and resumes at `next`.
+pub fn connected(status: &StatusMap, source: &Provenance, next: u64) {
+    update(status, source, |s| {
+        s.connected = true;
+        s.next = next;
+    });
+}
+
+/// `records` records of `bytes` bytes are upstream, and everything before `next`.
+pub fn forwarded(status: &StatusMap, source: &Provenance, next: u64, records: usize, bytes: usize) {
+    update(status, source, |s| {
+        s.next = next;
+        s.forwarded_records += records as u64;
+        s.forwarded_bytes += bytes as u64;
+        s.last_error = None;
+    });
+}
+
+/// An edge log failure during `op`.
+pub fn edge_error(op: &'static str, source: LogError) -> UpstreamError {
+    UpstreamError::Edge { op, source }
+}
+
+/// Where a session resumes, given the offset the follower or the group says is next: an error
+/// past the edge log's end, the log start (with a warning) if retention passed it, and the
+/// forwarder's cursor (`cursor_name`, now at `cursor`) moved there. Both modes resume through it.
+pub async fn resume_within<L: LogPort>(
+    log: &L,
+    cursor_name: &str,
+    source: &Provenance,
+    (start, end): (u64, u64),
+    cursor: Option<u64>,
+    resume: u64,
+) -> Result<u64, UpstreamError> {
+    let (topic, partition) = (&source.topic, source.partition);
+    if resume > end {
+        return Err(UpstreamError::AheadOfEdge {
+            topic: topic.clone(),
+            partition,
+            upstream_next: resume,
+            edge_end: end,
+        });
+    }
+    let next = if resume < start {
+        tracing::warn!(%topic, partition, lost = start - resume, "records left the edge log before they were forwarded");
+        start
+    } else {
+        resume
+    };
+    if cursor != Some(next) {
+        log.commit_cursor(cursor_name, topic, partition, next)
+            .await
+            .map_err(|e| edge_error("commit cursor", e))?;
+    }
+    Ok(next)
+}
+
+/// Runs `session` again and again until shutdown, or until one ends without an error (the edge
+/// log closed). After a failure it records the error in `status`, logs it with `interrupted`, and
+/// waits a doubling backoff between `backoff_min` and `backoff_max`, reset once a session
+/// forwarded records. Both modes' partition tasks run their sessions through it.
+pub async fn run_sessions<F, Fut>(
+    config: &UpstreamConfig,
+    source: &Provenance,
+    status: &StatusMap,
+    shutdown: &mut Shutdown,
+    interrupted: &'static str,
+    mut session: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), UpstreamError>>,
+{
+    let key = (source.topic.clone(), source.partition);
+    let forwarded = || {
+        let map = status.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&key).map_or(0, |s| s.forwarded_records)
+    };
+    let mut backoff = config.backoff_min.0;
+    loop {
+        let before = forwarded();
+        let ended = tokio::select! {
+            () = shutdown.wait() => return,
+            result = session() => result,
+        };
+        let Err(err) = ended else { return };
+        if forwarded() > before {
+            backoff = config.backoff_min.0;
+        }
+        tracing::warn!(topic = %source.topic, partition = source.partition, %err, ?backoff, "{interrupted}");
+        update(status, source, |s| {
+            s.connected = false;
+            s.last_error = Some(err.to_string());
+        });
+        tokio::select! {
+            () = shutdown.wait() => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(config.backoff_max.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tern_core::HumanDuration;
+    use tern_core::shutdown;
+    use tern_log::MemoryLog;
+    use tokio::time::Instant;
+
+    use super::*;
+
+    fn source() -> Provenance {
+        Provenance {
+            gateway: "gw".into(),
+            topic: "sensors".into(),
+            partition: 0,
+        }
+    }
+
+    fn failure() -> UpstreamError {
+        UpstreamError::Kafka {
+            op: "produce",
+            topic: "up".into(),
+            message: "refused".into(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_backoff_doubles_up_to_its_cap_and_resets_after_progress() {
+        let config = UpstreamConfig {
+            backoff_min: HumanDuration(Duration::from_millis(100)),
+            backoff_max: HumanDuration(Duration::from_millis(400)),
+            ..UpstreamConfig::default()
+        };
+        let (_trigger, mut shutdown) = shutdown::channel();
+        let status = StatusMap::default();
+        let starts = Mutex::new(Vec::new());
+        let session = || {
+            let mut starts = starts.lock().unwrap_or_else(|e| e.into_inner());
+            starts.push(Instant::now());
+            let call = starts.len();
+            if call == 5 {
+                forwarded(&status, &source(), 1, 1, 10);
+            }
+            async move { if call == 7 { Ok(()) } else { Err(failure()) } }
+        };
+        run_sessions(&config, &source(), &status, &mut shutdown, "test", session).await;
+        let starts = starts.into_inner().unwrap_or_else(|e| e.into_inner());
+        let gaps: Vec<u128> = starts
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_millis())
+            .collect();
+        assert_eq!(gaps, [100, 200, 400, 400, 100, 200]);
+        let map = status.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = map
+            .get(&("sensors".to_owned(), 0))
+            .cloned()
+            .unwrap_or_default();
+        assert!(!entry.connected);
+        assert_eq!(entry.last_error, Some(failure().to_string()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_ends_the_backoff_wait() {
+        let config = UpstreamConfig {
+            backoff_min: HumanDuration(Duration::from_secs(60)),
+            ..UpstreamConfig::default()
+        };
+        let (trigger, mut shutdown) = shutdown::channel();
+        let status = StatusMap::default();
+        let started = Instant::now();
+        let session = || {
+            trigger.trigger();
+            async { Err(failure()) }
+        };
+        run_sessions(&config, &source(), &status, &mut shutdown, "test", session).await;
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn resuming_clamps_to_the_edge_log_and_moves_the_cursor() -> Result<(), UpstreamError> {
+        let log = MemoryLog::new(1);
+        log.ensure_topic("sensors")
+            .map_err(|e| edge_error("topic", e))?;
+        let source = source();
+        // Retention passed the follower's end: resume at the log start.
+        assert_eq!(
+            resume_within(&log, "c", &source, (5, 10), None, 3).await?,
+            5
+        );
+        assert_eq!(log.cursor("c", "sensors", 0), Some(5));
+        assert_eq!(
+            resume_within(&log, "c", &source, (5, 10), Some(5), 8).await?,
+            8
+        );
+        assert_eq!(log.cursor("c", "sensors", 0), Some(8));
+        assert_eq!(
+            resume_within(&log, "c", &source, (5, 10), Some(8), 10).await?,
+            10
+        );
+        let ahead = resume_within(&log, "c", &source, (5, 10), Some(10), 11).await;
+        assert!(
+            matches!(
+                ahead,
+                Err(UpstreamError::AheadOfEdge {
+                    upstream_next: 11,
+                    edge_end: 10,
+                    ..
+                })
+            ),
+            "{ahead:?}"
+        );
+        assert_eq!(log.cursor("c", "sensors", 0), Some(10));
+        Ok(())
+    }
+}

@@ -1,0 +1,66 @@
+//! [`UpstreamError`]: why forwarding stopped or could not start, one structured variant per
+//! cause, for the status map, the log and the binary's exit. It owns no behaviour: the modules
+//! that meet a failure build the variant that names it.
+
+use std::path::PathBuf;
+
+use tern_log::LogError;
+
+use crate::group::GroupError;
+
+/// Why forwarding stopped or could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    #[error("cannot connect to Kafka at {bootstrap}: {message}")]
+    Connect { bootstrap: String, message: String },
+    #[error("Kafka {op} on {topic}: {message}")]
+    Kafka {
+        op: &'static str,
+        topic: String,
+        message: String,
+    },
+    #[error(
+        "upstream topic {topic} is missing and cannot be created ({reason}); create it with as \
+         many partitions as the edge topic"
+    )]
+    MissingTopic { topic: String, reason: String },
+    #[error(
+        "upstream {topic}/{partition}: the record at offset {offset} was not mirrored from this \
+         edge partition (no matching tern-topic/tern-partition/tern-offset headers)"
+    )]
+    NotMirrored {
+        topic: String,
+        partition: u32,
+        offset: u64,
+    },
+    #[error(
+        "upstream holds {topic}/{partition} up to edge offset {upstream_next}, but the edge log \
+         ends at {edge_end}: was the data directory replaced?"
+    )]
+    AheadOfEdge {
+        topic: String,
+        partition: u32,
+        upstream_next: u64,
+        edge_end: u64,
+    },
+    #[error("edge log {op}: {source}")]
+    Edge { op: &'static str, source: LogError },
+    #[error(
+        "shared upstream topic {topic} has {upstream} partitions, fewer than the {edge} of the \
+         edge topic (the group offsets are named by edge partition); add partitions to it"
+    )]
+    TooFewPartitions {
+        topic: String,
+        upstream: u32,
+        edge: u32,
+    },
+    #[error("consumer group {group}: {op}: {source}")]
+    Group {
+        op: &'static str,
+        group: String,
+        source: GroupError,
+    },
+    #[error("upstream TLS: CA file {path}: {message}")]
+    Tls { path: PathBuf, message: String },
+}

@@ -1,0 +1,85 @@
+//! One upstream's supervisor ([`run`]): connects to the cluster with backoff, discovers the edge
+//! log's partitions every `discover_interval`, and starts one forwarding task per forwarded
+//! partition — a `mirror::MirrorForwarder`, or a `shared::SharedForwarder` in shared mode — then
+//! waits for them all after shutdown. It forwards nothing itself.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tern_core::shutdown::Shutdown;
+use tern_log::{LogPort, TopicInfo};
+use tokio::task::JoinSet;
+
+use crate::config::UpstreamConfig;
+use crate::driver::StatusMap;
+use crate::error::UpstreamError;
+use crate::kafka::KafkaUpstream;
+use crate::mirror::MirrorForwarder;
+use crate::provenance::Provenance;
+use crate::shared::{SharedForwarder, group_client};
+
+/// Forwards the edge log to one upstream cluster until `shutdown` fires.
+pub async fn run<L: LogPort>(
+    config: UpstreamConfig,
+    gateway: String,
+    log: L,
+    status: StatusMap,
+    mut shutdown: Shutdown,
+) -> Result<(), UpstreamError> {
+    let Some(kafka) = connect(&config, &mut shutdown).await else {
+        return Ok(());
+    };
+    let kafka = Arc::new(kafka);
+    let group = group_client(&config, &gateway)?;
+    let mut running = HashSet::new();
+    let mut tasks = JoinSet::new();
+    loop {
+        for TopicInfo { name, partitions } in log.topics() {
+            if !config.forwards(&name) {
+                continue;
+            }
+            for partition in 0..partitions {
+                if !running.insert((name.clone(), partition)) {
+                    continue;
+                }
+                let source = Provenance {
+                    gateway: gateway.clone(),
+                    topic: name.clone(),
+                    partition,
+                };
+                if let Some(group) = &group {
+                    let task = SharedForwarder::new(
+                        &config, &kafka, group, &log, partitions, source, &status,
+                    );
+                    tasks.spawn(task.run(shutdown.clone()));
+                } else {
+                    let task =
+                        MirrorForwarder::new(&config, &kafka, &log, partitions, source, &status);
+                    tasks.spawn(task.run(shutdown.clone()));
+                }
+            }
+        }
+        tokio::select! {
+            () = shutdown.wait() => break,
+            () = tokio::time::sleep(config.discover_interval.0) => {}
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Connects with backoff; `None` when shutdown came first.
+async fn connect(config: &UpstreamConfig, shutdown: &mut Shutdown) -> Option<KafkaUpstream> {
+    let mut backoff = config.backoff_min.0;
+    loop {
+        match KafkaUpstream::connect(config).await {
+            Ok(kafka) => return Some(kafka),
+            Err(err) => tracing::warn!(%err, ?backoff, "upstream unreachable, retrying"),
+        }
+        tokio::select! {
+            () = shutdown.wait() => return None,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(config.backoff_max.0);
+    }
+}
