@@ -4,6 +4,8 @@
 #     tern-bench: no benchmark code is compiled into what is flashed onto a gateway;
 #   - only tern-mqtt depends on rumqttd and only tern-upstream on rskafka (among the gateway's
 #     crates; the tests crate drives both as reference clients);
+#   - the storage engine reaches files only through its `fs/` module (so the power-cut
+#     simulation covers every write); `datadir.rs`, the lock beside the log, is the one exception;
 #   - the gateway's crates form no import cycle (cargo refuses cycles between crates) and no
 #     crate has an import cycle between its modules (scripts/module-cycles.py).
 set -euo pipefail
@@ -32,6 +34,13 @@ for pair in rumqttd:tern-mqtt rskafka:tern-upstream; do
     fail=1
   fi
 done
+
+direct_io=$(grep -rlE 'std::fs|\bFile::|OpenOptions' gateway/log/src --include='*.rs' |
+  grep -vE '^gateway/log/src/(fs/|datadir\.rs|tests/|.*test\.rs)' || true)
+if [ -n "$direct_io" ]; then
+  echo "layout: tern-log opens files outside fs/: $direct_io" >&2
+  fail=1
+fi
 
 python3 scripts/module-cycles.py || fail=1
 [ "$fail" -eq 0 ] && echo "layout: ok"
