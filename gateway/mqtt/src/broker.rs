@@ -18,9 +18,10 @@ use super::retained::Retained;
 use super::router::Router;
 use super::session::{NEVER_EXPIRES, PartitionId, Session};
 use super::shared::SharedGroups;
-use super::state::StateLog;
-use super::store::{Store, StoreError};
+use super::state::{StateError, StateLog};
 use super::topic::TopicLimits;
+use tern_log::LogPort;
+use tokio::time::error::Elapsed;
 
 /// How long a new connection waits for the previous holder of its client id to let go.
 const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
@@ -90,7 +91,7 @@ pub struct Broker<S> {
     boot: u64,
 }
 
-impl<S: Store> Broker<S> {
+impl<S: LogPort> Broker<S> {
     /// Creates the log topics and rebuilds retained messages and sessions from the state log.
     pub async fn open(
         store: S,
@@ -102,11 +103,11 @@ impl<S: Store> Broker<S> {
         let router = Router::new(routes, config.default_log_topic.clone());
         let mut partitions = HashMap::new();
         for topic in router.log_topics() {
-            let count = store.ensure_topic(&topic).map_err(MqttError::Store)?;
+            let count = store.ensure_topic(&topic).map_err(MqttError::Log)?;
             partitions.insert(topic, count.max(1));
         }
-        let state = Arc::new(StateLog::new(store.clone()).map_err(MqttError::Store)?);
-        let loaded = state.load().await.map_err(MqttError::Store)?;
+        let state = Arc::new(StateLog::new(store.clone()).map_err(MqttError::Log)?);
+        let loaded = state.load().await.map_err(MqttError::Log)?;
         tracing::info!(
             retained = loaded.retained.len(),
             sessions = loaded.sessions.len(),
@@ -118,7 +119,7 @@ impl<S: Store> Broker<S> {
             let filters = stored.subscriptions.iter().map(|s| s.filter.clone());
             filters.map(move |filter| (id.clone(), filter))
         });
-        shared.restore(held).await.map_err(MqttError::Store)?;
+        shared.restore(held).await.map_err(MqttError::Log)?;
         let sessions = loaded
             .sessions
             .into_iter()
@@ -179,7 +180,7 @@ impl<S: Store> Broker<S> {
         &self,
         client_id: &str,
         kick: Arc<Notify>,
-    ) -> Result<(Arc<SessionEntry>, OwnedMutexGuard<Session>), StoreError> {
+    ) -> Result<(Arc<SessionEntry>, OwnedMutexGuard<Session>), Elapsed> {
         let entry = {
             let mut sessions = self.lock_sessions();
             sessions
@@ -190,13 +191,7 @@ impl<S: Store> Broker<S> {
         if let Some(previous) = entry.holder().kick.take() {
             previous.notify_one();
         }
-        let guard = tokio::time::timeout(TAKEOVER_WAIT, entry.session.clone().lock_owned())
-            .await
-            .map_err(|_| StoreError::Failed {
-                op: "session takeover",
-                topic: client_id.to_owned(),
-                message: "the previous connection did not let go".to_owned(),
-            })?;
+        let guard = tokio::time::timeout(TAKEOVER_WAIT, entry.session.clone().lock_owned()).await?;
         {
             let mut holder = entry.holder();
             if let Some(other) = holder.kick.replace(kick) {
@@ -244,7 +239,7 @@ impl<S: Store> Broker<S> {
     }
 
     /// Durably deletes a session's record and cursors and clears it in memory.
-    pub async fn forget_session(&self, session: &mut Session) -> Result<(), StoreError> {
+    pub async fn forget_session(&self, session: &mut Session) -> Result<(), StateError> {
         if session.stored {
             let released = session.inflight.iter().filter(|(_, i)| i.released);
             for (pkid, _) in released.filter(|(_, i)| i.source.is_some()) {

@@ -23,12 +23,13 @@ use super::ingest::{Ingested, Pending, Turn};
 use super::metrics::MqttMetrics;
 use super::session::{PartitionId, Session};
 use super::shared::{Delivery, Memberships};
-use super::store::{Store, StoreError, StoredRecord};
+use super::state::StateError;
 use super::will::Will;
 use out_alias::OutboundAliases;
 use quota::InboundQuota;
 use rate::RateLimit;
 use tern_core::shutdown::Shutdown;
+use tern_log::{LogError, LogPort, StoredRecord};
 
 /// How long a write to a client may take before the connection is given up.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -71,8 +72,17 @@ pub enum ConnError {
         reason: &'static str,
         code: DisconnectReason,
     },
-    #[error("storage: {0}")]
-    Store(#[from] StoreError),
+    #[error("log: {0}")]
+    Log(#[from] LogError),
+    #[error("MQTT state: {0}")]
+    State(#[from] StateError),
+    /// A publish was not stored (its append, retained update or QoS 2 mark failed).
+    #[error("storing a publish: {0}")]
+    Ingest(Arc<StateError>),
+    #[error("the append task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    #[error("the previous connection of client id {client_id} did not let go")]
+    Takeover { client_id: String },
 }
 
 /// What the packet loop does next.
@@ -94,7 +104,7 @@ pub async fn serve<S, IO>(
     origin: Origin,
     shutdown: Shutdown,
 ) where
-    S: Store,
+    S: LogPort,
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (mut reader, writer) = tokio::io::split(io);
@@ -130,7 +140,7 @@ pub async fn serve<S, IO>(
     MqttMetrics::dec(&broker.metrics.connections);
 }
 
-async fn refuse<S: Store, W: AsyncWrite>(
+async fn refuse<S: LogPort, W: AsyncWrite>(
     broker: &Broker<S>,
     mut writer: WriteHalf<W>,
     reply: Option<(Version, codec::ConnAckCode)>,
@@ -154,7 +164,7 @@ async fn refuse<S: Store, W: AsyncWrite>(
 }
 
 /// A connected client.
-pub struct Connection<S: Store, W> {
+pub struct Connection<S: LogPort, W> {
     broker: Arc<Broker<S>>,
     writer: WriteHalf<W>,
     out: BytesMut,
@@ -196,7 +206,7 @@ pub struct Connection<S: Store, W> {
     groups: Memberships,
 }
 
-impl<S: Store, W> std::fmt::Debug for Connection<S, W> {
+impl<S: LogPort, W> std::fmt::Debug for Connection<S, W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Connection")
             .field("client_id", &self.client_id)
@@ -217,7 +227,7 @@ enum Event {
     Tick,
 }
 
-impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     async fn run<R: AsyncRead>(
         &mut self,
         reader: &mut ReadHalf<R>,
@@ -396,7 +406,11 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     self.disconnect(code).await;
                 }
             }
-            ConnError::Store(_) => {
+            ConnError::Log(_)
+            | ConnError::State(_)
+            | ConnError::Ingest(_)
+            | ConnError::Task(_)
+            | ConnError::Takeover { .. } => {
                 tracing::error!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
                 self.disconnect(DisconnectReason::UnspecifiedError).await;
             }

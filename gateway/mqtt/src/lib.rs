@@ -1,7 +1,7 @@
 //! The MQTT 3.1.1/5.0 server: accepts device connections, turns publishes into log records
 //! (acknowledged only once durable) and serves subscriptions from the log. The only module that
 //! imports `rumqttd`, and only for its packet codecs (in `codec.rs`). It reaches storage only
-//! through the `Store` trait (`store.rs`).
+//! through `tern_log::LogPort`, so unit tests run it on `tern_log::MemoryLog`.
 
 pub mod auth;
 mod broker;
@@ -10,9 +10,6 @@ pub mod config;
 mod connection;
 mod ingest;
 mod listener;
-mod logstore;
-#[cfg(test)]
-mod memstore;
 pub mod message;
 mod metrics;
 pub mod retained;
@@ -20,7 +17,6 @@ pub mod router;
 mod session;
 pub mod shared;
 pub mod state;
-pub mod store;
 pub mod tls;
 pub mod topic;
 mod will;
@@ -29,7 +25,6 @@ use std::net::SocketAddr;
 
 pub use broker::Broker;
 pub use listener::MqttListener;
-pub use logstore::LogStore;
 pub use metrics::MqttMetrics;
 
 /// Why the MQTT server could not start.
@@ -46,5 +41,5 @@ pub enum MqttError {
     #[error("MQTT TLS listener: {0}")]
     Tls(#[from] tls::TlsError),
     #[error("cannot open MQTT state in the log: {0}")]
-    Store(#[from] store::StoreError),
+    Log(#[from] tern_log::LogError),
 }

@@ -12,9 +12,9 @@ use tokio::task::JoinSet;
 
 use super::MqttError;
 use super::broker::Broker;
-use super::store::Store;
 use super::tls::{self, TlsConfig, TlsServer, Transport};
 use tern_core::shutdown::Shutdown;
+use tern_log::LogPort;
 
 /// How often expired sessions are removed.
 const EXPIRY_SWEEP: Duration = Duration::from_secs(5);
@@ -27,7 +27,7 @@ pub struct MqttListener<S> {
     transport: Arc<Transport>,
 }
 
-impl<S: Store> MqttListener<S> {
+impl<S: LogPort> MqttListener<S> {
     pub async fn bind(addr: SocketAddr, broker: Arc<Broker<S>>) -> Result<Self, MqttError> {
         Self::bind_with(addr, broker, None).await
     }

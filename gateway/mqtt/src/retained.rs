@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::message::Message;
-use super::state::StateLog;
-use super::store::{Store, StoreError};
+use super::state::{StateError, StateLog};
 use super::topic;
+use tern_log::LogPort;
 
 /// The retained-message table.
 #[derive(Debug)]
@@ -17,7 +17,7 @@ pub struct Retained<S> {
     state: Arc<StateLog<S>>,
 }
 
-impl<S: Store> Retained<S> {
+impl<S: LogPort> Retained<S> {
     pub fn new(state: Arc<StateLog<S>>, loaded: HashMap<String, Message>) -> Self {
         Self {
             map: Mutex::new(loaded),
@@ -26,7 +26,7 @@ impl<S: Store> Retained<S> {
     }
 
     /// Durably stores (or clears, for an empty payload) the retained message of its topic.
-    pub async fn update(&self, message: Message) -> Result<(), StoreError> {
+    pub async fn update(&self, message: Message) -> Result<(), StateError> {
         let topic = message.topic.clone();
         let clear = message.payload.is_empty();
         let stored = message.clone();
@@ -72,8 +72,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::super::codec::QoS;
-    use super::super::memstore::MemoryStore;
     use super::*;
+    use tern_log::MemoryLog;
 
     fn message(topic: &str, payload: &'static [u8]) -> Message {
         Message {
@@ -89,7 +89,7 @@ mod tests {
 
     #[tokio::test]
     async fn retained_messages_survive_a_reload_and_empty_payloads_clear() {
-        let store = MemoryStore::new(1);
+        let store = MemoryLog::new(1);
         let state = Arc::new(StateLog::new(store.clone()).expect("state"));
         let retained = Retained::new(state, HashMap::new());
         retained.update(message("a/1", b"x")).await.expect("update");

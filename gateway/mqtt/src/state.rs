@@ -18,7 +18,20 @@ use serde::{Deserialize, Serialize};
 
 use super::codec::QoS;
 use super::message::Message;
-use super::store::{Record, Store, StoreError};
+use tern_log::{LogError, LogPort, Record};
+
+/// Why a state record could not be written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("cannot encode {what} for {STATE_TOPIC}: {source}")]
+    Encode {
+        what: &'static str,
+        source: serde_json::Error,
+    },
+}
 
 /// The internal log topic.
 pub const STATE_TOPIC: &str = "__mqtt_state";
@@ -109,8 +122,8 @@ struct Live {
     appended: u64,
 }
 
-impl<S: Store> StateLog<S> {
-    pub fn new(store: S) -> Result<Self, StoreError> {
+impl<S: LogPort> StateLog<S> {
+    pub fn new(store: S) -> Result<Self, LogError> {
         store.ensure_topic(STATE_TOPIC)?;
         Ok(Self {
             store,
@@ -120,7 +133,7 @@ impl<S: Store> StateLog<S> {
     }
 
     /// Reads the whole state topic and folds it; pins it against retention on first use.
-    pub async fn load(&self) -> Result<Loaded, StoreError> {
+    pub async fn load(&self) -> Result<Loaded, LogError> {
         let (start, end) = self.store.offsets(STATE_TOPIC, 0)?;
         if self.store.cursor(STATE_CURSOR, STATE_TOPIC, 0).is_none() {
             self.store
@@ -161,7 +174,7 @@ impl<S: Store> StateLog<S> {
 
     /// Appends every live record again and moves the state cursor to them when dead records
     /// dominate. Runs with the writer held.
-    async fn compact_if_due(&self) -> Result<(), StoreError> {
+    async fn compact_if_due(&self) -> Result<(), LogError> {
         let snapshot: Vec<Record> = {
             let live = self.lock_live();
             let threshold = MIN_RECORDS_BEFORE_COMPACTION.max(2 * live.records.len() as u64);
@@ -208,7 +221,7 @@ impl<S: Store> StateLog<S> {
         &self,
         mut record: Record,
         apply: impl FnOnce() -> T,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, StateError> {
         let _guard = self.writer.lock().await;
         if record.timestamp_ms == 0 {
             record.timestamp_ms = super::message::now_ms();
@@ -233,7 +246,7 @@ impl<S: Store> StateLog<S> {
         &self,
         message: &Message,
         apply: impl FnOnce() -> T,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, StateError> {
         let record = message.to_record(Some(retained_key(&message.topic).into_bytes()));
         self.put(record, apply).await
     }
@@ -243,12 +256,11 @@ impl<S: Store> StateLog<S> {
         &self,
         client_id: &str,
         session: Option<&StoredSession>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), StateError> {
         let value = match session {
-            Some(session) => serde_json::to_vec(session).map_err(|err| StoreError::Failed {
-                op: "encode session",
-                topic: STATE_TOPIC.to_owned(),
-                message: err.to_string(),
+            Some(session) => serde_json::to_vec(session).map_err(|source| StateError::Encode {
+                what: "session",
+                source,
             })?,
             None => Vec::new(),
         };
@@ -262,7 +274,7 @@ impl<S: Store> StateLog<S> {
         client_id: &str,
         pkid: u16,
         pending: bool,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), StateError> {
         let value = if pending { b"1".to_vec() } else { Vec::new() };
         self.put(plain(format!("qos2/{client_id}/{pkid}"), value), || ())
             .await
@@ -275,13 +287,14 @@ impl<S: Store> StateLog<S> {
         client_id: &str,
         pkid: u16,
         released: Option<&Released>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), StateError> {
         let value = match released {
-            Some(released) => serde_json::to_vec(released).map_err(|err| StoreError::Failed {
-                op: "encode released delivery",
-                topic: STATE_TOPIC.to_owned(),
-                message: err.to_string(),
-            })?,
+            Some(released) => {
+                serde_json::to_vec(released).map_err(|source| StateError::Encode {
+                    what: "released delivery",
+                    source,
+                })?
+            }
             None => Vec::new(),
         };
         self.put(plain(format!("qos2out/{client_id}/{pkid}"), value), || ())

@@ -23,9 +23,9 @@ use x509_cert::ext::pkix::name::GeneralName;
 use super::auth::Origin;
 use super::broker::Broker;
 use super::connection;
-use super::store::Store;
 use tern_core::InvalidConfig;
 use tern_core::shutdown::Shutdown;
+use tern_log::LogPort;
 
 const COMMON_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
 const SUBJECT_ALT_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.17");
@@ -173,7 +173,7 @@ fn read_certs(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'sta
 
 /// Runs one accepted socket: the TLS handshake (within the connect timeout) if the listener
 /// has TLS, then the MQTT connection.
-pub async fn serve_socket<S: Store>(
+pub async fn serve_socket<S: LogPort>(
     broker: Arc<Broker<S>>,
     socket: TcpStream,
     peer: SocketAddr,

@@ -15,9 +15,9 @@ use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
 use super::super::session::{Inflight, Matched, PartitionId};
 use super::super::shared::is_shared;
-use super::super::store::{Store, StoreError, StoredRecord};
 use super::out_alias::AliasUse;
 use super::{ConnError, Connection};
+use tern_log::{LogError, LogPort, StoredRecord};
 
 /// Bytes read ahead from the log per partition; what the window cannot take yet waits in the
 /// connection's read-ahead buffer instead of being read again.
@@ -25,7 +25,7 @@ const READ_BYTES: usize = 32 * 1024;
 /// Outgoing bytes buffered before the socket must take them.
 const OUT_HIGH_WATER: usize = 64 * 1024;
 
-impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Resends unacknowledged deliveries (PUBLISH with DUP and its full topic, or PUBREL once
     /// PUBREC came), sets up positions, and starts delivering.
     pub(super) async fn resume(&mut self) -> Result<(), ConnError> {
@@ -80,7 +80,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 self.session.positions.insert(partition.clone(), start);
             }
             if self.watched.insert(partition.clone()) {
-                let mut end = self.broker.store.watch(&partition.0, partition.1)?;
+                let mut end = self.broker.store.subscribe(&partition.0, partition.1)?;
                 let wake = self.wake.clone();
                 self.watchers.spawn(async move {
                     while end.changed().await.is_ok() {
@@ -134,7 +134,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 .read(&partition.0, partition.1, next, READ_BYTES)
             {
                 Ok(records) => buffer.extend(records),
-                Err(StoreError::OutOfRange { start, .. }) if start > next => {
+                Err(LogError::OffsetOutOfRange { start, .. }) if start > next => {
                     tracing::warn!(client_id = %self.client_id, ?partition, next, start, "records expired before delivery");
                     self.session.positions.insert(partition.clone(), start);
                     return Ok(true);

@@ -11,13 +11,13 @@ use tokio::io::AsyncWrite;
 
 use super::super::broker::sent_cursor_name;
 use super::super::session::PartitionId;
-use super::super::store::Store;
 use super::{ConnError, Connection};
+use tern_log::LogPort;
 
 /// How far one lease commit reaches past the record that needed it.
 pub(super) const LEASE_RECORDS: u64 = 256;
 
-impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Delivers as far as the window allows, committing leases where delivery waits for one.
     pub(super) async fn deliver_more(&mut self) -> Result<(), ConnError> {
         loop {

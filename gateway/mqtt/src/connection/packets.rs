@@ -15,11 +15,11 @@ use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
 use super::super::session::{Matched, PubRecOutcome, Subscription};
 use super::super::shared::is_shared;
-use super::super::store::Store;
 use super::super::topic;
 use super::{ConnError, Connection, Flow};
+use tern_log::LogPort;
 
-impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     pub(super) async fn handle(&mut self, packet: super::Incoming) -> Result<Flow, ConnError> {
         use super::Incoming as In;
         match packet {

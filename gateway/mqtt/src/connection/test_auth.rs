@@ -10,8 +10,8 @@ use super::super::auth::passwd;
 use super::super::codec::tests::client_subscribe;
 use super::super::codec::{QoS, Version};
 use super::super::config::MqttConfig;
-use super::super::memstore::MemoryStore;
 use super::test::{Client, Harness};
+use tern_log::MemoryLog;
 
 fn rule(topic: &str, access: Access) -> AclConfig {
     AclConfig {
@@ -27,7 +27,7 @@ async fn with_acl(rules: Vec<AclConfig>) -> Harness {
         acl: rules,
         ..MqttConfig::default()
     };
-    Harness::with_config(MemoryStore::new(1), config).await
+    Harness::with_config(MemoryLog::new(1), config).await
 }
 
 fn connect_with_login(version: Version, user: &str, password: &str) -> Vec<u8> {
@@ -73,7 +73,7 @@ async fn credentials_are_checked_and_refusals_carry_the_right_code() {
         },
         ..MqttConfig::default()
     };
-    let h = Harness::with_config(MemoryStore::new(1), config).await;
+    let h = Harness::with_config(MemoryLog::new(1), config).await;
     let cases = [
         (Version::V4, "wonderland", vec![0x20, 2, 0, 0]),
         (Version::V4, "wrong", vec![0x20, 2, 0, 4]),

@@ -10,10 +10,10 @@ use super::super::broker::sent_cursor_name;
 use super::super::codec::tests::client_subscribe;
 use super::super::codec::{QoS, Version};
 use super::super::config::MqttConfig;
-use super::super::memstore::MemoryStore;
-use super::super::store::Store;
 use super::lease::LEASE_RECORDS;
 use super::test::{Client, Harness};
+use tern_log::LogPort;
+use tern_log::MemoryLog;
 
 pub(super) const SHORT: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -112,7 +112,7 @@ pub(super) async fn publish_acked(h: &Harness, topic: &str, payloads: usize) {
 #[tokio::test]
 async fn qos2_deliveries_run_pubrec_pubrel_pubcomp_on_both_versions() {
     for version in [Version::V4, Version::V5] {
-        let h = Harness::new(MemoryStore::new(1)).await;
+        let h = Harness::new(MemoryLog::new(1)).await;
         let mut sub = h.connect(version, "sub", true).await;
         assert_eq!(sub.subscribed("q/#", QoS::ExactlyOnce).await, 2);
         publish_acked(&h, "q/1", 1).await;
@@ -138,7 +138,7 @@ async fn qos2_deliveries_run_pubrec_pubrel_pubcomp_on_both_versions() {
 
 #[tokio::test]
 async fn a_released_qos2_delivery_is_resent_as_pubrel_and_never_as_publish() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     assert_eq!(sub.subscribed("r/#", QoS::ExactlyOnce).await, 2);
     let mut publisher = h.connect(Version::V4, "p", true).await;
@@ -184,7 +184,7 @@ async fn qos2_deliveries_fill_the_window_until_pubcomp() {
         inflight: 2,
         ..MqttConfig::default()
     };
-    let h = Harness::with_config(MemoryStore::new(1), config).await;
+    let h = Harness::with_config(MemoryLog::new(1), config).await;
     let mut sub = connect_v5_aliases(&h, "sub", true, 0).await;
     assert_eq!(sub.subscribed("w/#", QoS::ExactlyOnce).await, 2);
     let mut publisher = h.connect(Version::V5, "p", true).await;
@@ -232,7 +232,7 @@ async fn qos2_deliveries_fill_the_window_until_pubcomp() {
 
 #[tokio::test]
 async fn deliveries_repeated_after_a_restart_carry_dup() {
-    let store = MemoryStore::new(1);
+    let store = MemoryLog::new(1);
     let h = Harness::new(store.clone()).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     assert_eq!(sub.subscribed("d/#", QoS::AtLeastOnce).await, 1);
@@ -270,7 +270,7 @@ async fn deliveries_repeated_after_a_restart_carry_dup() {
 
 #[tokio::test]
 async fn a_released_qos2_delivery_stays_released_across_a_restart() {
-    let store = MemoryStore::new(1);
+    let store = MemoryLog::new(1);
     let h = Harness::new(store.clone()).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     assert_eq!(sub.subscribed("x/#", QoS::ExactlyOnce).await, 2);

@@ -3,13 +3,13 @@
 
 use super::super::codec::{QoS, Version};
 use super::super::config::MqttConfig;
-use super::super::memstore::MemoryStore;
 use super::test::Harness;
 use super::test_delivery::{connect_v5_aliases, publish_acked};
+use tern_log::MemoryLog;
 
 #[tokio::test]
 async fn deliveries_use_topic_aliases_up_to_the_client_maximum() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let mut sub = connect_v5_aliases(&h, "sub", true, 1).await;
     assert_eq!(sub.subscribed("a/#", QoS::AtMostOnce).await, 0);
     let mut publisher = h.connect(Version::V4, "p", true).await;
@@ -47,7 +47,7 @@ async fn deliveries_use_topic_aliases_up_to_the_client_maximum() {
 
 #[tokio::test]
 async fn resends_after_a_reconnect_carry_the_full_topic() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let mut sub = connect_v5_aliases(&h, "sub", false, 4).await;
     assert_eq!(sub.subscribed("b/#", QoS::AtLeastOnce).await, 1);
     publish_acked(&h, "b/1", 2).await;
@@ -74,7 +74,7 @@ async fn more_publishes_than_the_receive_maximum_get_disconnect_0x93() {
         inflight: 2,
         ..MqttConfig::default()
     };
-    let h = Harness::with_config(MemoryStore::new(1), config).await;
+    let h = Harness::with_config(MemoryLog::new(1), config).await;
     let mut ok = h.connect(Version::V5, "ok", true).await;
     ok.send(
         &[

@@ -7,9 +7,9 @@ use std::time::Duration;
 use super::super::codec::tests::client_publish;
 use super::super::codec::{QoS, Version};
 use super::super::config::MqttConfig;
-use super::super::memstore::MemoryStore;
-use super::super::store::Store;
 use super::test::Harness;
+use tern_log::LogPort;
+use tern_log::MemoryLog;
 
 /// Pause between publishes so that each one is read as its own batch.
 const APART: Duration = Duration::from_millis(20);
@@ -17,7 +17,7 @@ const APART: Duration = Duration::from_millis(20);
 /// A server whose first three queued appends are answered last (300, 150 and 50 ms late),
 /// with `mqtt.inflight = 1` so that one publish makes a full batch (a batch starts beside
 /// others in flight only when full).
-async fn slow_first_answers(store: MemoryStore) -> Harness {
+async fn slow_first_answers(store: MemoryLog) -> Harness {
     store.hold_answers([300, 150, 50].map(Duration::from_millis));
     let config = MqttConfig {
         inflight: 1,
@@ -28,7 +28,7 @@ async fn slow_first_answers(store: MemoryStore) -> Harness {
 
 #[tokio::test]
 async fn acks_follow_arrival_order_and_partitions_keep_publish_order() {
-    let store = MemoryStore::new(2);
+    let store = MemoryLog::new(2);
     let h = slow_first_answers(store.clone()).await;
     let mut c = h.connect(Version::V4, "pipe", true).await;
     for i in 1..=12u16 {
@@ -63,7 +63,7 @@ async fn acks_follow_arrival_order_and_partitions_keep_publish_order() {
 
 #[tokio::test]
 async fn retained_updates_in_flight_together_apply_in_publish_order() {
-    let h = slow_first_answers(MemoryStore::new(1)).await;
+    let h = slow_first_answers(MemoryLog::new(1)).await;
     let mut c = h.connect(Version::V4, "retainer", true).await;
     for (pkid, value) in [(1u16, "old"), (2, "newer"), (3, "newest")] {
         let mut frame = client_publish(Version::V4, "r", value.as_bytes(), QoS::AtLeastOnce, pkid);

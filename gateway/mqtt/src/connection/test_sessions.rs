@@ -7,9 +7,9 @@ use bytes::{Bytes, BytesMut};
 
 use super::super::codec::tests::{client_connect_v5, client_subscribe};
 use super::super::codec::{self, OutPublish, Outgoing, PublishProperties, QoS, Version};
-use super::super::memstore::MemoryStore;
 use super::super::message;
-use super::super::store::Headers;
+use tern_log::MemoryLog;
+
 use super::test::{Client, Harness, WAIT};
 
 /// Connects with a raw MQTT 5 CONNECT; returns the client and the CONNACK's session-present flag.
@@ -37,7 +37,7 @@ async fn connect_v5(
 
 #[tokio::test]
 async fn a_v5_session_lives_for_its_expiry_interval_and_then_ends() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let (mut c, present) = connect_v5(&h, "exp", true, 1, None).await;
     assert!(!present);
     c.send(&client_subscribe(Version::V5, 1, "x/#", QoS::AtLeastOnce))
@@ -56,7 +56,7 @@ async fn a_v5_session_lives_for_its_expiry_interval_and_then_ends() {
 
 #[tokio::test]
 async fn a_v5_will_waits_for_its_delay() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let (c, _) = connect_v5(&h, "late", true, 10, Some(("wills/late", "bye", 1))).await;
     drop(c);
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -69,7 +69,7 @@ async fn a_v5_will_waits_for_its_delay() {
 
 #[tokio::test]
 async fn reconnecting_within_the_will_delay_cancels_the_will() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let (c, _) = connect_v5(&h, "back", true, 10, Some(("wills/back", "bye", 1))).await;
     drop(c);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -102,7 +102,7 @@ fn aliased_publish(topic: &str, alias: u16, pkid: u16) -> Vec<u8> {
 
 #[tokio::test]
 async fn v5_topic_aliases_resolve_and_out_of_range_ones_disconnect() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let (mut c, _) = connect_v5(&h, "alias", true, 0, None).await;
     c.send(&aliased_publish("a/b", 1, 1)).await;
     assert_eq!(c.frame().await, [0x40, 2, 0, 1]);
@@ -132,7 +132,7 @@ async fn connections_beyond_the_limit_get_server_busy() {
         max_connections: 1,
         ..crate::config::MqttConfig::default()
     };
-    let h = Harness::with_config(MemoryStore::new(1), config).await;
+    let h = Harness::with_config(MemoryLog::new(1), config).await;
     let _first = h.connect(Version::V4, "first", true).await;
     let (io, task) = h.socket();
     let mut second = Client {
@@ -161,8 +161,8 @@ async fn connections_beyond_the_limit_get_server_busy() {
 async fn a_forgotten_session_takes_its_incoming_qos2_ids_along() {
     use super::super::codec::tests::client_publish;
     use super::super::state::STATE_TOPIC;
-    use super::super::store::Store;
-    let store = MemoryStore::new(1);
+    use tern_log::LogPort;
+    let store = MemoryLog::new(1);
     let h = Harness::new(store.clone()).await;
     let (mut c, _) = connect_v5(&h, "q2", true, 60, None).await;
     c.send(&client_publish(

@@ -14,10 +14,10 @@ use tokio::task::JoinSet;
 
 use super::super::message::Message;
 use super::super::session::PartitionId;
-use super::super::store::{Store, StoreError};
 use super::ShareKey;
 use super::group::GroupState;
 use super::strategy::SharedStrategy;
+use tern_log::{LogError, LogPort};
 
 /// How often a moved group cursor is made durable.
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
@@ -56,7 +56,7 @@ pub enum Command {
 }
 
 /// Runs the group of `key` over `partitions` until it is closed or every sender is gone.
-pub async fn run<S: Store>(
+pub async fn run<S: LogPort>(
     store: S,
     key: ShareKey,
     strategy: SharedStrategy,
@@ -106,13 +106,13 @@ struct Dispatcher<S> {
     _watchers: JoinSet<()>,
 }
 
-impl<S: Store> Dispatcher<S> {
+impl<S: LogPort> Dispatcher<S> {
     async fn start(
         store: S,
         key: ShareKey,
         strategy: SharedStrategy,
         partitions: Vec<PartitionId>,
-    ) -> Result<Self, (ShareKey, StoreError)> {
+    ) -> Result<Self, (ShareKey, LogError)> {
         let cursor_name = key.cursor_name();
         let wake = Arc::new(Notify::new());
         let mut watchers = JoinSet::new();
@@ -129,7 +129,7 @@ impl<S: Store> Dispatcher<S> {
                     end
                 }
             };
-            let mut end = store.watch(topic, p).map_err(|e| (key.clone(), e))?;
+            let mut end = store.subscribe(topic, p).map_err(|e| (key.clone(), e))?;
             let wake = wake.clone();
             watchers.spawn(async move {
                 while end.changed().await.is_ok() {

@@ -10,10 +10,10 @@ use tokio::sync::mpsc;
 
 use super::super::message::Message;
 use super::super::session::PartitionId;
-use super::super::store::{Store, StoreError, StoredRecord};
 use super::super::topic;
 use super::dispatcher::Delivery;
 use super::strategy::{Candidate, Picker, SharedStrategy};
+use tern_log::{LogError, LogPort, StoredRecord};
 
 /// Bytes read ahead from the log per partition.
 const READ_BYTES: usize = 32 * 1024;
@@ -68,7 +68,7 @@ pub(super) struct GroupState<S> {
     picker: Picker,
 }
 
-impl<S: Store> GroupState<S> {
+impl<S: LogPort> GroupState<S> {
     /// A group reading `filter` from `starts` (partition → first offset to read).
     pub fn new(
         store: S,
@@ -154,7 +154,7 @@ impl<S: Store> GroupState<S> {
 
     /// Hands out records until no member can take the next one. Members whose connection
     /// is gone are removed on the way.
-    pub fn dispatch(&mut self) -> Result<(), StoreError> {
+    pub fn dispatch(&mut self) -> Result<(), LogError> {
         self.drop_closed();
         if !self.members.iter().any(Slot::has_room) {
             return Ok(());
@@ -172,7 +172,7 @@ impl<S: Store> GroupState<S> {
         Ok(())
     }
 
-    fn dispatch_partition(&mut self, partition: &PartitionId) -> Result<(), StoreError> {
+    fn dispatch_partition(&mut self, partition: &PartitionId) -> Result<(), LogError> {
         loop {
             let parked = self
                 .positions
@@ -203,7 +203,7 @@ impl<S: Store> GroupState<S> {
     }
 
     /// Reads `partition` on to its next record whose MQTT topic matches the filter.
-    fn next_matching(&mut self, partition: &PartitionId) -> Result<Option<Handed>, StoreError> {
+    fn next_matching(&mut self, partition: &PartitionId) -> Result<Option<Handed>, LogError> {
         loop {
             let Some(position) = self.positions.get_mut(partition) else {
                 return Ok(None);
@@ -219,7 +219,7 @@ impl<S: Store> GroupState<S> {
                 let (topic, p) = (&partition.0, partition.1);
                 match self.store.read(topic, p, position.next, READ_BYTES) {
                     Ok(records) => position.buffer.extend(records),
-                    Err(StoreError::OutOfRange { start, .. }) if start > position.next => {
+                    Err(LogError::OffsetOutOfRange { start, .. }) if start > position.next => {
                         tracing::warn!(filter = %self.filter, ?partition, next = position.next, start, "records expired before a shared group read them");
                         position.next = start;
                         continue;

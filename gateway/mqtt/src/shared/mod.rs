@@ -23,11 +23,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::session::PartitionId;
-use super::store::{Store, StoreError};
 use super::topic::{self, TopicError, TopicLimits};
 pub use dispatcher::{Command, Delivery};
 pub use member::{Member, Memberships};
 pub use strategy::SharedStrategy;
+use tern_log::{LogError, LogPort};
 
 /// The filter prefix that makes a subscription shared.
 pub const PREFIX: &str = "$share/";
@@ -104,7 +104,7 @@ pub struct SharedGroups<S> {
     next_member: AtomicU64,
 }
 
-impl<S: Store> SharedGroups<S> {
+impl<S: LogPort> SharedGroups<S> {
     pub fn new(store: S, strategy: SharedStrategy) -> Self {
         Self {
             store,
@@ -119,7 +119,7 @@ impl<S: Store> SharedGroups<S> {
     pub async fn restore(
         &self,
         held: impl Iterator<Item = (String, String)>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), LogError> {
         let mut registry = self.registry.lock().await;
         for (client_id, filter) in held {
             if let Some(key) = parse_stored(&filter) {
@@ -183,7 +183,7 @@ impl<S: Store> SharedGroups<S> {
 
     /// Records that `client_id`'s session no longer holds `key`; the last holder's departure
     /// stops the group and removes its cursor.
-    pub async fn release(&self, key: &ShareKey, client_id: &str) -> Result<(), StoreError> {
+    pub async fn release(&self, key: &ShareKey, client_id: &str) -> Result<(), LogError> {
         let mut registry = self.registry.lock().await;
         let Some(holders) = registry.holders.get_mut(key) else {
             return Ok(());
@@ -203,7 +203,7 @@ impl<S: Store> SharedGroups<S> {
     }
 
     /// Releases every shared subscription among a session's `filters` (the session ends).
-    pub async fn release_all(&self, filters: &[String], client_id: &str) -> Result<(), StoreError> {
+    pub async fn release_all(&self, filters: &[String], client_id: &str) -> Result<(), LogError> {
         for key in filters.iter().filter_map(|f| parse_stored(f)) {
             self.release(&key, client_id).await?;
         }

@@ -9,13 +9,13 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::super::codec::QoS;
-use super::super::memstore::MemoryStore;
 use super::super::message::Message;
 use super::super::session::PartitionId;
-use super::super::store::Store;
 use super::super::topic::TopicLimits;
 use super::group::GroupState;
 use super::*;
+use tern_log::LogPort;
+use tern_log::MemoryLog;
 
 const LIMITS: TopicLimits = TopicLimits {
     max_len: 256,
@@ -34,15 +34,22 @@ fn message(topic: &str, payload: &str) -> Message {
     }
 }
 
+/// A one-partition log holding the topic `mqtt` the tests read from.
+fn log() -> MemoryLog {
+    let log = MemoryLog::new(1);
+    log.ensure_topic("mqtt").expect("topic");
+    log
+}
+
 /// Appends `count` messages on `topic` to partition 0, keyed by `key(i)`.
-async fn append(store: &MemoryStore, topic: &str, count: usize, key: impl Fn(usize) -> String) {
+async fn append(store: &MemoryLog, topic: &str, count: usize, key: impl Fn(usize) -> String) {
     for i in 0..count {
         let record = message(topic, &format!("m{i}")).to_record(Some(key(i).into_bytes()));
         store.append("mqtt", 0, vec![record]).await.expect("append");
     }
 }
 
-fn group(store: &MemoryStore, filter: &str, strategy: SharedStrategy) -> GroupState<MemoryStore> {
+fn group(store: &MemoryLog, filter: &str, strategy: SharedStrategy) -> GroupState<MemoryLog> {
     let starts = BTreeMap::from([(partition(), 0)]);
     GroupState::new(store.clone(), filter.to_owned(), strategy, starts)
 }
@@ -55,7 +62,7 @@ fn drain(rx: &mut mpsc::Receiver<Delivery>) -> Vec<Delivery> {
     std::iter::from_fn(|| rx.try_recv().ok()).collect()
 }
 
-fn cursor(state: &GroupState<MemoryStore>) -> u64 {
+fn cursor(state: &GroupState<MemoryLog>) -> u64 {
     state
         .cursors()
         .map(|(_, offset)| offset)
@@ -65,7 +72,7 @@ fn cursor(state: &GroupState<MemoryStore>) -> u64 {
 
 #[tokio::test]
 async fn round_robin_hands_each_record_to_one_member_within_its_window() {
-    let store = MemoryStore::new(1);
+    let store = log();
     append(&store, "a/x", 10, |i| format!("k{i}")).await;
     append(&store, "other", 2, |i| format!("o{i}")).await;
     let mut state = group(&store, "a/#", SharedStrategy::RoundRobin);
@@ -102,7 +109,7 @@ async fn round_robin_hands_each_record_to_one_member_within_its_window() {
 
 #[tokio::test]
 async fn a_leaving_members_unacknowledged_records_go_to_another_with_dup() {
-    let store = MemoryStore::new(1);
+    let store = log();
     append(&store, "a", 4, |i| format!("k{i}")).await;
     let mut state = group(&store, "a", SharedStrategy::RoundRobin);
     let (tx1, mut rx1) = mpsc::channel(8);
@@ -128,7 +135,7 @@ async fn a_leaving_members_unacknowledged_records_go_to_another_with_dup() {
 
 #[tokio::test]
 async fn a_closed_member_channel_counts_as_leaving() {
-    let store = MemoryStore::new(1);
+    let store = log();
     append(&store, "a", 2, |_| "k".to_owned()).await;
     let mut state = group(&store, "a", SharedStrategy::RoundRobin);
     let (tx1, rx1) = mpsc::channel(8);
@@ -144,7 +151,7 @@ async fn a_closed_member_channel_counts_as_leaving() {
 
 #[tokio::test]
 async fn key_sticky_sends_each_key_to_one_member() {
-    let store = MemoryStore::new(1);
+    let store = log();
     append(&store, "a", 60, |i| format!("dev-{}", i % 6)).await;
     let mut state = group(&store, "a", SharedStrategy::KeySticky);
     let mut receivers = Vec::new();
@@ -194,7 +201,7 @@ fn share_filters_are_parsed_and_checked() {
 
 #[tokio::test]
 async fn the_group_cursor_lives_as_long_as_a_session_holds_the_group() {
-    let store = MemoryStore::new(1);
+    let store = log();
     append(&store, "a", 3, |_| "k".to_owned()).await;
     store
         .commit_cursor("mqtt.share:old/a", "mqtt", 0, 1)
@@ -254,7 +261,7 @@ async fn the_group_cursor_lives_as_long_as_a_session_holds_the_group() {
 
 #[tokio::test]
 async fn a_record_waiting_for_a_busy_member_holds_the_cursor() {
-    let store = MemoryStore::new(1);
+    let store = log();
     append(&store, "a", 3, |_| "same-key".to_owned()).await;
     let mut state = group(&store, "a", SharedStrategy::KeySticky);
     let (tx, mut rx) = mpsc::channel(1);
