@@ -19,17 +19,18 @@ use tokio::time::Instant;
 use super::auth::Origin;
 use super::broker::{Broker, SessionEntry};
 use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
+use super::error::ConnError;
 use super::ingest::{Ingested, Pending, Turn};
 use super::metrics::MqttMetrics;
-use super::session::{PartitionId, Session};
+use super::router::PartitionId;
+use super::session::Session;
 use super::shared::{Delivery, Memberships};
-use super::state::StateError;
 use super::will::Will;
 use out_alias::OutboundAliases;
 use quota::InboundQuota;
 use rate::RateLimit;
 use tern_core::shutdown::Shutdown;
-use tern_log::{LogError, LogPort, StoredRecord};
+use tern_log::{LogPort, StoredRecord};
 
 /// How long a write to a client may take before the connection is given up.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -58,32 +59,6 @@ mod test_ingest;
 mod test_sessions;
 #[cfg(test)]
 mod test_share;
-
-/// Why a connection ended.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConnError {
-    #[error("socket: {0}")]
-    Io(#[from] std::io::Error),
-    #[error(transparent)]
-    Codec(#[from] CodecError),
-    #[error("protocol violation: {reason}")]
-    Protocol {
-        reason: &'static str,
-        code: DisconnectReason,
-    },
-    #[error("log: {0}")]
-    Log(#[from] LogError),
-    #[error("MQTT state: {0}")]
-    State(#[from] StateError),
-    /// A publish was not stored (its append, retained update or QoS 2 mark failed).
-    #[error("storing a publish: {0}")]
-    Ingest(Arc<StateError>),
-    #[error("the append task failed: {0}")]
-    Task(#[from] tokio::task::JoinError),
-    #[error("the previous connection of client id {client_id} did not let go")]
-    Takeover { client_id: String },
-}
 
 /// What the packet loop does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

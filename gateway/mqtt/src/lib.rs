@@ -8,6 +8,7 @@ mod broker;
 pub mod codec;
 pub mod config;
 mod connection;
+mod error;
 mod ingest;
 mod listener;
 pub mod message;

@@ -10,15 +10,12 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use bytes::Bytes;
 
 use super::codec::{OutPublish, QoS};
-use super::shared::is_shared;
+use super::router::PartitionId;
 use super::state::{Released, StoredSession, StoredSubscription, qos_from_u8};
-use super::topic;
+use super::topic::{self, is_shared};
 
 /// A session expiry meaning "never" (MQTT 5's 0xFFFFFFFF).
 pub const NEVER_EXPIRES: u32 = u32::MAX;
-
-/// A log partition: (log topic, partition).
-pub type PartitionId = (String, u32);
 
 /// One subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::session::PartitionId;
+use super::router::PartitionId;
 use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};

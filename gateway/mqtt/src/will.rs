@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::broker::{Broker, SessionEntry};
 use super::codec::{Connect, DisconnectReason, PublishProperties};
-use super::connection::ConnError;
+use super::error::ConnError;
 use super::ingest::{self, Outcome, Pending, Reply};
 use super::message::{self, Message};
 use super::topic::{self, TopicLimits};

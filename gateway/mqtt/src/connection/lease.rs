@@ -10,7 +10,7 @@
 use tokio::io::AsyncWrite;
 
 use super::super::broker::sent_cursor_name;
-use super::super::session::PartitionId;
+use super::super::router::PartitionId;
 use super::{ConnError, Connection};
 use tern_log::LogPort;
 

@@ -14,8 +14,8 @@ use super::super::ingest::{Pending, ack_for};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
 use super::super::session::{Matched, PubRecOutcome, Subscription};
-use super::super::shared::is_shared;
 use super::super::topic;
+use super::super::topic::is_shared;
 use super::{ConnError, Connection, Flow};
 use tern_log::LogPort;
 

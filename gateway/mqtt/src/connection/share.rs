@@ -8,7 +8,8 @@ use tokio::io::AsyncWrite;
 use super::super::auth::acl::Want;
 use super::super::codec::{DisconnectReason, QoS, SubAckCode, SubscribeFilter};
 use super::super::session::{Matched, Subscription};
-use super::super::shared::{Delivery, ShareKey, is_shared};
+use super::super::shared::{Delivery, ShareKey};
+use super::super::topic::is_shared;
 use super::{ConnError, Connection};
 use tern_log::LogPort;
 

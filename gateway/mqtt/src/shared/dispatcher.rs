@@ -12,25 +12,14 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use super::super::message::Message;
-use super::super::session::PartitionId;
+use super::super::config::SharedStrategy;
+use super::super::router::PartitionId;
 use super::ShareKey;
-use super::group::GroupState;
-use super::strategy::SharedStrategy;
+use super::group::{Delivery, GroupState};
 use tern_log::{LogError, LogPort};
 
 /// How often a moved group cursor is made durable.
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
-
-/// A record handed to a member.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    pub partition: PartitionId,
-    pub offset: u64,
-    pub message: Box<Message>,
-    /// Whether another member had it before and left without acknowledging it.
-    pub dup: bool,
-}
 
 /// What members tell their group's dispatcher.
 #[derive(Debug)]

@@ -8,12 +8,22 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use tokio::sync::mpsc;
 
+use super::super::config::SharedStrategy;
 use super::super::message::Message;
-use super::super::session::PartitionId;
+use super::super::router::PartitionId;
 use super::super::topic;
-use super::dispatcher::Delivery;
-use super::strategy::{Candidate, Picker, SharedStrategy};
+use super::strategy::{Candidate, Picker};
 use tern_log::{LogError, LogPort, StoredRecord};
+
+/// A record handed to a member.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub partition: PartitionId,
+    pub offset: u64,
+    pub message: Box<Message>,
+    /// Whether another member had it before and left without acknowledging it.
+    pub dup: bool,
+}
 
 /// Bytes read ahead from the log per partition.
 const READ_BYTES: usize = 32 * 1024;

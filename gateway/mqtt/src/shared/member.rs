@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::super::session::{Matched, PartitionId};
+use super::super::router::PartitionId;
+use super::super::session::Matched;
 use super::ShareKey;
-use super::dispatcher::{Command, Delivery};
+use super::dispatcher::Command;
+use super::group::Delivery;
 
 /// How long a leaving member waits for its group to take its records back.
 const LEAVE_WAIT: Duration = Duration::from_secs(2);

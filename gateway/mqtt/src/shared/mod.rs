@@ -22,24 +22,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use super::session::PartitionId;
+use super::config::SharedStrategy;
+use super::router::PartitionId;
 use super::topic::{self, TopicError, TopicLimits};
-pub use dispatcher::{Command, Delivery};
+pub use dispatcher::Command;
+pub use group::Delivery;
 pub use member::{Member, Memberships};
-pub use strategy::SharedStrategy;
 use tern_log::{LogError, LogPort};
 
-/// The filter prefix that makes a subscription shared.
-pub const PREFIX: &str = "$share/";
 /// The prefix of group cursor names in the cursor store (session cursors are `mqtt:{id}`).
 const CURSOR_PREFIX: &str = "mqtt.share:";
 /// Commands queued per group before members wait to send an acknowledgement.
 const COMMANDS: usize = 256;
-
-/// Whether a subscription filter names a shared subscription.
-pub fn is_shared(filter: &str) -> bool {
-    filter.starts_with(PREFIX)
-}
 
 /// One shared group: the share name and the topic filter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -64,7 +58,9 @@ impl ShareKey {
     /// Parses and validates `$share/{group}/{filter}`.
     pub fn parse(full: &str, limits: &TopicLimits) -> Result<Self, ShareError> {
         topic::validate_filter(full, limits)?;
-        let rest = full.strip_prefix(PREFIX).ok_or(ShareError::Shape)?;
+        let rest = full
+            .strip_prefix(topic::SHARE_PREFIX)
+            .ok_or(ShareError::Shape)?;
         let (group, filter) = rest.split_once('/').ok_or(ShareError::Shape)?;
         if group.is_empty() || group.contains(['+', '#']) {
             return Err(ShareError::GroupName);
@@ -213,7 +209,7 @@ impl<S: LogPort> SharedGroups<S> {
 
 /// A stored subscription filter's group, if shared (stored filters were validated already).
 fn parse_stored(filter: &str) -> Option<ShareKey> {
-    let rest = filter.strip_prefix(PREFIX)?;
+    let rest = filter.strip_prefix(topic::SHARE_PREFIX)?;
     let (group, filter) = rest.split_once('/')?;
     Some(ShareKey {
         group: group.to_owned(),

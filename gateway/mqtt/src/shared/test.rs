@@ -10,8 +10,8 @@ use tokio::sync::mpsc;
 
 use super::super::codec::QoS;
 use super::super::message::Message;
-use super::super::session::PartitionId;
-use super::super::topic::TopicLimits;
+use super::super::router::PartitionId;
+use super::super::topic::{TopicLimits, is_shared};
 use super::group::GroupState;
 use super::*;
 use tern_log::LogPort;
