@@ -33,7 +33,7 @@ pub struct SessionEntry {
     session: Arc<tokio::sync::Mutex<Session>>,
     holder: Mutex<Holder>,
     /// Bumped on every connect; delayed wills check it before firing.
-    pub generation: AtomicU64,
+    pub(crate) generation: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -59,7 +59,7 @@ impl SessionEntry {
     }
 
     /// Marks the connection holding `kick` as gone.
-    pub fn release(&self, kick: &Arc<Notify>) {
+    pub(crate) fn release(&self, kick: &Arc<Notify>) {
         let mut holder = self.holder();
         if holder.kick.as_ref().is_some_and(|k| Arc::ptr_eq(k, kick)) {
             holder.kick = None;
@@ -68,7 +68,7 @@ impl SessionEntry {
     }
 
     /// Whether no connection holds the session.
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.holder().kick.is_none()
     }
 }
@@ -76,16 +76,16 @@ impl SessionEntry {
 /// Shared MQTT server state.
 #[derive(Debug)]
 pub struct Broker<S> {
-    pub store: S,
-    pub config: MqttConfig,
-    pub limits: TopicLimits,
-    pub router: Router,
-    pub metrics: Arc<MqttMetrics>,
-    pub state: Arc<StateLog<S>>,
-    pub retained: Retained<S>,
-    pub auth: Auth,
+    pub(crate) store: S,
+    pub(crate) config: MqttConfig,
+    pub(crate) limits: TopicLimits,
+    pub(crate) router: Router,
+    pub(crate) metrics: Arc<MqttMetrics>,
+    pub(crate) state: Arc<StateLog<S>>,
+    pub(crate) retained: Retained<S>,
+    pub(crate) auth: Auth,
     /// Shared subscription groups (`$share/…`).
-    pub shared: SharedGroups<S>,
+    pub(crate) shared: SharedGroups<S>,
     partitions: HashMap<String, u32>,
     sessions: Mutex<HashMap<String, Arc<SessionEntry>>>,
     next_connection: AtomicU64,
@@ -149,22 +149,22 @@ impl<S: LogPort> Broker<S> {
     }
 
     /// A number unique to this connection within this process.
-    pub fn connection_id(&self) -> u64 {
+    pub(crate) fn connection_id(&self) -> u64 {
         self.next_connection.fetch_add(1, Ordering::Relaxed)
     }
 
     /// A client id for a client that sent an empty one.
-    pub fn assign_client_id(&self, connection: u64) -> String {
+    pub(crate) fn assign_client_id(&self, connection: u64) -> String {
         format!("tern-{:x}-{connection}", self.boot)
     }
 
     /// Partition count of a routed log topic.
-    pub fn partitions(&self, log_topic: &str) -> u32 {
+    pub(crate) fn partitions(&self, log_topic: &str) -> u32 {
         self.partitions.get(log_topic).copied().unwrap_or(1)
     }
 
     /// Every partition a subscription filter may find records in.
-    pub fn partitions_for(&self, filter: &str) -> Vec<PartitionId> {
+    pub(crate) fn partitions_for(&self, filter: &str) -> Vec<PartitionId> {
         self.router
             .log_topics_for(filter)
             .into_iter()
@@ -177,7 +177,7 @@ impl<S: LogPort> Broker<S> {
 
     /// Takes the session of `client_id` for a new connection: asks the current holder to leave
     /// (client-id takeover) and waits until it has. `kick` is how this connection will be asked.
-    pub async fn take_session(
+    pub(crate) async fn take_session(
         &self,
         client_id: &str,
         kick: Arc<Notify>,
@@ -205,7 +205,7 @@ impl<S: LogPort> Broker<S> {
     }
 
     /// Ends sessions whose expiry has passed since their connection closed.
-    pub async fn expire_sessions(&self) {
+    pub(crate) async fn expire_sessions(&self) {
         let expired: Vec<(String, Arc<SessionEntry>)> = {
             let sessions = self.lock_sessions();
             sessions
@@ -240,7 +240,7 @@ impl<S: LogPort> Broker<S> {
     }
 
     /// Durably deletes a session's record and cursors and clears it in memory.
-    pub async fn forget_session(&self, session: &mut Session) -> Result<(), StateError> {
+    pub(crate) async fn forget_session(&self, session: &mut Session) -> Result<(), StateError> {
         if session.stored {
             let released = session.inflight.iter().filter(|(_, i)| i.released);
             for (pkid, _) in released.filter(|(_, i)| i.source.is_some()) {

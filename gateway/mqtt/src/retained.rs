@@ -54,12 +54,9 @@ impl<S: LogPort> Retained<S> {
         found
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Message>> {

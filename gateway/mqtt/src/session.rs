@@ -30,6 +30,7 @@ pub struct Subscription {
     pub id: Option<usize>,
 }
 
+#[cfg(test)]
 impl Subscription {
     /// A subscription with MQTT 3.1.1 semantics.
     pub fn plain(filter: &str, qos: QoS) -> Self {

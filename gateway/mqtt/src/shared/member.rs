@@ -12,7 +12,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::super::router::PartitionId;
 use super::super::session::Matched;
-use super::ShareKey;
 use super::dispatcher::Command;
 use super::group::Delivery;
 
@@ -23,7 +22,6 @@ const LEAVE_WAIT: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub struct Member {
     id: u64,
-    pub key: ShareKey,
     commands: mpsc::Sender<Command>,
     rx: mpsc::Receiver<Delivery>,
     /// How deliveries reach the client (granted QoS, retain as published, identifier).
@@ -33,13 +31,11 @@ pub struct Member {
 impl Member {
     pub(super) fn new(
         id: u64,
-        key: ShareKey,
         commands: mpsc::Sender<Command>,
         rx: mpsc::Receiver<Delivery>,
     ) -> Self {
         Self {
             id,
-            key,
             commands,
             rx,
             matched: None,

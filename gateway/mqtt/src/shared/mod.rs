@@ -174,7 +174,7 @@ impl<S: LogPort> SharedGroups<S> {
             }
             return None;
         }
-        Some(Member::new(id, key.clone(), commands, rx))
+        Some(Member::new(id, commands, rx))
     }
 
     /// Records that `client_id`'s session no longer holds `key`; the last holder's departure
