@@ -178,7 +178,7 @@ async fn qos1_is_acknowledged_after_the_record_is_stored_with_headers() {
     assert!((message::now_ms() - record.timestamp_ms).abs() < 10_000);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_full_log_gets_quota_exceeded_on_v5_and_no_ack_on_v4() {
     let h = Harness::new(MemoryLog::new(1)).await;
     h.store.set_full(true);
@@ -203,7 +203,7 @@ async fn a_full_log_gets_quota_exceeded_on_v5_and_no_ack_on_v4() {
     assert_eq!(h.records().len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn qos2_is_stored_exactly_once_and_survives_a_restart() {
     let store = MemoryLog::new(1);
     let h = Harness::new(store.clone()).await;
@@ -230,7 +230,7 @@ async fn qos2_is_stored_exactly_once_and_survives_a_restart() {
     assert_eq!(h.records().len(), 2, "a released packet id is new again");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn subscribers_get_live_records_matching_their_filters() {
     let h = Harness::new(MemoryLog::new(2)).await;
     let mut sub = h.connect(Version::V4, "sub", true).await;
@@ -251,7 +251,7 @@ async fn subscribers_get_live_records_matching_their_filters() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_persistent_session_resumes_after_reconnect_and_restart() {
     let store = MemoryLog::new(2);
     let h = Harness::new(store.clone()).await;
@@ -283,7 +283,7 @@ async fn a_persistent_session_resumes_after_reconnect_and_restart() {
     assert_eq!(topics, ["d/0", "d/1", "d/2", "d/3", "d/4"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn retained_messages_are_sent_on_subscribe_and_cleared_by_empty_payloads() {
     let store = MemoryLog::new(1);
     let h = Harness::new(store.clone()).await;
@@ -311,7 +311,7 @@ async fn retained_messages_are_sent_on_subscribe_and_cleared_by_empty_payloads()
     assert!(h.broker.retained.matching("#").is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn malformed_input_closes_only_that_connection() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let mut good = h.connect(Version::V4, "good", true).await;
@@ -325,7 +325,7 @@ async fn malformed_input_closes_only_that_connection() {
     assert_eq!(good.frame().await, [0x40, 2, 0, 3]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn oversized_packets_get_packet_too_large_on_v5() {
     let config = MqttConfig {
         max_packet_size: tern_core::ByteSize(128),
@@ -338,7 +338,7 @@ async fn oversized_packets_get_packet_too_large_on_v5() {
     assert!(c.closed(WAIT).await);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn keep_alive_is_enforced_at_one_and_a_half_times() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let (io, _task) = h.socket();
@@ -357,7 +357,7 @@ async fn keep_alive_is_enforced_at_one_and_a_half_times() {
     assert!(waited >= Duration::from_millis(1400), "{waited:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_second_connection_with_the_same_client_id_takes_over() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let mut first = h.connect(Version::V5, "same", true).await;
@@ -369,7 +369,7 @@ async fn a_second_connection_with_the_same_client_id_takes_over() {
     assert!(first.task.await.is_ok());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn empty_client_ids_get_one_assigned_on_v5_and_refused_on_persistent_v4() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let (io, _task) = h.socket();
@@ -388,7 +388,7 @@ async fn empty_client_ids_get_one_assigned_on_v5_and_refused_on_persistent_v4() 
     assert!(header(record, message::CLIENT_ID).starts_with(b"tern-"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_will_is_published_when_the_connection_drops() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let (io, task) = h.socket();
@@ -427,7 +427,7 @@ async fn a_will_is_published_when_the_connection_drops() {
     assert_eq!(records[0].value, b"gone");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn shutdown_disconnects_clients_with_a_reason() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let mut c = h.connect(Version::V5, "bye", true).await;

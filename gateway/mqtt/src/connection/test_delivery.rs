@@ -109,7 +109,7 @@ pub(super) async fn publish_acked(h: &Harness, topic: &str, payloads: usize) {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn qos2_deliveries_run_pubrec_pubrel_pubcomp_on_both_versions() {
     for version in [Version::V4, Version::V5] {
         let h = Harness::new(MemoryLog::new(1)).await;
@@ -136,7 +136,7 @@ async fn qos2_deliveries_run_pubrec_pubrel_pubcomp_on_both_versions() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_released_qos2_delivery_is_resent_as_pubrel_and_never_as_publish() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
@@ -178,7 +178,7 @@ async fn a_released_qos2_delivery_is_resent_as_pubrel_and_never_as_publish() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn qos2_deliveries_fill_the_window_until_pubcomp() {
     let config = MqttConfig {
         inflight: 2,
@@ -230,7 +230,7 @@ async fn qos2_deliveries_fill_the_window_until_pubcomp() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn deliveries_repeated_after_a_restart_carry_dup() {
     let store = MemoryLog::new(1);
     let h = Harness::new(store.clone()).await;
@@ -268,7 +268,7 @@ async fn deliveries_repeated_after_a_restart_carry_dup() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_released_qos2_delivery_stays_released_across_a_restart() {
     let store = MemoryLog::new(1);
     let h = Harness::new(store.clone()).await;

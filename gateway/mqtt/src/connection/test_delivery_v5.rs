@@ -7,7 +7,7 @@ use super::test::Harness;
 use super::test_delivery::{connect_v5_aliases, publish_acked};
 use tern_log::MemoryLog;
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn deliveries_use_topic_aliases_up_to_the_client_maximum() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let mut sub = connect_v5_aliases(&h, "sub", true, 1).await;
@@ -45,7 +45,7 @@ async fn deliveries_use_topic_aliases_up_to_the_client_maximum() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn resends_after_a_reconnect_carry_the_full_topic() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let mut sub = connect_v5_aliases(&h, "sub", false, 4).await;
@@ -68,7 +68,7 @@ fn qos_publish(topic: &str, qos: QoS, pkid: u16) -> Vec<u8> {
     super::super::codec::tests::client_publish(Version::V5, topic, b"x", qos, pkid)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn more_publishes_than_the_receive_maximum_get_disconnect_0x93() {
     let config = MqttConfig {
         inflight: 2,

@@ -26,7 +26,7 @@ async fn slow_first_answers(store: MemoryLog) -> Harness {
     Harness::with_config(store, config).await
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn acks_follow_arrival_order_and_partitions_keep_publish_order() {
     let store = MemoryLog::new(2);
     let h = slow_first_answers(store.clone()).await;
@@ -61,7 +61,7 @@ async fn acks_follow_arrival_order_and_partitions_keep_publish_order() {
     assert_eq!(stored, 12);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn retained_updates_in_flight_together_apply_in_publish_order() {
     let h = slow_first_answers(MemoryLog::new(1)).await;
     let mut c = h.connect(Version::V4, "retainer", true).await;

@@ -35,7 +35,7 @@ async fn connect_v5(
     (client, connack[2] == 1)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_v5_session_lives_for_its_expiry_interval_and_then_ends() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let (mut c, present) = connect_v5(&h, "exp", true, 1, None).await;
@@ -54,7 +54,7 @@ async fn a_v5_session_lives_for_its_expiry_interval_and_then_ends() {
     assert!(!present, "the session expired");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_v5_will_waits_for_its_delay() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let (c, _) = connect_v5(&h, "late", true, 10, Some(("wills/late", "bye", 1))).await;
@@ -67,7 +67,7 @@ async fn a_v5_will_waits_for_its_delay() {
     assert_eq!(records[0].value, b"bye");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn reconnecting_within_the_will_delay_cancels_the_will() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let (c, _) = connect_v5(&h, "back", true, 10, Some(("wills/back", "bye", 1))).await;
@@ -100,7 +100,7 @@ fn aliased_publish(topic: &str, alias: u16, pkid: u16) -> Vec<u8> {
     out.to_vec()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn v5_topic_aliases_resolve_and_out_of_range_ones_disconnect() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let (mut c, _) = connect_v5(&h, "alias", true, 0, None).await;
@@ -126,7 +126,7 @@ async fn v5_topic_aliases_resolve_and_out_of_range_ones_disconnect() {
     assert!(c.closed(WAIT).await);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn connections_beyond_the_limit_get_server_busy() {
     let config = crate::config::MqttConfig {
         max_connections: 1,
@@ -157,7 +157,7 @@ async fn connections_beyond_the_limit_get_server_busy() {
     assert!(second.closed(WAIT).await);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_forgotten_session_takes_its_incoming_qos2_ids_along() {
     use super::super::codec::tests::client_publish;
     use super::super::state::STATE_TOPIC;

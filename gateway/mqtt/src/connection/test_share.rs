@@ -39,7 +39,7 @@ async fn publish_payload(client: &mut Client) -> Option<Vec<u8>> {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn v5_connack_announces_shared_subscriptions() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let (io, task) = h.socket();
@@ -66,7 +66,7 @@ async fn v5_connack_announces_shared_subscriptions() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn group_members_split_records_and_an_unsubscribed_member_gets_no_more() {
     let h = Harness::new(MemoryLog::new(1)).await;
     let mut a = h.connect(Version::V4, "a", true).await;

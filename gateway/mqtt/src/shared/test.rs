@@ -70,7 +70,7 @@ fn cursor(state: &GroupState<MemoryLog>) -> u64 {
         .expect("one partition")
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn round_robin_hands_each_record_to_one_member_within_its_window() {
     let store = log();
     append(&store, "a/x", 10, |i| format!("k{i}")).await;
@@ -107,7 +107,7 @@ async fn round_robin_hands_each_record_to_one_member_within_its_window() {
     assert!(drain(&mut rx2).is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_leaving_members_unacknowledged_records_go_to_another_with_dup() {
     let store = log();
     append(&store, "a", 4, |i| format!("k{i}")).await;
@@ -133,7 +133,7 @@ async fn a_leaving_members_unacknowledged_records_go_to_another_with_dup() {
     assert_eq!(cursor(&state), 4);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_closed_member_channel_counts_as_leaving() {
     let store = log();
     append(&store, "a", 2, |_| "k".to_owned()).await;
@@ -149,7 +149,7 @@ async fn a_closed_member_channel_counts_as_leaving() {
     assert_eq!(drain(&mut rx2).len(), 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn key_sticky_sends_each_key_to_one_member() {
     let store = log();
     append(&store, "a", 60, |i| format!("dev-{}", i % 6)).await;
@@ -199,7 +199,7 @@ fn share_filters_are_parsed_and_checked() {
     assert!(is_shared("$share/g/a") && !is_shared("$SYS/x") && !is_shared("share/g/a"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_group_cursor_lives_as_long_as_a_session_holds_the_group() {
     let store = log();
     append(&store, "a", 3, |_| "k".to_owned()).await;
@@ -259,7 +259,7 @@ async fn the_group_cursor_lives_as_long_as_a_session_holds_the_group() {
     assert_eq!(store.cursor(&key.cursor_name(), "mqtt", 0), None);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_record_waiting_for_a_busy_member_holds_the_cursor() {
     let store = log();
     append(&store, "a", 3, |_| "same-key".to_owned()).await;
