@@ -1,4 +1,4 @@
-//! The state every MQTT connection shares: the store, limits, routing table, retained
+//! The state every MQTT connection shares: the log (a `LogPort`), limits, routing table, retained
 //! messages, the session registry (client-id takeover and expiry), the shared subscription
 //! groups and the metrics. Built once at startup from the state log. Holds no socket;
 //! connections borrow from it.

@@ -47,18 +47,6 @@ mod rate;
 mod share;
 #[cfg(test)]
 mod test;
-#[cfg(test)]
-mod test_auth;
-#[cfg(test)]
-mod test_delivery;
-#[cfg(test)]
-mod test_delivery_v5;
-#[cfg(test)]
-mod test_ingest;
-#[cfg(test)]
-mod test_sessions;
-#[cfg(test)]
-mod test_share;
 
 /// What the packet loop does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -363,5 +363,4 @@ fn restored_release(pkid: u16, released: &Released) -> Inflight {
 }
 
 #[cfg(test)]
-#[path = "session_test.rs"]
-mod tests;
+mod test;

@@ -401,5 +401,4 @@ pub fn qos_from_u8(value: u8) -> QoS {
 }
 
 #[cfg(test)]
-#[path = "state_test.rs"]
-mod tests;
+mod test;

@@ -194,5 +194,4 @@ fn attribute_text(value: &x509_cert::attr::AttributeValue) -> Option<String> {
 }
 
 #[cfg(test)]
-#[path = "tls_test.rs"]
-mod tests;
+mod test;

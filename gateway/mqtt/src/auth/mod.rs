@@ -185,5 +185,4 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
 }
 
 #[cfg(test)]
-#[path = "test.rs"]
-mod tests;
+mod test;

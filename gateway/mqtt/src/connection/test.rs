@@ -1,4 +1,4 @@
-//! Connection tests over in-memory sockets against the in-memory store: the protocol flows the
+//! Connection tests over in-memory sockets against the in-memory log: the protocol flows the
 //! e2e suite repeats with real clients and the real log.
 
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::super::auth::Origin;
 use super::super::broker::Broker;
-use super::super::codec::tests::{client_connect, client_publish, client_subscribe};
+use super::super::codec::test::{client_connect, client_publish, client_subscribe};
 use super::super::codec::{self, QoS, Version};
 use super::super::config::MqttConfig;
 use super::super::message;
@@ -19,6 +19,13 @@ use tern_log::MemoryLog;
 
 use super::serve;
 use tern_core::shutdown::{self, ShutdownTrigger};
+
+mod auth;
+mod delivery;
+mod delivery_v5;
+mod ingest;
+mod sessions;
+mod share;
 
 pub(super) const WAIT: Duration = Duration::from_secs(3);
 

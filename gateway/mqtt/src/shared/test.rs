@@ -1,4 +1,4 @@
-//! Unit tests of shared groups over the in-memory store: spreading, acknowledgement and the
+//! Unit tests of shared groups over the in-memory log: spreading, acknowledgement and the
 //! group cursor, redelivery after a member leaves, key-sticky ownership, filter parsing and the
 //! registry's cursor lifecycle.
 

@@ -1,4 +1,4 @@
-//! Delivery tests against the in-memory store: outgoing QoS 2 (PUBREC → PUBREL → PUBCOMP,
+//! Delivery tests against the in-memory log: outgoing QoS 2 (PUBREC → PUBREL → PUBCOMP,
 //! resends, refusals, the released state across a restart) and DUP on redelivery after a
 //! restart; the MQTT 5 features are in `test_delivery_v5.rs`. The e2e suite repeats them with
 //! real clients and the real log.
@@ -6,12 +6,12 @@
 use bytes::BytesMut;
 use rumqttd::protocol::{self, Packet, Protocol};
 
-use super::super::broker::sent_cursor_name;
-use super::super::codec::tests::client_subscribe;
-use super::super::codec::{QoS, Version};
-use super::super::config::MqttConfig;
-use super::lease::LEASE_RECORDS;
-use super::test::{Client, Harness};
+use super::{Client, Harness};
+use crate::broker::sent_cursor_name;
+use crate::codec::test::client_subscribe;
+use crate::codec::{QoS, Version};
+use crate::config::MqttConfig;
+use crate::connection::lease::LEASE_RECORDS;
 use tern_log::LogPort;
 use tern_log::MemoryLog;
 

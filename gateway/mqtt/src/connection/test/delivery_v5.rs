@@ -1,10 +1,10 @@
-//! MQTT 5 delivery tests against the in-memory store: outbound topic aliases (LRU within the
+//! MQTT 5 delivery tests against the in-memory log: outbound topic aliases (LRU within the
 //! client's maximum, full topics on resends) and the inbound Receive Maximum (DISCONNECT 0x93).
 
-use super::super::codec::{QoS, Version};
-use super::super::config::MqttConfig;
-use super::test::Harness;
-use super::test_delivery::{connect_v5_aliases, publish_acked};
+use super::Harness;
+use super::delivery::{connect_v5_aliases, publish_acked};
+use crate::codec::{QoS, Version};
+use crate::config::MqttConfig;
 use tern_log::MemoryLog;
 
 #[tokio::test(start_paused = true)]
@@ -65,7 +65,7 @@ async fn resends_after_a_reconnect_carry_the_full_topic() {
 }
 
 fn qos_publish(topic: &str, qos: QoS, pkid: u16) -> Vec<u8> {
-    super::super::codec::tests::client_publish(Version::V5, topic, b"x", qos, pkid)
+    crate::codec::test::client_publish(Version::V5, topic, b"x", qos, pkid)
 }
 
 #[tokio::test(start_paused = true)]
@@ -104,7 +104,7 @@ async fn more_publishes_than_the_receive_maximum_get_disconnect_0x93() {
         .collect();
     greedy.send(&burst).await;
     let mut frames = Vec::new();
-    while let Some(frame) = greedy.try_frame(super::test::WAIT).await {
+    while let Some(frame) = greedy.try_frame(super::WAIT).await {
         frames.push(frame);
     }
     assert_eq!(
@@ -115,13 +115,7 @@ async fn more_publishes_than_the_receive_maximum_get_disconnect_0x93() {
     let mut v4 = h.connect(Version::V4, "old", true).await;
     let burst: Vec<u8> = (1..=3u16)
         .flat_map(|pkid| {
-            super::super::codec::tests::client_publish(
-                Version::V4,
-                "t",
-                b"x",
-                QoS::AtLeastOnce,
-                pkid,
-            )
+            crate::codec::test::client_publish(Version::V4, "t", b"x", QoS::AtLeastOnce, pkid)
         })
         .collect();
     v4.send(&burst).await;

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use super::super::codec::tests::client_publish;
-use super::super::codec::{QoS, Version};
-use super::super::config::MqttConfig;
-use super::test::Harness;
+use super::Harness;
+use crate::codec::test::client_publish;
+use crate::codec::{QoS, Version};
+use crate::config::MqttConfig;
 use tern_log::LogPort;
 use tern_log::MemoryLog;
 

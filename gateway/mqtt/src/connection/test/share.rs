@@ -3,9 +3,9 @@
 
 use rumqttd::protocol::Packet;
 
-use super::super::codec::tests::{client_connect, client_subscribe};
-use super::super::codec::{QoS, Version};
-use super::test::{Client, Harness};
+use super::{Client, Harness};
+use crate::codec::test::{client_connect, client_subscribe};
+use crate::codec::{QoS, Version};
 use tern_log::MemoryLog;
 
 /// The value of a one-byte property in an MQTT 5 CONNACK frame.

@@ -1,16 +1,16 @@
-//! MQTT 5 session tests against the in-memory store: session expiry, will delay, a will
+//! MQTT 5 session tests against the in-memory log: session expiry, will delay, a will
 //! cancelled by a reconnect, topic aliases.
 
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use super::super::codec::tests::{client_connect_v5, client_subscribe};
-use super::super::codec::{self, OutPublish, Outgoing, PublishProperties, QoS, Version};
-use super::super::message;
+use crate::codec::test::{client_connect_v5, client_subscribe};
+use crate::codec::{self, OutPublish, Outgoing, PublishProperties, QoS, Version};
+use crate::message;
 use tern_log::MemoryLog;
 
-use super::test::{Client, Harness, WAIT};
+use super::{Client, Harness, WAIT};
 
 /// Connects with a raw MQTT 5 CONNECT; returns the client and the CONNACK's session-present flag.
 async fn connect_v5(
@@ -142,7 +142,7 @@ async fn connections_beyond_the_limit_get_server_busy() {
         task,
     };
     second
-        .send(&super::super::codec::tests::client_connect(
+        .send(&crate::codec::test::client_connect(
             Version::V4,
             "second",
             true,
@@ -159,8 +159,8 @@ async fn connections_beyond_the_limit_get_server_busy() {
 
 #[tokio::test(start_paused = true)]
 async fn a_forgotten_session_takes_its_incoming_qos2_ids_along() {
-    use super::super::codec::tests::client_publish;
-    use super::super::state::STATE_TOPIC;
+    use crate::codec::test::client_publish;
+    use crate::state::STATE_TOPIC;
     use tern_log::LogPort;
     let store = MemoryLog::new(1);
     let h = Harness::new(store.clone()).await;
