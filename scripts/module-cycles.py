@@ -24,6 +24,8 @@ MOD_DECL = re.compile(
 PATH_ATTR = re.compile(r'#\s*\[\s*path\s*=\s*"([^"]+)"\s*\]')
 CFG_TEST = re.compile(r"#\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]")
 USE_STMT = re.compile(r"\buse\s+([^;]*);")
+RAW_STRING = re.compile(r'r(#*)"')
+CHAR = re.compile(r"'(\\u\{[0-9a-fA-F]+\}|\\.|[^\\'])'")
 CODE_PATH = re.compile(r"\b((?:crate|super)(?:\s*::\s*super)*)((?:\s*::\s*\w+)+)")
 
 
@@ -49,8 +51,8 @@ def strip(text):
                     j += 1
             out.append(re.sub(r"[^\n]", " ", text[i:j]))
             i = j
-        elif c == "r" and re.match(r'r#*"', text[i:]) and (i == 0 or not text[i - 1].isalnum()):
-            hashes = re.match(r"r(#*)\"", text[i:]).group(1)
+        elif c == "r" and RAW_STRING.match(text, i) and (i == 0 or not is_ident(text[i - 1])):
+            hashes = RAW_STRING.match(text, i).group(1)
             end = text.find('"' + hashes, i + 2 + len(hashes))
             j = n if end < 0 else end + 1 + len(hashes)
             out.append(re.sub(r"[^\n]", " ", text[i:j]))
@@ -61,14 +63,18 @@ def strip(text):
                 j += 2 if text[j] == "\\" else 1
             out.append('"' + re.sub(r"[^\n]", " ", text[i + 1 : j]) + '"')
             i = j + 1
-        elif c == "'" and re.match(r"'(\\.|[^\\'])'", text[i:]):
-            m = re.match(r"'(\\.|[^\\'])'", text[i:])
+        elif c == "'" and CHAR.match(text, i):
+            m = CHAR.match(text, i)
             out.append(" " * len(m.group(0)))
             i += len(m.group(0))
         else:
             out.append(c)
             i += 1
     return "".join(out)
+
+
+def is_ident(c):
+    return c.isalnum() or c == "_"
 
 
 def block_end(text, open_brace):
@@ -145,7 +151,8 @@ class Crate:
         found = []
         for m in USE_STMT.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
-            for path in expand(re.sub(r"\s+", "", m.group(1))):
+            tree = re.sub(r"\s+as\s+\w+", "", m.group(1))
+            for path in expand(re.sub(r"\s+", "", tree)):
                 segments = path.split("::")
                 heads = []
                 while segments and segments[0] in ("crate", "super"):
@@ -180,11 +187,10 @@ class Crate:
 
 
 def expand(tree):
-    """`a::{b, c::{d, e}}` -> a::b, a::c::d, a::c::e (without `as` renames)."""
-    tree = re.sub(r"\bas\w+$", "", tree)
+    """`a::{b,c::{d,e}}` -> a::b, a::c::d, a::c::e (whitespace and `as` renames removed)."""
     brace = tree.find("{")
     if brace < 0:
-        return [re.sub(r"as\w+$", "", tree).rstrip(":")]
+        return [tree.rstrip(":")]
     prefix, inner = tree[:brace], tree[brace + 1 : tree.rfind("}")]
     items, depth, start = [], 0, 0
     for i, c in enumerate(inner):
@@ -251,6 +257,13 @@ def one_cycle(group, succ):
     return [start]
 
 
+def shown(file):
+    try:
+        return file.relative_to(ROOT)
+    except ValueError:
+        return file
+
+
 def main(args):
     dirs = [Path(a) for a in args] or sorted(p.parent for p in ROOT.glob("gateway/*/src"))
     found = 0
@@ -265,7 +278,7 @@ def main(args):
                 print(f"  closed by {' -> '.join(cycle)}:")
                 for a, b in zip(cycle, cycle[1:]):
                     for file, line in sorted(set(edges[(a, b)])):
-                        print(f"    {a} -> {b}: {file.relative_to(ROOT)}:{line}")
+                        print(f"    {a} -> {b}: {shown(file)}:{line}")
     if found:
         print(f"{found} module cycle(s)")
         return 1
