@@ -1,4 +1,4 @@
-//! Several batches of one connection in flight to the log at once: answers held back so later
+//! Several batches of one connection in flight to the log at once: commits held back so later
 //! batches are durable first, yet acks leave in arrival order, each partition keeps the
 //! connection's publish order, and retained updates are applied in publish order.
 
@@ -14,8 +14,9 @@ use tern_log::MemoryLog;
 /// Pause between publishes so that each one is read as its own batch.
 const APART: Duration = Duration::from_millis(20);
 
-/// A server whose first three queued appends are answered last (300, 150 and 50 ms late),
-/// with `mqtt.inflight = 1` so that one publish makes a full batch (a batch starts beside
+/// A server whose first three queued appends have their commits held (300, 150 and 50 ms; a
+/// later commit of the same partition covers them, as a group commit does), with
+/// `mqtt.inflight = 1` so that one publish makes a full batch (a batch starts beside
 /// others in flight only when full).
 async fn slow_first_answers(store: MemoryLog) -> Harness {
     store.hold_answers([300, 150, 50].map(Duration::from_millis));
