@@ -78,7 +78,7 @@ impl SessionEntry {
 /// Shared MQTT server state.
 #[derive(Debug)]
 pub struct Broker<S> {
-    pub(crate) store: S,
+    pub(crate) log: S,
     pub(crate) config: MqttConfig,
     pub(crate) limits: TopicLimits,
     pub(crate) router: Router,
@@ -97,7 +97,7 @@ pub struct Broker<S> {
 impl<S: LogPort> Broker<S> {
     /// Creates the log topics and rebuilds retained messages and sessions from the state log.
     pub async fn open(
-        store: S,
+        log: S,
         config: MqttConfig,
         routes: Vec<RouteConfig>,
         metrics: Arc<MqttMetrics>,
@@ -106,10 +106,10 @@ impl<S: LogPort> Broker<S> {
         let router = Router::new(routes, config.default_log_topic.clone());
         let mut partitions = HashMap::new();
         for topic in router.log_topics() {
-            let count = store.ensure_topic(&topic).map_err(MqttError::Log)?;
+            let count = log.ensure_topic(&topic).map_err(MqttError::Log)?;
             partitions.insert(topic, count.max(1));
         }
-        let state = Arc::new(StateLog::new(store.clone()).map_err(MqttError::Log)?);
+        let state = Arc::new(StateLog::new(log.clone()).map_err(MqttError::Log)?);
         let loaded = state.load().await.map_err(MqttError::Log)?;
         tracing::info!(
             retained = loaded.retained.len(),
@@ -117,7 +117,7 @@ impl<S: LogPort> Broker<S> {
             records = loaded.records,
             "MQTT state loaded"
         );
-        let shared = SharedGroups::new(store.clone(), config.shared_strategy);
+        let shared = SharedGroups::new(log.clone(), config.shared_strategy);
         let held = loaded.sessions.iter().flat_map(|(id, stored)| {
             let filters = stored.subscriptions.iter().map(|s| s.filter.clone());
             filters.map(move |filter| (id.clone(), filter))
@@ -138,7 +138,7 @@ impl<S: LogPort> Broker<S> {
             retained: Retained::new(state.clone(), loaded.retained),
             auth,
             shared,
-            store,
+            log,
             config,
             router,
             metrics,
@@ -258,10 +258,10 @@ impl<S: LogPort> Broker<S> {
                     .await?;
             }
             self.state.put_session(&session.client_id, None).await?;
-            self.store
+            self.log
                 .remove_cursors(&cursor_name(&session.client_id))
                 .await?;
-            self.store
+            self.log
                 .remove_cursors(&sent_cursor_name(&session.client_id))
                 .await?;
         }

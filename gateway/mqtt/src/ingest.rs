@@ -85,7 +85,7 @@ pub fn ingest<S: LogPort>(
         let mut waiting = Vec::with_capacity(groups.len());
         for group in groups {
             let (topic, partition) = &group.partition;
-            let queued = broker.store.enqueue(topic, *partition, group.records).await;
+            let queued = broker.log.enqueue(topic, *partition, group.records).await;
             waiting.push((group.indices, queued));
         }
         let _ = queued_tx.send(());

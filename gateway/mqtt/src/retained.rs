@@ -86,8 +86,8 @@ mod tests {
 
     #[tokio::test]
     async fn retained_messages_survive_a_reload_and_empty_payloads_clear() {
-        let store = MemoryLog::new(1);
-        let state = Arc::new(StateLog::new(store.clone()).expect("state"));
+        let log = MemoryLog::new(1);
+        let state = Arc::new(StateLog::new(log.clone()).expect("state"));
         let retained = Retained::new(state, HashMap::new());
         retained.update(message("a/1", b"x")).await.expect("update");
         retained.update(message("a/2", b"y")).await.expect("update");
@@ -99,7 +99,7 @@ mod tests {
         assert_eq!(retained.matching("a/+"), vec![message("a/2", b"y")]);
         assert_eq!(retained.matching("#"), vec![message("a/2", b"y")]);
 
-        let state = Arc::new(StateLog::new(store).expect("state"));
+        let state = Arc::new(StateLog::new(log).expect("state"));
         let loaded = state.load().await.expect("load");
         let reloaded = Retained::new(state, loaded.retained);
         assert_eq!(reloaded.len(), 2);

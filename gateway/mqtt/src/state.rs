@@ -110,7 +110,7 @@ pub struct Loaded {
 /// Serialized writer of the state topic.
 #[derive(Debug)]
 pub struct StateLog<S> {
-    store: S,
+    log: S,
     writer: tokio::sync::Mutex<()>,
     live: Mutex<Live>,
 }
@@ -123,10 +123,10 @@ struct Live {
 }
 
 impl<S: LogPort> StateLog<S> {
-    pub fn new(store: S) -> Result<Self, LogError> {
-        store.ensure_topic(STATE_TOPIC)?;
+    pub fn new(log: S) -> Result<Self, LogError> {
+        log.ensure_topic(STATE_TOPIC)?;
         Ok(Self {
-            store,
+            log,
             writer: tokio::sync::Mutex::new(()),
             live: Mutex::default(),
         })
@@ -134,9 +134,9 @@ impl<S: LogPort> StateLog<S> {
 
     /// Reads the whole state topic and folds it; pins it against retention on first use.
     pub async fn load(&self) -> Result<Loaded, LogError> {
-        let (start, end) = self.store.offsets(STATE_TOPIC, 0)?;
-        if self.store.cursor(STATE_CURSOR, STATE_TOPIC, 0).is_none() {
-            self.store
+        let (start, end) = self.log.offsets(STATE_TOPIC, 0)?;
+        if self.log.cursor(STATE_CURSOR, STATE_TOPIC, 0).is_none() {
+            self.log
                 .commit_cursor(STATE_CURSOR, STATE_TOPIC, 0, start)
                 .await?;
         }
@@ -144,7 +144,7 @@ impl<S: LogPort> StateLog<S> {
         let mut live = Live::default();
         let mut next = start;
         while next < end {
-            let batch = self.store.read(STATE_TOPIC, 0, next, READ_CHUNK)?;
+            let batch = self.log.read(STATE_TOPIC, 0, next, READ_CHUNK)?;
             let Some(last) = batch.last() else { break };
             next = last.offset + 1;
             for stored in batch {
@@ -192,7 +192,7 @@ impl<S: LogPort> StateLog<S> {
             chunk.push(record);
             if chunk_bytes >= SNAPSHOT_CHUNK_BYTES {
                 let offset = self
-                    .store
+                    .log
                     .append(STATE_TOPIC, 0, std::mem::take(&mut chunk))
                     .await?;
                 base.get_or_insert(offset);
@@ -200,14 +200,14 @@ impl<S: LogPort> StateLog<S> {
             }
         }
         if !chunk.is_empty() {
-            let offset = self.store.append(STATE_TOPIC, 0, chunk).await?;
+            let offset = self.log.append(STATE_TOPIC, 0, chunk).await?;
             base.get_or_insert(offset);
         }
         let start = match base {
             Some(offset) => offset,
-            None => self.store.offsets(STATE_TOPIC, 0)?.1,
+            None => self.log.offsets(STATE_TOPIC, 0)?.1,
         };
-        self.store
+        self.log
             .commit_cursor(STATE_CURSOR, STATE_TOPIC, 0, start)
             .await?;
         self.lock_live().appended = count;
@@ -226,7 +226,7 @@ impl<S: LogPort> StateLog<S> {
         if record.timestamp_ms == 0 {
             record.timestamp_ms = super::message::now_ms();
         }
-        self.store
+        self.log
             .append(STATE_TOPIC, 0, vec![record.clone()])
             .await?;
         let result = apply();

@@ -62,18 +62,15 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 let (topic, p) = (&partition.0, partition.1);
                 let saved = self
                     .broker
-                    .store
+                    .log
                     .cursor(&name, topic, p)
                     .filter(|_| self.session.stored);
                 let start = match saved {
                     Some(offset) => offset,
                     None => {
-                        let end = self.broker.store.offsets(topic, p)?.1;
+                        let end = self.broker.log.offsets(topic, p)?.1;
                         if self.session.persistent() {
-                            self.broker
-                                .store
-                                .commit_cursor(&name, topic, p, end)
-                                .await?;
+                            self.broker.log.commit_cursor(&name, topic, p, end).await?;
                         }
                         end
                     }
@@ -81,7 +78,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 self.session.positions.insert(partition.clone(), start);
             }
             if self.watched.insert(partition.clone()) {
-                let mut end = self.broker.store.subscribe(&partition.0, partition.1)?;
+                let mut end = self.broker.log.subscribe(&partition.0, partition.1)?;
                 let wake = self.wake.clone();
                 self.watchers.spawn(async move {
                     while end.changed().await.is_ok() {
@@ -131,7 +128,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         if buffer.is_empty() {
             match self
                 .broker
-                .store
+                .log
                 .read(&partition.0, partition.1, next, READ_BYTES)
             {
                 Ok(records) => buffer.extend(records),
@@ -295,10 +292,9 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             let Some(offset) = self.session.cursor(&partition) else {
                 continue;
             };
-            let store = &self.broker.store;
-            if store.cursor(&name, &partition.0, partition.1) != Some(offset) {
-                store
-                    .commit_cursor(&name, &partition.0, partition.1, offset)
+            let log = &self.broker.log;
+            if log.cursor(&name, &partition.0, partition.1) != Some(offset) {
+                log.commit_cursor(&name, &partition.0, partition.1, offset)
                     .await?;
             }
         }

@@ -35,7 +35,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         for (partition, offset) in std::mem::take(&mut self.lease_due) {
             let lease = offset.saturating_add(LEASE_RECORDS);
             self.broker
-                .store
+                .log
                 .commit_cursor(&name, &partition.0, partition.1, lease)
                 .await?;
             self.session.sent_leases.insert(partition, lease);
@@ -50,7 +50,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             return;
         }
         let name = sent_cursor_name(&self.client_id);
-        let Some(lease) = self.broker.store.cursor(&name, &partition.0, partition.1) else {
+        let Some(lease) = self.broker.log.cursor(&name, &partition.0, partition.1) else {
             return;
         };
         self.session.sent_leases.insert(partition.clone(), lease);

@@ -30,25 +30,25 @@ mod share;
 pub(super) const WAIT: Duration = Duration::from_secs(3);
 
 pub(super) struct Harness {
-    pub(super) store: MemoryLog,
+    pub(super) log: MemoryLog,
     pub(super) broker: Arc<Broker<MemoryLog>>,
     trigger: ShutdownTrigger,
     shutdown: tern_core::shutdown::Shutdown,
 }
 
 impl Harness {
-    pub(super) async fn new(store: MemoryLog) -> Self {
-        Self::with_config(store, MqttConfig::default()).await
+    pub(super) async fn new(log: MemoryLog) -> Self {
+        Self::with_config(log, MqttConfig::default()).await
     }
 
-    pub(super) async fn with_config(store: MemoryLog, config: MqttConfig) -> Self {
+    pub(super) async fn with_config(log: MemoryLog, config: MqttConfig) -> Self {
         let metrics = Arc::new(MqttMetrics::default());
-        let broker = Broker::open(store.clone(), config, Vec::new(), metrics)
+        let broker = Broker::open(log.clone(), config, Vec::new(), metrics)
             .await
             .expect("broker");
         let (trigger, shutdown) = shutdown::channel();
         Self {
-            store,
+            log,
             broker,
             trigger,
             shutdown,
@@ -87,7 +87,7 @@ impl Harness {
     }
 
     pub(super) fn records(&self) -> Vec<tern_log::Record> {
-        self.store.all("mqtt")
+        self.log.all("mqtt")
     }
 }
 
@@ -160,7 +160,7 @@ async fn qos1_is_acknowledged_after_the_record_is_stored_with_headers() {
     let h = Harness::new(MemoryLog::new(2)).await;
     let mut c = h.connect(Version::V4, "dev-1", true).await;
     let commit = Duration::from_millis(100);
-    h.store.hold_answers([commit]);
+    h.log.hold_answers([commit]);
     let sent = tokio::time::Instant::now();
     c.publish("site/a/temp", b"21.5", QoS::AtLeastOnce, 7).await;
     assert_eq!(
@@ -188,7 +188,7 @@ async fn qos1_is_acknowledged_after_the_record_is_stored_with_headers() {
 #[tokio::test(start_paused = true)]
 async fn a_full_log_gets_quota_exceeded_on_v5_and_no_ack_on_v4() {
     let h = Harness::new(MemoryLog::new(1)).await;
-    h.store.set_full(true);
+    h.log.set_full(true);
     let mut v5 = h.connect(Version::V5, "v5", true).await;
     v5.publish("t", b"x", QoS::AtLeastOnce, 1).await;
     assert_eq!(v5.frame().await, [0x40, 4, 0, 1, 0x97, 0]);
@@ -204,7 +204,7 @@ async fn a_full_log_gets_quota_exceeded_on_v5_and_no_ack_on_v4() {
         "PINGRESP, not a PUBACK, comes first"
     );
     assert!(h.records().is_empty());
-    h.store.set_full(false);
+    h.log.set_full(false);
     v4.publish("t", b"x", QoS::AtLeastOnce, 1).await;
     assert_eq!(v4.frame().await, [0x40, 2, 0, 1]);
     assert_eq!(h.records().len(), 1);
@@ -212,14 +212,14 @@ async fn a_full_log_gets_quota_exceeded_on_v5_and_no_ack_on_v4() {
 
 #[tokio::test(start_paused = true)]
 async fn qos2_is_stored_exactly_once_and_survives_a_restart() {
-    let store = MemoryLog::new(1);
-    let h = Harness::new(store.clone()).await;
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
     let mut c = h.connect(Version::V4, "q2", false).await;
     c.publish("t", b"once", QoS::ExactlyOnce, 9).await;
     assert_eq!(c.frame().await, [0x50, 2, 0, 9]);
     drop(c);
 
-    let h = Harness::new(store).await;
+    let h = Harness::new(log).await;
     let mut c = h.connect(Version::V4, "q2", false).await;
     let mut dup = client_publish(Version::V4, "t", b"once", QoS::ExactlyOnce, 9);
     dup[0] |= 0b1000;
@@ -260,8 +260,8 @@ async fn subscribers_get_live_records_matching_their_filters() {
 
 #[tokio::test(start_paused = true)]
 async fn a_persistent_session_resumes_after_reconnect_and_restart() {
-    let store = MemoryLog::new(2);
-    let h = Harness::new(store.clone()).await;
+    let log = MemoryLog::new(2);
+    let h = Harness::new(log.clone()).await;
     let mut sub = h.connect(Version::V4, "keeper", false).await;
     sub.send(&client_subscribe(Version::V4, 1, "d/#", QoS::AtLeastOnce))
         .await;
@@ -277,7 +277,7 @@ async fn a_persistent_session_resumes_after_reconnect_and_restart() {
     drop(publisher);
     tokio::time::sleep(Duration::from_millis(100)).await;
 
-    let h = Harness::new(store).await;
+    let h = Harness::new(log).await;
     let mut sub = h.connect(Version::V4, "keeper", false).await;
     let mut topics = Vec::new();
     for _ in 0..5 {
@@ -292,15 +292,15 @@ async fn a_persistent_session_resumes_after_reconnect_and_restart() {
 
 #[tokio::test(start_paused = true)]
 async fn retained_messages_are_sent_on_subscribe_and_cleared_by_empty_payloads() {
-    let store = MemoryLog::new(1);
-    let h = Harness::new(store.clone()).await;
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
     let mut c = h.connect(Version::V4, "r", true).await;
     let mut retained = client_publish(Version::V4, "r/1", b"kept", QoS::AtLeastOnce, 1);
     retained[0] |= 1;
     c.send(&retained).await;
     assert_eq!(c.frame().await, [0x40, 2, 0, 1]);
 
-    let h2 = Harness::new(store).await;
+    let h2 = Harness::new(log).await;
     let mut s = h2.connect(Version::V4, "s", true).await;
     s.send(&client_subscribe(Version::V4, 1, "r/#", QoS::AtMostOnce))
         .await;

@@ -46,13 +46,13 @@ pub enum Command {
 
 /// Runs the group of `key` over `partitions` until it is closed or every sender is gone.
 pub async fn run<S: LogPort>(
-    store: S,
+    log: S,
     key: ShareKey,
     strategy: SharedStrategy,
     partitions: Vec<PartitionId>,
     mut inbox: mpsc::Receiver<Command>,
 ) {
-    let mut dispatcher = match Dispatcher::start(store, key, strategy, partitions).await {
+    let mut dispatcher = match Dispatcher::start(log, key, strategy, partitions).await {
         Ok(dispatcher) => dispatcher,
         Err((key, err)) => {
             tracing::error!(group = %key.group, filter = %key.filter, %err, "shared group cannot start");
@@ -85,7 +85,7 @@ pub async fn run<S: LogPort>(
 }
 
 struct Dispatcher<S> {
-    store: S,
+    log: S,
     key: ShareKey,
     cursor_name: String,
     state: GroupState<S>,
@@ -97,7 +97,7 @@ struct Dispatcher<S> {
 
 impl<S: LogPort> Dispatcher<S> {
     async fn start(
-        store: S,
+        log: S,
         key: ShareKey,
         strategy: SharedStrategy,
         partitions: Vec<PartitionId>,
@@ -109,16 +109,16 @@ impl<S: LogPort> Dispatcher<S> {
         let mut fresh = Vec::new();
         for partition in partitions {
             let (topic, p) = (&partition.0, partition.1);
-            let saved = store.cursor(&cursor_name, topic, p);
+            let saved = log.cursor(&cursor_name, topic, p);
             let start = match saved {
                 Some(offset) => offset,
                 None => {
-                    let end = store.offsets(topic, p).map_err(|e| (key.clone(), e))?.1;
+                    let end = log.offsets(topic, p).map_err(|e| (key.clone(), e))?.1;
                     fresh.push((partition.clone(), end));
                     end
                 }
             };
-            let mut end = store.subscribe(topic, p).map_err(|e| (key.clone(), e))?;
+            let mut end = log.subscribe(topic, p).map_err(|e| (key.clone(), e))?;
             let wake = wake.clone();
             watchers.spawn(async move {
                 while end.changed().await.is_ok() {
@@ -128,12 +128,12 @@ impl<S: LogPort> Dispatcher<S> {
             starts.insert(partition, start);
         }
         for ((topic, p), offset) in &fresh {
-            let committed = store.commit_cursor(&cursor_name, topic, *p, *offset).await;
+            let committed = log.commit_cursor(&cursor_name, topic, *p, *offset).await;
             committed.map_err(|e| (key.clone(), e))?;
         }
-        let state = GroupState::new(store.clone(), key.filter.clone(), strategy, starts.clone());
+        let state = GroupState::new(log.clone(), key.filter.clone(), strategy, starts.clone());
         Ok(Self {
-            store,
+            log,
             key,
             cursor_name,
             state,
@@ -180,7 +180,7 @@ impl<S: LogPort> Dispatcher<S> {
         for (partition, offset) in moved {
             let (topic, p) = (&partition.0, partition.1);
             match self
-                .store
+                .log
                 .commit_cursor(&self.cursor_name, topic, p, offset)
                 .await
             {

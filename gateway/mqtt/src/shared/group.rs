@@ -69,7 +69,7 @@ impl Candidate for Slot {
 /// One shared group's positions and members.
 #[derive(Debug)]
 pub(super) struct GroupState<S> {
-    store: S,
+    log: S,
     filter: String,
     strategy: SharedStrategy,
     positions: BTreeMap<PartitionId, Position>,
@@ -81,7 +81,7 @@ pub(super) struct GroupState<S> {
 impl<S: LogPort> GroupState<S> {
     /// A group reading `filter` from `starts` (partition → first offset to read).
     pub fn new(
-        store: S,
+        log: S,
         filter: String,
         strategy: SharedStrategy,
         starts: BTreeMap<PartitionId, u64>,
@@ -97,7 +97,7 @@ impl<S: LogPort> GroupState<S> {
             })
             .collect();
         Self {
-            store,
+            log,
             filter,
             strategy,
             positions,
@@ -227,7 +227,7 @@ impl<S: LogPort> GroupState<S> {
             }
             if position.buffer.is_empty() {
                 let (topic, p) = (&partition.0, partition.1);
-                match self.store.read(topic, p, position.next, READ_BYTES) {
+                match self.log.read(topic, p, position.next, READ_BYTES) {
                     Ok(records) => position.buffer.extend(records),
                     Err(LogError::OffsetOutOfRange { start, .. }) if start > position.next => {
                         tracing::warn!(filter = %self.filter, ?partition, next = position.next, start, "records expired before a shared group read them");

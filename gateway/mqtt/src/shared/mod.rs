@@ -94,16 +94,16 @@ struct Registry {
 /// Every shared group of the broker.
 #[derive(Debug)]
 pub struct SharedGroups<S> {
-    store: S,
+    log: S,
     strategy: SharedStrategy,
     registry: Mutex<Registry>,
     next_member: AtomicU64,
 }
 
 impl<S: LogPort> SharedGroups<S> {
-    pub fn new(store: S, strategy: SharedStrategy) -> Self {
+    pub fn new(log: S, strategy: SharedStrategy) -> Self {
         Self {
-            store,
+            log,
             strategy,
             registry: Mutex::default(),
             next_member: AtomicU64::new(1),
@@ -123,10 +123,10 @@ impl<S: LogPort> SharedGroups<S> {
             }
         }
         let live: HashSet<String> = registry.holders.keys().map(ShareKey::cursor_name).collect();
-        for name in self.store.cursor_names() {
+        for name in self.log.cursor_names() {
             if name.starts_with(CURSOR_PREFIX) && !live.contains(&name) {
                 tracing::info!(cursor = %name, "removing the cursor of an abandoned shared group");
-                self.store.remove_cursors(&name).await?;
+                self.log.remove_cursors(&name).await?;
             }
         }
         Ok(())
@@ -149,8 +149,8 @@ impl<S: LogPort> SharedGroups<S> {
             holders.insert(client_id.to_owned());
             let group = registry.groups.entry(key.clone()).or_insert_with(|| {
                 let (commands, inbox) = mpsc::channel(COMMANDS);
-                let store = self.store.clone();
-                let task = dispatcher::run(store, key.clone(), self.strategy, partitions, inbox);
+                let log = self.log.clone();
+                let task = dispatcher::run(log, key.clone(), self.strategy, partitions, inbox);
                 tokio::spawn(task);
                 Group { commands }
             });
@@ -195,7 +195,7 @@ impl<S: LogPort> SharedGroups<S> {
                 let _ = closed.await;
             }
         }
-        self.store.remove_cursors(&key.cursor_name()).await
+        self.log.remove_cursors(&key.cursor_name()).await
     }
 
     /// Releases every shared subscription among a session's `filters` (the session ends).

@@ -232,14 +232,14 @@ async fn qos2_deliveries_fill_the_window_until_pubcomp() {
 
 #[tokio::test(start_paused = true)]
 async fn deliveries_repeated_after_a_restart_carry_dup() {
-    let store = MemoryLog::new(1);
-    let h = Harness::new(store.clone()).await;
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     assert_eq!(sub.subscribed("d/#", QoS::AtLeastOnce).await, 1);
     publish_acked(&h, "d/1", 1).await;
     let sent = sub.delivered().await;
     assert_eq!(sent.first & 0x08, 0, "a first delivery has no DUP");
-    let lease = store.cursor(&sent_cursor_name("sub"), "mqtt", 0);
+    let lease = log.cursor(&sent_cursor_name("sub"), "mqtt", 0);
     assert_eq!(
         lease,
         Some(LEASE_RECORDS),
@@ -248,7 +248,7 @@ async fn deliveries_repeated_after_a_restart_carry_dup() {
     drop(sub);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
-    let h = Harness::new(store.clone()).await;
+    let h = Harness::new(log.clone()).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     let again = sub.delivered().await;
     assert_eq!(
@@ -262,7 +262,7 @@ async fn deliveries_repeated_after_a_restart_carry_dup() {
     clean.send(&[0xe0, 0]).await;
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert_eq!(
-        store.cursor(&sent_cursor_name("sub"), "mqtt", 0),
+        log.cursor(&sent_cursor_name("sub"), "mqtt", 0),
         None,
         "leases end with the session"
     );
@@ -270,8 +270,8 @@ async fn deliveries_repeated_after_a_restart_carry_dup() {
 
 #[tokio::test(start_paused = true)]
 async fn a_released_qos2_delivery_stays_released_across_a_restart() {
-    let store = MemoryLog::new(1);
-    let h = Harness::new(store.clone()).await;
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     assert_eq!(sub.subscribed("x/#", QoS::ExactlyOnce).await, 2);
     let mut publisher = h.connect(Version::V4, "p", true).await;
@@ -283,7 +283,7 @@ async fn a_released_qos2_delivery_stays_released_across_a_restart() {
     drop((sub, publisher));
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
-    let h = Harness::new(store.clone()).await;
+    let h = Harness::new(log.clone()).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     assert_eq!(
         sub.frame().await,
@@ -299,7 +299,7 @@ async fn a_released_qos2_delivery_stays_released_across_a_restart() {
     sub.send(&[0xe0, 0]).await;
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
-    let h = Harness::new(store).await;
+    let h = Harness::new(log).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     assert_eq!(
         sub.try_frame(SHORT).await,

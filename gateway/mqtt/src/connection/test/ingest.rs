@@ -18,19 +18,19 @@ const APART: Duration = Duration::from_millis(20);
 /// later commit of the same partition covers them, as a group commit does), with
 /// `mqtt.inflight = 1` so that one publish makes a full batch (a batch starts beside
 /// others in flight only when full).
-async fn slow_first_answers(store: MemoryLog) -> Harness {
-    store.hold_answers([300, 150, 50].map(Duration::from_millis));
+async fn slow_first_answers(log: MemoryLog) -> Harness {
+    log.hold_answers([300, 150, 50].map(Duration::from_millis));
     let config = MqttConfig {
         inflight: 1,
         ..MqttConfig::default()
     };
-    Harness::with_config(store, config).await
+    Harness::with_config(log, config).await
 }
 
 #[tokio::test(start_paused = true)]
 async fn acks_follow_arrival_order_and_partitions_keep_publish_order() {
-    let store = MemoryLog::new(2);
-    let h = slow_first_answers(store.clone()).await;
+    let log = MemoryLog::new(2);
+    let h = slow_first_answers(log.clone()).await;
     let mut c = h.connect(Version::V4, "pipe", true).await;
     for i in 1..=12u16 {
         let topic = format!("t/{}", i % 3);
@@ -42,13 +42,13 @@ async fn acks_follow_arrival_order_and_partitions_keep_publish_order() {
         assert_eq!(c.frame().await, [0x40, 2, 0, i], "PUBACK {i} out of order");
     }
     assert!(
-        store.most_unanswered() >= 3,
+        log.most_unanswered() >= 3,
         "only {} appends were in flight at once",
-        store.most_unanswered()
+        log.most_unanswered()
     );
     let mut stored = 0;
     for partition in 0..2 {
-        let records = store.read("mqtt", partition, 0, usize::MAX).expect("read");
+        let records = log.read("mqtt", partition, 0, usize::MAX).expect("read");
         let order: Vec<u16> = records
             .iter()
             .filter_map(|r| std::str::from_utf8(&r.record.value).ok()?.parse().ok())

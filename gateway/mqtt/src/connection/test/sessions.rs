@@ -162,8 +162,8 @@ async fn a_forgotten_session_takes_its_incoming_qos2_ids_along() {
     use crate::codec::test::client_publish;
     use crate::state::STATE_TOPIC;
     use tern_log::LogPort;
-    let store = MemoryLog::new(1);
-    let h = Harness::new(store.clone()).await;
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
     let (mut c, _) = connect_v5(&h, "q2", true, 60, None).await;
     c.send(&client_publish(
         Version::V5,
@@ -179,8 +179,8 @@ async fn a_forgotten_session_takes_its_incoming_qos2_ids_along() {
     // Clean start ends the stored session, PUBREL never came.
     let (_c, present) = connect_v5(&h, "q2", true, 0, None).await;
     assert!(!present);
-    let (start, end) = store.offsets(STATE_TOPIC, 0).expect("offsets");
-    let records = store.read(STATE_TOPIC, 0, start, usize::MAX).expect("read");
+    let (start, end) = log.offsets(STATE_TOPIC, 0).expect("offsets");
+    let records = log.read(STATE_TOPIC, 0, start, usize::MAX).expect("read");
     assert_eq!(records.len() as u64, end - start);
     let latest = records
         .iter()
