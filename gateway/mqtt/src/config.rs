@@ -1,8 +1,10 @@
 //! `[mqtt]` and `[[route]]` settings: the listener, its limits (all with safe defaults for a
 //! Pi-class gateway), the shared-subscription strategy, the `[mqtt.tls]` listener and the
-//! routing rules from MQTT topics to log topics (`[mqtt.auth]`/`[mqtt.acl]` live in
-//! `auth/config.rs`). Describes settings only; the validation pass names the offending key.
+//! routing rules from MQTT topics to log topics; `[mqtt.auth]` and `[[mqtt.acl]]` are in
+//! `config/auth.rs`. Describes settings only; the validation pass names the offending key.
 //! A leaf: imports no module that runs the server. Never opens sockets or files.
+
+pub mod auth;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use tern_core::{ByteSize, HumanDuration, InvalidConfig, invalid};
 
-use super::auth::config::{AclConfig, AuthConfig};
+use self::auth::{AclConfig, AuthConfig};
 use super::topic::{self, TopicLimits};
 
 /// `[mqtt]`: the device-facing listener.

@@ -25,9 +25,9 @@ mod will;
 
 use std::net::SocketAddr;
 
-pub use auth::config::{Access, Anonymous};
 pub use auth::passwd;
 pub use broker::Broker;
+pub use config::auth::{Access, Anonymous};
 pub use config::{MqttConfig, RouteConfig, RouteKey};
 pub use listener::MqttListener;
 pub use metrics::MqttMetrics;
