@@ -1,7 +1,8 @@
 //! The MQTT TCP listener: binds, accepts connections and runs each in its own task (the TLS
-//! handshake from `tls.rs` first on a TLS listener, then the connection) until shutdown, then
-//! waits for them to finish their in-flight work. Also runs the session-expiry sweep. The connection limit itself is checked in the handshake so refused clients get a
-//! CONNACK; the listener never reads client bytes.
+//! handshake from `tls.rs` first on a TLS listener, then the connection) until shutdown, then waits
+//! for them to finish their in-flight work. Also runs the session-expiry sweep. The connection
+//! limit itself is checked in the handshake so refused clients get a CONNACK; the listener never
+//! reads client bytes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! Will messages: taken from CONNECT, published through the normal store path when a
+//! Will messages: taken from CONNECT, published through the normal ingest path when a
 //! connection ends without a clean DISCONNECT (or with MQTT 5 reason 0x04), after the MQTT 5
 //! will delay — capped by the session expiry — unless the client reconnected meanwhile.
 

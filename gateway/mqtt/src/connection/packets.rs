@@ -1,4 +1,4 @@
-//! The connected client's packets: PUBLISH into the store queue (Receive Maximum, topic
+//! The connected client's packets: PUBLISH into the append queue (Receive Maximum, topic
 //! aliases, ACLs), PUBREL, the acknowledgements of deliveries (PUBACK; PUBREC → PUBREL →
 //! PUBCOMP), SUBSCRIBE/UNSUBSCRIBE with options and retained messages, PINGREQ and DISCONNECT.
 //! Delivery itself lives in `delivery.rs`, shared subscriptions in `share.rs`.
