@@ -1,4 +1,4 @@
-//! The state every MQTT connection shares: the store, limits, routing table, retained
+//! The state every MQTT connection shares: the log (a `LogPort`), limits, routing table, retained
 //! messages, the session registry (client-id takeover and expiry), the shared subscription
 //! groups and the metrics. Built once at startup from the state log. Holds no socket;
 //! connections borrow from it.
@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::{Notify, OwnedMutexGuard};
 
@@ -15,12 +17,14 @@ use super::auth::Auth;
 use super::config::{MqttConfig, RouteConfig};
 use super::metrics::MqttMetrics;
 use super::retained::Retained;
+use super::router::PartitionId;
 use super::router::Router;
-use super::session::{NEVER_EXPIRES, PartitionId, Session};
+use super::session::{NEVER_EXPIRES, Session};
 use super::shared::SharedGroups;
-use super::state::StateLog;
-use super::store::{Store, StoreError};
+use super::state::{StateError, StateLog};
 use super::topic::TopicLimits;
+use tern_log::LogPort;
+use tokio::time::error::Elapsed;
 
 /// How long a new connection waits for the previous holder of its client id to let go.
 const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
@@ -31,7 +35,7 @@ pub struct SessionEntry {
     session: Arc<tokio::sync::Mutex<Session>>,
     holder: Mutex<Holder>,
     /// Bumped on every connect; delayed wills check it before firing.
-    pub generation: AtomicU64,
+    pub(crate) generation: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -57,7 +61,7 @@ impl SessionEntry {
     }
 
     /// Marks the connection holding `kick` as gone.
-    pub fn release(&self, kick: &Arc<Notify>) {
+    pub(crate) fn release(&self, kick: &Arc<Notify>) {
         let mut holder = self.holder();
         if holder.kick.as_ref().is_some_and(|k| Arc::ptr_eq(k, kick)) {
             holder.kick = None;
@@ -66,7 +70,7 @@ impl SessionEntry {
     }
 
     /// Whether no connection holds the session.
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.holder().kick.is_none()
     }
 }
@@ -74,26 +78,26 @@ impl SessionEntry {
 /// Shared MQTT server state.
 #[derive(Debug)]
 pub struct Broker<S> {
-    pub store: S,
-    pub config: MqttConfig,
-    pub limits: TopicLimits,
-    pub router: Router,
-    pub metrics: Arc<MqttMetrics>,
-    pub state: Arc<StateLog<S>>,
-    pub retained: Retained<S>,
-    pub auth: Auth,
+    pub(crate) log: S,
+    pub(crate) config: MqttConfig,
+    pub(crate) limits: TopicLimits,
+    pub(crate) router: Router,
+    pub(crate) metrics: Arc<MqttMetrics>,
+    pub(crate) state: Arc<StateLog<S>>,
+    pub(crate) retained: Retained<S>,
+    pub(crate) auth: Auth,
     /// Shared subscription groups (`$share/…`).
-    pub shared: SharedGroups<S>,
+    pub(crate) shared: SharedGroups<S>,
     partitions: HashMap<String, u32>,
     sessions: Mutex<HashMap<String, Arc<SessionEntry>>>,
     next_connection: AtomicU64,
     boot: u64,
 }
 
-impl<S: Store> Broker<S> {
+impl<S: LogPort> Broker<S> {
     /// Creates the log topics and rebuilds retained messages and sessions from the state log.
     pub async fn open(
-        store: S,
+        log: S,
         config: MqttConfig,
         routes: Vec<RouteConfig>,
         metrics: Arc<MqttMetrics>,
@@ -102,23 +106,23 @@ impl<S: Store> Broker<S> {
         let router = Router::new(routes, config.default_log_topic.clone());
         let mut partitions = HashMap::new();
         for topic in router.log_topics() {
-            let count = store.ensure_topic(&topic).map_err(MqttError::Store)?;
+            let count = log.ensure_topic(&topic).map_err(MqttError::Log)?;
             partitions.insert(topic, count.max(1));
         }
-        let state = Arc::new(StateLog::new(store.clone()).map_err(MqttError::Store)?);
-        let loaded = state.load().await.map_err(MqttError::Store)?;
+        let state = Arc::new(StateLog::new(log.clone()).map_err(MqttError::Log)?);
+        let loaded = state.load().await.map_err(MqttError::Log)?;
         tracing::info!(
             retained = loaded.retained.len(),
             sessions = loaded.sessions.len(),
             records = loaded.records,
             "MQTT state loaded"
         );
-        let shared = SharedGroups::new(store.clone(), config.shared_strategy);
+        let shared = SharedGroups::new(log.clone(), config.shared_strategy);
         let held = loaded.sessions.iter().flat_map(|(id, stored)| {
             let filters = stored.subscriptions.iter().map(|s| s.filter.clone());
             filters.map(move |filter| (id.clone(), filter))
         });
-        shared.restore(held).await.map_err(MqttError::Store)?;
+        shared.restore(held).await.map_err(MqttError::Log)?;
         let sessions = loaded
             .sessions
             .into_iter()
@@ -134,7 +138,7 @@ impl<S: Store> Broker<S> {
             retained: Retained::new(state.clone(), loaded.retained),
             auth,
             shared,
-            store,
+            log,
             config,
             router,
             metrics,
@@ -147,22 +151,22 @@ impl<S: Store> Broker<S> {
     }
 
     /// A number unique to this connection within this process.
-    pub fn connection_id(&self) -> u64 {
+    pub(crate) fn connection_id(&self) -> u64 {
         self.next_connection.fetch_add(1, Ordering::Relaxed)
     }
 
     /// A client id for a client that sent an empty one.
-    pub fn assign_client_id(&self, connection: u64) -> String {
+    pub(crate) fn assign_client_id(&self, connection: u64) -> String {
         format!("tern-{:x}-{connection}", self.boot)
     }
 
     /// Partition count of a routed log topic.
-    pub fn partitions(&self, log_topic: &str) -> u32 {
+    pub(crate) fn partitions(&self, log_topic: &str) -> u32 {
         self.partitions.get(log_topic).copied().unwrap_or(1)
     }
 
     /// Every partition a subscription filter may find records in.
-    pub fn partitions_for(&self, filter: &str) -> Vec<PartitionId> {
+    pub(crate) fn partitions_for(&self, filter: &str) -> Vec<PartitionId> {
         self.router
             .log_topics_for(filter)
             .into_iter()
@@ -175,11 +179,11 @@ impl<S: Store> Broker<S> {
 
     /// Takes the session of `client_id` for a new connection: asks the current holder to leave
     /// (client-id takeover) and waits until it has. `kick` is how this connection will be asked.
-    pub async fn take_session(
+    pub(crate) async fn take_session(
         &self,
         client_id: &str,
         kick: Arc<Notify>,
-    ) -> Result<(Arc<SessionEntry>, OwnedMutexGuard<Session>), StoreError> {
+    ) -> Result<(Arc<SessionEntry>, OwnedMutexGuard<Session>), Elapsed> {
         let entry = {
             let mut sessions = self.lock_sessions();
             sessions
@@ -190,13 +194,7 @@ impl<S: Store> Broker<S> {
         if let Some(previous) = entry.holder().kick.take() {
             previous.notify_one();
         }
-        let guard = tokio::time::timeout(TAKEOVER_WAIT, entry.session.clone().lock_owned())
-            .await
-            .map_err(|_| StoreError::Failed {
-                op: "session takeover",
-                topic: client_id.to_owned(),
-                message: "the previous connection did not let go".to_owned(),
-            })?;
+        let guard = tokio::time::timeout(TAKEOVER_WAIT, entry.session.clone().lock_owned()).await?;
         {
             let mut holder = entry.holder();
             if let Some(other) = holder.kick.replace(kick) {
@@ -209,7 +207,7 @@ impl<S: Store> Broker<S> {
     }
 
     /// Ends sessions whose expiry has passed since their connection closed.
-    pub async fn expire_sessions(&self) {
+    pub(crate) async fn expire_sessions(&self) {
         let expired: Vec<(String, Arc<SessionEntry>)> = {
             let sessions = self.lock_sessions();
             sessions
@@ -244,7 +242,7 @@ impl<S: Store> Broker<S> {
     }
 
     /// Durably deletes a session's record and cursors and clears it in memory.
-    pub async fn forget_session(&self, session: &mut Session) -> Result<(), StoreError> {
+    pub(crate) async fn forget_session(&self, session: &mut Session) -> Result<(), StateError> {
         if session.stored {
             let released = session.inflight.iter().filter(|(_, i)| i.released);
             for (pkid, _) in released.filter(|(_, i)| i.source.is_some()) {
@@ -260,10 +258,10 @@ impl<S: Store> Broker<S> {
                     .await?;
             }
             self.state.put_session(&session.client_id, None).await?;
-            self.store
+            self.log
                 .remove_cursors(&cursor_name(&session.client_id))
                 .await?;
-            self.store
+            self.log
                 .remove_cursors(&sent_cursor_name(&session.client_id))
                 .await?;
         }

@@ -574,9 +574,4 @@ fn build_publish(publish: &OutPublish) -> protocol::Publish {
 }
 
 #[cfg(test)]
-#[path = "codec_test.rs"]
-pub(crate) mod tests;
-
-#[cfg(test)]
-#[path = "codec_delivery_test.rs"]
-mod delivery_tests;
+pub(crate) mod test;

@@ -1,16 +1,19 @@
 //! `[mqtt]` and `[[route]]` settings: the listener, its limits (all with safe defaults for a
-//! Pi-class gateway) and the routing rules from MQTT topics to log topics. Describes settings
-//! only; the validation pass names the offending key. Never opens sockets or files.
+//! Pi-class gateway), the shared-subscription strategy, the `[mqtt.tls]` listener and the
+//! routing rules from MQTT topics to log topics; `[mqtt.auth]` and `[[mqtt.acl]]` are in
+//! `config/auth.rs`. Describes settings only; the validation pass names the offending key.
+//! A leaf: imports no module that runs the server. Never opens sockets or files.
+
+pub mod auth;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use tern_core::{ByteSize, HumanDuration, InvalidConfig, invalid};
 
-use super::auth::config::{AclConfig, AuthConfig};
-use super::shared::SharedStrategy;
-use super::tls::TlsConfig;
+use self::auth::{AclConfig, AuthConfig};
 use super::topic::{self, TopicLimits};
 
 /// `[mqtt]`: the device-facing listener.
@@ -211,6 +214,67 @@ fn validate_log_topic(key: &str, name: &str) -> Result<(), InvalidConfig> {
         return Err(invalid(key, "names starting with \"__\" are reserved"));
     }
     Ok(())
+}
+
+/// `[mqtt] shared_strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SharedStrategy {
+    /// Each record to the next member with room in its window.
+    #[default]
+    RoundRobin,
+    /// Each record to the member its key hashes to; a busy member holds its keys back.
+    KeySticky,
+}
+
+/// `[mqtt.tls]`: a second, TLS-only MQTT listener.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Address of the TLS listener.
+    #[serde(default = "default_tls_listen")]
+    pub listen: SocketAddr,
+    /// PEM file with the server certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM file with the server's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// PEM file of CA certificates that sign client certificates; none = no client certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<PathBuf>,
+    /// With `client_ca`: refuse clients without a valid certificate (false: verify it only
+    /// when one is presented).
+    #[serde(default = "yes")]
+    pub require_client_cert: bool,
+    /// The client certificate's CN (else first SAN) becomes the username; no password needed.
+    #[serde(default)]
+    pub use_identity_as_username: bool,
+}
+
+pub(crate) fn default_tls_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8883))
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl TlsConfig {
+    /// Checks relations the types cannot express.
+    pub fn validate(&self, plain_listen: SocketAddr) -> Result<(), InvalidConfig> {
+        let invalid =
+            |key: &str, message: &str| tern_core::invalid(&format!("mqtt.tls.{key}"), message);
+        if self.listen == plain_listen && self.listen.port() != 0 {
+            return Err(invalid("listen", "is already the plain MQTT listener"));
+        }
+        if self.use_identity_as_username && !(self.client_ca.is_some() && self.require_client_cert)
+        {
+            return Err(invalid(
+                "use_identity_as_username",
+                "needs client_ca and require_client_cert = true",
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

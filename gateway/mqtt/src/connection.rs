@@ -19,16 +19,18 @@ use tokio::time::Instant;
 use super::auth::Origin;
 use super::broker::{Broker, SessionEntry};
 use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
+use super::error::ConnError;
 use super::ingest::{Ingested, Pending, Turn};
 use super::metrics::MqttMetrics;
-use super::session::{PartitionId, Session};
+use super::router::PartitionId;
+use super::session::Session;
 use super::shared::{Delivery, Memberships};
-use super::store::{Store, StoreError, StoredRecord};
 use super::will::Will;
 use out_alias::OutboundAliases;
 use quota::InboundQuota;
 use rate::RateLimit;
 use tern_core::shutdown::Shutdown;
+use tern_log::{LogPort, StoredRecord};
 
 /// How long a write to a client may take before the connection is given up.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -45,35 +47,6 @@ mod rate;
 mod share;
 #[cfg(test)]
 mod test;
-#[cfg(test)]
-mod test_auth;
-#[cfg(test)]
-mod test_delivery;
-#[cfg(test)]
-mod test_delivery_v5;
-#[cfg(test)]
-mod test_ingest;
-#[cfg(test)]
-mod test_sessions;
-#[cfg(test)]
-mod test_share;
-
-/// Why a connection ended.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConnError {
-    #[error("socket: {0}")]
-    Io(#[from] std::io::Error),
-    #[error(transparent)]
-    Codec(#[from] CodecError),
-    #[error("protocol violation: {reason}")]
-    Protocol {
-        reason: &'static str,
-        code: DisconnectReason,
-    },
-    #[error("storage: {0}")]
-    Store(#[from] StoreError),
-}
 
 /// What the packet loop does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +67,7 @@ pub async fn serve<S, IO>(
     origin: Origin,
     shutdown: Shutdown,
 ) where
-    S: Store,
+    S: LogPort,
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (mut reader, writer) = tokio::io::split(io);
@@ -130,7 +103,7 @@ pub async fn serve<S, IO>(
     MqttMetrics::dec(&broker.metrics.connections);
 }
 
-async fn refuse<S: Store, W: AsyncWrite>(
+async fn refuse<S: LogPort, W: AsyncWrite>(
     broker: &Broker<S>,
     mut writer: WriteHalf<W>,
     reply: Option<(Version, codec::ConnAckCode)>,
@@ -154,7 +127,7 @@ async fn refuse<S: Store, W: AsyncWrite>(
 }
 
 /// A connected client.
-pub struct Connection<S: Store, W> {
+pub struct Connection<S: LogPort, W> {
     broker: Arc<Broker<S>>,
     writer: WriteHalf<W>,
     out: BytesMut,
@@ -196,7 +169,7 @@ pub struct Connection<S: Store, W> {
     groups: Memberships,
 }
 
-impl<S: Store, W> std::fmt::Debug for Connection<S, W> {
+impl<S: LogPort, W> std::fmt::Debug for Connection<S, W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Connection")
             .field("client_id", &self.client_id)
@@ -217,7 +190,7 @@ enum Event {
     Tick,
 }
 
-impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     async fn run<R: AsyncRead>(
         &mut self,
         reader: &mut ReadHalf<R>,
@@ -396,7 +369,11 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     self.disconnect(code).await;
                 }
             }
-            ConnError::Store(_) => {
+            ConnError::Log(_)
+            | ConnError::State(_)
+            | ConnError::Ingest(_)
+            | ConnError::Task(_)
+            | ConnError::Takeover { .. } => {
                 tracing::error!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
                 self.disconnect(DisconnectReason::UnspecifiedError).await;
             }

@@ -14,7 +14,8 @@ use tokio::sync::oneshot;
 use super::broker::Broker;
 use super::codec::QoS;
 use super::message::Message;
-use super::store::{Queued, Record, Store, StoreError};
+use super::state::StateError;
+use tern_log::{LogError, LogPort, Queued, Record};
 
 /// What to send once a publish is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,12 +42,14 @@ pub struct Pending {
 }
 
 /// How a publish ended.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Outcome {
     Stored,
     /// The log refused it (full): never acknowledge it as stored.
     Full,
-    Failed(StoreError),
+    /// Not stored, or stored without its retained update or QoS 2 mark: never acknowledge
+    /// it. One append's failure is shared by every publish of its group.
+    Failed(Arc<StateError>),
 }
 
 /// A batch's place in its connection's order: resolves once that batch has queued its appends
@@ -62,7 +65,7 @@ pub type Ingested = (Vec<Pending>, Vec<Outcome>);
 
 /// Prepares storing `batch` for `client_id` after the batch whose turn is `previous`. Returns
 /// the work (to spawn) and the turn the next batch waits for.
-pub fn ingest<S: Store>(
+pub fn ingest<S: LogPort>(
     broker: Arc<Broker<S>>,
     client_id: String,
     batch: Vec<Pending>,
@@ -82,7 +85,7 @@ pub fn ingest<S: Store>(
         let mut waiting = Vec::with_capacity(groups.len());
         for group in groups {
             let (topic, partition) = &group.partition;
-            let queued = broker.store.enqueue(topic, *partition, group.records).await;
+            let queued = broker.log.enqueue(topic, *partition, group.records).await;
             waiting.push((group.indices, queued));
         }
         let _ = queued_tx.send(());
@@ -100,7 +103,7 @@ pub fn ingest<S: Store>(
 /// Waits for every queued append; a publish not appended (re-sent QoS 2) counts as stored.
 async fn outcomes(
     len: usize,
-    waiting: Vec<(Vec<usize>, Result<Queued, StoreError>)>,
+    waiting: Vec<(Vec<usize>, Result<Queued, LogError>)>,
 ) -> Vec<Outcome> {
     let mut outcomes: Vec<Outcome> = (0..len).map(|_| Outcome::Stored).collect();
     for (indices, queued) in waiting {
@@ -108,17 +111,14 @@ async fn outcomes(
             Ok(answer) => answer.await,
             Err(err) => Err(err),
         };
+        let outcome = match result {
+            Ok(_) => Outcome::Stored,
+            Err(LogError::Full { .. }) => Outcome::Full,
+            Err(err) => Outcome::Failed(Arc::new(err.into())),
+        };
         for i in indices {
             if let Some(slot) = outcomes.get_mut(i) {
-                *slot = match &result {
-                    Ok(_) => Outcome::Stored,
-                    Err(StoreError::Full { .. }) => Outcome::Full,
-                    Err(err) => Outcome::Failed(StoreError::Failed {
-                        op: "append",
-                        topic: String::new(),
-                        message: err.to_string(),
-                    }),
-                };
+                *slot = outcome.clone();
             }
         }
     }
@@ -133,7 +133,7 @@ struct Group {
 }
 
 /// Groups a batch per destination partition.
-fn group<S: Store>(broker: &Broker<S>, batch: &[Pending]) -> Vec<Group> {
+fn group<S: LogPort>(broker: &Broker<S>, batch: &[Pending]) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     for (i, pending) in batch.iter().enumerate() {
         let Some(message) = &pending.message else {
@@ -141,7 +141,7 @@ fn group<S: Store>(broker: &Broker<S>, batch: &[Pending]) -> Vec<Group> {
         };
         let destination = broker.router.route(&message.topic, &message.client_id);
         let partitions = broker.partitions(destination.log_topic);
-        let partition = broker.store.partition_for_key(&destination.key, partitions);
+        let partition = tern_log::partition_for_key(&destination.key, partitions);
         let record = message.to_record(Some(destination.key));
         let found = groups
             .iter_mut()
@@ -162,7 +162,7 @@ fn group<S: Store>(broker: &Broker<S>, batch: &[Pending]) -> Vec<Group> {
 }
 /// Retained updates and QoS 2 marks for what was stored; a failure turns the outcome into
 /// `Failed` so no ack goes out.
-async fn settle<S: Store>(
+async fn settle<S: LogPort>(
     broker: &Broker<S>,
     client_id: &str,
     batch: &[Pending],
@@ -174,14 +174,14 @@ async fn settle<S: Store>(
         }
         if let Some(message) = pending.message.as_ref().filter(|m| m.retain) {
             if let Err(err) = broker.retained.update(message.clone()).await {
-                *outcome = Outcome::Failed(err);
+                *outcome = Outcome::Failed(Arc::new(err));
                 continue;
             }
         }
         if let (Reply::PubRec(pkid), true) = (pending.ack, pending.durable_qos2) {
             if pending.message.is_some() {
                 if let Err(err) = broker.state.put_qos2(client_id, pkid, true).await {
-                    *outcome = Outcome::Failed(err);
+                    *outcome = Outcome::Failed(Arc::new(err));
                 }
             }
         }

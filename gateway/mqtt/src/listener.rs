@@ -1,20 +1,24 @@
-//! The MQTT TCP listener: binds, accepts connections and runs each in its own task until
-//! shutdown, then waits for them to finish their in-flight work. Also runs the session-expiry
-//! sweep. The connection limit itself is checked in the handshake so refused clients get a
-//! CONNACK; the listener never reads client bytes.
+//! The MQTT TCP listener: binds, accepts connections and runs each in its own task (the TLS
+//! handshake from `tls.rs` first on a TLS listener, then the connection) until shutdown, then waits
+//! for them to finish their in-flight work. Also runs the session-expiry sweep. The connection
+//! limit itself is checked in the handshake so refused clients get a CONNACK; the listener never
+//! reads client bytes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 use super::MqttError;
+use super::auth::Origin;
 use super::broker::Broker;
-use super::store::Store;
-use super::tls::{self, TlsConfig, TlsServer, Transport};
+use super::config::TlsConfig;
+use super::connection;
+use super::tls::{self, TlsServer};
 use tern_core::shutdown::Shutdown;
+use tern_log::LogPort;
 
 /// How often expired sessions are removed.
 const EXPIRY_SWEEP: Duration = Duration::from_secs(5);
@@ -27,7 +31,7 @@ pub struct MqttListener<S> {
     transport: Arc<Transport>,
 }
 
-impl<S: Store> MqttListener<S> {
+impl<S: LogPort> MqttListener<S> {
     pub async fn bind(addr: SocketAddr, broker: Arc<Broker<S>>) -> Result<Self, MqttError> {
         Self::bind_with(addr, broker, None).await
     }
@@ -71,7 +75,7 @@ impl<S: Store> MqttListener<S> {
                     Ok((socket, peer)) => {
                         let _ = socket.set_nodelay(true);
                         let transport = self.transport.clone();
-                        let task = tls::serve_socket(self.broker.clone(), socket, peer, transport, shutdown.clone());
+                        let task = serve_socket(self.broker.clone(), socket, peer, transport, shutdown.clone());
                         connections.spawn(task);
                     }
                     Err(err) => {
@@ -88,4 +92,37 @@ impl<S: Store> MqttListener<S> {
         while connections.join_next().await.is_some() {}
         tracing::info!("MQTT listener stopped");
     }
+}
+
+/// How connections arrive at one listener.
+#[derive(Debug)]
+struct Transport {
+    /// The listener is bound to a loopback address (anonymous clients may be allowed).
+    loopback: bool,
+    tls: Option<TlsServer>,
+}
+
+/// Runs one accepted socket: the TLS handshake (within the connect timeout) if the listener
+/// has TLS, then the MQTT connection.
+async fn serve_socket<S: LogPort>(
+    broker: Arc<Broker<S>>,
+    socket: TcpStream,
+    peer: SocketAddr,
+    transport: Arc<Transport>,
+    shutdown: Shutdown,
+) {
+    let mut origin = Origin {
+        loopback_listener: transport.loopback,
+        cert_identity: None,
+    };
+    let Some(server) = &transport.tls else {
+        connection::serve(broker, socket, peer, origin, shutdown).await;
+        return;
+    };
+    let limit = broker.config.connect_timeout.0;
+    let Some((stream, identity)) = tls::handshake(server, socket, peer, limit).await else {
+        return;
+    };
+    origin.cert_identity = identity;
+    connection::serve(broker, stream, peer, origin, shutdown).await;
 }

@@ -6,7 +6,7 @@
 use bytes::Bytes;
 
 use super::codec::{PublishProperties, QoS};
-use super::store::{Headers, Record};
+use tern_log::Record;
 
 pub const TOPIC: &str = "mqtt.topic";
 pub const QOS: &str = "mqtt.qos";

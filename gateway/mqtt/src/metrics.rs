@@ -8,27 +8,27 @@ use tern_core::metrics::{MetricsSource, write_single};
 /// The MQTT server's counters and gauges.
 #[derive(Debug, Default)]
 pub struct MqttMetrics {
-    pub connections: AtomicU64,
-    pub connections_total: AtomicU64,
-    pub connections_refused: AtomicU64,
-    pub publishes_in: AtomicU64,
-    pub publishes_out: AtomicU64,
-    pub acks_sent: AtomicU64,
-    pub publishes_rejected: AtomicU64,
-    pub malformed_packets: AtomicU64,
-    pub keep_alive_timeouts: AtomicU64,
+    pub(crate) connections: AtomicU64,
+    pub(crate) connections_total: AtomicU64,
+    pub(crate) connections_refused: AtomicU64,
+    pub(crate) publishes_in: AtomicU64,
+    pub(crate) publishes_out: AtomicU64,
+    pub(crate) acks_sent: AtomicU64,
+    pub(crate) publishes_rejected: AtomicU64,
+    pub(crate) malformed_packets: AtomicU64,
+    pub(crate) keep_alive_timeouts: AtomicU64,
 }
 
 impl MqttMetrics {
-    pub fn add(counter: &AtomicU64, n: u64) {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn inc(counter: &AtomicU64) {
+    pub(crate) fn inc(counter: &AtomicU64) {
         Self::add(counter, 1);
     }
 
-    pub fn dec(counter: &AtomicU64) {
+    pub(crate) fn dec(counter: &AtomicU64) {
         counter.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::message::Message;
-use super::state::StateLog;
-use super::store::{Store, StoreError};
+use super::state::{StateError, StateLog};
 use super::topic;
+use tern_log::LogPort;
 
 /// The retained-message table.
 #[derive(Debug)]
@@ -17,7 +17,7 @@ pub struct Retained<S> {
     state: Arc<StateLog<S>>,
 }
 
-impl<S: Store> Retained<S> {
+impl<S: LogPort> Retained<S> {
     pub fn new(state: Arc<StateLog<S>>, loaded: HashMap<String, Message>) -> Self {
         Self {
             map: Mutex::new(loaded),
@@ -26,7 +26,7 @@ impl<S: Store> Retained<S> {
     }
 
     /// Durably stores (or clears, for an empty payload) the retained message of its topic.
-    pub async fn update(&self, message: Message) -> Result<(), StoreError> {
+    pub async fn update(&self, message: Message) -> Result<(), StateError> {
         let topic = message.topic.clone();
         let clear = message.payload.is_empty();
         let stored = message.clone();
@@ -54,12 +54,9 @@ impl<S: Store> Retained<S> {
         found
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Message>> {
@@ -72,8 +69,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::super::codec::QoS;
-    use super::super::memstore::MemoryStore;
     use super::*;
+    use tern_log::MemoryLog;
 
     fn message(topic: &str, payload: &'static [u8]) -> Message {
         Message {
@@ -89,8 +86,8 @@ mod tests {
 
     #[tokio::test]
     async fn retained_messages_survive_a_reload_and_empty_payloads_clear() {
-        let store = MemoryStore::new(1);
-        let state = Arc::new(StateLog::new(store.clone()).expect("state"));
+        let log = MemoryLog::new(1);
+        let state = Arc::new(StateLog::new(log.clone()).expect("state"));
         let retained = Retained::new(state, HashMap::new());
         retained.update(message("a/1", b"x")).await.expect("update");
         retained.update(message("a/2", b"y")).await.expect("update");
@@ -102,7 +99,7 @@ mod tests {
         assert_eq!(retained.matching("a/+"), vec![message("a/2", b"y")]);
         assert_eq!(retained.matching("#"), vec![message("a/2", b"y")]);
 
-        let state = Arc::new(StateLog::new(store).expect("state"));
+        let state = Arc::new(StateLog::new(log).expect("state"));
         let loaded = state.load().await.expect("load");
         let reloaded = Retained::new(state, loaded.retained);
         assert_eq!(reloaded.len(), 2);

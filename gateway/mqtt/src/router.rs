@@ -1,9 +1,13 @@
 //! Routing of publishes to log topics: the `[[route]]` rules in order (first match wins), else
 //! the default log topic keyed by MQTT topic. Decides the log topic and the record key only; the
-//! partition comes from the key through the log's partitioner. Never touches storage.
+//! partition comes from the key through the log's partitioner. Also names a log partition
+//! ([`PartitionId`]) for every module that reads one. Never touches storage.
 
 use super::config::{RouteConfig, RouteKey};
 use super::topic;
+
+/// A log partition: (log topic, partition).
+pub type PartitionId = (String, u32);
 
 /// Where one publish goes.
 #[derive(Debug, Clone, PartialEq, Eq)]

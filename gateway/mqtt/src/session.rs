@@ -10,15 +10,12 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use bytes::Bytes;
 
 use super::codec::{OutPublish, QoS};
-use super::shared::is_shared;
+use super::router::PartitionId;
 use super::state::{Released, StoredSession, StoredSubscription, qos_from_u8};
-use super::topic;
+use super::topic::{self, is_shared};
 
 /// A session expiry meaning "never" (MQTT 5's 0xFFFFFFFF).
 pub const NEVER_EXPIRES: u32 = u32::MAX;
-
-/// A log partition: (log topic, partition).
-pub type PartitionId = (String, u32);
 
 /// One subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +30,7 @@ pub struct Subscription {
     pub id: Option<usize>,
 }
 
+#[cfg(test)]
 impl Subscription {
     /// A subscription with MQTT 3.1.1 semantics.
     pub fn plain(filter: &str, qos: QoS) -> Self {
@@ -365,5 +363,4 @@ fn restored_release(pkid: u16, released: &Released) -> Inflight {
 }
 
 #[cfg(test)]
-#[path = "session_test.rs"]
-mod tests;
+mod test;

@@ -11,14 +11,27 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::session::PartitionId;
+use super::router::PartitionId;
 use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
 use super::codec::QoS;
 use super::message::Message;
-use super::store::{Record, Store, StoreError};
+use tern_log::{LogError, LogPort, Record};
+
+/// Why a state record could not be written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("cannot encode {what} for {STATE_TOPIC}: {source}")]
+    Encode {
+        what: &'static str,
+        source: serde_json::Error,
+    },
+}
 
 /// The internal log topic.
 pub const STATE_TOPIC: &str = "__mqtt_state";
@@ -97,7 +110,7 @@ pub struct Loaded {
 /// Serialized writer of the state topic.
 #[derive(Debug)]
 pub struct StateLog<S> {
-    store: S,
+    log: S,
     writer: tokio::sync::Mutex<()>,
     live: Mutex<Live>,
 }
@@ -109,21 +122,21 @@ struct Live {
     appended: u64,
 }
 
-impl<S: Store> StateLog<S> {
-    pub fn new(store: S) -> Result<Self, StoreError> {
-        store.ensure_topic(STATE_TOPIC)?;
+impl<S: LogPort> StateLog<S> {
+    pub fn new(log: S) -> Result<Self, LogError> {
+        log.ensure_topic(STATE_TOPIC)?;
         Ok(Self {
-            store,
+            log,
             writer: tokio::sync::Mutex::new(()),
             live: Mutex::default(),
         })
     }
 
     /// Reads the whole state topic and folds it; pins it against retention on first use.
-    pub async fn load(&self) -> Result<Loaded, StoreError> {
-        let (start, end) = self.store.offsets(STATE_TOPIC, 0)?;
-        if self.store.cursor(STATE_CURSOR, STATE_TOPIC, 0).is_none() {
-            self.store
+    pub async fn load(&self) -> Result<Loaded, LogError> {
+        let (start, end) = self.log.offsets(STATE_TOPIC, 0)?;
+        if self.log.cursor(STATE_CURSOR, STATE_TOPIC, 0).is_none() {
+            self.log
                 .commit_cursor(STATE_CURSOR, STATE_TOPIC, 0, start)
                 .await?;
         }
@@ -131,7 +144,7 @@ impl<S: Store> StateLog<S> {
         let mut live = Live::default();
         let mut next = start;
         while next < end {
-            let batch = self.store.read(STATE_TOPIC, 0, next, READ_CHUNK)?;
+            let batch = self.log.read(STATE_TOPIC, 0, next, READ_CHUNK)?;
             let Some(last) = batch.last() else { break };
             next = last.offset + 1;
             for stored in batch {
@@ -161,7 +174,7 @@ impl<S: Store> StateLog<S> {
 
     /// Appends every live record again and moves the state cursor to them when dead records
     /// dominate. Runs with the writer held.
-    async fn compact_if_due(&self) -> Result<(), StoreError> {
+    async fn compact_if_due(&self) -> Result<(), LogError> {
         let snapshot: Vec<Record> = {
             let live = self.lock_live();
             let threshold = MIN_RECORDS_BEFORE_COMPACTION.max(2 * live.records.len() as u64);
@@ -179,7 +192,7 @@ impl<S: Store> StateLog<S> {
             chunk.push(record);
             if chunk_bytes >= SNAPSHOT_CHUNK_BYTES {
                 let offset = self
-                    .store
+                    .log
                     .append(STATE_TOPIC, 0, std::mem::take(&mut chunk))
                     .await?;
                 base.get_or_insert(offset);
@@ -187,14 +200,14 @@ impl<S: Store> StateLog<S> {
             }
         }
         if !chunk.is_empty() {
-            let offset = self.store.append(STATE_TOPIC, 0, chunk).await?;
+            let offset = self.log.append(STATE_TOPIC, 0, chunk).await?;
             base.get_or_insert(offset);
         }
         let start = match base {
             Some(offset) => offset,
-            None => self.store.offsets(STATE_TOPIC, 0)?.1,
+            None => self.log.offsets(STATE_TOPIC, 0)?.1,
         };
-        self.store
+        self.log
             .commit_cursor(STATE_CURSOR, STATE_TOPIC, 0, start)
             .await?;
         self.lock_live().appended = count;
@@ -208,12 +221,12 @@ impl<S: Store> StateLog<S> {
         &self,
         mut record: Record,
         apply: impl FnOnce() -> T,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, StateError> {
         let _guard = self.writer.lock().await;
         if record.timestamp_ms == 0 {
             record.timestamp_ms = super::message::now_ms();
         }
-        self.store
+        self.log
             .append(STATE_TOPIC, 0, vec![record.clone()])
             .await?;
         let result = apply();
@@ -233,7 +246,7 @@ impl<S: Store> StateLog<S> {
         &self,
         message: &Message,
         apply: impl FnOnce() -> T,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, StateError> {
         let record = message.to_record(Some(retained_key(&message.topic).into_bytes()));
         self.put(record, apply).await
     }
@@ -243,12 +256,11 @@ impl<S: Store> StateLog<S> {
         &self,
         client_id: &str,
         session: Option<&StoredSession>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), StateError> {
         let value = match session {
-            Some(session) => serde_json::to_vec(session).map_err(|err| StoreError::Failed {
-                op: "encode session",
-                topic: STATE_TOPIC.to_owned(),
-                message: err.to_string(),
+            Some(session) => serde_json::to_vec(session).map_err(|source| StateError::Encode {
+                what: "session",
+                source,
             })?,
             None => Vec::new(),
         };
@@ -262,7 +274,7 @@ impl<S: Store> StateLog<S> {
         client_id: &str,
         pkid: u16,
         pending: bool,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), StateError> {
         let value = if pending { b"1".to_vec() } else { Vec::new() };
         self.put(plain(format!("qos2/{client_id}/{pkid}"), value), || ())
             .await
@@ -275,13 +287,14 @@ impl<S: Store> StateLog<S> {
         client_id: &str,
         pkid: u16,
         released: Option<&Released>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), StateError> {
         let value = match released {
-            Some(released) => serde_json::to_vec(released).map_err(|err| StoreError::Failed {
-                op: "encode released delivery",
-                topic: STATE_TOPIC.to_owned(),
-                message: err.to_string(),
-            })?,
+            Some(released) => {
+                serde_json::to_vec(released).map_err(|source| StateError::Encode {
+                    what: "released delivery",
+                    source,
+                })?
+            }
             None => Vec::new(),
         };
         self.put(plain(format!("qos2out/{client_id}/{pkid}"), value), || ())
@@ -388,5 +401,4 @@ pub fn qos_from_u8(value: u8) -> QoS {
 }
 
 #[cfg(test)]
-#[path = "state_test.rs"]
-mod tests;
+mod test;

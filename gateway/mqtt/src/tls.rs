@@ -1,84 +1,31 @@
-//! TLS listeners (`[mqtt.tls]`): rustls with the ring provider, the server certificate chain and
-//! key from PEM files, optional client-certificate verification against a CA, and the verified
+//! TLS for the `[mqtt.tls]` listener (settings in `config.rs`): rustls with the ring provider,
+//! the server certificate chain and key from PEM files, optional client-certificate
+//! verification against a CA, the handshake of one accepted socket, and the verified
 //! certificate's identity (subject CN, else its first DNS/e-mail/URI SAN) as the MQTT username
-//! when `use_identity_as_username` is set. Owns the transport step between `accept` and the MQTT
-//! connection; never reads MQTT bytes and never accepts an unverified certificate's identity.
+//! when `use_identity_as_username` is set. Knows nothing of the broker or connections; never
+//! reads MQTT bytes and never accepts an unverified certificate's identity.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
+use tokio_rustls::server::TlsStream;
 use x509_cert::der::Decode;
 use x509_cert::der::oid::ObjectIdentifier;
 use x509_cert::ext::pkix::SubjectAltName;
 use x509_cert::ext::pkix::name::GeneralName;
 
-use super::auth::Origin;
-use super::broker::Broker;
-use super::connection;
-use super::store::Store;
-use tern_core::InvalidConfig;
-use tern_core::shutdown::Shutdown;
+use super::config::TlsConfig;
 
 const COMMON_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
 const SUBJECT_ALT_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.17");
-
-/// `[mqtt.tls]`: a second, TLS-only MQTT listener.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    /// Address of the TLS listener.
-    #[serde(default = "default_tls_listen")]
-    pub listen: SocketAddr,
-    /// PEM file with the server certificate chain, leaf first.
-    pub cert: PathBuf,
-    /// PEM file with the server's private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
-    /// PEM file of CA certificates that sign client certificates; none = no client certificates.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_ca: Option<PathBuf>,
-    /// With `client_ca`: refuse clients without a valid certificate (false: verify it only
-    /// when one is presented).
-    #[serde(default = "yes")]
-    pub require_client_cert: bool,
-    /// The client certificate's CN (else first SAN) becomes the username; no password needed.
-    #[serde(default)]
-    pub use_identity_as_username: bool,
-}
-
-fn default_tls_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 8883))
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl TlsConfig {
-    /// Checks relations the types cannot express.
-    pub fn validate(&self, plain_listen: SocketAddr) -> Result<(), InvalidConfig> {
-        let invalid =
-            |key: &str, message: &str| tern_core::invalid(&format!("mqtt.tls.{key}"), message);
-        if self.listen == plain_listen && self.listen.port() != 0 {
-            return Err(invalid("listen", "is already the plain MQTT listener"));
-        }
-        if self.use_identity_as_username && !(self.client_ca.is_some() && self.require_client_cert)
-        {
-            return Err(invalid(
-                "use_identity_as_username",
-                "needs client_ca and require_client_cert = true",
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Why a TLS listener could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -94,14 +41,6 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
     #[error("client CA: {0}")]
     Verifier(#[from] rustls::server::VerifierBuilderError),
-}
-
-/// How connections arrive at one listener.
-#[derive(Debug)]
-pub struct Transport {
-    /// The listener is bound to a loopback address (anonymous clients may be allowed).
-    pub loopback: bool,
-    pub tls: Option<TlsServer>,
 }
 
 /// A configured TLS acceptor.
@@ -171,50 +110,40 @@ fn read_certs(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'sta
     Ok(certs)
 }
 
-/// Runs one accepted socket: the TLS handshake (within the connect timeout) if the listener
-/// has TLS, then the MQTT connection.
-pub async fn serve_socket<S: Store>(
-    broker: Arc<Broker<S>>,
+/// The TLS handshake of one accepted socket, within `limit`, and the client certificate's
+/// identity when it becomes the username. `None` (logged) when the client cannot be served.
+pub async fn handshake(
+    tls: &TlsServer,
     socket: TcpStream,
     peer: SocketAddr,
-    transport: Arc<Transport>,
-    shutdown: Shutdown,
-) {
-    let mut origin = Origin {
-        loopback_listener: transport.loopback,
-        cert_identity: None,
-    };
-    let Some(tls) = &transport.tls else {
-        connection::serve(broker, socket, peer, origin, shutdown).await;
-        return;
-    };
-    let limit = broker.config.connect_timeout.0;
+    limit: Duration,
+) -> Option<(TlsStream<TcpStream>, Option<String>)> {
     let stream = match tokio::time::timeout(limit, tls.acceptor.accept(socket)).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(err)) => {
             tracing::info!(%peer, %err, "TLS handshake failed");
-            return;
+            return None;
         }
         Err(_) => {
             tracing::info!(%peer, "TLS handshake timed out");
-            return;
+            return None;
         }
     };
-    if tls.identity_as_username {
-        let leaf = stream
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(<[_]>::first);
-        match leaf.and_then(|cert| identity(cert)) {
-            Some(name) => origin.cert_identity = Some(name),
-            None => {
-                tracing::warn!(%peer, "client certificate has no usable CN or SAN; refused");
-                return;
-            }
+    if !tls.identity_as_username {
+        return Some((stream, None));
+    }
+    let leaf = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(<[_]>::first);
+    match leaf.and_then(|cert| identity(cert)) {
+        Some(name) => Some((stream, Some(name))),
+        None => {
+            tracing::warn!(%peer, "client certificate has no usable CN or SAN; refused");
+            None
         }
     }
-    connection::serve(broker, stream, peer, origin, shutdown).await;
 }
 
 /// The certificate's subject CN, else its first DNS name, e-mail address or URI SAN.
@@ -265,5 +194,4 @@ fn attribute_text(value: &x509_cert::attr::AttributeValue) -> Option<String> {
 }
 
 #[cfg(test)]
-#[path = "tls_test.rs"]
-mod tests;
+mod test;

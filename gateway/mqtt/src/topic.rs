@@ -1,6 +1,15 @@
 //! MQTT topic names and topic filters: validation against the spec and tern's limits, and
 //! matching with `+`/`#` wildcards under the `$`-topic rule (a filter starting with a wildcard
-//! never matches a topic starting with `$`). Pure functions; never allocates per match.
+//! never matches a topic starting with `$`), and which filters are shared (`$share/`). Pure
+//! functions; never allocates per match.
+
+/// The filter prefix that makes a subscription shared (`$share/{group}/{filter}`).
+pub const SHARE_PREFIX: &str = "$share/";
+
+/// Whether a subscription filter names a shared subscription.
+pub fn is_shared(filter: &str) -> bool {
+    filter.starts_with(SHARE_PREFIX)
+}
 
 /// Limits applied on top of the spec's rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

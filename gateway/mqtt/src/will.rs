@@ -1,4 +1,4 @@
-//! Will messages: taken from CONNECT, published through the normal store path when a
+//! Will messages: taken from CONNECT, published through the normal ingest path when a
 //! connection ends without a clean DISCONNECT (or with MQTT 5 reason 0x04), after the MQTT 5
 //! will delay — capped by the session expiry — unless the client reconnected meanwhile.
 
@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use super::broker::{Broker, SessionEntry};
 use super::codec::{Connect, DisconnectReason, PublishProperties};
-use super::connection::ConnError;
+use super::error::ConnError;
 use super::ingest::{self, Outcome, Pending, Reply};
 use super::message::{self, Message};
-use super::store::Store;
 use super::topic::{self, TopicLimits};
+use tern_log::LogPort;
 
 /// A will waiting for its connection to end.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl Will {
 
 /// Publishes `will` after its delay (at most `session_expiry` seconds) unless the session's
 /// client reconnects first.
-pub fn schedule<S: Store>(
+pub fn schedule<S: LogPort>(
     broker: Arc<Broker<S>>,
     entry: Arc<SessionEntry>,
     will: Will,
@@ -83,7 +83,7 @@ pub fn schedule<S: Store>(
     });
 }
 
-async fn publish<S: Store>(broker: Arc<Broker<S>>, mut message: Message) {
+async fn publish<S: LogPort>(broker: Arc<Broker<S>>, mut message: Message) {
     message.timestamp_ms = message::now_ms();
     let client_id = message.client_id.clone();
     let topic = message.topic.clone();

@@ -11,7 +11,7 @@ use tern_core::metrics::{MetricsSource, ProcessMetrics};
 use tern_core::shutdown::{self, Shutdown, Signals};
 use tern_log::datadir::DataDirLock;
 use tern_log::{Log, LogMetrics};
-use tern_mqtt::{Broker, LogStore, MqttListener, MqttMetrics};
+use tern_mqtt::{Broker, MqttListener, MqttMetrics};
 use tern_upstream::{self as upstream, UpstreamMetrics};
 
 /// Runs the gateway until SIGINT/SIGTERM, then shuts down gracefully.
@@ -43,7 +43,7 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
 
     let mqtt_metrics = Arc::new(MqttMetrics::default());
     let broker = Broker::open(
-        LogStore::new(log.clone()),
+        log.clone(),
         config.mqtt.clone(),
         config.route.clone(),
         mqtt_metrics.clone(),

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use tern_core::{HumanDuration, InvalidConfig, invalid};
 
-use tern_mqtt::config::{MqttConfig, RouteConfig};
+use tern_mqtt::{MqttConfig, RouteConfig};
 use tern_upstream::UpstreamConfig;
 
 /// Why a configuration could not be loaded.
@@ -278,18 +278,12 @@ key = "level:1"
 "##;
         let path = std::path::Path::new("t.toml");
         let config = parse(text, path).expect("parses");
-        assert_eq!(config.route[0].key, tern_mqtt::config::RouteKey::Level(1));
-        assert_eq!(
-            config.mqtt.acl[0].access,
-            tern_mqtt::auth::config::Access::Read
-        );
-        assert_eq!(
-            config.mqtt.acl[1].access,
-            tern_mqtt::auth::config::Access::Deny
-        );
+        assert_eq!(config.route[0].key, tern_mqtt::RouteKey::Level(1));
+        assert_eq!(config.mqtt.acl[0].access, tern_mqtt::Access::Read);
+        assert_eq!(config.mqtt.acl[1].access, tern_mqtt::Access::Deny);
         assert_eq!(
             config.mqtt.auth.allow_anonymous,
-            tern_mqtt::auth::config::Anonymous::Never
+            tern_mqtt::Anonymous::Never
         );
         config.validate().expect("valid");
         let printed = config.to_toml().expect("prints");

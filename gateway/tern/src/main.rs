@@ -37,7 +37,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Log(command) => run_log_tool(command),
         Command::Passwd { file, user, delete } => {
-            use tern_mqtt::auth::passwd;
+            use tern_mqtt::passwd;
             let password = if delete {
                 None
             } else {

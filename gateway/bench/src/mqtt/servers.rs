@@ -258,7 +258,7 @@ mod tests {
         #[derive(serde::Deserialize)]
         struct Sections {
             data_dir: std::path::PathBuf,
-            mqtt: tern_mqtt::config::MqttConfig,
+            mqtt: tern_mqtt::MqttConfig,
             #[serde(default)]
             log: tern_log::LogConfig,
         }

@@ -15,8 +15,8 @@
 //!
 //! Pure decisions; never does I/O and never logs message contents.
 
+use super::super::config::auth::{Access, AclConfig};
 use super::super::topic;
-use super::config::{Access, AclConfig};
 
 /// Who is asking.
 #[derive(Debug, Clone, Copy)]

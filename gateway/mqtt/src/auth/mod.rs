@@ -7,7 +7,6 @@
 //! so `tern passwd` takes effect without a restart. Never logs a password or message contents.
 
 pub mod acl;
-pub mod config;
 pub mod passwd;
 
 use std::collections::HashMap;
@@ -19,9 +18,9 @@ use std::time::SystemTime;
 use tokio::sync::Semaphore;
 
 use self::acl::{Acl, Client, Want};
-use self::config::{AclConfig, Anonymous, AuthConfig};
 use self::passwd::{PasswdError, PasswordFile};
 use super::codec::{ConnAckCode, Connect};
+use super::config::auth::{AclConfig, Anonymous, AuthConfig};
 
 /// Password verifications running at once; each holds the hash's memory cost (7 MiB).
 const MAX_VERIFYING: usize = 2;
@@ -185,5 +184,4 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
 }
 
 #[cfg(test)]
-#[path = "test.rs"]
-mod tests;
+mod test;

@@ -321,5 +321,4 @@ pub fn read_password() -> Result<String, PasswdError> {
 }
 
 #[cfg(test)]
-#[path = "passwd_test.rs"]
-mod tests;
+mod test;

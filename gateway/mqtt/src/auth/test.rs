@@ -1,7 +1,7 @@
 //! CONNECT decision tests: passwords from a real file (and its reload), anonymous access per
 //! listener, certificate identities and will topics checked against the ACL.
 
-use super::config::{Access, AclConfig};
+use super::super::config::auth::{Access, AclConfig};
 use super::*;
 use crate::codec::{LastWill, QoS, Version};
 

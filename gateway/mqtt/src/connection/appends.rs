@@ -11,13 +11,13 @@ use tokio::task::JoinHandle;
 use super::super::codec::{self, Outgoing, Version};
 use super::super::ingest::{self, Ingested, Outcome, Pending, Reply};
 use super::super::metrics::MqttMetrics;
-use super::super::store::{Store, StoreError};
 use super::{ConnError, Connection};
+use tern_log::LogPort;
 
 /// Batches of publishes one connection may have in flight to the log at once.
 const APPEND_BATCHES: usize = 4;
 
-impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Starts storing the queued publishes unless `APPEND_BATCHES` batches are in flight.
     /// Beside a batch in flight, only a full one (`mqtt.inflight` publishes) starts: small
     /// batches cost more CPU than their overlap saves.
@@ -42,11 +42,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         done: Result<Ingested, tokio::task::JoinError>,
     ) -> Result<(), ConnError> {
         self.appending.pop_front();
-        let (batch, outcomes) = done.map_err(|err| StoreError::Failed {
-            op: "append",
-            topic: String::new(),
-            message: err.to_string(),
-        })?;
+        let (batch, outcomes) = done?;
         for (pending, outcome) in batch.iter().zip(outcomes) {
             self.settle(pending, outcome)?;
         }
@@ -74,7 +70,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     Version::V4 => Ok(()),
                 }
             }
-            Outcome::Failed(err) => Err(err.into()),
+            Outcome::Failed(err) => Err(ConnError::Ingest(err)),
         }
     }
 

@@ -14,13 +14,13 @@ use super::super::codec::{
     ConnAckCode, Connect, DisconnectReason, InPublish, Outgoing, PubAckReason, PubRecReason, QoS,
 };
 use super::super::ingest::{Pending, Reply};
-use super::super::store::Store;
 use super::handshake::Refusal;
 use super::{ConnError, Connection};
+use tern_log::LogPort;
 
 /// Authenticates `connect`; on success its `username` is the authenticated one (the client
 /// certificate's identity when configured, `None` for anonymous clients).
-pub(super) async fn authenticate<S: Store>(
+pub(super) async fn authenticate<S: LogPort>(
     broker: &Broker<S>,
     mut connect: Box<Connect>,
     origin: &Origin,
@@ -58,7 +58,7 @@ pub(super) async fn authenticate<S: Store>(
     }
 }
 
-impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Whether this client may do `want` on `topic`.
     pub(super) fn may(&self, want: Want, topic: &str) -> bool {
         self.broker

@@ -13,11 +13,12 @@ use super::super::broker::cursor_name;
 use super::super::codec::{OutPublish, Outgoing, PublishProperties, QoS};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
-use super::super::session::{Inflight, Matched, PartitionId};
-use super::super::shared::is_shared;
-use super::super::store::{Store, StoreError, StoredRecord};
+use super::super::router::PartitionId;
+use super::super::session::{Inflight, Matched};
+use super::super::topic::is_shared;
 use super::out_alias::AliasUse;
 use super::{ConnError, Connection};
+use tern_log::{LogError, LogPort, StoredRecord};
 
 /// Bytes read ahead from the log per partition; what the window cannot take yet waits in the
 /// connection's read-ahead buffer instead of being read again.
@@ -25,7 +26,7 @@ const READ_BYTES: usize = 32 * 1024;
 /// Outgoing bytes buffered before the socket must take them.
 const OUT_HIGH_WATER: usize = 64 * 1024;
 
-impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Resends unacknowledged deliveries (PUBLISH with DUP and its full topic, or PUBREL once
     /// PUBREC came), sets up positions, and starts delivering.
     pub(super) async fn resume(&mut self) -> Result<(), ConnError> {
@@ -61,18 +62,15 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 let (topic, p) = (&partition.0, partition.1);
                 let saved = self
                     .broker
-                    .store
+                    .log
                     .cursor(&name, topic, p)
                     .filter(|_| self.session.stored);
                 let start = match saved {
                     Some(offset) => offset,
                     None => {
-                        let end = self.broker.store.offsets(topic, p)?.1;
+                        let end = self.broker.log.offsets(topic, p)?.1;
                         if self.session.persistent() {
-                            self.broker
-                                .store
-                                .commit_cursor(&name, topic, p, end)
-                                .await?;
+                            self.broker.log.commit_cursor(&name, topic, p, end).await?;
                         }
                         end
                     }
@@ -80,7 +78,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 self.session.positions.insert(partition.clone(), start);
             }
             if self.watched.insert(partition.clone()) {
-                let mut end = self.broker.store.watch(&partition.0, partition.1)?;
+                let mut end = self.broker.log.subscribe(&partition.0, partition.1)?;
                 let wake = self.wake.clone();
                 self.watchers.spawn(async move {
                     while end.changed().await.is_ok() {
@@ -130,11 +128,11 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         if buffer.is_empty() {
             match self
                 .broker
-                .store
+                .log
                 .read(&partition.0, partition.1, next, READ_BYTES)
             {
                 Ok(records) => buffer.extend(records),
-                Err(StoreError::OutOfRange { start, .. }) if start > next => {
+                Err(LogError::OffsetOutOfRange { start, .. }) if start > next => {
                     tracing::warn!(client_id = %self.client_id, ?partition, next, start, "records expired before delivery");
                     self.session.positions.insert(partition.clone(), start);
                     return Ok(true);
@@ -294,10 +292,9 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             let Some(offset) = self.session.cursor(&partition) else {
                 continue;
             };
-            let store = &self.broker.store;
-            if store.cursor(&name, &partition.0, partition.1) != Some(offset) {
-                store
-                    .commit_cursor(&name, &partition.0, partition.1, offset)
+            let log = &self.broker.log;
+            if log.cursor(&name, &partition.0, partition.1) != Some(offset) {
+                log.commit_cursor(&name, &partition.0, partition.1, offset)
                     .await?;
             }
         }

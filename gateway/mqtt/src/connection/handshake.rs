@@ -18,15 +18,15 @@ use super::super::broker::Broker;
 use super::super::codec::{
     self, ConnAckCode, ConnAckProperties, Connect, Incoming, Outgoing, Version,
 };
-use super::super::store::Store;
 use super::super::will::Will;
 use super::{ConnError, Connection, InboundQuota, OutboundAliases, RateLimit, client_limits};
+use tern_log::LogPort;
 
 /// A refusal: the error and, when the client can understand one, the CONNACK to send.
 pub(super) type Refusal = (ConnError, Option<(Version, ConnAckCode)>);
 
 /// Reads and checks the CONNECT packet.
-pub(super) async fn read_connect<S: Store, R: AsyncRead>(
+pub(super) async fn read_connect<S: LogPort, R: AsyncRead>(
     broker: &Broker<S>,
     reader: &mut ReadHalf<R>,
     inbuf: &mut BytesMut,
@@ -64,7 +64,7 @@ pub(super) async fn read_connect<S: Store, R: AsyncRead>(
     Ok(connect)
 }
 
-async fn read_frame<S: Store, R: AsyncRead>(
+async fn read_frame<S: LogPort, R: AsyncRead>(
     broker: &Broker<S>,
     reader: &mut ReadHalf<R>,
     inbuf: &mut BytesMut,
@@ -90,7 +90,7 @@ fn protocol(reason: &'static str) -> ConnError {
 }
 
 /// Takes over the session, answers CONNACK and returns the ready connection.
-pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
+pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
     broker: Arc<Broker<S>>,
     writer: WriteHalf<W>,
     connect: Connect,
@@ -105,7 +105,12 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
         .unwrap_or_else(|| connect.client_id.clone());
     let will = Will::from_connect(&connect, &client_id, &broker.limits)?;
     let kick = Arc::new(Notify::new());
-    let (entry, mut session) = broker.take_session(&client_id, kick.clone()).await?;
+    let (entry, mut session) = broker
+        .take_session(&client_id, kick.clone())
+        .await
+        .map_err(|_| ConnError::Takeover {
+            client_id: client_id.clone(),
+        })?;
     if connect.clean_start {
         broker.forget_session(&mut session).await?;
     }
@@ -175,7 +180,7 @@ pub(super) async fn accept<S: Store, W: AsyncWrite + Send + 'static>(
 
 /// How many topic aliases tern may use for deliveries: the client's Topic Alias Maximum
 /// (MQTT 5; absent means none), capped by `mqtt.outbound_topic_aliases`.
-fn outbound_aliases<S: Store>(broker: &Broker<S>, connect: &Connect) -> u16 {
+fn outbound_aliases<S: LogPort>(broker: &Broker<S>, connect: &Connect) -> u16 {
     let client = connect
         .properties
         .as_ref()
@@ -188,7 +193,7 @@ fn outbound_aliases<S: Store>(broker: &Broker<S>, connect: &Connect) -> u16 {
 }
 
 /// The granted session expiry and whether it differs from what the client asked.
-fn session_expiry<S: Store>(broker: &Broker<S>, connect: &Connect) -> (u32, bool) {
+fn session_expiry<S: LogPort>(broker: &Broker<S>, connect: &Connect) -> (u32, bool) {
     let max = u32::try_from(broker.config.max_session_expiry.0.as_secs()).unwrap_or(u32::MAX);
     match connect.version {
         Version::V4 if connect.clean_start => (0, false),
@@ -206,7 +211,10 @@ fn session_expiry<S: Store>(broker: &Broker<S>, connect: &Connect) -> (u32, bool
 }
 
 /// The enforced keep alive and, for MQTT 5, the Server Keep Alive to announce.
-fn keep_alive<S: Store>(broker: &Broker<S>, connect: &Connect) -> (Option<Duration>, Option<u16>) {
+fn keep_alive<S: LogPort>(
+    broker: &Broker<S>,
+    connect: &Connect,
+) -> (Option<Duration>, Option<u16>) {
     let max = u16::try_from(broker.config.max_keep_alive.0.as_secs()).unwrap_or(u16::MAX);
     let asked = connect.keep_alive;
     match connect.version {

@@ -10,14 +10,14 @@
 use tokio::io::AsyncWrite;
 
 use super::super::broker::sent_cursor_name;
-use super::super::session::PartitionId;
-use super::super::store::Store;
+use super::super::router::PartitionId;
 use super::{ConnError, Connection};
+use tern_log::LogPort;
 
 /// How far one lease commit reaches past the record that needed it.
 pub(super) const LEASE_RECORDS: u64 = 256;
 
-impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Delivers as far as the window allows, committing leases where delivery waits for one.
     pub(super) async fn deliver_more(&mut self) -> Result<(), ConnError> {
         loop {
@@ -35,7 +35,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
         for (partition, offset) in std::mem::take(&mut self.lease_due) {
             let lease = offset.saturating_add(LEASE_RECORDS);
             self.broker
-                .store
+                .log
                 .commit_cursor(&name, &partition.0, partition.1, lease)
                 .await?;
             self.session.sent_leases.insert(partition, lease);
@@ -50,7 +50,7 @@ impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
             return;
         }
         let name = sent_cursor_name(&self.client_id);
-        let Some(lease) = self.broker.store.cursor(&name, &partition.0, partition.1) else {
+        let Some(lease) = self.broker.log.cursor(&name, &partition.0, partition.1) else {
             return;
         };
         self.session.sent_leases.insert(partition.clone(), lease);

@@ -1,4 +1,4 @@
-//! The connected client's packets: PUBLISH into the store queue (Receive Maximum, topic
+//! The connected client's packets: PUBLISH into the append queue (Receive Maximum, topic
 //! aliases, ACLs), PUBREL, the acknowledgements of deliveries (PUBACK; PUBREC → PUBREL →
 //! PUBCOMP), SUBSCRIBE/UNSUBSCRIBE with options and retained messages, PINGREQ and DISCONNECT.
 //! Delivery itself lives in `delivery.rs`, shared subscriptions in `share.rs`.
@@ -14,12 +14,12 @@ use super::super::ingest::{Pending, ack_for};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
 use super::super::session::{Matched, PubRecOutcome, Subscription};
-use super::super::shared::is_shared;
-use super::super::store::Store;
 use super::super::topic;
+use super::super::topic::is_shared;
 use super::{ConnError, Connection, Flow};
+use tern_log::LogPort;
 
-impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     pub(super) async fn handle(&mut self, packet: super::Incoming) -> Result<Flow, ConnError> {
         use super::Incoming as In;
         match packet {

@@ -8,14 +8,15 @@ use tokio::io::AsyncWrite;
 use super::super::auth::acl::Want;
 use super::super::codec::{DisconnectReason, QoS, SubAckCode, SubscribeFilter};
 use super::super::session::{Matched, Subscription};
-use super::super::shared::{Delivery, ShareKey, is_shared};
-use super::super::store::Store;
+use super::super::shared::{Delivery, ShareKey};
+use super::super::topic::is_shared;
 use super::{ConnError, Connection};
+use tern_log::LogPort;
 
 /// Outgoing bytes gathered from a burst of group deliveries before the socket write.
 const BURST_BYTES: usize = 64 * 1024;
 
-impl<S: Store, W: AsyncWrite + Send + 'static> Connection<S, W> {
+impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Joins the groups of every shared subscription the session holds (after a reconnect).
     pub(super) async fn join_groups(&mut self) {
         let held: Vec<Subscription> = self

@@ -1,4 +1,4 @@
-//! Connection tests over in-memory sockets against the in-memory store: the protocol flows the
+//! Connection tests over in-memory sockets against the in-memory log: the protocol flows the
 //! e2e suite repeats with real clients and the real log.
 
 use std::sync::Arc;
@@ -10,38 +10,45 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::super::auth::Origin;
 use super::super::broker::Broker;
-use super::super::codec::tests::{client_connect, client_publish, client_subscribe};
+use super::super::codec::test::{client_connect, client_publish, client_subscribe};
 use super::super::codec::{self, QoS, Version};
 use super::super::config::MqttConfig;
-use super::super::memstore::MemoryStore;
 use super::super::message;
 use super::super::metrics::MqttMetrics;
-use super::super::store::Headers;
+use tern_log::MemoryLog;
+
 use super::serve;
 use tern_core::shutdown::{self, ShutdownTrigger};
+
+mod auth;
+mod delivery;
+mod delivery_v5;
+mod ingest;
+mod sessions;
+mod share;
 
 pub(super) const WAIT: Duration = Duration::from_secs(3);
 
 pub(super) struct Harness {
-    pub(super) store: MemoryStore,
-    pub(super) broker: Arc<Broker<MemoryStore>>,
+    pub(super) log: MemoryLog,
+    pub(super) broker: Arc<Broker<MemoryLog>>,
     trigger: ShutdownTrigger,
     shutdown: tern_core::shutdown::Shutdown,
 }
 
 impl Harness {
-    pub(super) async fn new(store: MemoryStore) -> Self {
-        Self::with_config(store, MqttConfig::default()).await
+    pub(super) async fn new(log: MemoryLog) -> Self {
+        Self::with_config(log, MqttConfig::default()).await
     }
 
-    pub(super) async fn with_config(store: MemoryStore, config: MqttConfig) -> Self {
+    pub(super) async fn with_config(log: MemoryLog, config: MqttConfig) -> Self {
         let metrics = Arc::new(MqttMetrics::default());
-        let broker = Broker::open(store.clone(), config, Vec::new(), metrics)
+        let broker = Broker::open(log.clone(), config, Vec::new(), metrics)
             .await
             .expect("broker");
         let (trigger, shutdown) = shutdown::channel();
         Self {
-            store,
+            log,
             broker,
             trigger,
             shutdown,
@@ -79,8 +86,8 @@ impl Harness {
         client
     }
 
-    pub(super) fn records(&self) -> Vec<crate::store::Record> {
-        self.store.all("mqtt")
+    pub(super) fn records(&self) -> Vec<tern_log::Record> {
+        self.log.all("mqtt")
     }
 }
 
@@ -144,16 +151,29 @@ impl Client {
     }
 }
 
-fn header<'a>(record: &'a crate::store::Record, name: &str) -> &'a [u8] {
+fn header<'a>(record: &'a tern_log::Record, name: &str) -> &'a [u8] {
     record.header(name).unwrap_or_default()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn qos1_is_acknowledged_after_the_record_is_stored_with_headers() {
-    let h = Harness::new(MemoryStore::new(2)).await;
+    let h = Harness::new(MemoryLog::new(2)).await;
     let mut c = h.connect(Version::V4, "dev-1", true).await;
+    let commit = Duration::from_millis(100);
+    h.log.hold_answers([commit]);
+    let sent = tokio::time::Instant::now();
     c.publish("site/a/temp", b"21.5", QoS::AtLeastOnce, 7).await;
+    assert_eq!(
+        c.try_frame(commit / 2).await,
+        None,
+        "no PUBACK while the append's commit is held"
+    );
+    assert!(
+        h.records().is_empty(),
+        "nothing is durable before the commit"
+    );
     assert_eq!(c.frame().await, [0x40, 2, 0, 7]);
+    assert!(sent.elapsed() >= commit, "PUBACK came before the commit");
     let records = h.records();
     assert_eq!(records.len(), 1);
     let record = &records[0];
@@ -165,10 +185,10 @@ async fn qos1_is_acknowledged_after_the_record_is_stored_with_headers() {
     assert!((message::now_ms() - record.timestamp_ms).abs() < 10_000);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_full_log_gets_quota_exceeded_on_v5_and_no_ack_on_v4() {
-    let h = Harness::new(MemoryStore::new(1)).await;
-    h.store.set_full(true);
+    let h = Harness::new(MemoryLog::new(1)).await;
+    h.log.set_full(true);
     let mut v5 = h.connect(Version::V5, "v5", true).await;
     v5.publish("t", b"x", QoS::AtLeastOnce, 1).await;
     assert_eq!(v5.frame().await, [0x40, 4, 0, 1, 0x97, 0]);
@@ -184,22 +204,22 @@ async fn a_full_log_gets_quota_exceeded_on_v5_and_no_ack_on_v4() {
         "PINGRESP, not a PUBACK, comes first"
     );
     assert!(h.records().is_empty());
-    h.store.set_full(false);
+    h.log.set_full(false);
     v4.publish("t", b"x", QoS::AtLeastOnce, 1).await;
     assert_eq!(v4.frame().await, [0x40, 2, 0, 1]);
     assert_eq!(h.records().len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn qos2_is_stored_exactly_once_and_survives_a_restart() {
-    let store = MemoryStore::new(1);
-    let h = Harness::new(store.clone()).await;
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
     let mut c = h.connect(Version::V4, "q2", false).await;
     c.publish("t", b"once", QoS::ExactlyOnce, 9).await;
     assert_eq!(c.frame().await, [0x50, 2, 0, 9]);
     drop(c);
 
-    let h = Harness::new(store).await;
+    let h = Harness::new(log).await;
     let mut c = h.connect(Version::V4, "q2", false).await;
     let mut dup = client_publish(Version::V4, "t", b"once", QoS::ExactlyOnce, 9);
     dup[0] |= 0b1000;
@@ -217,9 +237,9 @@ async fn qos2_is_stored_exactly_once_and_survives_a_restart() {
     assert_eq!(h.records().len(), 2, "a released packet id is new again");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn subscribers_get_live_records_matching_their_filters() {
-    let h = Harness::new(MemoryStore::new(2)).await;
+    let h = Harness::new(MemoryLog::new(2)).await;
     let mut sub = h.connect(Version::V4, "sub", true).await;
     sub.send(&client_subscribe(Version::V4, 1, "a/+", QoS::AtLeastOnce))
         .await;
@@ -238,10 +258,10 @@ async fn subscribers_get_live_records_matching_their_filters() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_persistent_session_resumes_after_reconnect_and_restart() {
-    let store = MemoryStore::new(2);
-    let h = Harness::new(store.clone()).await;
+    let log = MemoryLog::new(2);
+    let h = Harness::new(log.clone()).await;
     let mut sub = h.connect(Version::V4, "keeper", false).await;
     sub.send(&client_subscribe(Version::V4, 1, "d/#", QoS::AtLeastOnce))
         .await;
@@ -257,7 +277,7 @@ async fn a_persistent_session_resumes_after_reconnect_and_restart() {
     drop(publisher);
     tokio::time::sleep(Duration::from_millis(100)).await;
 
-    let h = Harness::new(store).await;
+    let h = Harness::new(log).await;
     let mut sub = h.connect(Version::V4, "keeper", false).await;
     let mut topics = Vec::new();
     for _ in 0..5 {
@@ -270,17 +290,17 @@ async fn a_persistent_session_resumes_after_reconnect_and_restart() {
     assert_eq!(topics, ["d/0", "d/1", "d/2", "d/3", "d/4"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn retained_messages_are_sent_on_subscribe_and_cleared_by_empty_payloads() {
-    let store = MemoryStore::new(1);
-    let h = Harness::new(store.clone()).await;
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
     let mut c = h.connect(Version::V4, "r", true).await;
     let mut retained = client_publish(Version::V4, "r/1", b"kept", QoS::AtLeastOnce, 1);
     retained[0] |= 1;
     c.send(&retained).await;
     assert_eq!(c.frame().await, [0x40, 2, 0, 1]);
 
-    let h2 = Harness::new(store).await;
+    let h2 = Harness::new(log).await;
     let mut s = h2.connect(Version::V4, "s", true).await;
     s.send(&client_subscribe(Version::V4, 1, "r/#", QoS::AtMostOnce))
         .await;
@@ -298,9 +318,9 @@ async fn retained_messages_are_sent_on_subscribe_and_cleared_by_empty_payloads()
     assert!(h.broker.retained.matching("#").is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn malformed_input_closes_only_that_connection() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let mut good = h.connect(Version::V4, "good", true).await;
     let mut bad = h.connect(Version::V4, "bad", true).await;
     bad.send(&[0x30, 0x02, 0xff, 0xff]).await;
@@ -312,22 +332,22 @@ async fn malformed_input_closes_only_that_connection() {
     assert_eq!(good.frame().await, [0x40, 2, 0, 3]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn oversized_packets_get_packet_too_large_on_v5() {
     let config = MqttConfig {
         max_packet_size: tern_core::ByteSize(128),
         ..MqttConfig::default()
     };
-    let h = Harness::with_config(MemoryStore::new(1), config).await;
+    let h = Harness::with_config(MemoryLog::new(1), config).await;
     let mut c = h.connect(Version::V5, "big", true).await;
     c.publish("t", &[0u8; 200], QoS::AtMostOnce, 0).await;
     assert_eq!(c.frame().await, [0xe0, 2, 0x95, 0]);
     assert!(c.closed(WAIT).await);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn keep_alive_is_enforced_at_one_and_a_half_times() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let (io, _task) = h.socket();
     let mut c = Client {
         io,
@@ -344,9 +364,9 @@ async fn keep_alive_is_enforced_at_one_and_a_half_times() {
     assert!(waited >= Duration::from_millis(1400), "{waited:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_second_connection_with_the_same_client_id_takes_over() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let mut first = h.connect(Version::V5, "same", true).await;
     let mut second = h.connect(Version::V5, "same", true).await;
     assert_eq!(first.frame().await, [0xe0, 2, 0x8e, 0]);
@@ -356,9 +376,9 @@ async fn a_second_connection_with_the_same_client_id_takes_over() {
     assert!(first.task.await.is_ok());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn empty_client_ids_get_one_assigned_on_v5_and_refused_on_persistent_v4() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let (io, _task) = h.socket();
     let mut c = Client {
         io,
@@ -375,9 +395,9 @@ async fn empty_client_ids_get_one_assigned_on_v5_and_refused_on_persistent_v4() 
     assert!(header(record, message::CLIENT_ID).starts_with(b"tern-"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_will_is_published_when_the_connection_drops() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let (io, task) = h.socket();
     let mut c = Client {
         io,
@@ -414,9 +434,9 @@ async fn a_will_is_published_when_the_connection_drops() {
     assert_eq!(records[0].value, b"gone");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn shutdown_disconnects_clients_with_a_reason() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let mut c = h.connect(Version::V5, "bye", true).await;
     h.trigger.trigger();
     assert_eq!(c.frame().await, [0xe0, 2, 0x8b, 0]);
@@ -433,7 +453,7 @@ mod fuzz {
             .build()
             .expect("runtime");
         runtime.block_on(async move {
-            let h = Harness::new(MemoryStore::new(1)).await;
+            let h = Harness::new(MemoryLog::new(1)).await;
             let mut c = h.connect(version, "fuzz", false).await;
             c.send(&bytes).await;
             let mut tail = BytesMut::new();
@@ -455,7 +475,7 @@ mod fuzz {
             .build()
             .expect("runtime");
         runtime.block_on(async move {
-            let h = Harness::new(MemoryStore::new(1)).await;
+            let h = Harness::new(MemoryLog::new(1)).await;
             let (mut io, task) = h.socket();
             let _ = io.write_all(&bytes).await;
             drop(io);

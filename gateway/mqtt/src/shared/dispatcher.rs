@@ -12,25 +12,14 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use super::super::message::Message;
-use super::super::session::PartitionId;
-use super::super::store::{Store, StoreError};
+use super::super::config::SharedStrategy;
+use super::super::router::PartitionId;
 use super::ShareKey;
-use super::group::GroupState;
-use super::strategy::SharedStrategy;
+use super::group::{Delivery, GroupState};
+use tern_log::{LogError, LogPort};
 
 /// How often a moved group cursor is made durable.
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
-
-/// A record handed to a member.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    pub partition: PartitionId,
-    pub offset: u64,
-    pub message: Box<Message>,
-    /// Whether another member had it before and left without acknowledging it.
-    pub dup: bool,
-}
 
 /// What members tell their group's dispatcher.
 #[derive(Debug)]
@@ -56,14 +45,14 @@ pub enum Command {
 }
 
 /// Runs the group of `key` over `partitions` until it is closed or every sender is gone.
-pub async fn run<S: Store>(
-    store: S,
+pub async fn run<S: LogPort>(
+    log: S,
     key: ShareKey,
     strategy: SharedStrategy,
     partitions: Vec<PartitionId>,
     mut inbox: mpsc::Receiver<Command>,
 ) {
-    let mut dispatcher = match Dispatcher::start(store, key, strategy, partitions).await {
+    let mut dispatcher = match Dispatcher::start(log, key, strategy, partitions).await {
         Ok(dispatcher) => dispatcher,
         Err((key, err)) => {
             tracing::error!(group = %key.group, filter = %key.filter, %err, "shared group cannot start");
@@ -96,7 +85,7 @@ pub async fn run<S: Store>(
 }
 
 struct Dispatcher<S> {
-    store: S,
+    log: S,
     key: ShareKey,
     cursor_name: String,
     state: GroupState<S>,
@@ -106,13 +95,13 @@ struct Dispatcher<S> {
     _watchers: JoinSet<()>,
 }
 
-impl<S: Store> Dispatcher<S> {
+impl<S: LogPort> Dispatcher<S> {
     async fn start(
-        store: S,
+        log: S,
         key: ShareKey,
         strategy: SharedStrategy,
         partitions: Vec<PartitionId>,
-    ) -> Result<Self, (ShareKey, StoreError)> {
+    ) -> Result<Self, (ShareKey, LogError)> {
         let cursor_name = key.cursor_name();
         let wake = Arc::new(Notify::new());
         let mut watchers = JoinSet::new();
@@ -120,16 +109,16 @@ impl<S: Store> Dispatcher<S> {
         let mut fresh = Vec::new();
         for partition in partitions {
             let (topic, p) = (&partition.0, partition.1);
-            let saved = store.cursor(&cursor_name, topic, p);
+            let saved = log.cursor(&cursor_name, topic, p);
             let start = match saved {
                 Some(offset) => offset,
                 None => {
-                    let end = store.offsets(topic, p).map_err(|e| (key.clone(), e))?.1;
+                    let end = log.offsets(topic, p).map_err(|e| (key.clone(), e))?.1;
                     fresh.push((partition.clone(), end));
                     end
                 }
             };
-            let mut end = store.watch(topic, p).map_err(|e| (key.clone(), e))?;
+            let mut end = log.subscribe(topic, p).map_err(|e| (key.clone(), e))?;
             let wake = wake.clone();
             watchers.spawn(async move {
                 while end.changed().await.is_ok() {
@@ -139,12 +128,12 @@ impl<S: Store> Dispatcher<S> {
             starts.insert(partition, start);
         }
         for ((topic, p), offset) in &fresh {
-            let committed = store.commit_cursor(&cursor_name, topic, *p, *offset).await;
+            let committed = log.commit_cursor(&cursor_name, topic, *p, *offset).await;
             committed.map_err(|e| (key.clone(), e))?;
         }
-        let state = GroupState::new(store.clone(), key.filter.clone(), strategy, starts.clone());
+        let state = GroupState::new(log.clone(), key.filter.clone(), strategy, starts.clone());
         Ok(Self {
-            store,
+            log,
             key,
             cursor_name,
             state,
@@ -191,7 +180,7 @@ impl<S: Store> Dispatcher<S> {
         for (partition, offset) in moved {
             let (topic, p) = (&partition.0, partition.1);
             match self
-                .store
+                .log
                 .commit_cursor(&self.cursor_name, topic, p, offset)
                 .await
             {

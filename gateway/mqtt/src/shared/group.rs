@@ -8,12 +8,22 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use tokio::sync::mpsc;
 
+use super::super::config::SharedStrategy;
 use super::super::message::Message;
-use super::super::session::PartitionId;
-use super::super::store::{Store, StoreError, StoredRecord};
+use super::super::router::PartitionId;
 use super::super::topic;
-use super::dispatcher::Delivery;
-use super::strategy::{Candidate, Picker, SharedStrategy};
+use super::strategy::{Candidate, Picker};
+use tern_log::{LogError, LogPort, StoredRecord};
+
+/// A record handed to a member.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub partition: PartitionId,
+    pub offset: u64,
+    pub message: Box<Message>,
+    /// Whether another member had it before and left without acknowledging it.
+    pub dup: bool,
+}
 
 /// Bytes read ahead from the log per partition.
 const READ_BYTES: usize = 32 * 1024;
@@ -59,7 +69,7 @@ impl Candidate for Slot {
 /// One shared group's positions and members.
 #[derive(Debug)]
 pub(super) struct GroupState<S> {
-    store: S,
+    log: S,
     filter: String,
     strategy: SharedStrategy,
     positions: BTreeMap<PartitionId, Position>,
@@ -68,10 +78,10 @@ pub(super) struct GroupState<S> {
     picker: Picker,
 }
 
-impl<S: Store> GroupState<S> {
+impl<S: LogPort> GroupState<S> {
     /// A group reading `filter` from `starts` (partition → first offset to read).
     pub fn new(
-        store: S,
+        log: S,
         filter: String,
         strategy: SharedStrategy,
         starts: BTreeMap<PartitionId, u64>,
@@ -87,7 +97,7 @@ impl<S: Store> GroupState<S> {
             })
             .collect();
         Self {
-            store,
+            log,
             filter,
             strategy,
             positions,
@@ -154,7 +164,7 @@ impl<S: Store> GroupState<S> {
 
     /// Hands out records until no member can take the next one. Members whose connection
     /// is gone are removed on the way.
-    pub fn dispatch(&mut self) -> Result<(), StoreError> {
+    pub fn dispatch(&mut self) -> Result<(), LogError> {
         self.drop_closed();
         if !self.members.iter().any(Slot::has_room) {
             return Ok(());
@@ -172,7 +182,7 @@ impl<S: Store> GroupState<S> {
         Ok(())
     }
 
-    fn dispatch_partition(&mut self, partition: &PartitionId) -> Result<(), StoreError> {
+    fn dispatch_partition(&mut self, partition: &PartitionId) -> Result<(), LogError> {
         loop {
             let parked = self
                 .positions
@@ -203,7 +213,7 @@ impl<S: Store> GroupState<S> {
     }
 
     /// Reads `partition` on to its next record whose MQTT topic matches the filter.
-    fn next_matching(&mut self, partition: &PartitionId) -> Result<Option<Handed>, StoreError> {
+    fn next_matching(&mut self, partition: &PartitionId) -> Result<Option<Handed>, LogError> {
         loop {
             let Some(position) = self.positions.get_mut(partition) else {
                 return Ok(None);
@@ -217,9 +227,9 @@ impl<S: Store> GroupState<S> {
             }
             if position.buffer.is_empty() {
                 let (topic, p) = (&partition.0, partition.1);
-                match self.store.read(topic, p, position.next, READ_BYTES) {
+                match self.log.read(topic, p, position.next, READ_BYTES) {
                     Ok(records) => position.buffer.extend(records),
-                    Err(StoreError::OutOfRange { start, .. }) if start > position.next => {
+                    Err(LogError::OffsetOutOfRange { start, .. }) if start > position.next => {
                         tracing::warn!(filter = %self.filter, ?partition, next = position.next, start, "records expired before a shared group read them");
                         position.next = start;
                         continue;

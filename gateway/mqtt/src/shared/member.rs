@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::super::session::{Matched, PartitionId};
-use super::ShareKey;
-use super::dispatcher::{Command, Delivery};
+use super::super::router::PartitionId;
+use super::super::session::Matched;
+use super::dispatcher::Command;
+use super::group::Delivery;
 
 /// How long a leaving member waits for its group to take its records back.
 const LEAVE_WAIT: Duration = Duration::from_secs(2);
@@ -21,7 +22,6 @@ const LEAVE_WAIT: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub struct Member {
     id: u64,
-    pub key: ShareKey,
     commands: mpsc::Sender<Command>,
     rx: mpsc::Receiver<Delivery>,
     /// How deliveries reach the client (granted QoS, retain as published, identifier).
@@ -31,13 +31,11 @@ pub struct Member {
 impl Member {
     pub(super) fn new(
         id: u64,
-        key: ShareKey,
         commands: mpsc::Sender<Command>,
         rx: mpsc::Receiver<Delivery>,
     ) -> Self {
         Self {
             id,
-            key,
             commands,
             rx,
             matched: None,

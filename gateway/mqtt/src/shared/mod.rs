@@ -22,24 +22,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use super::session::PartitionId;
-use super::store::{Store, StoreError};
+use super::config::SharedStrategy;
+use super::router::PartitionId;
 use super::topic::{self, TopicError, TopicLimits};
-pub use dispatcher::{Command, Delivery};
+pub use dispatcher::Command;
+pub use group::Delivery;
 pub use member::{Member, Memberships};
-pub use strategy::SharedStrategy;
+use tern_log::{LogError, LogPort};
 
-/// The filter prefix that makes a subscription shared.
-pub const PREFIX: &str = "$share/";
 /// The prefix of group cursor names in the cursor store (session cursors are `mqtt:{id}`).
 const CURSOR_PREFIX: &str = "mqtt.share:";
 /// Commands queued per group before members wait to send an acknowledgement.
 const COMMANDS: usize = 256;
-
-/// Whether a subscription filter names a shared subscription.
-pub fn is_shared(filter: &str) -> bool {
-    filter.starts_with(PREFIX)
-}
 
 /// One shared group: the share name and the topic filter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -64,7 +58,9 @@ impl ShareKey {
     /// Parses and validates `$share/{group}/{filter}`.
     pub fn parse(full: &str, limits: &TopicLimits) -> Result<Self, ShareError> {
         topic::validate_filter(full, limits)?;
-        let rest = full.strip_prefix(PREFIX).ok_or(ShareError::Shape)?;
+        let rest = full
+            .strip_prefix(topic::SHARE_PREFIX)
+            .ok_or(ShareError::Shape)?;
         let (group, filter) = rest.split_once('/').ok_or(ShareError::Shape)?;
         if group.is_empty() || group.contains(['+', '#']) {
             return Err(ShareError::GroupName);
@@ -98,16 +94,16 @@ struct Registry {
 /// Every shared group of the broker.
 #[derive(Debug)]
 pub struct SharedGroups<S> {
-    store: S,
+    log: S,
     strategy: SharedStrategy,
     registry: Mutex<Registry>,
     next_member: AtomicU64,
 }
 
-impl<S: Store> SharedGroups<S> {
-    pub fn new(store: S, strategy: SharedStrategy) -> Self {
+impl<S: LogPort> SharedGroups<S> {
+    pub fn new(log: S, strategy: SharedStrategy) -> Self {
         Self {
-            store,
+            log,
             strategy,
             registry: Mutex::default(),
             next_member: AtomicU64::new(1),
@@ -119,7 +115,7 @@ impl<S: Store> SharedGroups<S> {
     pub async fn restore(
         &self,
         held: impl Iterator<Item = (String, String)>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), LogError> {
         let mut registry = self.registry.lock().await;
         for (client_id, filter) in held {
             if let Some(key) = parse_stored(&filter) {
@@ -127,10 +123,10 @@ impl<S: Store> SharedGroups<S> {
             }
         }
         let live: HashSet<String> = registry.holders.keys().map(ShareKey::cursor_name).collect();
-        for name in self.store.cursor_names() {
+        for name in self.log.cursor_names() {
             if name.starts_with(CURSOR_PREFIX) && !live.contains(&name) {
                 tracing::info!(cursor = %name, "removing the cursor of an abandoned shared group");
-                self.store.remove_cursors(&name).await?;
+                self.log.remove_cursors(&name).await?;
             }
         }
         Ok(())
@@ -153,8 +149,8 @@ impl<S: Store> SharedGroups<S> {
             holders.insert(client_id.to_owned());
             let group = registry.groups.entry(key.clone()).or_insert_with(|| {
                 let (commands, inbox) = mpsc::channel(COMMANDS);
-                let store = self.store.clone();
-                let task = dispatcher::run(store, key.clone(), self.strategy, partitions, inbox);
+                let log = self.log.clone();
+                let task = dispatcher::run(log, key.clone(), self.strategy, partitions, inbox);
                 tokio::spawn(task);
                 Group { commands }
             });
@@ -178,12 +174,12 @@ impl<S: Store> SharedGroups<S> {
             }
             return None;
         }
-        Some(Member::new(id, key.clone(), commands, rx))
+        Some(Member::new(id, commands, rx))
     }
 
     /// Records that `client_id`'s session no longer holds `key`; the last holder's departure
     /// stops the group and removes its cursor.
-    pub async fn release(&self, key: &ShareKey, client_id: &str) -> Result<(), StoreError> {
+    pub async fn release(&self, key: &ShareKey, client_id: &str) -> Result<(), LogError> {
         let mut registry = self.registry.lock().await;
         let Some(holders) = registry.holders.get_mut(key) else {
             return Ok(());
@@ -199,11 +195,11 @@ impl<S: Store> SharedGroups<S> {
                 let _ = closed.await;
             }
         }
-        self.store.remove_cursors(&key.cursor_name()).await
+        self.log.remove_cursors(&key.cursor_name()).await
     }
 
     /// Releases every shared subscription among a session's `filters` (the session ends).
-    pub async fn release_all(&self, filters: &[String], client_id: &str) -> Result<(), StoreError> {
+    pub async fn release_all(&self, filters: &[String], client_id: &str) -> Result<(), LogError> {
         for key in filters.iter().filter_map(|f| parse_stored(f)) {
             self.release(&key, client_id).await?;
         }
@@ -213,7 +209,7 @@ impl<S: Store> SharedGroups<S> {
 
 /// A stored subscription filter's group, if shared (stored filters were validated already).
 fn parse_stored(filter: &str) -> Option<ShareKey> {
-    let rest = filter.strip_prefix(PREFIX)?;
+    let rest = filter.strip_prefix(topic::SHARE_PREFIX)?;
     let (group, filter) = rest.split_once('/')?;
     Some(ShareKey {
         group: group.to_owned(),

@@ -1,20 +1,10 @@
 //! How a shared group picks the member for a record: round robin over the members with room in
 //! their window, or key-sticky, where rendezvous hashing of (member client id, record key) picks
 //! the member so one key always reaches the same member while the member set is unchanged (and
-//! only the keys of a member that leaves move). Pure functions; never blocks and never sends.
+//! only the keys of a member that leaves move); the setting itself is `config::SharedStrategy`.
+//! Pure functions; never blocks and never sends.
 
-use serde::{Deserialize, Serialize};
-
-/// `[mqtt] shared_strategy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SharedStrategy {
-    /// Each record to the next member with room in its window.
-    #[default]
-    RoundRobin,
-    /// Each record to the member its key hashes to; a busy member holds its keys back.
-    KeySticky,
-}
+use super::super::config::SharedStrategy;
 
 /// What the picker needs to know of a member.
 pub trait Candidate {

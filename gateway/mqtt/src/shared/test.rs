@@ -1,4 +1,4 @@
-//! Unit tests of shared groups over the in-memory store: spreading, acknowledgement and the
+//! Unit tests of shared groups over the in-memory log: spreading, acknowledgement and the
 //! group cursor, redelivery after a member leaves, key-sticky ownership, filter parsing and the
 //! registry's cursor lifecycle.
 
@@ -9,13 +9,13 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::super::codec::QoS;
-use super::super::memstore::MemoryStore;
 use super::super::message::Message;
-use super::super::session::PartitionId;
-use super::super::store::Store;
-use super::super::topic::TopicLimits;
+use super::super::router::PartitionId;
+use super::super::topic::{TopicLimits, is_shared};
 use super::group::GroupState;
 use super::*;
+use tern_log::LogPort;
+use tern_log::MemoryLog;
 
 const LIMITS: TopicLimits = TopicLimits {
     max_len: 256,
@@ -34,17 +34,24 @@ fn message(topic: &str, payload: &str) -> Message {
     }
 }
 
+/// A one-partition log holding the topic `mqtt` the tests read from.
+fn mqtt_log() -> MemoryLog {
+    let log = MemoryLog::new(1);
+    log.ensure_topic("mqtt").expect("topic");
+    log
+}
+
 /// Appends `count` messages on `topic` to partition 0, keyed by `key(i)`.
-async fn append(store: &MemoryStore, topic: &str, count: usize, key: impl Fn(usize) -> String) {
+async fn append(log: &MemoryLog, topic: &str, count: usize, key: impl Fn(usize) -> String) {
     for i in 0..count {
         let record = message(topic, &format!("m{i}")).to_record(Some(key(i).into_bytes()));
-        store.append("mqtt", 0, vec![record]).await.expect("append");
+        log.append("mqtt", 0, vec![record]).await.expect("append");
     }
 }
 
-fn group(store: &MemoryStore, filter: &str, strategy: SharedStrategy) -> GroupState<MemoryStore> {
+fn group(log: &MemoryLog, filter: &str, strategy: SharedStrategy) -> GroupState<MemoryLog> {
     let starts = BTreeMap::from([(partition(), 0)]);
-    GroupState::new(store.clone(), filter.to_owned(), strategy, starts)
+    GroupState::new(log.clone(), filter.to_owned(), strategy, starts)
 }
 
 fn partition() -> PartitionId {
@@ -55,7 +62,7 @@ fn drain(rx: &mut mpsc::Receiver<Delivery>) -> Vec<Delivery> {
     std::iter::from_fn(|| rx.try_recv().ok()).collect()
 }
 
-fn cursor(state: &GroupState<MemoryStore>) -> u64 {
+fn cursor(state: &GroupState<MemoryLog>) -> u64 {
     state
         .cursors()
         .map(|(_, offset)| offset)
@@ -63,12 +70,12 @@ fn cursor(state: &GroupState<MemoryStore>) -> u64 {
         .expect("one partition")
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn round_robin_hands_each_record_to_one_member_within_its_window() {
-    let store = MemoryStore::new(1);
-    append(&store, "a/x", 10, |i| format!("k{i}")).await;
-    append(&store, "other", 2, |i| format!("o{i}")).await;
-    let mut state = group(&store, "a/#", SharedStrategy::RoundRobin);
+    let log = mqtt_log();
+    append(&log, "a/x", 10, |i| format!("k{i}")).await;
+    append(&log, "other", 2, |i| format!("o{i}")).await;
+    let mut state = group(&log, "a/#", SharedStrategy::RoundRobin);
     let (tx1, mut rx1) = mpsc::channel(4);
     let (tx2, mut rx2) = mpsc::channel(4);
     state.join(1, "m1".to_owned(), 4, tx1);
@@ -100,11 +107,11 @@ async fn round_robin_hands_each_record_to_one_member_within_its_window() {
     assert!(drain(&mut rx2).is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_leaving_members_unacknowledged_records_go_to_another_with_dup() {
-    let store = MemoryStore::new(1);
-    append(&store, "a", 4, |i| format!("k{i}")).await;
-    let mut state = group(&store, "a", SharedStrategy::RoundRobin);
+    let log = mqtt_log();
+    append(&log, "a", 4, |i| format!("k{i}")).await;
+    let mut state = group(&log, "a", SharedStrategy::RoundRobin);
     let (tx1, mut rx1) = mpsc::channel(8);
     state.join(1, "m1".to_owned(), 8, tx1);
     state.dispatch().expect("dispatch");
@@ -126,11 +133,11 @@ async fn a_leaving_members_unacknowledged_records_go_to_another_with_dup() {
     assert_eq!(cursor(&state), 4);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_closed_member_channel_counts_as_leaving() {
-    let store = MemoryStore::new(1);
-    append(&store, "a", 2, |_| "k".to_owned()).await;
-    let mut state = group(&store, "a", SharedStrategy::RoundRobin);
+    let log = mqtt_log();
+    append(&log, "a", 2, |_| "k".to_owned()).await;
+    let mut state = group(&log, "a", SharedStrategy::RoundRobin);
     let (tx1, rx1) = mpsc::channel(8);
     state.join(1, "m1".to_owned(), 8, tx1);
     state.dispatch().expect("dispatch");
@@ -142,11 +149,11 @@ async fn a_closed_member_channel_counts_as_leaving() {
     assert_eq!(drain(&mut rx2).len(), 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn key_sticky_sends_each_key_to_one_member() {
-    let store = MemoryStore::new(1);
-    append(&store, "a", 60, |i| format!("dev-{}", i % 6)).await;
-    let mut state = group(&store, "a", SharedStrategy::KeySticky);
+    let log = mqtt_log();
+    append(&log, "a", 60, |i| format!("dev-{}", i % 6)).await;
+    let mut state = group(&log, "a", SharedStrategy::KeySticky);
     let mut receivers = Vec::new();
     for id in 1..=3u64 {
         let (tx, rx) = mpsc::channel(64);
@@ -192,23 +199,21 @@ fn share_filters_are_parsed_and_checked() {
     assert!(is_shared("$share/g/a") && !is_shared("$SYS/x") && !is_shared("share/g/a"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_group_cursor_lives_as_long_as_a_session_holds_the_group() {
-    let store = MemoryStore::new(1);
-    append(&store, "a", 3, |_| "k".to_owned()).await;
-    store
-        .commit_cursor("mqtt.share:old/a", "mqtt", 0, 1)
+    let log = mqtt_log();
+    append(&log, "a", 3, |_| "k".to_owned()).await;
+    log.commit_cursor("mqtt.share:old/a", "mqtt", 0, 1)
         .await
         .expect("commit");
-    store
-        .commit_cursor("mqtt:c1", "mqtt", 0, 1)
+    log.commit_cursor("mqtt:c1", "mqtt", 0, 1)
         .await
         .expect("commit");
-    let groups = SharedGroups::new(store.clone(), SharedStrategy::RoundRobin);
+    let groups = SharedGroups::new(log.clone(), SharedStrategy::RoundRobin);
     let held = [("c1".to_owned(), "$share/g/a".to_owned())];
     groups.restore(held.into_iter()).await.expect("restore");
     assert_eq!(
-        store.cursor_names(),
+        log.cursor_names(),
         ["mqtt:c1"],
         "abandoned group cursor swept"
     );
@@ -219,11 +224,11 @@ async fn the_group_cursor_lives_as_long_as_a_session_holds_the_group() {
         .await
         .expect("joins");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while store.cursor(&key.cursor_name(), "mqtt", 0).is_none() {
+    while log.cursor(&key.cursor_name(), "mqtt", 0).is_none() {
         assert!(tokio::time::Instant::now() < deadline, "no group cursor");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    append(&store, "a", 1, |_| "k".to_owned()).await;
+    append(&log, "a", 1, |_| "k".to_owned()).await;
     let mut memberships = Memberships::default();
     member.matched = None;
     memberships.insert("$share/g/a".to_owned(), member);
@@ -233,7 +238,7 @@ async fn the_group_cursor_lives_as_long_as_a_session_holds_the_group() {
     assert_eq!((filter.as_str(), delivery.offset), ("$share/g/a", 3));
     memberships.settle(&filter, delivery.partition, 3).await;
     assert!(memberships.leave_all().await.is_empty());
-    assert_eq!(store.cursor(&key.cursor_name(), "mqtt", 0), Some(4));
+    assert_eq!(log.cursor(&key.cursor_name(), "mqtt", 0), Some(4));
 
     let c2 = [("c2".to_owned(), "$share/g/a".to_owned())];
     groups
@@ -242,21 +247,21 @@ async fn the_group_cursor_lives_as_long_as_a_session_holds_the_group() {
         .expect("c2 holds the group too");
     groups.release(&key, "c1").await.expect("release");
     assert!(
-        store.cursor(&key.cursor_name(), "mqtt", 0).is_some(),
+        log.cursor(&key.cursor_name(), "mqtt", 0).is_some(),
         "c2 still holds it"
     );
     groups
         .release_all(&["$share/g/a".to_owned(), "x/#".to_owned()], "c2")
         .await
         .expect("release");
-    assert_eq!(store.cursor(&key.cursor_name(), "mqtt", 0), None);
+    assert_eq!(log.cursor(&key.cursor_name(), "mqtt", 0), None);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_record_waiting_for_a_busy_member_holds_the_cursor() {
-    let store = MemoryStore::new(1);
-    append(&store, "a", 3, |_| "same-key".to_owned()).await;
-    let mut state = group(&store, "a", SharedStrategy::KeySticky);
+    let log = mqtt_log();
+    append(&log, "a", 3, |_| "same-key".to_owned()).await;
+    let mut state = group(&log, "a", SharedStrategy::KeySticky);
     let (tx, mut rx) = mpsc::channel(1);
     state.join(1, "m1".to_owned(), 1, tx);
     state.dispatch().expect("dispatch");

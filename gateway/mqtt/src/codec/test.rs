@@ -1,4 +1,10 @@
+//! Codec tests: the client-side encoders other tests use to play a client (rumqttd's own
+//! writer), decoding and framing of both versions, and fuzzing of the decoder; golden bytes of
+//! the delivery packets are in `test/delivery.rs`.
+
 use super::*;
+
+mod delivery;
 
 /// Encodes a client CONNECT (tests play the client with rumqttd's own writer).
 pub(crate) fn client_connect(

@@ -1,4 +1,4 @@
-//! Delivery tests against the in-memory store: outgoing QoS 2 (PUBREC → PUBREL → PUBCOMP,
+//! Delivery tests against the in-memory log: outgoing QoS 2 (PUBREC → PUBREL → PUBCOMP,
 //! resends, refusals, the released state across a restart) and DUP on redelivery after a
 //! restart; the MQTT 5 features are in `test_delivery_v5.rs`. The e2e suite repeats them with
 //! real clients and the real log.
@@ -6,14 +6,14 @@
 use bytes::BytesMut;
 use rumqttd::protocol::{self, Packet, Protocol};
 
-use super::super::broker::sent_cursor_name;
-use super::super::codec::tests::client_subscribe;
-use super::super::codec::{QoS, Version};
-use super::super::config::MqttConfig;
-use super::super::memstore::MemoryStore;
-use super::super::store::Store;
-use super::lease::LEASE_RECORDS;
-use super::test::{Client, Harness};
+use super::{Client, Harness};
+use crate::broker::sent_cursor_name;
+use crate::codec::test::client_subscribe;
+use crate::codec::{QoS, Version};
+use crate::config::MqttConfig;
+use crate::connection::lease::LEASE_RECORDS;
+use tern_log::LogPort;
+use tern_log::MemoryLog;
 
 pub(super) const SHORT: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -109,10 +109,10 @@ pub(super) async fn publish_acked(h: &Harness, topic: &str, payloads: usize) {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn qos2_deliveries_run_pubrec_pubrel_pubcomp_on_both_versions() {
     for version in [Version::V4, Version::V5] {
-        let h = Harness::new(MemoryStore::new(1)).await;
+        let h = Harness::new(MemoryLog::new(1)).await;
         let mut sub = h.connect(version, "sub", true).await;
         assert_eq!(sub.subscribed("q/#", QoS::ExactlyOnce).await, 2);
         publish_acked(&h, "q/1", 1).await;
@@ -136,9 +136,9 @@ async fn qos2_deliveries_run_pubrec_pubrel_pubcomp_on_both_versions() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_released_qos2_delivery_is_resent_as_pubrel_and_never_as_publish() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     assert_eq!(sub.subscribed("r/#", QoS::ExactlyOnce).await, 2);
     let mut publisher = h.connect(Version::V4, "p", true).await;
@@ -178,13 +178,13 @@ async fn a_released_qos2_delivery_is_resent_as_pubrel_and_never_as_publish() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn qos2_deliveries_fill_the_window_until_pubcomp() {
     let config = MqttConfig {
         inflight: 2,
         ..MqttConfig::default()
     };
-    let h = Harness::with_config(MemoryStore::new(1), config).await;
+    let h = Harness::with_config(MemoryLog::new(1), config).await;
     let mut sub = connect_v5_aliases(&h, "sub", true, 0).await;
     assert_eq!(sub.subscribed("w/#", QoS::ExactlyOnce).await, 2);
     let mut publisher = h.connect(Version::V5, "p", true).await;
@@ -230,16 +230,16 @@ async fn qos2_deliveries_fill_the_window_until_pubcomp() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn deliveries_repeated_after_a_restart_carry_dup() {
-    let store = MemoryStore::new(1);
-    let h = Harness::new(store.clone()).await;
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     assert_eq!(sub.subscribed("d/#", QoS::AtLeastOnce).await, 1);
     publish_acked(&h, "d/1", 1).await;
     let sent = sub.delivered().await;
     assert_eq!(sent.first & 0x08, 0, "a first delivery has no DUP");
-    let lease = store.cursor(&sent_cursor_name("sub"), "mqtt", 0);
+    let lease = log.cursor(&sent_cursor_name("sub"), "mqtt", 0);
     assert_eq!(
         lease,
         Some(LEASE_RECORDS),
@@ -248,7 +248,7 @@ async fn deliveries_repeated_after_a_restart_carry_dup() {
     drop(sub);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
-    let h = Harness::new(store.clone()).await;
+    let h = Harness::new(log.clone()).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     let again = sub.delivered().await;
     assert_eq!(
@@ -262,16 +262,16 @@ async fn deliveries_repeated_after_a_restart_carry_dup() {
     clean.send(&[0xe0, 0]).await;
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert_eq!(
-        store.cursor(&sent_cursor_name("sub"), "mqtt", 0),
+        log.cursor(&sent_cursor_name("sub"), "mqtt", 0),
         None,
         "leases end with the session"
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_released_qos2_delivery_stays_released_across_a_restart() {
-    let store = MemoryStore::new(1);
-    let h = Harness::new(store.clone()).await;
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     assert_eq!(sub.subscribed("x/#", QoS::ExactlyOnce).await, 2);
     let mut publisher = h.connect(Version::V4, "p", true).await;
@@ -283,7 +283,7 @@ async fn a_released_qos2_delivery_stays_released_across_a_restart() {
     drop((sub, publisher));
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
-    let h = Harness::new(store.clone()).await;
+    let h = Harness::new(log.clone()).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     assert_eq!(
         sub.frame().await,
@@ -299,7 +299,7 @@ async fn a_released_qos2_delivery_stays_released_across_a_restart() {
     sub.send(&[0xe0, 0]).await;
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
-    let h = Harness::new(store).await;
+    let h = Harness::new(log).await;
     let mut sub = h.connect(Version::V4, "sub", false).await;
     assert_eq!(
         sub.try_frame(SHORT).await,

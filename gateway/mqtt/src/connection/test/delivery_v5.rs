@@ -1,15 +1,15 @@
-//! MQTT 5 delivery tests against the in-memory store: outbound topic aliases (LRU within the
+//! MQTT 5 delivery tests against the in-memory log: outbound topic aliases (LRU within the
 //! client's maximum, full topics on resends) and the inbound Receive Maximum (DISCONNECT 0x93).
 
-use super::super::codec::{QoS, Version};
-use super::super::config::MqttConfig;
-use super::super::memstore::MemoryStore;
-use super::test::Harness;
-use super::test_delivery::{connect_v5_aliases, publish_acked};
+use super::Harness;
+use super::delivery::{connect_v5_aliases, publish_acked};
+use crate::codec::{QoS, Version};
+use crate::config::MqttConfig;
+use tern_log::MemoryLog;
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn deliveries_use_topic_aliases_up_to_the_client_maximum() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let mut sub = connect_v5_aliases(&h, "sub", true, 1).await;
     assert_eq!(sub.subscribed("a/#", QoS::AtMostOnce).await, 0);
     let mut publisher = h.connect(Version::V4, "p", true).await;
@@ -45,9 +45,9 @@ async fn deliveries_use_topic_aliases_up_to_the_client_maximum() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn resends_after_a_reconnect_carry_the_full_topic() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let mut sub = connect_v5_aliases(&h, "sub", false, 4).await;
     assert_eq!(sub.subscribed("b/#", QoS::AtLeastOnce).await, 1);
     publish_acked(&h, "b/1", 2).await;
@@ -65,16 +65,16 @@ async fn resends_after_a_reconnect_carry_the_full_topic() {
 }
 
 fn qos_publish(topic: &str, qos: QoS, pkid: u16) -> Vec<u8> {
-    super::super::codec::tests::client_publish(Version::V5, topic, b"x", qos, pkid)
+    crate::codec::test::client_publish(Version::V5, topic, b"x", qos, pkid)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn more_publishes_than_the_receive_maximum_get_disconnect_0x93() {
     let config = MqttConfig {
         inflight: 2,
         ..MqttConfig::default()
     };
-    let h = Harness::with_config(MemoryStore::new(1), config).await;
+    let h = Harness::with_config(MemoryLog::new(1), config).await;
     let mut ok = h.connect(Version::V5, "ok", true).await;
     ok.send(
         &[
@@ -104,7 +104,7 @@ async fn more_publishes_than_the_receive_maximum_get_disconnect_0x93() {
         .collect();
     greedy.send(&burst).await;
     let mut frames = Vec::new();
-    while let Some(frame) = greedy.try_frame(super::test::WAIT).await {
+    while let Some(frame) = greedy.try_frame(super::WAIT).await {
         frames.push(frame);
     }
     assert_eq!(
@@ -115,13 +115,7 @@ async fn more_publishes_than_the_receive_maximum_get_disconnect_0x93() {
     let mut v4 = h.connect(Version::V4, "old", true).await;
     let burst: Vec<u8> = (1..=3u16)
         .flat_map(|pkid| {
-            super::super::codec::tests::client_publish(
-                Version::V4,
-                "t",
-                b"x",
-                QoS::AtLeastOnce,
-                pkid,
-            )
+            crate::codec::test::client_publish(Version::V4, "t", b"x", QoS::AtLeastOnce, pkid)
         })
         .collect();
     v4.send(&burst).await;

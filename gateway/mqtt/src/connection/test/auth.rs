@@ -5,13 +5,13 @@
 use bytes::BytesMut;
 use rumqttd::protocol::{self, Login, Packet, Protocol};
 
-use super::super::auth::config::{Access, AclConfig, Anonymous, AuthConfig};
-use super::super::auth::passwd;
-use super::super::codec::tests::client_subscribe;
-use super::super::codec::{QoS, Version};
-use super::super::config::MqttConfig;
-use super::super::memstore::MemoryStore;
-use super::test::{Client, Harness};
+use super::{Client, Harness};
+use crate::auth::passwd;
+use crate::codec::test::client_subscribe;
+use crate::codec::{QoS, Version};
+use crate::config::MqttConfig;
+use crate::config::auth::{Access, AclConfig, Anonymous, AuthConfig};
+use tern_log::MemoryLog;
 
 fn rule(topic: &str, access: Access) -> AclConfig {
     AclConfig {
@@ -27,7 +27,7 @@ async fn with_acl(rules: Vec<AclConfig>) -> Harness {
         acl: rules,
         ..MqttConfig::default()
     };
-    Harness::with_config(MemoryStore::new(1), config).await
+    Harness::with_config(MemoryLog::new(1), config).await
 }
 
 fn connect_with_login(version: Version, user: &str, password: &str) -> Vec<u8> {
@@ -73,7 +73,7 @@ async fn credentials_are_checked_and_refusals_carry_the_right_code() {
         },
         ..MqttConfig::default()
     };
-    let h = Harness::with_config(MemoryStore::new(1), config).await;
+    let h = Harness::with_config(MemoryLog::new(1), config).await;
     let cases = [
         (Version::V4, "wonderland", vec![0x20, 2, 0, 0]),
         (Version::V4, "wrong", vec![0x20, 2, 0, 4]),
@@ -94,12 +94,12 @@ async fn credentials_are_checked_and_refusals_carry_the_right_code() {
         (Version::V5, vec![0x20, 3, 0, 0x87, 0]),
     ] {
         let mut c = raw_client(&h, version).await;
-        c.send(&super::super::codec::tests::client_connect(
+        c.send(&crate::codec::test::client_connect(
             version, "anon", true, 60,
         ))
         .await;
         assert_eq!(c.frame().await, expected, "anonymous {version:?}");
-        assert!(c.closed(super::test::WAIT).await);
+        assert!(c.closed(super::WAIT).await);
     }
     assert!(h.records().is_empty());
     let _ = std::fs::remove_dir_all(&dir);

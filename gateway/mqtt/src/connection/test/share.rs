@@ -3,10 +3,10 @@
 
 use rumqttd::protocol::Packet;
 
-use super::super::codec::tests::{client_connect, client_subscribe};
-use super::super::codec::{QoS, Version};
-use super::super::memstore::MemoryStore;
-use super::test::{Client, Harness};
+use super::{Client, Harness};
+use crate::codec::test::{client_connect, client_subscribe};
+use crate::codec::{QoS, Version};
+use tern_log::MemoryLog;
 
 /// The value of a one-byte property in an MQTT 5 CONNACK frame.
 fn connack_byte_property(frame: &[u8], wanted: u8) -> Option<u8> {
@@ -39,9 +39,9 @@ async fn publish_payload(client: &mut Client) -> Option<Vec<u8>> {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn v5_connack_announces_shared_subscriptions() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let (io, task) = h.socket();
     let mut client = Client {
         io,
@@ -66,9 +66,9 @@ async fn v5_connack_announces_shared_subscriptions() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn group_members_split_records_and_an_unsubscribed_member_gets_no_more() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let mut a = h.connect(Version::V4, "a", true).await;
     let mut b = h.connect(Version::V4, "b", true).await;
     for member in [&mut a, &mut b] {

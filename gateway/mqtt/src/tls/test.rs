@@ -1,6 +1,7 @@
 //! TLS tests with certificates made by `scripts/gen-test-certs.sh`: identity extraction (CN,
 //! else SAN), loading the rustls configuration, and the `[mqtt.tls]` validation rules.
 
+use super::super::config::default_tls_listen;
 use super::*;
 
 /// Fresh certificates from `scripts/gen-test-certs.sh` (Debian's openssl) in a temp directory.

@@ -3,7 +3,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::*;
+use super::super::*;
 
 fn encoded(version: Version, packet: Outgoing) -> Vec<u8> {
     let mut out = BytesMut::new();

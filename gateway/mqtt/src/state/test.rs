@@ -3,8 +3,8 @@
 mod fold {
     use bytes::Bytes;
 
-    use super::super::super::memstore::MemoryStore;
     use super::super::*;
+    use tern_log::MemoryLog;
 
     fn retained(topic: &str, payload: &'static [u8]) -> Message {
         Message {
@@ -20,7 +20,7 @@ mod fold {
 
     #[tokio::test]
     async fn state_folds_latest_value_per_key() {
-        let store = MemoryStore::new(1);
+        let store = MemoryLog::new(1);
         let log = StateLog::new(store.clone()).expect("state log");
         log.put_retained(&retained("a", b"1"), || ())
             .await
@@ -68,12 +68,12 @@ mod fold {
 }
 
 mod compaction {
-    use super::super::super::memstore::MemoryStore;
     use super::super::*;
+    use tern_log::MemoryLog;
 
     #[tokio::test]
     async fn compaction_snapshots_live_records_and_moves_the_cursor() {
-        let store = MemoryStore::new(1);
+        let store = MemoryLog::new(1);
         let log = StateLog::new(store.clone()).expect("state log");
         log.load().await.expect("load");
         assert_eq!(store.cursor(STATE_CURSOR, STATE_TOPIC, 0), Some(0));
@@ -128,12 +128,12 @@ mod compaction {
 }
 
 mod released {
-    use super::super::super::memstore::MemoryStore;
     use super::super::*;
+    use tern_log::MemoryLog;
 
     #[tokio::test]
     async fn qos2_state_folds_per_session_in_any_key_order_and_dies_with_it() {
-        let store = MemoryStore::new(1);
+        let store = MemoryLog::new(1);
         let log = StateLog::new(store.clone()).expect("state log");
         let at = |offset| Released::new(&("mqtt".to_owned(), 1), offset);
         // Written before the session record, as a snapshot in key order would.

@@ -1,16 +1,16 @@
-//! MQTT 5 session tests against the in-memory store: session expiry, will delay, a will
+//! MQTT 5 session tests against the in-memory log: session expiry, will delay, a will
 //! cancelled by a reconnect, topic aliases.
 
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use super::super::codec::tests::{client_connect_v5, client_subscribe};
-use super::super::codec::{self, OutPublish, Outgoing, PublishProperties, QoS, Version};
-use super::super::memstore::MemoryStore;
-use super::super::message;
-use super::super::store::Headers;
-use super::test::{Client, Harness, WAIT};
+use crate::codec::test::{client_connect_v5, client_subscribe};
+use crate::codec::{self, OutPublish, Outgoing, PublishProperties, QoS, Version};
+use crate::message;
+use tern_log::MemoryLog;
+
+use super::{Client, Harness, WAIT};
 
 /// Connects with a raw MQTT 5 CONNECT; returns the client and the CONNACK's session-present flag.
 async fn connect_v5(
@@ -35,9 +35,9 @@ async fn connect_v5(
     (client, connack[2] == 1)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_v5_session_lives_for_its_expiry_interval_and_then_ends() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let (mut c, present) = connect_v5(&h, "exp", true, 1, None).await;
     assert!(!present);
     c.send(&client_subscribe(Version::V5, 1, "x/#", QoS::AtLeastOnce))
@@ -54,9 +54,9 @@ async fn a_v5_session_lives_for_its_expiry_interval_and_then_ends() {
     assert!(!present, "the session expired");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_v5_will_waits_for_its_delay() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let (c, _) = connect_v5(&h, "late", true, 10, Some(("wills/late", "bye", 1))).await;
     drop(c);
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -67,9 +67,9 @@ async fn a_v5_will_waits_for_its_delay() {
     assert_eq!(records[0].value, b"bye");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn reconnecting_within_the_will_delay_cancels_the_will() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let (c, _) = connect_v5(&h, "back", true, 10, Some(("wills/back", "bye", 1))).await;
     drop(c);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -100,9 +100,9 @@ fn aliased_publish(topic: &str, alias: u16, pkid: u16) -> Vec<u8> {
     out.to_vec()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn v5_topic_aliases_resolve_and_out_of_range_ones_disconnect() {
-    let h = Harness::new(MemoryStore::new(1)).await;
+    let h = Harness::new(MemoryLog::new(1)).await;
     let (mut c, _) = connect_v5(&h, "alias", true, 0, None).await;
     c.send(&aliased_publish("a/b", 1, 1)).await;
     assert_eq!(c.frame().await, [0x40, 2, 0, 1]);
@@ -126,13 +126,13 @@ async fn v5_topic_aliases_resolve_and_out_of_range_ones_disconnect() {
     assert!(c.closed(WAIT).await);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn connections_beyond_the_limit_get_server_busy() {
     let config = crate::config::MqttConfig {
         max_connections: 1,
         ..crate::config::MqttConfig::default()
     };
-    let h = Harness::with_config(MemoryStore::new(1), config).await;
+    let h = Harness::with_config(MemoryLog::new(1), config).await;
     let _first = h.connect(Version::V4, "first", true).await;
     let (io, task) = h.socket();
     let mut second = Client {
@@ -142,7 +142,7 @@ async fn connections_beyond_the_limit_get_server_busy() {
         task,
     };
     second
-        .send(&super::super::codec::tests::client_connect(
+        .send(&crate::codec::test::client_connect(
             Version::V4,
             "second",
             true,
@@ -157,13 +157,13 @@ async fn connections_beyond_the_limit_get_server_busy() {
     assert!(second.closed(WAIT).await);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_forgotten_session_takes_its_incoming_qos2_ids_along() {
-    use super::super::codec::tests::client_publish;
-    use super::super::state::STATE_TOPIC;
-    use super::super::store::Store;
-    let store = MemoryStore::new(1);
-    let h = Harness::new(store.clone()).await;
+    use crate::codec::test::client_publish;
+    use crate::state::STATE_TOPIC;
+    use tern_log::LogPort;
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
     let (mut c, _) = connect_v5(&h, "q2", true, 60, None).await;
     c.send(&client_publish(
         Version::V5,
@@ -179,8 +179,8 @@ async fn a_forgotten_session_takes_its_incoming_qos2_ids_along() {
     // Clean start ends the stored session, PUBREL never came.
     let (_c, present) = connect_v5(&h, "q2", true, 0, None).await;
     assert!(!present);
-    let (start, end) = store.offsets(STATE_TOPIC, 0).expect("offsets");
-    let records = store.read(STATE_TOPIC, 0, start, usize::MAX).expect("read");
+    let (start, end) = log.offsets(STATE_TOPIC, 0).expect("offsets");
+    let records = log.read(STATE_TOPIC, 0, start, usize::MAX).expect("read");
     assert_eq!(records.len() as u64, end - start);
     let latest = records
         .iter()
