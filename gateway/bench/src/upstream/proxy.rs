@@ -18,8 +18,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
-use super::BenchError;
 use super::wire::{self, MetadataResponse};
+use crate::BenchError;
 
 /// Kafka's API key of Metadata requests.
 const METADATA: i16 = 3;
