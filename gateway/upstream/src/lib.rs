@@ -23,6 +23,7 @@ pub use config::{
 };
 pub use edge::{EdgeLog, EdgeLogError, EdgeRecord};
 pub use forwarder::{PartitionStatus, StatusMap, run};
+pub use group::frame as kafka_frame;
 pub use group::wire::Commit;
 pub use group::{GroupClient, GroupError};
 pub use kafka::{H_DECODE_ERROR, H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC, KafkaUpstream};

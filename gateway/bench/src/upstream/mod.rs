@@ -13,7 +13,6 @@ mod backlog;
 mod live;
 mod proxy;
 mod report;
-mod wire;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
