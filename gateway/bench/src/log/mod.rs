@@ -164,6 +164,7 @@ pub fn run_log(args: &BenchLogArgs) -> Result<Report, BenchError> {
     step(&format!("target: {}", target.description()))?;
     step("raw O_DIRECT sequential write")?;
     let raw = repeat(
+        "raw write",
         plan.runs,
         |_| raw::sequential_write(&target, plan.raw_bytes, plan.raw_block),
         |r| r.mb_per_s,
@@ -274,6 +275,7 @@ fn run_sqlite(
             };
             let dir = target.dir().join("sqlite");
             let run = repeat(
+                "sqlite append",
                 plan.runs,
                 |_| sqlite::append(target, &dir, sync, &spec),
                 AppendRun::records_per_s,
@@ -284,18 +286,18 @@ fn run_sqlite(
     Ok(figures)
 }
 
-/// Runs `workload` `runs` times and keeps the run with the median `key`.
+/// Runs `run` `runs` times and keeps the run with the median `key`; `workload` names it in
+/// the error when no run completed.
 fn repeat<T>(
+    workload: &'static str,
     runs: usize,
-    mut workload: impl FnMut(usize) -> Result<T, BenchError>,
+    mut run: impl FnMut(usize) -> Result<T, BenchError>,
     key: impl Fn(&T) -> f64,
 ) -> Result<T, BenchError> {
     let results = (0..runs.max(1))
-        .map(&mut workload)
+        .map(&mut run)
         .collect::<Result<Vec<_>, _>>()?;
-    stats::median_run(results, key).ok_or(BenchError::NoRun {
-        workload: "raw or sqlite",
-    })
+    stats::median_run(results, key).ok_or(BenchError::NoRun { workload })
 }
 
 /// Set by SIGINT/SIGTERM/SIGHUP while `bench log` runs.
