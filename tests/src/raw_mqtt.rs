@@ -1,12 +1,17 @@
-//! A raw-socket MQTT 3.1.1/5 client for scripted tests: it writes packets byte by byte as the
-//! spec draws them, so tests see exactly what tern answers (reason codes, missing acks, closed
-//! sockets) without a client library's retries in between. Loopback only.
+//! A raw-socket MQTT 3.1.1/5 client for scripted tests: it writes packets one by one and reads
+//! them back undigested, so tests see exactly what tern answers (reason codes, missing acks,
+//! closed sockets) without a client library's retries in between. Loopback only.
+//!
+//! MQTT 3.1.1 packets at QoS 0 and 1 are encoded and decoded by tern-shared's codec, the one the
+//! sensor firmware speaks; only what that codec leaves out is written by hand here: MQTT 5
+//! properties, QoS 2, and whatever a test deliberately gets wrong.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use tern_shared::mqtt::{self, Connect, Packet, Publish, QoS};
 
 /// A PUBLISH received from the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +39,46 @@ fn string(out: &mut Vec<u8>, text: &str) {
     let len = u16::try_from(text.len()).unwrap_or(u16::MAX);
     out.extend_from_slice(&u16_bytes(len));
     out.extend_from_slice(text.as_bytes());
+}
+
+/// Appends `packet` encoded by tern-shared's codec to `out`; `false` (and nothing appended) if
+/// the codec refuses it (a packet id 0, a field over 64 KiB), so the caller writes it by hand.
+fn push_shared(out: &mut Vec<u8>, packet: &Packet<'_>) -> bool {
+    let Ok(len) = packet.encoded_len() else {
+        return false;
+    };
+    let start = out.len();
+    out.resize(start + len, 0);
+    match out.get_mut(start..).map(|tail| packet.encode(tail)) {
+        Some(Ok(_)) => true,
+        _ => {
+            out.truncate(start);
+            false
+        }
+    }
+}
+
+/// A 3.1.1 PUBLISH at QoS 0 or 1, as tern-shared's codec encodes it; `None` at QoS 2.
+fn shared_publish<'a>(
+    topic: &'a str,
+    payload: &'a [u8],
+    qos: u8,
+    pkid: u16,
+    retain: bool,
+) -> Option<Packet<'a>> {
+    let (qos, packet_id) = match qos {
+        0 => (QoS::AtMostOnce, None),
+        1 => (QoS::AtLeastOnce, Some(pkid)),
+        _ => return None,
+    };
+    Some(Packet::Publish(Publish {
+        topic,
+        payload,
+        qos,
+        packet_id,
+        dup: false,
+        retain,
+    }))
 }
 
 /// Appends one packet to `out`: the first byte, the remaining length, the body.
@@ -78,6 +123,16 @@ impl RawClient {
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
         let v5 = properties.is_some();
         let mut client = Self { stream, v5 };
+        let connect = Packet::Connect(Connect {
+            client_id: id,
+            keep_alive_s: keep_alive,
+            clean_session: clean,
+        });
+        let mut packet = Vec::new();
+        if !v5 && push_shared(&mut packet, &connect) {
+            client.stream.write_all(&packet)?;
+            return client.connack();
+        }
         let mut body = Vec::new();
         string(&mut body, "MQTT");
         body.push(if v5 { 5 } else { 4 });
@@ -93,12 +148,17 @@ impl RawClient {
         }
         string(&mut body, id);
         client.write_packet(0x10, &body)?;
-        let (first, connack) = client.read_packet()?;
+        client.connack()
+    }
+
+    /// Reads CONNACK; fails unless it reports success, else returns its body.
+    fn connack(mut self) -> anyhow::Result<(Self, Vec<u8>)> {
+        let (first, connack) = self.read_packet()?;
         let code = connack.get(1).copied();
         if first != 0x20 || code != Some(0) {
             bail!("CONNACK refused: {first:#x} {connack:?}");
         }
-        Ok((client, connack))
+        Ok((self, connack))
     }
 
     /// Writes one packet: the first byte, the remaining length, the body.
@@ -148,6 +208,26 @@ impl RawClient {
         pkid: u16,
         retain: bool,
     ) -> anyhow::Result<()> {
+        let mut packet = Vec::new();
+        self.push_publish(&mut packet, topic, payload, qos, pkid, retain);
+        self.write_raw(&packet)
+    }
+
+    /// Appends a PUBLISH: tern-shared's encoding for 3.1.1 at QoS 0/1, else by hand (QoS 2,
+    /// MQTT 5's empty property list, packet id 0).
+    fn push_publish(
+        &self,
+        out: &mut Vec<u8>,
+        topic: &str,
+        payload: &[u8],
+        qos: u8,
+        pkid: u16,
+        retain: bool,
+    ) {
+        let shared = shared_publish(topic, payload, qos, pkid, retain);
+        if !self.v5 && shared.is_some_and(|packet| push_shared(out, &packet)) {
+            return;
+        }
         let mut body = Vec::new();
         string(&mut body, topic);
         if qos > 0 {
@@ -157,7 +237,7 @@ impl RawClient {
             body.push(0);
         }
         body.extend_from_slice(payload);
-        self.write_packet(0x30 | (qos << 1) | u8::from(retain), &body)
+        push_packet(out, 0x30 | (qos << 1) | u8::from(retain), &body);
     }
 
     /// Sends a QoS 1 PUBLISH and waits for its PUBACK; returns the reason code (0 = stored).
@@ -182,14 +262,7 @@ impl RawClient {
         let mut bytes = Vec::new();
         for (i, payload) in payloads.iter().enumerate() {
             let pkid = u16::try_from(i + 1).context("batch larger than 65535")?;
-            let mut body = Vec::new();
-            string(&mut body, topic);
-            body.extend_from_slice(&u16_bytes(pkid));
-            if self.v5 {
-                body.push(0);
-            }
-            body.extend_from_slice(payload);
-            push_packet(&mut bytes, 0x32, &body);
+            self.push_publish(&mut bytes, topic, payload, 1, pkid, false);
         }
         self.stream.write_all(&bytes)?;
         let mut acked = Vec::with_capacity(payloads.len());
@@ -211,13 +284,31 @@ impl RawClient {
 
     /// Subscribes to one filter and waits for SUBACK; returns the granted QoS or reason code.
     pub fn subscribe(&mut self, filter: &str, qos: u8, pkid: u16) -> anyhow::Result<u8> {
-        let mut body = u16_bytes(pkid).to_vec();
-        if self.v5 {
-            body.push(0);
+        let shared_qos = match qos {
+            0 => Some(QoS::AtMostOnce),
+            1 => Some(QoS::AtLeastOnce),
+            _ => None,
+        };
+        let mut packet = Vec::new();
+        let encoded = shared_qos.is_some_and(|qos| {
+            let subscribe = Packet::Subscribe {
+                packet_id: pkid,
+                filter,
+                qos,
+            };
+            !self.v5 && push_shared(&mut packet, &subscribe)
+        });
+        if encoded {
+            self.write_raw(&packet)?;
+        } else {
+            let mut body = u16_bytes(pkid).to_vec();
+            if self.v5 {
+                body.push(0);
+            }
+            string(&mut body, filter);
+            body.push(qos);
+            self.write_packet(0x82, &body)?;
         }
-        string(&mut body, filter);
-        body.push(qos);
-        self.write_packet(0x82, &body)?;
         let (first, suback) = self.read_packet()?;
         if first != 0x90 {
             bail!("expected SUBACK, got {first:#x}");
@@ -234,7 +325,7 @@ impl RawClient {
             }
             let received = self.parse_publish(first, &body)?;
             if let Some(pkid) = received.pkid {
-                self.write_packet(0x40, &u16_bytes(pkid))?;
+                self.puback(pkid)?;
             }
             return Ok(received);
         }
@@ -250,7 +341,32 @@ impl RawClient {
         }
     }
 
+    /// PUBACK (3.1.1 layout, which MQTT 5 reads as reason 0 without properties).
+    fn puback(&mut self, pkid: u16) -> anyhow::Result<()> {
+        let mut packet = Vec::new();
+        if push_shared(&mut packet, &Packet::PubAck { packet_id: pkid }) {
+            self.write_raw(&packet)
+        } else {
+            self.write_packet(0x40, &u16_bytes(pkid))
+        }
+    }
+
+    /// A received PUBLISH: decoded by tern-shared's codec when it is 3.1.1 at QoS 0/1, else
+    /// (MQTT 5 properties, QoS 2) by hand.
     fn parse_publish(&self, first: u8, body: &[u8]) -> anyhow::Result<Received> {
+        if !self.v5 {
+            let mut frame = Vec::with_capacity(body.len() + 5);
+            push_packet(&mut frame, first, body);
+            if let Ok((Packet::Publish(p), _)) = mqtt::decode(&frame) {
+                return Ok(Received {
+                    topic: p.topic.to_owned(),
+                    payload: p.payload.to_vec(),
+                    pkid: p.packet_id,
+                    dup: p.dup,
+                    retain: p.retain,
+                });
+            }
+        }
         let qos = (first >> 1) & 0b11;
         let short = || anyhow::anyhow!("PUBLISH too short");
         let topic_len = usize::from(*body.first().ok_or_else(short)?) << 8
@@ -287,7 +403,9 @@ impl RawClient {
 
     /// Sends DISCONNECT (normal) and closes.
     pub fn disconnect(mut self) -> anyhow::Result<()> {
-        self.write_packet(0xe0, &[])
+        let mut packet = Vec::new();
+        push_shared(&mut packet, &Packet::Disconnect);
+        self.write_raw(&packet)
     }
 
     /// Waits until the server closes the socket; returns how long that took.
@@ -305,5 +423,44 @@ impl RawClient {
                 Err(err) => bail!("still open after {limit:?}: {err}"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_encodings_are_the_bytes_the_hand_written_ones_were() {
+        let mut shared = Vec::new();
+        let connect = Connect {
+            client_id: "c1",
+            keep_alive_s: 60,
+            clean_session: false,
+        };
+        assert!(push_shared(&mut shared, &Packet::Connect(connect)));
+        let publish = shared_publish("a/b", b"xy", 1, 7, true).expect("QoS 1");
+        assert!(push_shared(&mut shared, &publish));
+        let mut by_hand = Vec::new();
+        let mut body = Vec::new();
+        string(&mut body, "MQTT");
+        body.extend_from_slice(&[4, 0x00, 0, 60]);
+        string(&mut body, "c1");
+        push_packet(&mut by_hand, 0x10, &body);
+        let mut body = Vec::new();
+        string(&mut body, "a/b");
+        body.extend_from_slice(&u16_bytes(7));
+        body.extend_from_slice(b"xy");
+        push_packet(&mut by_hand, 0x33, &body);
+        assert_eq!(shared, by_hand);
+    }
+
+    #[test]
+    fn what_the_shared_codec_refuses_is_left_to_the_hand_written_encoder() {
+        let mut out = Vec::new();
+        let zero_id = shared_publish("t", b"", 1, 0, false).expect("QoS 1");
+        assert!(!push_shared(&mut out, &zero_id));
+        assert!(out.is_empty());
+        assert!(shared_publish("t", b"", 2, 1, false).is_none());
     }
 }

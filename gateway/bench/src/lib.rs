@@ -3,219 +3,35 @@
 //! of it (the SQLite comparison, loop mounts, load generators) is compiled into the `tern` that
 //! is flashed onto a gateway.
 //!
-//! `tern-bench log` runs every workload in one run on one file system (a loop-mounted ext4 image
-//! as root) and prints a table of medians or one JSON object; `mqtt` and `upstream` are in their
-//! modules. This file is glue: it picks sizes, runs the workloads of its submodules in order and
-//! builds the report. It must never touch a data directory it did not create.
+//! Three sibling benches, `log` (the storage engine against the raw device and SQLite), `mqtt`
+//! (tern next to Mosquitto) and `upstream` (forwarding to Kafka), share one error type
+//! (`error.rs`), one statistics module (`stats.rs`) and the report helpers (`report.rs`). This
+//! file only dispatches a parsed command line; it must never touch a data directory, process
+//! or topic the benches did not create.
 
 pub mod cli;
-mod device;
+mod error;
 mod log;
 pub mod mqtt;
-mod raw;
 mod report;
-#[cfg(feature = "sqlite")]
-mod sqlite;
 mod stats;
 mod stress;
 pub mod upstream;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use crate::cli::{BenchCommand, BenchLogArgs};
+use crate::cli::BenchCommand;
 
-pub use report::Report;
-use stats::Latency;
+pub use error::BenchError;
 
-/// Why a bench could not run.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BenchError {
-    #[error("{op} {path}: {source}")]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot parse {path}")]
-    Parse { path: PathBuf },
-    #[error("{program}: {message}")]
-    Tool { program: String, message: String },
-    #[error("sqlite {op}: {message}")]
-    Sqlite { op: &'static str, message: String },
-    #[error("log {op}: {source}")]
-    Log {
-        op: &'static str,
-        source: tern_log::LogError,
-    },
-    #[error("{message}")]
-    Setup { message: String },
-    #[error("interrupted by a signal")]
-    Interrupted,
-}
-
-/// One append workload: `appenders` concurrent writers of `record_size`-byte values, `batch`
-/// records per append call, each writer keeping up to `inflight` appends unacknowledged (as an
-/// MQTT publisher does within its QoS 1 window), until `max_records` are written or
-/// `max_duration` has passed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AppendSpec {
-    pub record_size: usize,
-    pub appenders: usize,
-    pub batch: usize,
-    pub inflight: usize,
-    pub max_records: u64,
-    pub max_duration: Duration,
-}
-
-/// What one append workload measured.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AppendRun {
-    pub records: u64,
-    /// Value bytes acknowledged.
-    pub payload_bytes: u64,
-    pub secs: f64,
-    /// Bytes the target's counter saw, from before opening to after closing.
-    pub device_bytes: u64,
-    pub latency: Latency,
-    /// fdatasync calls, where the store tells.
-    pub fdatasyncs: Option<u64>,
-}
-
-impl AppendRun {
-    pub fn records_per_s(&self) -> f64 {
-        stats::ratio(self.records as f64, self.secs)
-    }
-
-    pub fn mb_per_s(&self) -> f64 {
-        stats::ratio(self.payload_bytes as f64, self.secs) / 1e6
-    }
-
-    pub fn write_amplification(&self) -> f64 {
-        stats::ratio(self.device_bytes as f64, self.payload_bytes as f64)
-    }
-}
-
-/// Sizes of one bench run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
-    pub quick: bool,
-    /// Runs of each throughput workload; the median is quoted.
-    pub runs: usize,
-    pub image_bytes: u64,
-    pub raw_bytes: u64,
-    pub raw_block: usize,
-    pub appenders: usize,
-    pub append_budget: Duration,
-    /// Payload bytes per tern append run (records = this ÷ record size).
-    pub append_bytes: u64,
-    pub sqlite_budget: Duration,
-    pub sqlite_max_records: u64,
-    pub recovery_bytes: u64,
-    pub read_samples: usize,
-    /// The commit window tern's append workloads run with (the default unless overridden).
-    pub flush: tern_log::FlushConfig,
-}
-
-impl Plan {
-    pub fn new(quick: bool) -> Self {
-        if quick {
-            return Self {
-                quick,
-                runs: 1,
-                image_bytes: 1 << 30,
-                raw_bytes: 32 << 20,
-                raw_block: 1 << 20,
-                appenders: 64,
-                append_budget: Duration::from_secs(1),
-                append_bytes: 4 << 20,
-                sqlite_budget: Duration::from_millis(500),
-                sqlite_max_records: 5_000,
-                recovery_bytes: 32 << 20,
-                read_samples: 1_000,
-                flush: tern_log::FlushConfig::default(),
-            };
-        }
-        Self {
-            quick,
-            runs: 3,
-            image_bytes: 3 << 30,
-            raw_bytes: 512 << 20,
-            raw_block: 1 << 20,
-            appenders: 64,
-            append_budget: Duration::from_secs(20),
-            append_bytes: 128 << 20,
-            sqlite_budget: Duration::from_secs(10),
-            sqlite_max_records: 1 << 20,
-            recovery_bytes: 1 << 30,
-            read_samples: 10_000,
-            flush: tern_log::FlushConfig::default(),
-        }
-    }
-
-    /// Record sizes every append workload runs with.
-    pub const RECORD_SIZES: [usize; 2] = [100, 1024];
-    /// Records per append of the extra batched 1 KiB workload: enough bytes in flight for the
-    /// group commit to fill a fast device's bandwidth.
-    pub const BATCH: usize = 64;
-    /// Appends each appender keeps in flight in the main workload: an MQTT publisher's QoS 1
-    /// window (inflight messages / MQTT 5 receive maximum).
-    pub const INFLIGHT: usize = 32;
-
-    /// tern's append workload for one record size, batch and in-flight window.
-    pub fn append_spec(&self, record_size: usize, batch: usize, inflight: usize) -> AppendSpec {
-        AppendSpec {
-            record_size,
-            appenders: self.appenders,
-            batch,
-            inflight,
-            max_records: self.append_bytes / record_size as u64,
-            max_duration: self.append_budget,
-        }
-    }
-}
-
-/// Runs a `tern bench` subcommand and prints its figures.
+/// Runs a `tern-bench` subcommand and prints its figures.
 pub fn run(command: BenchCommand) -> Result<(), BenchError> {
     match command {
-        BenchCommand::Log(args) => {
-            let report = run_log(&args)?;
-            if args.json {
-                println!("{}", report.to_json()?);
-            } else {
-                print!("{}", report.to_table());
-            }
-            Ok(())
-        }
+        BenchCommand::Log(args) => report::print(&log::run_log(&args)?, args.json),
         BenchCommand::LogWriter(args) => log::writer(&args),
         BenchCommand::Stress(args) => stress::run(&args.options()),
-        BenchCommand::Upstream(args) => {
-            let report = upstream::run(&args.options()).map_err(setup)?;
-            print_report(args.json, report.to_json(), &report);
-            Ok(())
-        }
-        BenchCommand::Mqtt(args) => {
-            let report = mqtt::run(&args.options()).map_err(setup)?;
-            print_report(args.json, report.to_json(), &report);
-            Ok(())
-        }
-    }
-}
-
-/// Prints a report as one JSON object or as its table.
-fn print_report(json: bool, as_json: impl std::fmt::Display, report: &impl std::fmt::Display) {
-    if json {
-        println!("{as_json}");
-    } else {
-        print!("{report}");
-    }
-}
-
-fn setup(err: impl std::fmt::Display) -> BenchError {
-    BenchError::Setup {
-        message: format!("{err:#}"),
+        BenchCommand::Upstream(args) => report::print(&upstream::run(&args.options())?, args.json),
+        BenchCommand::Mqtt(args) => report::print(&mqtt::run(&args.options())?, args.json),
     }
 }
 
@@ -226,205 +42,13 @@ pub fn tern_binary() -> Result<PathBuf, BenchError> {
         return Ok(PathBuf::from(path));
     }
     let exe = std::env::current_exe().map_err(|source| BenchError::Io {
-        op: "finding",
-        path: PathBuf::from("tern-bench"),
+        what: "finding the running tern-bench",
         source,
     })?;
     let beside = exe.with_file_name("tern");
     if beside.is_file() {
         Ok(beside)
     } else {
-        Err(BenchError::Setup {
-            message: format!(
-                "no tern binary at {} (build it with `cargo build --release -p tern`, or set TERN_BIN)",
-                beside.display()
-            ),
-        })
+        Err(BenchError::NoTernBinary { path: beside })
     }
-}
-
-/// Every workload of `tern bench log`, in order, on one target.
-pub fn run_log(args: &BenchLogArgs) -> Result<Report, BenchError> {
-    catch_interrupts();
-    let mut plan = Plan::new(args.quick);
-    if let Some(ms) = args.commit_max_delay_ms {
-        plan.flush.max_delay = tern_core::HumanDuration(Duration::from_millis(ms));
-    }
-    if let Some(bytes) = args.commit_max_bytes {
-        plan.flush.max_bytes = tern_core::ByteSize(bytes);
-    }
-    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let target = device::Target::prepare(&parent, plan.image_bytes, !args.no_loop)?;
-    step(&format!("target: {}", target.description()))?;
-    step("raw O_DIRECT sequential write")?;
-    let raw = repeat(
-        plan.runs,
-        |_| raw::sequential_write(&target, plan.raw_bytes, plan.raw_block),
-        |r| r.mb_per_s,
-    )?;
-    let mut report = Report::header(&plan, &target, raw);
-    let runtime = runtime()?;
-    runtime.block_on(run_tern(&plan, &target, &mut report))?;
-    #[cfg(feature = "sqlite")]
-    {
-        report.sqlite = run_sqlite(&plan, &target)?;
-    }
-    report.finish();
-    Ok(report)
-}
-
-/// tern's appends (the 1 KiB log of the main workload is then read back), then recovery after
-/// a kill. Per record size: the closed-loop row (one append in flight per appender), then the
-/// main workload (`Plan::INFLIGHT` in flight per appender).
-async fn run_tern(
-    plan: &Plan,
-    target: &device::Target,
-    report: &mut Report,
-) -> Result<(), BenchError> {
-    let dir = target.dir().join("log");
-    for record_size in Plan::RECORD_SIZES {
-        for inflight in [1, Plan::INFLIGHT] {
-            step(&format!(
-                "tern log append {record_size} B, {} appenders × {inflight} in flight",
-                plan.appenders
-            ))?;
-            let spec = plan.append_spec(record_size, 1, inflight);
-            let run = append_median(plan, target, &dir, &spec).await?;
-            let figures = report::AppendFigures::new(&spec, &run, report.raw.mb_per_s);
-            report.append.push(figures);
-        }
-    }
-    step("tern log reads (sequential cold, random warm)")?;
-    report.read = Some(log::reads(target, &dir, plan.read_samples).await?);
-    remove(&dir)?;
-    step(&format!(
-        "tern log append 1024 B, {} appenders × {} records per append",
-        plan.appenders,
-        Plan::BATCH
-    ))?;
-    let batched = plan.append_spec(1024, Plan::BATCH, 1);
-    let run = append_median(plan, target, &dir, &batched).await?;
-    let figures = report::AppendFigures::new(&batched, &run, report.raw.mb_per_s);
-    report.append.push(figures);
-    remove(&dir)?;
-    step(&format!(
-        "tern log recovery after SIGKILL, {} MiB log",
-        plan.recovery_bytes >> 20
-    ))?;
-    report.recovery = Some(log::recovery(target, &dir, plan.recovery_bytes).await?);
-    remove(&dir)
-}
-
-/// Runs the append workload `plan.runs` times and keeps the median run by records/s.
-async fn append_median(
-    plan: &Plan,
-    target: &device::Target,
-    dir: &std::path::Path,
-    spec: &AppendSpec,
-) -> Result<AppendRun, BenchError> {
-    let mut runs = Vec::new();
-    for run in 0..plan.runs.max(1) {
-        if run > 0 {
-            step(&format!("run {}", run + 1))?;
-        }
-        runs.push(log::append(target, dir, spec, &plan.flush).await?);
-    }
-    stats::median_run(runs, AppendRun::records_per_s).ok_or(BenchError::Setup {
-        message: "no append run completed".to_owned(),
-    })
-}
-
-fn remove(dir: &std::path::Path) -> Result<(), BenchError> {
-    std::fs::remove_dir_all(dir).map_err(|source| BenchError::Io {
-        op: "remove",
-        path: dir.to_owned(),
-        source,
-    })
-}
-
-/// The bench's async runtime: as many workers as `tern serve` would use.
-fn runtime() -> Result<tokio::runtime::Runtime, BenchError> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get().min(4)))
-        .enable_all()
-        .build()
-        .map_err(|err| BenchError::Setup {
-            message: format!("cannot start the async runtime: {err}"),
-        })
-}
-
-#[cfg(feature = "sqlite")]
-fn run_sqlite(
-    plan: &Plan,
-    target: &device::Target,
-) -> Result<Vec<report::SqliteFigures>, BenchError> {
-    let mut figures = Vec::new();
-    for sync in [sqlite::Synchronous::Normal, sqlite::Synchronous::Full] {
-        for record_size in Plan::RECORD_SIZES {
-            step(&format!("sqlite {sync:?} {record_size} B"))?;
-            let spec = AppendSpec {
-                record_size,
-                appenders: plan.appenders,
-                batch: 1,
-                inflight: 1,
-                max_records: plan.sqlite_max_records,
-                max_duration: plan.sqlite_budget,
-            };
-            let dir = target.dir().join("sqlite");
-            let run = repeat(
-                plan.runs,
-                |_| sqlite::append(target, &dir, sync, &spec),
-                AppendRun::records_per_s,
-            )?;
-            figures.push(report::SqliteFigures::new(sync, record_size, &run));
-        }
-    }
-    Ok(figures)
-}
-
-/// Runs `workload` `runs` times and keeps the run with the median `key`.
-fn repeat<T>(
-    runs: usize,
-    mut workload: impl FnMut(usize) -> Result<T, BenchError>,
-    key: impl Fn(&T) -> f64,
-) -> Result<T, BenchError> {
-    let results = (0..runs.max(1))
-        .map(&mut workload)
-        .collect::<Result<Vec<_>, _>>()?;
-    stats::median_run(results, key).ok_or(BenchError::Setup {
-        message: "no run completed".to_owned(),
-    })
-}
-
-/// Set by SIGINT/SIGTERM/SIGHUP while `bench log` runs.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_signal: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// Turns the termination signals into a flag checked between workloads, so an interrupted bench
-/// still unmounts and detaches its loop device (each workload is bounded to seconds).
-fn catch_interrupts() {
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe; exec'd
-        // children get the default handlers back.
-        unsafe { libc::signal(signal, on_signal as *const () as libc::sighandler_t) };
-    }
-}
-
-/// Whether a termination signal arrived: long loops stop early when it did.
-fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
-}
-
-/// Starts the next step: a progress line on stderr (stdout stays the table or the JSON alone),
-/// or `Interrupted` if a termination signal arrived.
-fn step(what: &str) -> Result<(), BenchError> {
-    if interrupted() {
-        eprintln!("tern bench: interrupted, cleaning up");
-        return Err(BenchError::Interrupted);
-    }
-    eprintln!("tern bench: {what}");
-    Ok(())
 }

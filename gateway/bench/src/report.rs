@@ -1,546 +1,87 @@
-//! The figures of one `tern bench log` run and their two renderings: a readable table of
-//! medians and one JSON object.
+//! What the three benches' reports share: a performance target with the figure measured against
+//! it, and the two renderings every report has (its table for people, one pretty-printed JSON
+//! object for scripts). Each bench keeps its own figures and table layout in its `report.rs`.
 //!
-//! It only formats numbers the workloads measured; it never measures anything itself.
+//! It never measures anything and never fails a run on a missed target: a target only prints
+//! whether it is met.
 
-use std::fmt::Write;
+use std::fmt::Display;
 
 use serde::Serialize;
 
-use super::device::{Counter, Target};
-use super::log::{ReadFigures, RecoveryFigures};
-use super::raw::RawRun;
-use super::stats::ratio;
-use super::{AppendRun, AppendSpec, BenchError, Plan};
+use crate::BenchError;
 
-/// The card of the flash-lifetime projection: 32 GB rated for 1,000 program/erase cycles.
-const CARD_BYTES: f64 = 32e9;
-const PE_CYCLES: f64 = 1_000.0;
-const LIFETIME_FORMULA: &str = "years = card bytes × P/E cycles ÷ device bytes per day ÷ 365";
-
-/// Everything `tern bench log` prints.
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub quick: bool,
-    /// Runs of each throughput workload (the median run is quoted).
-    pub runs: usize,
-    pub target: String,
-    /// `device` (loop device sectors) or `process` (this process's write_bytes).
-    pub counter: &'static str,
-    pub counter_note: String,
-    pub appenders: usize,
-    /// The log's default group-commit window (`flush.max_delay`) and early-commit size
-    /// (`flush.max_bytes`) the append workloads ran with, and the idle-device close
-    /// (`flush.min_delay`, `flush.min_bytes`).
-    pub commit_window_ms: f64,
-    pub commit_max_bytes: u64,
-    pub commit_min_delay_ms: f64,
-    pub commit_min_bytes: u64,
-    /// Whether that window is the configuration's default (no `--commit-max-*` flag).
-    pub commit_window_is_default: bool,
-    pub raw: RawRun,
-    /// tern's append workloads, 100 B then 1 KiB.
-    pub append: Vec<AppendFigures>,
-    pub read: Option<ReadFigures>,
-    pub recovery: Option<RecoveryFigures>,
-    pub sqlite: Vec<SqliteFigures>,
-    pub flash: Option<FlashFigures>,
+/// One target and whether it is met.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Target {
+    pub name: String,
+    pub target: f64,
+    pub measured: f64,
+    pub met: bool,
 }
 
-impl Report {
-    pub fn header(plan: &Plan, target: &Target, raw: RawRun) -> Self {
-        let flush = &plan.flush;
-        let (counter, counter_note) = match (target.counter(), target.fallback_reason()) {
-            (Counter::Device { name }, _) => (
-                "device",
-                format!(
-                    "sectors written to /dev/{name} × 512: file-system journal and metadata count"
-                ),
-            ),
-            (Counter::Process, reason) => (
-                "process",
-                format!(
-                    "this process's write_bytes (/proc/self/io), no file-system overhead counted ({})",
-                    reason.unwrap_or("no loop device")
-                ),
-            ),
-        };
+impl Target {
+    /// A target the measured figure must reach.
+    pub fn at_least(name: impl Into<String>, target: f64, measured: f64) -> Self {
         Self {
-            quick: plan.quick,
-            runs: plan.runs,
-            target: target.description().to_owned(),
-            counter,
-            counter_note,
-            appenders: plan.appenders,
-            commit_window_ms: flush.max_delay.0.as_secs_f64() * 1e3,
-            commit_max_bytes: flush.max_bytes.0,
-            commit_min_delay_ms: flush.min_delay.0.as_secs_f64() * 1e3,
-            commit_min_bytes: flush.min_bytes.0,
-            commit_window_is_default: *flush == tern_log::FlushConfig::default(),
-            raw,
-            append: Vec::new(),
-            read: None,
-            recovery: None,
-            sqlite: Vec::new(),
-            flash: None,
+            name: name.into(),
+            target,
+            measured,
+            met: measured >= target,
         }
     }
 
-    /// Derives the cross-workload figures: SQLite's ratios to tern and the flash projection.
-    pub fn finish(&mut self) {
-        for figures in &mut self.sqlite {
-            if let Some(tern) = self
-                .append
-                .iter()
-                .find(|a| a.record_size == figures.record_size && a.is_closed_loop())
-            {
-                figures.throughput_ratio_to_tern = ratio(figures.records_per_s, tern.records_per_s);
-                figures.write_amplification_ratio_to_tern =
-                    ratio(figures.write_amplification, tern.write_amplification);
-            }
-        }
-        self.flash = FlashFigures::project(&self.append);
-    }
-
-    pub fn to_json(&self) -> Result<String, BenchError> {
-        serde_json::to_string_pretty(self).map_err(|err| BenchError::Setup {
-            message: format!("cannot render JSON: {err}"),
-        })
-    }
-
-    /// The readable rendering.
-    pub fn to_table(&self) -> String {
-        let mut out = String::new();
-        self.write_header(&mut out);
-        self.write_append(&mut out);
-        self.write_read(&mut out);
-        self.write_sqlite(&mut out);
-        self.write_flash(&mut out);
-        out
-    }
-
-    fn write_header(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "tern bench log{}",
-            if self.quick {
-                " --quick (smaller sizes, 1 run)"
-            } else {
-                ""
-            }
-        );
-        let _ = writeln!(out, "target:  {}", self.target);
-        let _ = writeln!(out, "counter: {}", self.counter_note);
-        let _ = writeln!(
-            out,
-            "runs:    {} per throughput workload, median quoted",
-            self.runs
-        );
-        let _ = writeln!(out);
-        let raw = &self.raw;
-        let _ = writeln!(
-            out,
-            "raw sequential write ({}, {} MiB, 1 MiB blocks, fdatasync at end): {:.1} MB/s",
-            if raw.direct_io {
-                "O_DIRECT"
-            } else {
-                "buffered: O_DIRECT refused"
-            },
-            raw.bytes >> 20,
-            raw.mb_per_s
-        );
-    }
-
-    fn write_append(&self, out: &mut String) {
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "tern log append, durability sync, {} concurrent appenders, {} commit window \
-             (device idle: {} ms or {} KiB; at most {} ms or {} KiB):",
-            self.appenders,
-            if self.commit_window_is_default {
-                "default"
-            } else {
-                "NON-DEFAULT (--commit-max-*)"
-            },
-            self.commit_min_delay_ms,
-            self.commit_min_bytes >> 10,
-            self.commit_window_ms,
-            self.commit_max_bytes >> 10
-        );
-        let _ = writeln!(
-            out,
-            "  {:>6} {:>5} {:>6} {:>10} {:>8} {:>7} {:>10} {:>12} {:>8} {:>8} {:>6}",
-            "record",
-            "batch",
-            "flight",
-            "records/s",
-            "MB/s",
-            "vs raw",
-            "fsyncs/s",
-            "bytes/fsync",
-            "p50 µs",
-            "p99 µs",
-            "WA"
-        );
-        for a in &self.append {
-            let _ = writeln!(
-                out,
-                "  {:>5}B {:>5} {:>6} {:>10.0} {:>8.2} {:>6.1}% {:>10.0} {:>12.0} {:>8.0} {:>8.0} {:>6.3}",
-                a.record_size,
-                a.batch,
-                a.inflight,
-                a.records_per_s,
-                a.mb_per_s,
-                a.ratio_to_raw * 100.0,
-                a.fdatasyncs_per_s,
-                a.payload_bytes_per_fsync,
-                a.latency_p50_us,
-                a.latency_p99_us,
-                a.write_amplification
-            );
-        }
-        for a in self.append.iter().filter(|a| a.is_main()) {
-            let (wa_target, raw_target) = if a.record_size >= 1024 {
-                (1.2, Some(0.8))
-            } else {
-                (1.5, None)
-            };
-            let _ = write!(
-                out,
-                "  targets {} B: WA ≤ {wa_target} {}",
-                a.record_size,
-                verdict(a.write_amplification <= wa_target)
-            );
-            if let Some(raw_target) = raw_target {
-                let _ = write!(
-                    out,
-                    ", ≥ {:.0}% of raw {}",
-                    raw_target * 100.0,
-                    verdict(a.ratio_to_raw >= raw_target)
-                );
-            }
-            let _ = writeln!(out);
-        }
-        let _ = writeln!(
-            out,
-            "  (batch = records per append call; flight = appends each appender keeps \
-             unacknowledged. The targets apply to the main workload, batch 1 × {} in flight: one \
-             record per append as MQTT delivers them, within a QoS 1 window; flight 1 is the \
-             closed loop, each appender waiting for every ack)",
-            Plan::INFLIGHT
-        );
-    }
-
-    fn write_read(&self, out: &mut String) {
-        let _ = writeln!(out);
-        if let Some(r) = &self.read {
-            let _ = writeln!(
-                out,
-                "read ({} records of 1 KiB): random by offset p50 {:.1} µs, p99 {:.1} µs (warm, target p99 ≤ 100 µs {}); \
-                 sequential {:.1} MB/s, {:.0} records/s (cold cache)",
-                r.records,
-                r.random_p50_us,
-                r.random_p99_us,
-                verdict(r.random_p99_us <= 100.0),
-                r.sequential_mb_per_s,
-                r.sequential_records_per_s
-            );
-        }
-        if let Some(r) = &self.recovery {
-            let _ = writeln!(
-                out,
-                "recovery after SIGKILL of a writer with {} MiB acknowledged ({} MiB of files{}): Log::open {:.1} ms (target ≤ 1 s {}), {} records recovered, {} acknowledged records lost",
-                r.log_payload_bytes >> 20,
-                r.log_file_bytes >> 20,
-                if self.quick {
-                    ", --quick: not 1 GiB"
-                } else {
-                    ""
-                },
-                r.open_ms,
-                verdict(r.open_ms <= 1000.0),
-                r.records_recovered,
-                r.acknowledged_records_lost
-            );
-            let _ = writeln!(
-                out,
-                "peak RSS of the writer process (64 appenders × {} records of 1 KiB): {:.1} MiB (target ≤ 16 MiB {})",
-                r.writer_batch_records,
-                r.writer_peak_rss_bytes as f64 / f64::from(1u32 << 20),
-                verdict(r.writer_peak_rss_bytes <= 16 << 20)
-            );
-        }
-    }
-
-    fn write_flash(&self, out: &mut String) {
-        let Some(f) = &self.flash else { return };
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "flash lifetime of a {:.0} GB card rated for {:.0} P/E cycles ({LIFETIME_FORMULA}):",
-            CARD_BYTES / 1e9,
-            PE_CYCLES
-        );
-        let _ = writeln!(
-            out,
-            "  at the measured 1 KiB rate: {:.1} GB/day to the device → {:.2} years",
-            f.measured_device_bytes_per_day / 1e9,
-            f.measured_years
-        );
-        let _ = writeln!(
-            out,
-            "  at a steady 1,000 records/s of 100 B (WA {:.3}): {:.2} GB/day → {:.1} years",
-            f.steady_write_amplification,
-            f.steady_device_bytes_per_day / 1e9,
-            f.steady_years
-        );
-    }
-
-    fn write_sqlite(&self, out: &mut String) {
-        if self.sqlite.is_empty() {
-            return;
-        }
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "SQLite WAL, one transaction per record, {} threads on one connection (ratios: SQLite ÷ tern closed loop, 1 in flight, same record size):",
-            self.appenders
-        );
-        let _ = writeln!(
-            out,
-            "  {:<8} {:>6} {:>10} {:>8} {:>8} {:>10} {:>10} {:>10} {:>8}",
-            "sync", "record", "records/s", "MB/s", "WA", "p50 µs", "p99 µs", "rate÷tern", "WA÷tern"
-        );
-        for f in &self.sqlite {
-            let _ = writeln!(
-                out,
-                "  {:<8} {:>5}B {:>10.0} {:>8.2} {:>8.2} {:>10.0} {:>10.0} {:>10.3} {:>8.2}",
-                f.synchronous,
-                f.record_size,
-                f.records_per_s,
-                f.mb_per_s,
-                f.write_amplification,
-                f.latency_p50_us,
-                f.latency_p99_us,
-                f.throughput_ratio_to_tern,
-                f.write_amplification_ratio_to_tern
-            );
-        }
-    }
-}
-
-/// The SQLite comparison for one `synchronous` setting and record size.
-#[derive(Debug, Clone, Serialize)]
-pub struct SqliteFigures {
-    pub synchronous: &'static str,
-    pub record_size: usize,
-    pub records: u64,
-    pub records_per_s: f64,
-    pub mb_per_s: f64,
-    pub write_amplification: f64,
-    pub latency_p50_us: f64,
-    pub latency_p99_us: f64,
-    /// SQLite's records/s ÷ tern's, same record size.
-    pub throughput_ratio_to_tern: f64,
-    /// SQLite's write amplification ÷ tern's, same record size.
-    pub write_amplification_ratio_to_tern: f64,
-}
-
-impl SqliteFigures {
-    #[cfg(feature = "sqlite")]
-    pub fn new(sync: super::sqlite::Synchronous, record_size: usize, run: &AppendRun) -> Self {
+    /// A target the measured figure must not exceed.
+    pub fn at_most(name: impl Into<String>, target: f64, measured: f64) -> Self {
         Self {
-            synchronous: match sync {
-                super::sqlite::Synchronous::Normal => "NORMAL",
-                super::sqlite::Synchronous::Full => "FULL",
-            },
-            record_size,
-            records: run.records,
-            records_per_s: run.records_per_s(),
-            mb_per_s: run.mb_per_s(),
-            write_amplification: run.write_amplification(),
-            latency_p50_us: run.latency.p50_us,
-            latency_p99_us: run.latency.p99_us,
-            throughput_ratio_to_tern: 0.0,
-            write_amplification_ratio_to_tern: 0.0,
+            name: name.into(),
+            target,
+            measured,
+            met: measured <= target,
         }
     }
-}
 
-/// One tern append workload.
-#[derive(Debug, Clone, Serialize)]
-pub struct AppendFigures {
-    /// The row's name, `{kind}-{record_size}` with kind `closed-loop`, `main` or `batched`
-    /// (see `AppendFigures::kind`); readers find rows by it, never by position.
-    pub workload: String,
-    pub record_size: usize,
-    /// Records per append call (1 for the workloads the targets apply to).
-    pub batch: usize,
-    /// Appends each appender keeps unacknowledged (`Plan::INFLIGHT` in the main workload the
-    /// targets apply to; 1 in the closed-loop rows).
-    pub inflight: usize,
-    pub records: u64,
-    pub payload_bytes: u64,
-    pub secs: f64,
-    pub records_per_s: f64,
-    pub mb_per_s: f64,
-    /// MB/s ÷ the raw O_DIRECT MB/s.
-    pub ratio_to_raw: f64,
-    pub fdatasyncs: u64,
-    pub fdatasyncs_per_s: f64,
-    pub payload_bytes_per_fsync: f64,
-    pub latency_p50_us: f64,
-    pub latency_p99_us: f64,
-    pub device_bytes: u64,
-    /// Device bytes ÷ payload bytes.
-    pub write_amplification: f64,
-}
-
-impl AppendFigures {
-    pub fn new(spec: &AppendSpec, run: &AppendRun, raw_mb_per_s: f64) -> Self {
-        let fdatasyncs = run.fdatasyncs.unwrap_or(0);
-        Self {
-            workload: format!("{}-{}", workload_kind(spec), spec.record_size),
-            record_size: spec.record_size,
-            batch: spec.batch,
-            inflight: spec.inflight,
-            records: run.records,
-            payload_bytes: run.payload_bytes,
-            secs: run.secs,
-            records_per_s: run.records_per_s(),
-            mb_per_s: run.mb_per_s(),
-            ratio_to_raw: ratio(run.mb_per_s(), raw_mb_per_s),
-            fdatasyncs,
-            fdatasyncs_per_s: ratio(fdatasyncs as f64, run.secs),
-            payload_bytes_per_fsync: ratio(run.payload_bytes as f64, fdatasyncs as f64),
-            latency_p50_us: run.latency.p50_us,
-            latency_p99_us: run.latency.p99_us,
-            device_bytes: run.device_bytes,
-            write_amplification: run.write_amplification(),
-        }
+    /// `met` or `NOT met`, as the MQTT and upstream tables print it.
+    pub fn verdict(&self) -> &'static str {
+        if self.met { "met" } else { "NOT met" }
     }
 }
 
-impl AppendFigures {
-    /// The main workload: one record per append, `Plan::INFLIGHT` appends in flight per
-    /// appender. The targets apply to it.
-    pub fn is_main(&self) -> bool {
-        self.batch == 1 && self.inflight == Plan::INFLIGHT
+/// The report as one pretty-printed JSON object.
+pub fn to_json(report: &impl Serialize) -> Result<String, BenchError> {
+    serde_json::to_string_pretty(report).map_err(|source| BenchError::Json { source })
+}
+
+/// Prints the report on stdout: one JSON object with `json`, else its table.
+pub fn print(report: &(impl Serialize + Display), json: bool) -> Result<(), BenchError> {
+    if json {
+        println!("{}", to_json(report)?);
+    } else {
+        print!("{report}");
     }
-
-    /// One record per append and one append in flight per appender (what SQLite runs too).
-    pub fn is_closed_loop(&self) -> bool {
-        self.batch == 1 && self.inflight == 1
-    }
-}
-
-/// The kind part of a row's `workload` name.
-fn workload_kind(spec: &AppendSpec) -> &'static str {
-    match (spec.batch, spec.inflight) {
-        (1, 1) => "closed-loop",
-        (1, _) => "main",
-        _ => "batched",
-    }
-}
-
-/// The flash-lifetime projection.
-#[derive(Debug, Clone, Serialize)]
-pub struct FlashFigures {
-    pub card_bytes: f64,
-    pub pe_cycles: f64,
-    pub formula: &'static str,
-    /// Device bytes per day when appending 1 KiB records at the measured rate all day.
-    pub measured_device_bytes_per_day: f64,
-    pub measured_years: f64,
-    /// The same for a steady 1,000 records/s of 100 B at the measured 100 B amplification.
-    pub steady_write_amplification: f64,
-    pub steady_device_bytes_per_day: f64,
-    pub steady_years: f64,
-}
-
-impl FlashFigures {
-    fn project(append: &[AppendFigures]) -> Option<Self> {
-        let find = |size| append.iter().find(|a| a.record_size == size && a.is_main());
-        let (large, small) = (find(1024)?, find(100)?);
-        let measured = ratio(large.device_bytes as f64, large.secs) * 86_400.0;
-        let steady = 1_000.0 * 100.0 * small.write_amplification * 86_400.0;
-        Some(Self {
-            card_bytes: CARD_BYTES,
-            pe_cycles: PE_CYCLES,
-            formula: LIFETIME_FORMULA,
-            measured_device_bytes_per_day: measured,
-            measured_years: years(measured),
-            steady_write_amplification: small.write_amplification,
-            steady_device_bytes_per_day: steady,
-            steady_years: years(steady),
-        })
-    }
-}
-
-/// Years until `bytes_per_day` has written the card `PE_CYCLES` times over.
-fn years(bytes_per_day: f64) -> f64 {
-    ratio(CARD_BYTES * PE_CYCLES, bytes_per_day) / 365.0
-}
-
-fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "MISSED" }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::Latency;
 
-    fn run(record_size: u64, records: u64, device_bytes: u64) -> AppendRun {
-        AppendRun {
-            records,
-            payload_bytes: records * record_size,
-            secs: 2.0,
-            device_bytes,
-            latency: Latency {
-                p50_us: 100.0,
-                p99_us: 900.0,
-            },
-            fdatasyncs: Some(50),
-        }
-    }
-
-    fn spec(record_size: usize, batch: usize) -> AppendSpec {
-        AppendSpec {
-            record_size,
-            appenders: 64,
-            batch,
-            inflight: if batch == 1 { Plan::INFLIGHT } else { 1 },
-            max_records: 1_000,
-            max_duration: std::time::Duration::from_secs(1),
-        }
+    #[test]
+    fn targets_compare_in_their_direction() {
+        let ratio = Target::at_least("ratio", 2.0, 2.0);
+        assert!(ratio.met);
+        assert_eq!(ratio.verdict(), "met");
+        let p99 = Target::at_most("p99", 20.0, 20.5);
+        assert!(!p99.met);
+        assert_eq!(p99.verdict(), "NOT met");
     }
 
     #[test]
-    fn append_figures_derive_rates_and_ratios() {
-        let figures = AppendFigures::new(&spec(1024, 1), &run(1024, 10_000, 12_288_000), 10.24);
-        assert_eq!(figures.records_per_s, 5_000.0);
-        assert!((figures.mb_per_s - 5.12).abs() < 1e-9);
-        assert!((figures.ratio_to_raw - 0.5).abs() < 1e-9);
-        assert_eq!(figures.fdatasyncs_per_s, 25.0);
-        assert_eq!(figures.payload_bytes_per_fsync, 204_800.0);
-        assert!((figures.write_amplification - 1.2).abs() < 1e-9);
-    }
-
-    #[test]
-    fn flash_projection_follows_the_printed_formula() {
-        let append = [
-            AppendFigures::new(&spec(100, 1), &run(100, 1_000, 150_000), 100.0),
-            AppendFigures::new(&spec(1024, 1), &run(1024, 1_000, 2_000_000), 100.0),
-            AppendFigures::new(&spec(1024, 64), &run(1024, 1_000, 1_000), 100.0),
-        ];
-        let flash = FlashFigures::project(&append).expect("both sizes present");
-        // 2 MB in 2 s → 1 MB/s → 86.4 GB/day; 32 TB of endurance lasts 370.37 days.
-        assert!((flash.measured_device_bytes_per_day - 86.4e9).abs() < 1.0);
-        assert!((flash.measured_years - 32e12 / 86.4e9 / 365.0).abs() < 1e-9);
-        // 1,000 × 100 B × WA 1.5 × 86,400 s.
-        assert!((flash.steady_device_bytes_per_day - 12.96e9).abs() < 1.0);
-        assert!(FlashFigures::project(&append[..1]).is_none());
+    fn json_keeps_the_field_names() {
+        let json = to_json(&Target::at_least("t", 1.0, 3.0)).expect("serializes");
+        let value: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+        assert_eq!(value["name"], "t");
+        assert_eq!(value["measured"], 3.0);
+        assert_eq!(value["met"], true);
     }
 }

@@ -1,18 +1,28 @@
-//! Small statistics for the bench: percentiles of latency samples and the median of repeated runs.
+//! Small statistics shared by the three benches: the nearest-rank percentile of sorted samples
+//! (one function, percentiles on the 0–100 scale), the median of figures and of whole runs, and
+//! ratios that treat "nothing measured" as zero.
 //!
 //! Pure arithmetic on numbers the workloads collected; it never measures, sleeps or does I/O.
 
 use std::time::Duration;
 
-/// The `p`-th percentile (0..=100) of `samples` by the nearest-rank method; `None` if empty.
-pub fn percentile(samples: &mut [Duration], p: f64) -> Option<Duration> {
-    if samples.is_empty() {
-        return None;
+/// The `p`-th percentile (0..=100) of `sorted` (ascending) by the nearest-rank method; `None`
+/// if there are no samples.
+pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.clamp(1, sorted.len().max(1)) - 1).copied()
+}
+
+/// The median of `values` (the mean of the middle two for an even count); `None` if empty.
+pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.into_iter().collect();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    match sorted.len() {
+        0 => None,
+        n if n % 2 == 1 => sorted.get(mid).copied(),
+        _ => Some((sorted.get(mid - 1)? + sorted.get(mid)?) / 2.0),
     }
-    samples.sort_unstable();
-    let rank = (p / 100.0 * samples.len() as f64).ceil() as usize;
-    let index = rank.clamp(1, samples.len()) - 1;
-    samples.get(index).copied()
 }
 
 /// Latency summary of one workload, in microseconds.
@@ -25,6 +35,7 @@ pub struct Latency {
 impl Latency {
     /// p50 and p99 of `samples` (sorts them); zeros when there are none.
     pub fn of(samples: &mut [Duration]) -> Self {
+        samples.sort_unstable();
         let micros = |d: Option<Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1e6);
         Self {
             p50_us: micros(percentile(samples, 50.0)),
@@ -52,46 +63,35 @@ mod tests {
     use super::*;
 
     fn ms(v: &[u64]) -> Vec<Duration> {
-        v.iter().map(|&n| Duration::from_millis(n)).collect()
+        let mut samples: Vec<Duration> = v.iter().map(|&n| Duration::from_millis(n)).collect();
+        samples.sort_unstable();
+        samples
     }
 
     #[test]
     fn percentile_uses_nearest_rank() {
-        let mut samples = ms(&[5, 1, 4, 2, 3, 6, 7, 8, 9, 10]);
+        let samples = ms(&[5, 1, 4, 2, 3, 6, 7, 8, 9, 10]);
+        let at = |p| percentile(&samples, p).map(|d: Duration| d.as_millis());
         assert_eq!(
-            percentile(&mut samples, 50.0),
-            Some(Duration::from_millis(5))
-        );
-        assert_eq!(
-            percentile(&mut samples, 99.0),
-            Some(Duration::from_millis(10))
-        );
-        assert_eq!(
-            percentile(&mut samples, 0.0),
-            Some(Duration::from_millis(1))
-        );
-        assert_eq!(
-            percentile(&mut samples, 100.0),
-            Some(Duration::from_millis(10))
+            [at(50.0), at(99.0), at(0.0), at(100.0)],
+            [Some(5), Some(10), Some(1), Some(10)]
         );
     }
 
     #[test]
     fn percentile_of_many_samples_picks_the_99th() {
-        let mut samples = ms(&(1..=1000).rev().collect::<Vec<_>>());
-        assert_eq!(
-            percentile(&mut samples, 99.0),
-            Some(Duration::from_millis(990))
-        );
-        assert_eq!(
-            percentile(&mut samples, 50.0),
-            Some(Duration::from_millis(500))
-        );
+        let samples = ms(&(1..=1000).rev().collect::<Vec<_>>());
+        assert_eq!(percentile(&samples, 99.0), Some(Duration::from_millis(990)));
+        assert_eq!(percentile(&samples, 50.0), Some(Duration::from_millis(500)));
+        let values: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&values, 50.0), Some(50.0));
+        assert_eq!(percentile(&values, 99.0), Some(99.0));
+        assert_eq!(percentile(&values, 100.0), Some(100.0));
     }
 
     #[test]
     fn percentile_of_nothing_is_none() {
-        assert_eq!(percentile(&mut [], 50.0), None);
+        assert_eq!(percentile::<f64>(&[], 50.0), None);
         assert_eq!(
             Latency::of(&mut []),
             Latency {
@@ -102,15 +102,26 @@ mod tests {
     }
 
     #[test]
-    fn latency_is_in_microseconds() {
-        let mut samples = vec![Duration::from_micros(250); 3];
+    fn latency_sorts_and_is_in_microseconds() {
+        let mut samples = vec![
+            Duration::from_micros(900),
+            Duration::from_micros(250),
+            Duration::from_micros(250),
+        ];
         assert_eq!(
             Latency::of(&mut samples),
             Latency {
                 p50_us: 250.0,
-                p99_us: 250.0
+                p99_us: 900.0
             }
         );
+    }
+
+    #[test]
+    fn median_averages_the_middle_two() {
+        assert_eq!(median([3.0, 1.0, 2.0, 10.0]), Some(2.5));
+        assert_eq!(median([3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median([]), None);
     }
 
     #[test]

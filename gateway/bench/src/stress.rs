@@ -10,6 +10,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::BenchError;
+use crate::stats::percentile;
 use tern_core::{ByteSize, HumanDuration};
 use tern_log::datadir::DataDirLock;
 use tern_log::{Log, LogConfig, Record};
@@ -38,16 +40,17 @@ pub struct StressOptions {
 }
 
 /// Runs [`stress`] on a two-worker runtime, as the crash tests start it.
-pub fn run(options: &StressOptions) -> Result<(), crate::BenchError> {
+pub fn run(options: &StressOptions) -> Result<(), BenchError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(crate::setup)?;
+        .map_err(|source| BenchError::Io {
+            what: "starting the async runtime",
+            source,
+        })?;
     let data_dir = options.data_dir.clone();
-    runtime
-        .block_on(stress(&data_dir, options.clone()))
-        .map_err(crate::setup)
+    runtime.block_on(stress(&data_dir, options.clone()))
 }
 
 /// Value of record `i` of append `seq` by `task` in process `pid`: unique across runs.
@@ -56,8 +59,8 @@ pub fn stress_value(pid: u32, task: u32, seq: u64, i: u64) -> String {
 }
 
 /// Runs the stress writer on `data_dir/log`, topic `stress`, partition 0.
-pub async fn stress(data_dir: &Path, options: StressOptions) -> anyhow::Result<()> {
-    let lock = DataDirLock::acquire(data_dir)?;
+pub async fn stress(data_dir: &Path, options: StressOptions) -> Result<(), BenchError> {
+    let lock = DataDirLock::acquire(data_dir).map_err(|source| BenchError::DataDir { source })?;
     let mut config = LogConfig {
         segment_bytes: ByteSize(options.segment_bytes),
         ..LogConfig::default()
@@ -75,27 +78,36 @@ pub async fn stress(data_dir: &Path, options: StressOptions) -> anyhow::Result<(
     };
     config.retention.bytes = ByteSize(options.retention_bytes);
     config.retention.on_full = tern_log::OnFull::DropOldest;
-    let log = Log::open(&data_dir.join("log"), &config).await?;
-    log.ensure_topic("stress")?;
+    let log = Log::open(&data_dir.join("log"), &config)
+        .await
+        .map_err(|source| BenchError::log("open", source))?;
+    log.ensure_topic("stress")
+        .map_err(|source| BenchError::log("ensure_topic", source))?;
     if options.rate > 0 {
         let summary = open_loop(&log, &options).await?;
         println!("{summary}");
-        log.close().await?;
-        return Ok(());
+        return close(&log).await;
     }
     let pid = std::process::id();
     let tasks: Vec<_> = (0..options.tasks)
         .map(|task| tokio::spawn(run_task(log.clone(), pid, task, options.appends)))
         .collect();
     for task in tasks {
-        task.await??;
+        task.await
+            .map_err(|err| BenchError::task("a stress task", err))??;
     }
-    log.close().await?;
+    close(&log).await?;
     drop(lock);
     Ok(())
 }
 
-async fn run_task(log: Log, pid: u32, task: u32, appends: u64) -> anyhow::Result<()> {
+async fn close(log: &Log) -> Result<(), BenchError> {
+    log.close()
+        .await
+        .map_err(|source| BenchError::log("close", source))
+}
+
+async fn run_task(log: Log, pid: u32, task: u32, appends: u64) -> Result<(), BenchError> {
     let mut seq = 0u64;
     while appends == 0 || seq < appends {
         let count = 1 + (seq + u64::from(task)) % 3;
@@ -107,17 +119,24 @@ async fn run_task(log: Log, pid: u32, task: u32, appends: u64) -> anyhow::Result
                 headers: vec![("seq".to_owned(), seq.to_le_bytes().to_vec())],
             })
             .collect();
-        let offset = log.append("stress", 0, records).await?;
+        let offset = log
+            .append("stress", 0, records)
+            .await
+            .map_err(|source| BenchError::log("append", source))?;
         let mut out = std::io::stdout().lock();
-        writeln!(out, "ack {offset} {count} {pid} {task} {seq}")?;
-        out.flush()?;
+        writeln!(out, "ack {offset} {count} {pid} {task} {seq}")
+            .and_then(|()| out.flush())
+            .map_err(|source| BenchError::Io {
+                what: "printing an ack",
+                source,
+            })?;
         seq += 1;
     }
     Ok(())
 }
 
 /// Appends one record every 1/rate s without waiting for acks; summarizes commits and latency.
-async fn open_loop(log: &Log, options: &StressOptions) -> anyhow::Result<serde_json::Value> {
+async fn open_loop(log: &Log, options: &StressOptions) -> Result<serde_json::Value, BenchError> {
     let latencies = Arc::new(Mutex::new(Vec::new()));
     let before = log.stats();
     let started = Instant::now();
@@ -145,7 +164,9 @@ async fn open_loop(log: &Log, options: &StressOptions) -> anyhow::Result<serde_j
         }));
     }
     for task in pending {
-        task.await??;
+        task.await
+            .map_err(|err| BenchError::task("an open-loop append", err))?
+            .map_err(|source| BenchError::log("append", source))?;
     }
     let elapsed = started.elapsed().as_secs_f64();
     let after = log.stats();
@@ -154,10 +175,7 @@ async fn open_loop(log: &Log, options: &StressOptions) -> anyhow::Result<serde_j
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
     l.sort();
-    let pct = |p: f64| {
-        let i = ((l.len() as f64 * p) as usize).min(l.len().saturating_sub(1));
-        l.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e3)
-    };
+    let pct = |p: f64| percentile(&l, p).map_or(0.0, |d| d.as_secs_f64() * 1e3);
     Ok(serde_json::json!({
         "records": total,
         "record_bytes": options.record_bytes,
@@ -170,7 +188,7 @@ async fn open_loop(log: &Log, options: &StressOptions) -> anyhow::Result<serde_j
         "fsyncs": after.fsyncs - before.fsyncs,
         "bytes_written": after.bytes_written - before.bytes_written,
         "segments_recycled": after.segments_recycled - before.segments_recycled,
-        "ack_p50_ms": pct(0.5),
-        "ack_p99_ms": pct(0.99),
+        "ack_p50_ms": pct(50.0),
+        "ack_p99_ms": pct(99.0),
     }))
 }

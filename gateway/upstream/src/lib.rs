@@ -30,6 +30,7 @@ pub use driver::StatusMap;
 pub use error::UpstreamError;
 pub use follower::next_edge_offset;
 pub use group::GroupClient;
+pub use group::frame as kafka_frame;
 pub use group::wire::Commit;
 pub use kafka::KafkaUpstream;
 pub use metrics::UpstreamMetrics;

@@ -9,7 +9,7 @@ pub mod client;
 pub mod packet;
 
 pub use client::{Awaiting, Client, ClientConfig, ClientError, Clock};
-pub use packet::{Connect, DecodeError, EncodeError, Packet, Publish, QoS, decode};
+pub use packet::{Connect, DecodeError, EncodeError, Frame, Packet, Publish, QoS, decode, frame};
 
 /// Topic a device publishes its readings to.
 pub fn reading_topic<const N: usize>(device_id: u32) -> Option<heapless::String<N>> {

@@ -1,7 +1,8 @@
 //! MQTT 3.1.1 packets the device side speaks, and their byte encoding and decoding.
 //!
 //! This module owns the wire layout of CONNECT, CONNACK, PUBLISH, PUBACK, SUBSCRIBE, SUBACK,
-//! PINGREQ, PINGRESP and DISCONNECT. It only ever borrows: encoding writes into a caller's
+//! PINGREQ, PINGRESP and DISCONNECT, and the framing of any packet (so a reader can skip the
+//! types it does not decode). It only ever borrows: encoding writes into a caller's
 //! buffer, decoding returns views into the caller's bytes. It must never allocate, never panic on
 //! any input, and never touch a transport (that is `client.rs`).
 
@@ -64,6 +65,20 @@ pub enum Packet<'a> {
     PingReq,
     PingResp,
     Disconnect,
+}
+
+/// The fixed header of one whole packet, of any type (see [`frame`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Frame {
+    /// The type nibble (1 CONNECT … 14 DISCONNECT; 15 AUTH in MQTT 5).
+    pub packet_type: u8,
+    /// The flag nibble.
+    pub flags: u8,
+    /// Bytes of the fixed header: the first byte and the remaining length.
+    pub header_len: usize,
+    /// Bytes of the whole packet, fixed header included.
+    pub len: usize,
 }
 
 /// Why bytes are not (yet) a packet.
@@ -131,7 +146,7 @@ const MAX_REMAINING_LEN: usize = 268_435_455;
 mod decode;
 mod encode;
 
-pub use decode::decode;
+pub use decode::{decode, frame};
 
 #[cfg(test)]
 mod test;

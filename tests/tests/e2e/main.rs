@@ -1,17 +1,14 @@
 //! End-to-end suites: each module drives the real `tern` binary as a user would.
 
-mod bench;
 mod foundation;
 mod kafka;
 mod log;
 mod mqtt;
 mod mqtt_auth;
-mod mqtt_bench;
 mod mqtt_delivery;
 mod mqtt_durability;
 mod mqtt_shared;
 mod readings;
 mod upstream;
-mod upstream_bench;
 mod upstream_faults;
 mod upstream_shared;

@@ -1,8 +1,9 @@
 //! `tern bench mqtt`: a lean MQTT 3.1.1 load generator and the run that puts tern (durable QoS 1
 //! acks at the default commit window) next to Debian's Mosquitto under the same load, plus
-//! tern's memory with many idle clients. It owns the bench's options, its error type and the
-//! order of measurements (`tern bench upstream` reuses its load and its tern child); the wire bytes are in `wire.rs`, the load in `load.rs`, the child
-//! brokers in `servers.rs` and the figures in `report.rs`.
+//! tern's memory with many idle clients. It owns the bench's options and the order of
+//! measurements (`tern bench upstream` reuses its load and its tern child); the load, speaking
+//! MQTT through tern-shared's packet codec, is in `load.rs`, the child brokers in `servers.rs`
+//! and the figures in `report.rs`.
 //!
 //! It must never assert a target (it prints whether each is met) and never touch a process it did
 //! not start.
@@ -10,7 +11,6 @@
 pub(crate) mod load;
 mod report;
 pub(crate) mod servers;
-mod wire;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -20,6 +20,8 @@ pub use report::Report;
 use load::Load;
 use report::{BrokerFigures, Memory, Run};
 use servers::Server;
+
+use crate::BenchError;
 
 /// What to measure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,48 +106,6 @@ impl BenchOptions {
             window: self.window,
         }
     }
-}
-
-/// Why the bench could not finish.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BenchError {
-    #[error("{option} {reason}")]
-    Invalid {
-        option: &'static str,
-        reason: &'static str,
-    },
-    #[error("--broker {broker} is not a reachable HOST:PORT")]
-    Resolve { broker: String },
-    #[error("{what}: {source}")]
-    Io {
-        what: &'static str,
-        source: std::io::Error,
-    },
-    #[error("cannot start {broker} (is it installed?): {source}")]
-    Spawn {
-        broker: &'static str,
-        source: std::io::Error,
-    },
-    #[error("{broker} did not start listening; its output:\n{output}")]
-    Start {
-        broker: &'static str,
-        output: String,
-    },
-    #[error("the broker refused a bench client with CONNACK code {code}")]
-    Refused { code: u8 },
-    #[error("expected {wanted} from the broker, got {got}")]
-    Unexpected { got: String, wanted: &'static str },
-    #[error("the broker sent nothing for {after:?}")]
-    Stalled { after: Duration },
-    #[error("the broker closed a bench connection")]
-    Closed,
-    #[error("the broker sent bytes that are not MQTT: {0}")]
-    Wire(#[from] wire::WireError),
-    #[error("a publisher task failed: {reason}")]
-    Task { reason: String },
-    #[error("cannot read memory figures from {path}")]
-    Proc { path: String },
 }
 
 /// Runs the bench described by `options` and returns every figure.

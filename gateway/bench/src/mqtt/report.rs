@@ -1,4 +1,4 @@
-//! The bench's figures: medians over repetitions, tern/Mosquitto ratios, the targets and whether
+//! The MQTT bench's figures: medians over repetitions, tern/Mosquitto ratios, the targets and whether
 //! each is met, rendered as a side-by-side table or as one JSON object.
 //!
 //! It must never measure anything and never fail on a target it misses.
@@ -10,6 +10,8 @@ use serde::Serialize;
 
 use super::BenchOptions;
 use super::load::Measured;
+use crate::report::Target;
+use crate::stats::{median, percentile};
 
 /// tern's durable QoS 1 throughput must reach this multiple of Mosquitto's.
 const TARGET_RATIO: f64 = 2.0;
@@ -33,31 +35,13 @@ pub struct Run {
 
 impl From<Measured> for Run {
     fn from(measured: Measured) -> Self {
-        let at = |q: f64| percentile(&measured.latencies_us, q).map(|us| us / 1000.0);
+        let at = |p: f64| percentile(&measured.latencies_us, p).map(|us| us / 1000.0);
         Self {
             msgs_per_sec: measured.msgs_per_sec,
-            p50_ms: at(0.50),
-            p99_ms: at(0.99),
-            max_ms: at(1.0),
+            p50_ms: at(50.0),
+            p99_ms: at(99.0),
+            max_ms: at(100.0),
         }
-    }
-}
-
-/// The value at quantile `q` of sorted `values` (nearest rank).
-fn percentile(values: &[f64], q: f64) -> Option<f64> {
-    let rank = (q * values.len() as f64).ceil() as usize;
-    values.get(rank.clamp(1, values.len().max(1)) - 1).copied()
-}
-
-/// The median of `values` (mean of the middle two for an even count).
-fn median(values: &[f64]) -> Option<f64> {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    match sorted.len() {
-        0 => None,
-        n if n % 2 == 1 => sorted.get(mid).copied(),
-        _ => Some((sorted.get(mid - 1)? + sorted.get(mid)?) / 2.0),
     }
 }
 
@@ -87,8 +71,7 @@ impl BrokerFigures {
 
 /// Each figure's median over the runs (figures of different runs may mix).
 fn median_run(runs: &[Run]) -> Option<Run> {
-    let of =
-        |pick: fn(&Run) -> Option<f64>| median(&runs.iter().filter_map(pick).collect::<Vec<_>>());
+    let of = |pick: fn(&Run) -> Option<f64>| median(runs.iter().filter_map(pick));
     Some(Run {
         msgs_per_sec: of(|r| Some(r.msgs_per_sec))?,
         p50_ms: of(|r| r.p50_ms),
@@ -125,15 +108,6 @@ pub struct Ratios {
     pub qos1_msgs_per_sec: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qos0_msgs_per_sec: Option<f64>,
-}
-
-/// One target and whether it is met.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Target {
-    pub name: &'static str,
-    pub target: f64,
-    pub measured: f64,
-    pub met: bool,
 }
 
 /// The load every run used.
@@ -209,17 +183,21 @@ impl Report {
         };
         let mut targets = Vec::new();
         if let Some(measured) = ratio.qos1_msgs_per_sec {
-            targets.push(at_least(
+            targets.push(Target::at_least(
                 "tern/mosquitto QoS 1 msgs/s",
                 TARGET_RATIO,
                 measured,
             ));
         }
         if let Some(measured) = tern.qos1.and_then(|r| r.p99_ms) {
-            targets.push(at_most("tern p99 PUBACK ms", TARGET_P99_MS, measured));
+            targets.push(Target::at_most(
+                "tern p99 PUBACK ms",
+                TARGET_P99_MS,
+                measured,
+            ));
         }
         let idle_mib = memory.idle_kib as f64 / 1024.0;
-        targets.push(at_most(
+        targets.push(Target::at_most(
             "tern RSS MiB with idle clients",
             TARGET_IDLE_RSS_MIB,
             idle_mib,
@@ -234,30 +212,6 @@ impl Report {
             tern_memory: Some(memory),
             targets,
         }
-    }
-
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|err| format!("{{\"error\":\"{err}\"}}"))
-    }
-}
-
-fn at_least(name: &'static str, target: f64, measured: f64) -> Target {
-    let met = measured >= target;
-    Target {
-        name,
-        target,
-        measured,
-        met,
-    }
-}
-
-fn at_most(name: &'static str, target: f64, measured: f64) -> Target {
-    let met = measured <= target;
-    Target {
-        name,
-        target,
-        measured,
-        met,
     }
 }
 
@@ -289,11 +243,13 @@ impl std::fmt::Display for Report {
             )?;
         }
         for t in &self.targets {
-            let verdict = if t.met { "met" } else { "NOT met" };
             writeln!(
                 f,
-                "target {}: {} (measured {:.2}) {verdict}",
-                t.name, t.target, t.measured
+                "target {}: {} (measured {:.2}) {}",
+                t.name,
+                t.target,
+                t.measured,
+                t.verdict()
             )?;
         }
         Ok(())
@@ -381,13 +337,13 @@ mod tests {
     }
 
     #[test]
-    fn percentiles_use_the_nearest_rank() {
-        let values: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&values, 0.5), Some(50.0));
-        assert_eq!(percentile(&values, 0.99), Some(99.0));
-        assert_eq!(percentile(&values, 1.0), Some(100.0));
-        assert_eq!(percentile(&[], 0.5), None);
-        assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), Some(2.5));
+    fn a_run_quotes_nearest_rank_latencies_in_ms() {
+        let got = run(100.0, (1..=100).map(|us| f64::from(us) * 1000.0).collect());
+        assert_eq!(
+            (got.p50_ms, got.p99_ms, got.max_ms),
+            (Some(50.0), Some(99.0), Some(100.0))
+        );
+        assert_eq!(run(100.0, Vec::new()).p99_ms, None);
     }
 
     #[test]
@@ -415,7 +371,8 @@ mod tests {
         let text = report.to_string();
         assert!(text.contains("QoS 1 PUBACK p99 ms"), "{text}");
         assert!(text.contains("NOT met"), "{text}");
-        let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("JSON");
+        let json = crate::report::to_json(&report).expect("serializes");
+        let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
         assert_eq!(json["tern"]["qos1"]["p99_ms"], 5.0);
         assert_eq!(json["tern_memory"]["idle_kib"], 30 * 1024);
     }

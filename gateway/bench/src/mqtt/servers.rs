@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::BenchError;
+use crate::BenchError;
 
 /// How long a broker may take to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -61,10 +61,7 @@ impl Server {
         let data_dir = dir.path().join("data");
         let config = dir.path().join("tern.toml");
         write_file(&config, &format!("{}{extra}", tern_config(&data_dir)))?;
-        let exe = crate::tern_binary().map_err(|err| BenchError::Io {
-            what: "finding the tern binary",
-            source: std::io::Error::other(err.to_string()),
-        })?;
+        let exe = crate::tern_binary()?;
         let mut command = Command::new(exe);
         command.arg("serve").arg("--config").arg(&config);
         command.env("RUST_LOG", "info");

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::proxy::{Counted, CountingProxy};
-use super::{BenchError, TOPIC_PREFIX, UpstreamBenchOptions, wait_for_end};
+use super::{TOPIC_PREFIX, UpstreamBenchOptions, wait_for_end};
+use crate::BenchError;
 use tern_log::{Log, LogConfig, Record};
 use tern_upstream::Codec;
 use tern_upstream::KafkaUpstream;
@@ -51,7 +52,7 @@ impl Backlog {
         let _ = std::fs::remove_dir_all(&dir);
         let log = Log::open(&dir, &LogConfig::default())
             .await
-            .map_err(|source| BenchError::Log { op: "open", source })?;
+            .map_err(|source| BenchError::log("open", source))?;
         let backlog = Self {
             log,
             dir,
@@ -64,7 +65,7 @@ impl Backlog {
     }
 
     async fn fill(&self) -> Result<(), BenchError> {
-        let log_error = |op| move |source| BenchError::Log { op, source };
+        let log_error = |op| move |source| BenchError::log(op, source);
         self.log
             .ensure_topic(EDGE_TOPIC)
             .map_err(log_error("create topic"))?;
@@ -136,10 +137,10 @@ impl Backlog {
     }
 
     pub async fn close(&self) -> Result<(), BenchError> {
-        self.log.close().await.map_err(|source| BenchError::Log {
-            op: "close",
-            source,
-        })
+        self.log
+            .close()
+            .await
+            .map_err(|source| BenchError::log("close", source))
     }
 }
 

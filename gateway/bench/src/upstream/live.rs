@@ -8,7 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{BenchError, TOPIC_PREFIX, UpstreamBenchOptions, wait_for_end};
+use super::{TOPIC_PREFIX, UpstreamBenchOptions, wait_for_end};
+use crate::BenchError;
 use crate::mqtt::load::{self, Load};
 use crate::mqtt::servers::Server;
 use tern_upstream::KafkaUpstream;

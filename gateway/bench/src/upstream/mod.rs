@@ -3,7 +3,7 @@
 //! generator, QoS 1) — and, while that stream runs, the steady forwarding rate of the child's
 //! forwarder; then, for each compression codec, the drain of a backlog built directly through
 //! the log API, by the forwarder running in this process. Bytes on the wire are counted by a
-//! proxy between that forwarder and Kafka (`proxy.rs`). It owns the options, the error type and the
+//! proxy between that forwarder and Kafka (`proxy.rs`). It owns the options and the
 //! order of measurements; the phases are `live.rs` and `backlog.rs`, the figures `report.rs`.
 //!
 //! It never starts or stops Kafka, never asserts a target (it prints whether each is met), and
@@ -13,12 +13,12 @@ mod backlog;
 mod live;
 mod proxy;
 mod report;
-mod wire;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use report::Report;
 
+use crate::BenchError;
 use tern_upstream::KafkaUpstream;
 use tern_upstream::{Codec, UpstreamConfig};
 
@@ -90,44 +90,6 @@ impl UpstreamBenchOptions {
             ..UpstreamConfig::default()
         }
     }
-}
-
-/// Why the bench could not finish.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BenchError {
-    #[error("{option} {reason}")]
-    Invalid {
-        option: &'static str,
-        reason: &'static str,
-    },
-    #[error("{what}: {source}")]
-    Io {
-        what: &'static str,
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Upstream(#[from] tern_upstream::UpstreamError),
-    #[error("MQTT load: {0}")]
-    Mqtt(#[from] crate::mqtt::BenchError),
-    #[error("edge log {op}: {source}")]
-    Log {
-        op: &'static str,
-        source: tern_log::LogError,
-    },
-    #[error("{topic} reached offset {got} of {expected} in {after:?}")]
-    Stalled {
-        topic: String,
-        expected: u64,
-        got: u64,
-        after: Duration,
-    },
-    #[error("{topic} holds {got} records, {expected} expected: forwarding duplicated records")]
-    Count {
-        topic: String,
-        expected: u64,
-        got: u64,
-    },
 }
 
 /// Runs the bench described by `options` and returns every figure.

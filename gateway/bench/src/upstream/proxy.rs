@@ -2,7 +2,7 @@
 //! direction, for the bench's bytes-on-the-wire figure. A Kafka client connects to the brokers
 //! that Metadata responses advertise, not to its bootstrap address, so the proxy reads the
 //! request/response framing and rewrites the broker list of every Metadata response (versions
-//! 0-8) to point at one proxy listener per broker, started on first sight. Counts are taken on
+//! 0-8; both decoded by tern-upstream's `kafka_frame`) to point at one proxy listener per broker, started on first sight. Counts are taken on
 //! the bytes as Kafka sent or received them, before any rewrite.
 //!
 //! It never changes any other byte, never listens beyond 127.0.0.1, and stops every task it
@@ -13,16 +13,15 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
-use super::BenchError;
-use super::wire::{self, MetadataResponse};
+use crate::BenchError;
+use tern_upstream::kafka_frame::{
+    self, API_METADATA, FrameError, MetadataResponse, RequestHeader, WireError,
+};
 
-/// Kafka's API key of Metadata requests.
-const METADATA: i16 = 3;
 /// Largest frame accepted in either direction.
 const MAX_FRAME: usize = 256 * 1024 * 1024;
 
@@ -151,11 +150,16 @@ async fn requests(
         shared
             .to_kafka
             .fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
-        if let Some((METADATA, version, correlation)) = wire::request_header(&frame) {
+        if let Some(RequestHeader {
+            api_key: API_METADATA,
+            api_version,
+            correlation_id,
+        }) = kafka_frame::request_header(&frame)
+        {
             pending
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(correlation, version);
+                .insert(correlation_id, api_version);
         }
         write_frame(&mut to, &frame).await?;
     }
@@ -173,7 +177,7 @@ async fn responses(
         shared
             .from_kafka
             .fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
-        let version = wire::correlation_id(&frame).and_then(|id| {
+        let version = kafka_frame::correlation_id(&frame).and_then(|id| {
             pending
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -190,7 +194,7 @@ async fn responses(
 
 /// The Metadata response with every broker replaced by its proxy listener.
 fn rewrite(frame: &[u8], version: i16, shared: &Arc<Shared>) -> std::io::Result<Vec<u8>> {
-    let invalid = |e: wire::WireError| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    let invalid = |e: WireError| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
     let mut response = MetadataResponse::parse(frame, version).map_err(invalid)?;
     for broker in &mut response.brokers {
         let known = shared
@@ -221,26 +225,14 @@ fn rewrite(frame: &[u8], version: i16, shared: &Arc<Shared>) -> std::io::Result<
 
 /// One length-prefixed frame (without its length); `None` at a clean end of stream.
 async fn read_frame(from: &mut OwnedReadHalf) -> std::io::Result<Option<Vec<u8>>> {
-    let mut len = [0u8; 4];
-    match from.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(err) => return Err(err),
-    }
-    let len = usize::try_from(wire::frame_len(len)).unwrap_or(usize::MAX);
-    if len > MAX_FRAME {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("Kafka frame of {len} bytes"),
-        ));
-    }
-    let mut frame = vec![0u8; len];
-    from.read_exact(&mut frame).await?;
-    Ok(Some(frame))
+    kafka_frame::read_frame(from, MAX_FRAME)
+        .await
+        .map_err(|err| match err {
+            FrameError::Io(err) => err,
+            err => std::io::Error::new(std::io::ErrorKind::InvalidData, err),
+        })
 }
 
 async fn write_frame(to: &mut OwnedWriteHalf, frame: &[u8]) -> std::io::Result<()> {
-    let len = i32::try_from(frame.len()).unwrap_or(i32::MAX);
-    to.write_all(&wire::len_prefix(len)).await?;
-    to.write_all(frame).await
+    kafka_frame::write_frame(to, frame).await
 }

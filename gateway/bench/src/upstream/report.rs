@@ -12,6 +12,8 @@ use serde::Serialize;
 use super::backlog::DrainRun;
 use super::live::LiveRun;
 use super::{UpstreamBenchOptions, codec_name};
+use crate::report::Target;
+use crate::stats;
 
 /// A backlog must drain at least this many times faster than live MQTT ingest.
 const TARGET_DRAIN_RATIO: f64 = 10.0;
@@ -52,14 +54,6 @@ pub struct Drain {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Target {
-    pub name: String,
-    pub target: f64,
-    pub measured: f64,
-    pub met: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     pub shape: Shape,
     pub live: Live,
@@ -68,16 +62,9 @@ pub struct Report {
     pub targets: Vec<Target>,
 }
 
-/// The median of `values` (mean of the middle two for an even count; 0 when empty).
+/// The median of `values`; 0 when there are none.
 fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut sorted: Vec<f64> = values.collect();
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    match sorted.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => sorted.get(mid).copied().unwrap_or_default(),
-        _ => (sorted.get(mid - 1).unwrap_or(&0.0) + sorted.get(mid).unwrap_or(&0.0)) / 2.0,
-    }
+    stats::median(values).unwrap_or(0.0)
 }
 
 impl Report {
@@ -107,11 +94,9 @@ impl Report {
             .collect();
         let targets = drains
             .iter()
-            .map(|d| Target {
-                name: format!("{} drain / live ingest", d.codec),
-                target: TARGET_DRAIN_RATIO,
-                measured: d.drain_over_live,
-                met: d.drain_over_live >= TARGET_DRAIN_RATIO,
+            .map(|d| {
+                let name = format!("{} drain / live ingest", d.codec);
+                Target::at_least(name, TARGET_DRAIN_RATIO, d.drain_over_live)
             })
             .collect();
         Self {
@@ -126,10 +111,6 @@ impl Report {
             drains,
             targets,
         }
-    }
-
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|err| format!("{{\"error\":\"{err}\"}}"))
     }
 }
 
@@ -179,11 +160,13 @@ impl std::fmt::Display for Report {
         writeln!(f, "backlog built in {:.1} s", self.backlog_build_seconds)?;
         f.write_str(&table(&self.drains))?;
         for t in &self.targets {
-            let verdict = if t.met { "met" } else { "NOT met" };
             writeln!(
                 f,
-                "target {} >= {}x: measured {:.1}x {verdict}",
-                t.name, t.target, t.measured
+                "target {} >= {}x: measured {:.1}x {}",
+                t.name,
+                t.target,
+                t.measured,
+                t.verdict()
             )?;
         }
         Ok(())
@@ -261,7 +244,8 @@ mod tests {
         assert!(report.targets.iter().all(|t| t.met));
         let text = report.to_string();
         assert!(text.contains("measured 25.0x met"), "{text}");
-        let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("JSON");
+        let json = crate::report::to_json(&report).expect("serializes");
+        let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
         assert_eq!(json["drains"][0]["records_per_sec"], 500.0);
         assert_eq!(json["live"]["ingest_msgs_per_sec"], 20.0);
     }

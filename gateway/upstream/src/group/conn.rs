@@ -1,22 +1,18 @@
 //! One connection to one broker, plaintext or TLS (the upstream's rustls configuration), SASL
 //! authenticated when the upstream uses SASL: send a request frame, read the response frame with
-//! the same correlation id. Every call has a
+//! the same correlation id (framing is `frame.rs`). Every call has a
 //! timeout; a connection that failed once is never used again (the caller drops it). It knows
 //! nothing about what the frames mean beyond the size prefix and the correlation id.
-#![expect(
-    clippy::big_endian_bytes,
-    reason = "Kafka's frame header is big-endian by definition"
-)]
-
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::GroupError;
+use super::frame::{self, FrameError};
 use super::sasl::{self, Scram};
 use super::wire::{self, ApiVersions, decode_api_versions};
 use crate::config::{SaslMechanism, SaslSettings};
@@ -158,15 +154,7 @@ impl Connection {
         let exchange = async {
             self.io.write_all(&frame).await?;
             self.io.flush().await?;
-            let mut size = [0u8; 4];
-            self.io.read_exact(&mut size).await?;
-            let size = usize::try_from(i32::from_be_bytes(size)).unwrap_or(usize::MAX);
-            if !(4..=MAX_RESPONSE).contains(&size) {
-                return Ok(Err(size));
-            }
-            let mut body = vec![0u8; size];
-            self.io.read_exact(&mut body).await?;
-            Ok::<_, std::io::Error>(Ok(body))
+            frame::read_frame(&mut self.io, MAX_RESPONSE).await
         };
         let addr = self.addr.clone();
         let body = tokio::time::timeout(self.timeout, exchange)
@@ -175,17 +163,29 @@ impl Connection {
                 addr: addr.clone(),
                 op: api,
             })?
-            .map_err(|source| GroupError::Io {
-                addr: addr.clone(),
-                source,
+            .map_err(|err| match err {
+                FrameError::Size { size, .. } => GroupError::BadFrame {
+                    addr: addr.clone(),
+                    size: usize::try_from(size).unwrap_or(0),
+                },
+                FrameError::Io(source) => GroupError::Io {
+                    addr: addr.clone(),
+                    source,
+                },
             })?
-            .map_err(|size| GroupError::BadFrame {
+            .ok_or_else(|| GroupError::Io {
                 addr: addr.clone(),
-                size,
+                source: std::io::ErrorKind::UnexpectedEof.into(),
             })?;
-        let (got, body) = body.split_at(4);
-        let got = i32::from_be_bytes(got.try_into().unwrap_or([0; 4]));
-        if got != id {
+        if body.len() < 4 {
+            return Err(GroupError::BadFrame {
+                addr,
+                size: body.len(),
+            });
+        }
+        let got = frame::correlation_id(&body);
+        let body = body.get(4..).unwrap_or_default();
+        if got != Some(id) {
             return Err(GroupError::Wire {
                 api,
                 source: wire::WireError::Invalid {

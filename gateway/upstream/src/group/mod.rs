@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 
 mod conn;
+pub mod frame;
 mod sasl;
 pub mod wire;
 

@@ -5,24 +5,42 @@
 //! merely cut short ([`DecodeError::Incomplete`]) from one that can never become valid.
 
 use super::{
-    CONNACK, CONNECT, Connect, DISCONNECT, DecodeError, PINGREQ, PINGRESP, PUBACK, PUBLISH, Packet,
-    Publish, QoS, SUBACK, SUBSCRIBE,
+    CONNACK, CONNECT, Connect, DISCONNECT, DecodeError, Frame, PINGREQ, PINGRESP, PUBACK, PUBLISH,
+    Packet, Publish, QoS, SUBACK, SUBSCRIBE,
 };
 
-/// Decodes one packet from the front of `bytes`; returns it with the number of bytes it used.
-pub fn decode(bytes: &[u8]) -> Result<(Packet<'_>, usize), DecodeError> {
+/// Reads the fixed header of the packet at the front of `bytes` once the whole packet is there,
+/// whatever its type: a reader skips packets this codec does not decode by `Frame::len`.
+pub fn frame(bytes: &[u8]) -> Result<Frame, DecodeError> {
     let (&first, rest) = bytes
         .split_first()
         .ok_or(DecodeError::Incomplete { needed: 2 })?;
     let (body_len, len_len) = remaining_len(rest)?;
-    let frame_len = 1 + len_len + body_len;
-    let body = rest
-        .get(len_len..len_len + body_len)
-        .ok_or(DecodeError::Incomplete {
-            needed: frame_len.saturating_sub(bytes.len()),
-        })?;
-    let packet_type = first >> 4;
-    let flags = first & 0x0f;
+    let len = 1 + len_len + body_len;
+    if bytes.len() < len {
+        return Err(DecodeError::Incomplete {
+            needed: len - bytes.len(),
+        });
+    }
+    Ok(Frame {
+        packet_type: first >> 4,
+        flags: first & 0x0f,
+        header_len: 1 + len_len,
+        len,
+    })
+}
+
+/// Decodes one packet from the front of `bytes`; returns it with the number of bytes it used.
+pub fn decode(bytes: &[u8]) -> Result<(Packet<'_>, usize), DecodeError> {
+    let Frame {
+        packet_type,
+        flags,
+        header_len,
+        len: frame_len,
+    } = frame(bytes)?;
+    let body = bytes
+        .get(header_len..frame_len)
+        .ok_or(DecodeError::Incomplete { needed: 1 })?;
     let mut r = Reader { body, packet_type };
     let packet = match packet_type {
         PUBLISH => Packet::Publish(publish(&mut r, flags)?),

@@ -78,13 +78,20 @@ fn remaining_len_len(len: usize) -> usize {
 }
 
 impl Packet<'_> {
-    /// Writes the packet into `out` and returns how many bytes it took.
-    pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
-        let (header, body_len) = self.header_and_body_len()?;
+    /// How many bytes [`Packet::encode`] writes for this packet: what a caller sizes a buffer
+    /// by when a packet may be larger than any fixed one (a host's load generator).
+    pub fn encoded_len(&self) -> Result<usize, EncodeError> {
+        let (_, body_len) = self.header_and_body_len()?;
         if body_len > MAX_REMAINING_LEN {
             return Err(EncodeError::FieldTooLong { len: body_len });
         }
-        let needed = 1 + remaining_len_len(body_len) + body_len;
+        Ok(1 + remaining_len_len(body_len) + body_len)
+    }
+
+    /// Writes the packet into `out` and returns how many bytes it took.
+    pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        let (header, body_len) = self.header_and_body_len()?;
+        let needed = self.encoded_len()?;
         if needed > out.len() {
             return Err(EncodeError::BufferTooSmall {
                 needed,

@@ -121,6 +121,76 @@ fn decode_rejects_bad_headers() {
     );
 }
 
+#[test]
+fn frame_golden_bytes_of_any_type() {
+    // UNSUBACK (type 11), which `decode` does not handle, framed all the same.
+    let unsuback = [0xb0, 2, 0, 9, 0x40];
+    assert_eq!(
+        frame(&unsuback),
+        Ok(Frame {
+            packet_type: 11,
+            flags: 0,
+            header_len: 2,
+            len: 4
+        })
+    );
+    assert_eq!(
+        decode(&unsuback),
+        Err(DecodeError::UnsupportedPacketType { packet_type: 11 })
+    );
+    // A PUBLISH with a two-byte remaining length of 203.
+    let mut publish = vec![0x33, 0xcb, 0x01];
+    publish.resize(206, 0);
+    assert_eq!(
+        frame(&publish),
+        Ok(Frame {
+            packet_type: 3,
+            flags: 3,
+            header_len: 3,
+            len: 206
+        })
+    );
+    assert_eq!(
+        frame(&publish[..100]),
+        Err(DecodeError::Incomplete { needed: 106 })
+    );
+    assert_eq!(frame(&[]), Err(DecodeError::Incomplete { needed: 2 }));
+    assert_eq!(
+        frame(&[0x30, 0xff, 0xff, 0xff, 0xff]),
+        Err(DecodeError::MalformedRemainingLength)
+    );
+}
+
+#[test]
+fn payloads_past_64_kib_encode_with_a_three_byte_length() {
+    let payload = vec![0x5a; 70_000];
+    let packet = Packet::Publish(Publish {
+        topic: "bench/0",
+        payload: &payload,
+        qos: QoS::AtLeastOnce,
+        packet_id: Some(1),
+        dup: false,
+        retain: false,
+    });
+    let len = packet.encoded_len().unwrap();
+    let mut buf = vec![0u8; len];
+    assert_eq!(packet.encode(&mut buf), Ok(len));
+    // 2 + 7 + 2 + 70,000 = 70,011 = 0x7b + 0x5e * 128 + 4 * 128².
+    assert_eq!(&buf[..4], &[0x32, 0xfb, 0xa2, 0x04]);
+    assert_eq!(len, 70_015);
+    assert_eq!(decode(&buf), Ok((packet, len)));
+    let long_topic = "t".repeat(70_000);
+    let too_long = Packet::Subscribe {
+        packet_id: 1,
+        filter: &long_topic,
+        qos: QoS::AtMostOnce,
+    };
+    assert_eq!(
+        too_long.encoded_len(),
+        Err(EncodeError::FieldTooLong { len: 70_000 })
+    );
+}
+
 /// An owned packet, so proptest can generate and shrink it.
 #[derive(Debug, Clone)]
 enum Case {
@@ -224,6 +294,28 @@ proptest! {
             prop_assert!(used <= bytes.len());
             let again = encode_vec(&packet);
             prop_assert_eq!(decode(&again), Ok((packet, again.len())));
+        }
+    }
+
+    #[test]
+    fn frame_agrees_with_encode_and_decode(case in any_case(), tail in proptest::collection::vec(any::<u8>(), 0..8)) {
+        let packet = case.packet();
+        let mut bytes = encode_vec(&packet);
+        prop_assert_eq!(packet.encoded_len(), Ok(bytes.len()));
+        let len = bytes.len();
+        bytes.extend_from_slice(&tail);
+        let framed = frame(&bytes).unwrap();
+        prop_assert_eq!(framed.len, len);
+        prop_assert_eq!(bytes[0], (framed.packet_type << 4) | framed.flags);
+        prop_assert_eq!(decode(&bytes).map(|(_, used)| used), Ok(framed.len));
+    }
+
+    #[test]
+    fn frame_never_panics_and_stays_in_bounds(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        match frame(&bytes) {
+            Ok(framed) => prop_assert!(framed.header_len <= framed.len && framed.len <= bytes.len()),
+            Err(DecodeError::Incomplete { needed }) => prop_assert!(needed >= 1),
+            Err(err) => prop_assert_eq!(err, DecodeError::MalformedRemainingLength),
         }
     }
 

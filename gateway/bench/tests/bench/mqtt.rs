@@ -1,4 +1,4 @@
-//! `tern bench mqtt --quick --json`: the bench starts tern and Mosquitto, runs its load against
+//! `tern-bench mqtt --quick --json`: the bench starts tern and Mosquitto, runs its load against
 //! both and prints every figure. This checks that the bench works and its figures are sane
 //! (present, positive, finite); it asserts no performance target.
 

@@ -1,4 +1,4 @@
-//! `tern bench upstream --json` against the real three-node cluster with a small backlog: the
+//! `tern-bench upstream --json` against the real three-node cluster with a small backlog: the
 //! bench runs its live phase through a `tern serve` child and drains the backlog once per codec.
 //! This checks that every figure is present and sane and that the bench's own arithmetic holds;
 //! it asserts no timing and no performance target.

@@ -9,8 +9,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Instant;
 
-use super::BenchError;
 use super::device::Target;
+use crate::BenchError;
 
 /// Alignment O_DIRECT needs on every Linux file system tern cares about.
 const ALIGN: usize = 4096;
@@ -54,9 +54,7 @@ fn write_file(path: &Path, total: u64, block: usize) -> Result<bool, BenchError>
     let start = storage.as_ptr().align_offset(ALIGN).min(ALIGN);
     let buffer = storage
         .get_mut(start..start + block)
-        .ok_or(BenchError::Setup {
-            message: "cannot align the write buffer".to_owned(),
-        })?;
+        .ok_or(BenchError::Align { block })?;
     let (mut file, direct_io) = open(path)?;
     let mut written = 0u64;
     while written < total {
@@ -83,11 +81,7 @@ fn open(path: &Path) -> Result<(std::fs::File, bool), BenchError> {
 }
 
 fn io(op: &'static str, path: &Path, source: std::io::Error) -> BenchError {
-    BenchError::Io {
-        op,
-        path: path.to_owned(),
-        source,
-    }
+    BenchError::file(op, path, source)
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use super::device::Target;
-use super::stats::Latency;
-use super::{AppendRun, AppendSpec, BenchError};
+use super::{AppendRun, AppendSpec};
+use crate::BenchError;
+use crate::stats::Latency;
 
 /// SQLite's `synchronous` setting under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,9 +136,7 @@ fn appender(
 }
 
 fn panicked() -> BenchError {
-    BenchError::Setup {
-        message: "an SQLite appender thread panicked".to_owned(),
-    }
+    BenchError::task("an SQLite appender thread", "panicked")
 }
 
 fn sqlite(op: &'static str, source: rusqlite::Error) -> BenchError {
@@ -148,11 +147,7 @@ fn sqlite(op: &'static str, source: rusqlite::Error) -> BenchError {
 }
 
 fn io(path: &Path, source: std::io::Error) -> BenchError {
-    BenchError::Io {
-        op: "sqlite dir",
-        path: path.to_owned(),
-        source,
-    }
+    BenchError::file("sqlite dir", path, source)
 }
 
 #[cfg(test)]

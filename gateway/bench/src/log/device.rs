@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::BenchError;
+use crate::BenchError;
 
 /// How bytes reaching storage are counted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -297,11 +297,7 @@ fn read(path: &Path) -> Result<String, BenchError> {
 }
 
 fn io(op: &'static str, path: &Path, source: std::io::Error) -> BenchError {
-    BenchError::Io {
-        op,
-        path: path.to_owned(),
-        source,
-    }
+    BenchError::file(op, path, source)
 }
 
 /// Sectors written: the 7th field of a `/sys/block/<dev>/stat` line.

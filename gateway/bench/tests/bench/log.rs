@@ -1,4 +1,4 @@
-//! `tern bench log`: the bench runs end to end and prints every figure the storage issue asks
+//! `tern-bench log`: the bench runs end to end and prints every figure the storage issue asks
 //! for. This checks that the bench works, never how fast anything is.
 
 use serde_json::Value;

@@ -1,0 +1,209 @@
+//! Kafka's framing, shared by the group client's connection (`conn.rs`) and by tools that sit
+//! between a Kafka client and a cluster (tern-bench's byte-counting proxy): size-prefixed frames
+//! read from and written to an async stream, the request header, a response's correlation id,
+//! and the broker list at the head of a Metadata response (versions 0-8, the non-flexible ones;
+//! rskafka speaks 0-4), which a proxy rewrites to point at itself. Everything after the broker
+//! list is kept as opaque bytes, so a rewrite changes no other byte.
+//!
+//! Decoders never panic: a short frame is [`WireError::Incomplete`]. It knows nothing about
+//! connections, timeouts or what other requests mean.
+#![expect(
+    clippy::big_endian_bytes,
+    reason = "Kafka's protocol is big-endian by definition"
+)]
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+pub use super::wire::WireError;
+
+/// Kafka's API key of Metadata requests.
+pub const API_METADATA: i16 = 3;
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The size prefix is negative or larger than the reader accepts.
+    #[error("frame of {size} bytes (at most {max} accepted)")]
+    Size { size: i64, max: usize },
+}
+
+/// Reads one size-prefixed frame and returns it without its prefix; `Ok(None)` when the stream
+/// ends cleanly before a frame starts.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    from: &mut R,
+    max: usize,
+) -> Result<Option<Vec<u8>>, FrameError> {
+    let mut prefix = [0u8; 4];
+    match from.read_exact(&mut prefix).await {
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(err) => return Err(err.into()),
+    }
+    let size = i32::from_be_bytes(prefix);
+    let len = usize::try_from(size)
+        .ok()
+        .filter(|&len| len <= max)
+        .ok_or(FrameError::Size {
+            size: i64::from(size),
+            max,
+        })?;
+    let mut frame = vec![0u8; len];
+    from.read_exact(&mut frame).await?;
+    Ok(Some(frame))
+}
+
+/// Writes `frame` with its size prefix.
+pub async fn write_frame<W: AsyncWrite + Unpin>(to: &mut W, frame: &[u8]) -> std::io::Result<()> {
+    let size = i32::try_from(frame.len())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "frame over 2 GiB"))?;
+    to.write_all(&size.to_be_bytes()).await?;
+    to.write_all(frame).await
+}
+
+/// The start of a request frame (header v1+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHeader {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+}
+
+/// The header of a request frame (without its size prefix).
+pub fn request_header(frame: &[u8]) -> Option<RequestHeader> {
+    let (api_key, rest) = frame.split_first_chunk::<2>()?;
+    let (api_version, rest) = rest.split_first_chunk::<2>()?;
+    Some(RequestHeader {
+        api_key: i16::from_be_bytes(*api_key),
+        api_version: i16::from_be_bytes(*api_version),
+        correlation_id: correlation_id(rest)?,
+    })
+}
+
+/// The correlation id a response frame (without its size prefix) starts with.
+pub fn correlation_id(frame: &[u8]) -> Option<i32> {
+    frame.first_chunk::<4>().map(|id| i32::from_be_bytes(*id))
+}
+
+/// One broker of a Metadata response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Broker {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    /// The rack field as it was on the wire (v1+; empty before).
+    rack: Vec<u8>,
+}
+
+/// A Metadata response split around its broker list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataResponse {
+    /// Correlation id and (v3+) throttle time.
+    head: Vec<u8>,
+    pub brokers: Vec<Broker>,
+    /// Everything after the broker list, unchanged.
+    tail: Vec<u8>,
+}
+
+/// A cursor that remembers where it is, so the raw bytes of a field can be kept.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], WireError> {
+        let rest = self.bytes.get(self.at..).unwrap_or_default();
+        let taken = rest.get(..n).ok_or_else(|| WireError::Incomplete {
+            what,
+            needed: n.saturating_sub(rest.len()),
+        })?;
+        self.at += n;
+        Ok(taken)
+    }
+
+    fn i32(&mut self, what: &'static str) -> Result<i32, WireError> {
+        let bytes = self.take(4, what)?;
+        Ok(bytes
+            .first_chunk::<4>()
+            .map_or(0, |b| i32::from_be_bytes(*b)))
+    }
+
+    /// A (nullable) string's raw bytes, its int16 length included.
+    fn raw_string(&mut self, what: &'static str) -> Result<&'a [u8], WireError> {
+        let start = self.at;
+        let len = self.take(2, what)?;
+        let len = len.first_chunk::<2>().map_or(0, |b| i16::from_be_bytes(*b));
+        self.take(usize::try_from(len).unwrap_or(0), what)?;
+        Ok(self.bytes.get(start..self.at).unwrap_or_default())
+    }
+}
+
+impl MetadataResponse {
+    /// Splits a Metadata response frame of `version` (without its size prefix).
+    pub fn parse(frame: &[u8], version: i16) -> Result<Self, WireError> {
+        if !(0..=8).contains(&version) {
+            return Err(WireError::Invalid {
+                what: "Metadata version (0-8 supported)",
+            });
+        }
+        let mut cursor = Cursor {
+            bytes: frame,
+            at: 0,
+        };
+        let head_len = if version >= 3 { 8 } else { 4 };
+        let head = cursor.take(head_len, "header")?.to_vec();
+        let count = usize::try_from(cursor.i32("brokers")?).unwrap_or(0);
+        let mut brokers = Vec::with_capacity(count.min(1024));
+        for _ in 0..count {
+            let node_id = cursor.i32("node id")?;
+            let host = cursor.raw_string("host")?;
+            let host = String::from_utf8_lossy(host.get(2..).unwrap_or_default()).into_owned();
+            let port = cursor.i32("port")?;
+            let rack = if version >= 1 {
+                cursor.raw_string("rack")?.to_vec()
+            } else {
+                Vec::new()
+            };
+            brokers.push(Broker {
+                node_id,
+                host,
+                port,
+                rack,
+            });
+        }
+        let tail = frame.get(cursor.at..).unwrap_or_default().to_vec();
+        Ok(Self {
+            head,
+            brokers,
+            tail,
+        })
+    }
+
+    /// The frame again (without its size prefix), with the brokers as they are now.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = self.head.clone();
+        let count = i32::try_from(self.brokers.len()).unwrap_or(i32::MAX);
+        out.extend_from_slice(&count.to_be_bytes());
+        for broker in &self.brokers {
+            out.extend_from_slice(&broker.node_id.to_be_bytes());
+            let host = broker.host.as_bytes();
+            let host = host
+                .get(..host.len().min(i16::MAX as usize))
+                .unwrap_or(host);
+            let host_len = i16::try_from(host.len()).unwrap_or(i16::MAX);
+            out.extend_from_slice(&host_len.to_be_bytes());
+            out.extend_from_slice(host);
+            out.extend_from_slice(&broker.port.to_be_bytes());
+            out.extend_from_slice(&broker.rack);
+        }
+        out.extend_from_slice(&self.tail);
+        out
+    }
+}
+
+#[cfg(test)]
+#[path = "frame_test.rs"]
+mod tests;
