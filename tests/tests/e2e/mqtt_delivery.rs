@@ -224,6 +224,8 @@ fn mosquitto_sub_gets_qos2_deliveries_exactly_once_in_v311_and_v5() -> anyhow::R
     gateway.stop()
 }
 
+/// Across a reconnect and a process crash (SIGKILL) of tern; power cuts are tern-log's
+/// fault-injecting file system's business (`gateway/log/src/tests/crash.rs`).
 #[test]
 fn released_qos2_deliveries_are_resent_as_pubrel_after_a_reconnect_and_a_sigkill()
 -> anyhow::Result<()> {
@@ -284,6 +286,8 @@ fn released_qos2_deliveries_are_resent_as_pubrel_after_a_reconnect_and_a_sigkill
     Ok(())
 }
 
+/// A process crash (SIGKILL) mid-delivery; power cuts are tern-log's fault-injecting file
+/// system's business (`gateway/log/src/tests/crash.rs`).
 #[test]
 fn deliveries_repeated_after_a_gateway_sigkill_carry_dup() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-dup-restart")?;

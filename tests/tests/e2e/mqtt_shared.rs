@@ -223,6 +223,8 @@ fn a_member_that_drops_out_has_its_unacknowledged_messages_redelivered() -> anyh
     gateway.stop()
 }
 
+/// A process crash (SIGKILL) after the group's cursor moved; power cuts are tern-log's
+/// fault-injecting file system's business (`gateway/log/src/tests/crash.rs`).
 #[test]
 fn the_group_cursor_survives_sigkill_and_resumes_without_loss() -> anyhow::Result<()> {
     let dir = TempDir::new("share-restart")?;
