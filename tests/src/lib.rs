@@ -47,7 +47,26 @@ fn built_binaries() -> anyhow::Result<PathBuf> {
 fn build_binaries() -> anyhow::Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let workspace = workspace_root();
-    let status = Command::new(cargo)
+    let mut command = Command::new(cargo);
+    // `cargo test` hands the test process its package's CARGO_MANIFEST_DIR, CARGO_PKG_* and the
+    // like; a build script that tracks one of them (ring's does) would see it change between this
+    // build and the outer one and rebuild ring, rustls and tern on every test run.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+            ]
+            .contains(&name.as_ref())
+        {
+            command.env_remove(name.as_ref());
+        }
+    }
+    let status = command
         .args([
             "build",
             "--quiet",
