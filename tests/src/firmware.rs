@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 
@@ -127,17 +127,13 @@ impl Qemu {
     /// Waits for QEMU to exit (the firmware exits it on `halt`), failing after `timeout`.
     pub fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
         let child = self.child.as_mut().context("QEMU already reaped")?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = child.try_wait()? {
-                self.child = None;
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                bail!("QEMU did not exit within {timeout:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut status = None;
+        crate::wait_until(timeout, "QEMU to exit", || {
+            status = child.try_wait()?;
+            Ok(status.is_some())
+        })?;
+        self.child = None;
+        status.context("QEMU exited without a status")
     }
 
     /// The defmt log so far, decoded by `defmt-print` into text lines.

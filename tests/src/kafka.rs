@@ -262,7 +262,7 @@ impl KafkaCluster {
         }
     }
 
-    /// SIGKILLs node `id` (a crash: no controlled shutdown) and reaps it.
+    /// SIGKILLs node `id` (a process crash: no controlled shutdown) and reaps it.
     pub fn kill_broker(&mut self, id: u32) -> anyhow::Result<()> {
         let node = self.node_mut(id)?;
         let mut child = node
@@ -372,25 +372,17 @@ impl KafkaCluster {
 
     /// Waits for "Kafka Server started" in node `id`'s log past byte `from`.
     fn wait_started(&mut self, id: u32, from: u64) -> anyhow::Result<()> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
+        let what = format!("\"Kafka Server started\" in node {id}'s log");
+        let started = crate::wait_until(START_TIMEOUT, &what, || {
             if log_contains(&self.log_path(id), from, "Kafka Server started")? {
-                return Ok(());
+                return Ok(true);
             }
             if !self.is_running(id) {
-                bail!(
-                    "node {id} exited while starting:\n{}",
-                    self.log_tail(id, 40)
-                );
+                bail!("node {id} exited while starting");
             }
-            if Instant::now() > deadline {
-                bail!(
-                    "node {id} not started within {START_TIMEOUT:?}:\n{}",
-                    self.log_tail(id, 40)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            Ok(false)
+        });
+        started.with_context(|| self.log_tail(id, 40))
     }
 }
 

@@ -5,9 +5,11 @@
 pub mod kafka;
 pub mod kafka_groups;
 pub mod kafka_tools;
+pub mod mosquitto;
 pub mod proxy;
 
 pub use kafka::KafkaCluster;
+pub use mosquitto::MosquittoSub;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -27,7 +29,7 @@ pub fn tern_binary() -> anyhow::Result<PathBuf> {
     built_binaries().map(|dir| dir.join("tern"))
 }
 
-/// Path of the `tern-bench` binary (benchmarks and the crash tests' stress writer), built with
+/// Path of the `tern-bench` binary (benchmarks and the process-crash tests' stress writer), built with
 /// `tern` in the same directory, so the benches that start `tern serve` find it beside them.
 pub fn bench_binary() -> anyhow::Result<PathBuf> {
     built_binaries().map(|dir| dir.join("tern-bench"))
@@ -45,7 +47,26 @@ fn built_binaries() -> anyhow::Result<PathBuf> {
 fn build_binaries() -> anyhow::Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let workspace = workspace_root();
-    let status = Command::new(cargo)
+    let mut command = Command::new(cargo);
+    // `cargo test` hands the test process its package's CARGO_MANIFEST_DIR, CARGO_PKG_* and the
+    // like; a build script that tracks one of them (ring's does) would see it change between this
+    // build and the outer one and rebuild ring, rustls and tern on every test run.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+            ]
+            .contains(&name.as_ref())
+        {
+            command.env_remove(name.as_ref());
+        }
+    }
+    let status = command
         .args([
             "build",
             "--quiet",
@@ -71,6 +92,77 @@ fn build_binaries() -> anyhow::Result<PathBuf> {
         }
     }
     Ok(dir)
+}
+
+/// Polls `condition` until it holds, first every 10 ms, then less often (at most every 200 ms),
+/// and fails after `timeout` with "timed out after … waiting for WHAT". The suites' one way to
+/// wait for something they can observe (a metric, a log line, a file, a process state) instead
+/// of sleeping a fixed time; an error from `condition` ends the wait at once.
+pub fn wait_until(
+    timeout: Duration,
+    what: &str,
+    mut condition: impl FnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let mut interval = Duration::from_millis(10);
+    loop {
+        if condition()? {
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        // The poll interval between two checks of the condition, not a wait for a signal.
+        std::thread::sleep(interval.min(left));
+        interval = (interval * 2).min(Duration::from_millis(200));
+    }
+}
+
+/// The random source of a randomised test: xorshift64* seeded from `TERN_TEST_SEED` when it is
+/// set (to replay a failed run), otherwise from the clock and the PID. The seed is printed either
+/// way, so a failure's output says how to replay it.
+#[derive(Debug, Clone)]
+pub struct TestRng(u64);
+
+impl TestRng {
+    /// Seeds the generator for the test called `test` and prints the seed.
+    pub fn from_env(test: &str) -> anyhow::Result<Self> {
+        let seed = match std::env::var("TERN_TEST_SEED") {
+            Ok(text) => text
+                .trim()
+                .parse()
+                .with_context(|| format!("TERN_TEST_SEED={text:?} is not a u64"))?,
+            Err(_) => fresh_seed(),
+        };
+        eprintln!("{test}: seed {seed} (replay with TERN_TEST_SEED={seed})");
+        Ok(Self::new(seed))
+    }
+
+    /// A generator with this seed (xorshift needs a non-zero state; 0 stands for 1).
+    pub fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number in `0..bound` (`bound` > 0).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next_u64() % bound.max(1)
+    }
+}
+
+fn fresh_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    // Truncation is fine: any 64 bits of the clock make a seed.
+    (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32)
 }
 
 /// Wall-clock milliseconds since the epoch, for record timestamps: Kafka's retention (7 days by
@@ -255,17 +347,13 @@ impl Gateway {
     /// Waits for the process to exit, failing after `timeout`.
     pub fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
         let child = self.child.as_mut().context("tern already reaped")?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = child.try_wait()? {
-                self.child = None;
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                bail!("tern did not exit within {timeout:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut status = None;
+        wait_until(timeout, "tern to exit", || {
+            status = child.try_wait()?;
+            Ok(status.is_some())
+        })?;
+        self.child = None;
+        status.context("tern exited without a status")
     }
 
     /// Stops the gateway with SIGTERM and checks that it exits with status 0 within 15 s (a
@@ -285,41 +373,71 @@ impl Gateway {
     }
 
     /// The sum of the samples of metric `name` on `/metrics` whose labels start with `labels`
-    /// (e.g. `topic="mqtt"`, or "" for every sample); `None` when there is none.
+    /// (e.g. `topic="mqtt"`, or "" for every sample, labelled or not); `None` when there is none.
     pub fn metric_sum(&self, name: &str, labels: &str) -> anyhow::Result<Option<u64>> {
         let (status, body) = self.admin_get("/metrics")?;
         if status != 200 {
             bail!("/metrics answered {status}");
         }
-        let prefix = format!("{name}{{{labels}");
+        let labelled = format!("{name}{{{labels}");
+        let bare = format!("{name} ");
         let values: Vec<u64> = body
             .lines()
-            .filter(|line| line.starts_with(&prefix))
+            .filter(|line| {
+                line.starts_with(&labelled) || labels.is_empty() && line.starts_with(&bare)
+            })
             .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
             .collect();
         Ok((!values.is_empty()).then(|| values.iter().sum()))
+    }
+
+    /// Waits until [`Gateway::metric_sum`] of `name`/`labels` satisfies `holds`; on timeout the
+    /// error names `what`, the last value and quotes tern's last log lines.
+    pub fn wait_metric(
+        &mut self,
+        name: &str,
+        labels: &str,
+        what: &str,
+        timeout: Duration,
+        holds: impl Fn(Option<u64>) -> bool,
+    ) -> anyhow::Result<()> {
+        let mut last = None;
+        let waited = wait_until(timeout, what, || {
+            last = self.metric_sum(name, labels)?;
+            Ok(holds(last))
+        });
+        waited.with_context(|| {
+            format!(
+                "{name}{{{labels}}} is {last:?}; recent log: {:#?}",
+                self.recent_log(20)
+            )
+        })
     }
 
     /// Waits until the upstream metrics whose labels start with `labels` report every durable
     /// record forwarded and no forwarder failing; on timeout the error quotes tern's last log
     /// lines.
     pub fn wait_forwarded(&mut self, labels: &str, timeout: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let mut last = (None, None);
+        let waited = wait_until(timeout, "every record forwarded", || {
             let behind = self.metric_sum("tern_upstream_records_behind", labels)?;
             let failing = self.metric_sum("tern_upstream_failing", labels)?;
-            if behind == Some(0) && failing == Some(0) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                let lines = self.stderr_lines();
-                let tail = &lines[lines.len().saturating_sub(20)..];
-                bail!(
-                    "still {behind:?} records behind, failing {failing:?}; recent log: {tail:#?}"
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+            last = (behind, failing);
+            Ok(behind == Some(0) && failing == Some(0))
+        });
+        let (behind, failing) = last;
+        waited.with_context(|| {
+            format!(
+                "still {behind:?} records behind, failing {failing:?}; recent log: {:#?}",
+                self.recent_log(20)
+            )
+        })
+    }
+
+    /// The last `count` lines tern wrote to stderr.
+    pub fn recent_log(&mut self, count: usize) -> Vec<String> {
+        let lines = self.stderr_lines();
+        lines[lines.len().saturating_sub(count)..].to_vec()
     }
 }
 

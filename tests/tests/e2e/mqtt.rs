@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use rumqttc::{Client, Connection, Event, Incoming, LastWill, MqttOptions, QoS};
 use tern_tests::raw_mqtt::RawClient;
-use tern_tests::{Gateway, ServeOptions, TempDir, read_log, tern_binary};
+use tern_tests::{Gateway, MosquittoSub, ServeOptions, TempDir, read_log, tern_binary};
 
 fn mosquitto_pub(gateway: &Gateway, args: &[&str]) -> anyhow::Result<()> {
     let output = mosquitto("mosquitto_pub", gateway.mqtt, args)?;
@@ -33,19 +33,10 @@ fn mosquitto(program: &str, addr: SocketAddr, args: &[&str]) -> anyhow::Result<O
         .with_context(|| format!("cannot run {program} (scripts/ensure-deps.sh installs it)"))
 }
 
-/// Starts mosquitto_sub in the background; its output is collected when it exits.
-fn mosquitto_sub(gateway: &Gateway, args: &[&str]) -> anyhow::Result<std::process::Child> {
-    let child = Command::new("mosquitto_sub")
-        .args(["-h", "127.0.0.1", "-p", &gateway.mqtt.port().to_string()])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot run mosquitto_sub (scripts/ensure-deps.sh installs it)")?;
-    // mosquitto_sub has no "subscribed" signal on stdout; give it time to connect and subscribe.
-    std::thread::sleep(Duration::from_millis(500));
-    Ok(child)
+/// Starts mosquitto_sub in the background, once its subscription is acknowledged; its output is
+/// collected when it exits.
+fn mosquitto_sub(gateway: &Gateway, args: &[&str]) -> anyhow::Result<MosquittoSub> {
+    MosquittoSub::start(gateway.mqtt, args)
 }
 
 fn now_ms() -> i64 {
@@ -195,12 +186,12 @@ fn mosquitto_sub_receives_wildcard_matches_in_both_versions() -> anyhow::Result<
                 &["-V", version, "-q", "1", "-t", topic, "-m", payload],
             )?;
         }
-        let output = sub.wait_with_output()?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
+        let output = sub.finish()?;
+        let stdout = output.stdout;
         assert!(
             output.status.success(),
             "{version}: {stdout} {}",
-            String::from_utf8_lossy(&output.stderr)
+            output.stderr
         );
         let lines: Vec<&str> = stdout.lines().collect();
         assert_eq!(
@@ -275,10 +266,9 @@ fn v5_properties_topic_aliases_and_subscription_ids_pass_through() -> anyhow::Re
             "north",
         ],
     )?;
-    let output = sub.wait_with_output()?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let output = sub.finish()?;
     assert_eq!(
-        stdout.trim_end(),
+        output.stdout.trim_end(),
         "v5/dev|hello|text/plain|v5/replies|c42|7|site:north"
     );
     Ok(())
@@ -463,6 +453,7 @@ fn collect(connection: &mut Connection, count: usize, timeout: Duration) -> BTre
                 payloads.insert(String::from_utf8_lossy(&publish.payload).into_owned());
             }
             Ok(Ok(_)) => {}
+            // A connection error: rumqttc reconnects on the next poll; pause between retries.
             Ok(Err(_)) => std::thread::sleep(Duration::from_millis(100)),
             Err(_) => {}
         }
@@ -526,11 +517,8 @@ fn a_will_is_published_when_a_client_vanishes() -> anyhow::Result<()> {
         let (_client, mut connection) = rumqttc(gateway.mqtt, "dev-9", true, Some(will));
         wait_for(&mut connection, |p| matches!(p, Incoming::ConnAck(_)))?;
     }
-    let output = sub.wait_with_output()?;
-    assert_eq!(
-        String::from_utf8_lossy(&output.stdout),
-        "wills/dev-9 offline\n"
-    );
+    let output = sub.finish()?;
+    assert_eq!(output.stdout, "wills/dev-9 offline\n");
     Ok(())
 }
 

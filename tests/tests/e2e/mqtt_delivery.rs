@@ -8,12 +8,12 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tern_tests::raw_mqtt::RawClient;
-use tern_tests::{Gateway, ServeOptions, TempDir};
+use tern_tests::{Gateway, MosquittoSub, ServeOptions, TempDir};
 
 mod v5;
 
@@ -163,20 +163,6 @@ fn gateway_with(dir: &TempDir, toml: &str) -> anyhow::Result<Gateway> {
     Gateway::start(dir.path(), &options)
 }
 
-fn mosquitto_sub(addr: SocketAddr, args: &[&str]) -> anyhow::Result<Child> {
-    let child = Command::new("mosquitto_sub")
-        .args(["-h", "127.0.0.1", "-p", &addr.port().to_string()])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot run mosquitto_sub (scripts/ensure-deps.sh installs it)")?;
-    // mosquitto_sub has no "subscribed" signal on stdout; give it time to connect and subscribe.
-    std::thread::sleep(Duration::from_millis(500));
-    Ok(child)
-}
-
 /// Runs mosquitto_pub with one message per line of `lines` (`-l`); fails unless it succeeds.
 fn mosquitto_pub_lines(addr: SocketAddr, args: &[&str], lines: &[String]) -> anyhow::Result<()> {
     let mut child = Command::new("mosquitto_pub")
@@ -201,18 +187,12 @@ fn mosquitto_pub_lines(addr: SocketAddr, args: &[&str], lines: &[String]) -> any
     Ok(())
 }
 
-fn sub_output(child: Child) -> anyhow::Result<Vec<String>> {
-    let output = child.wait_with_output()?;
+fn sub_output(sub: MosquittoSub) -> anyhow::Result<Vec<String>> {
+    let output = sub.finish()?;
     if !output.status.success() {
-        bail!(
-            "mosquitto_sub failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        bail!("mosquitto_sub failed: {}", output.stderr);
     }
-    Ok(String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect())
+    Ok(output.stdout.lines().map(str::to_owned).collect())
 }
 
 #[test]
@@ -221,7 +201,7 @@ fn mosquitto_sub_gets_qos2_deliveries_exactly_once_in_v311_and_v5() -> anyhow::R
     let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
     for version in ["mqttv311", "mqttv5"] {
         let filter = format!("q2/{version}/#");
-        let sub = mosquitto_sub(
+        let sub = MosquittoSub::start(
             gateway.mqtt,
             &[
                 "-V", version, "-q", "2", "-t", &filter, "-F", "%q %t %p", "-C", "50", "-W", "30",
@@ -244,6 +224,8 @@ fn mosquitto_sub_gets_qos2_deliveries_exactly_once_in_v311_and_v5() -> anyhow::R
     gateway.stop()
 }
 
+/// Across a reconnect and a process crash (SIGKILL) of tern; power cuts are tern-log's
+/// fault-injecting file system's business (`gateway/log/src/tests/crash.rs`).
 #[test]
 fn released_qos2_deliveries_are_resent_as_pubrel_after_a_reconnect_and_a_sigkill()
 -> anyhow::Result<()> {
@@ -304,6 +286,8 @@ fn released_qos2_deliveries_are_resent_as_pubrel_after_a_reconnect_and_a_sigkill
     Ok(())
 }
 
+/// A process crash (SIGKILL) mid-delivery; power cuts are tern-log's fault-injecting file
+/// system's business (`gateway/log/src/tests/crash.rs`).
 #[test]
 fn deliveries_repeated_after_a_gateway_sigkill_carry_dup() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-dup-restart")?;

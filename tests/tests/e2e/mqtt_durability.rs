@@ -9,15 +9,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tern_tests::raw_mqtt::RawClient;
-use tern_tests::{Gateway, ServeOptions, TempDir, read_log};
+use tern_tests::{Gateway, ServeOptions, TempDir, read_log, wait_until};
 
+/// A process-crash test: tern is SIGKILLed three times while 20 publishers keep publishing, and
+/// every PUBACKed message must be in the log and reach the persistent subscriber. The page cache
+/// survives SIGKILL, so this proves nothing about power cuts; that proof is the fault-injecting
+/// file system in tern-log's tests (`gateway/log/src/tests/crash.rs`).
 #[test]
 fn every_acknowledged_qos1_message_survives_repeated_sigkill() -> anyhow::Result<()> {
     const PUBLISHERS: usize = 20;
-    let dir = TempDir::new("mqtt-crash")?;
+    let dir = TempDir::new("mqtt-process-crash")?;
     let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
-    let mut subscriber = RawClient::connect(gateway.mqtt, "crash-sub", 60, false, false)?;
-    assert_eq!(subscriber.subscribe("crash/#", 1, 1)?, 1);
+    let mut subscriber = RawClient::connect(gateway.mqtt, "process-crash-sub", 60, false, false)?;
+    assert_eq!(subscriber.subscribe("process-crash/#", 1, 1)?, 1);
     subscriber.disconnect()?;
 
     let addr = Arc::new(Mutex::new(gateway.mqtt));
@@ -31,13 +35,13 @@ fn every_acknowledged_qos1_message_survives_repeated_sigkill() -> anyhow::Result
         }));
     }
     for _ in 0..3 {
-        std::thread::sleep(Duration::from_millis(1500));
+        wait_for_more_acks(&acked, 200)?;
         gateway.signal(libc::SIGKILL)?;
         gateway.wait_exit(Duration::from_secs(10))?;
         gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
         *addr.lock().unwrap_or_else(|e| e.into_inner()) = gateway.mqtt;
     }
-    std::thread::sleep(Duration::from_millis(1000));
+    wait_for_more_acks(&acked, 200)?;
     running.store(false, Ordering::SeqCst);
     for thread in threads {
         let _ = thread.join();
@@ -54,7 +58,7 @@ fn every_acknowledged_qos1_message_survives_repeated_sigkill() -> anyhow::Result
         acked.len()
     );
 
-    let mut subscriber = RawClient::connect(gateway.mqtt, "crash-sub", 60, false, false)?;
+    let mut subscriber = RawClient::connect(gateway.mqtt, "process-crash-sub", 60, false, false)?;
     let mut received = BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while !acked.is_subset(&received) && Instant::now() < deadline {
@@ -83,13 +87,22 @@ fn every_acknowledged_qos1_message_survives_repeated_sigkill() -> anyhow::Result
         lost.first()
     );
     eprintln!(
-        "crash test: {} acknowledged messages, all stored and delivered",
+        "process-crash test: {} acknowledged messages, all stored and delivered",
         acked.len()
     );
     Ok(())
 }
 
-/// One crash-test publisher: QoS 1 messages with unique payloads, one at a time, reconnecting
+/// Waits until `more` publishes beyond those acknowledged so far are acknowledged: the
+/// publishers are connected to the current gateway and in full flow.
+fn wait_for_more_acks(acked: &Mutex<Vec<String>>, more: usize) -> anyhow::Result<()> {
+    let count = || acked.lock().unwrap_or_else(|e| e.into_inner()).len();
+    let target = count() + more;
+    let what = format!("{more} more acknowledged publishes");
+    wait_until(Duration::from_secs(30), &what, || Ok(count() >= target))
+}
+
+/// One process-crash-test publisher: QoS 1 messages with unique payloads, one at a time, reconnecting
 /// after every failure; records each payload whose PUBACK arrived.
 fn publish_until_stopped(
     publisher: usize,
@@ -100,8 +113,9 @@ fn publish_until_stopped(
     let mut sequence = 0u64;
     while running.load(Ordering::SeqCst) {
         let target = *addr.lock().unwrap_or_else(|e| e.into_inner());
-        let id = format!("crash-{publisher}");
+        let id = format!("process-crash-{publisher}");
         let Ok(mut client) = RawClient::connect(target, &id, 30, true, false) else {
+            // tern is down between a SIGKILL and its restart: pause between reconnect attempts.
             std::thread::sleep(Duration::from_millis(50));
             continue;
         };
@@ -109,7 +123,7 @@ fn publish_until_stopped(
             sequence += 1;
             let payload = format!("p{publisher}-m{sequence}");
             let pkid = (sequence % 65_535 + 1) as u16;
-            let topic = format!("crash/{publisher}");
+            let topic = format!("process-crash/{publisher}");
             match client.publish_qos1(&topic, payload.as_bytes(), pkid) {
                 Ok(0) => acked
                     .lock()

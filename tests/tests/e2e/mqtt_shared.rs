@@ -4,13 +4,11 @@
 //! unacknowledged records redelivered to another (DUP), and the group cursor survives a SIGKILL.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use rumqttc::{Client, Event, Incoming, MqttOptions, QoS};
 use tern_tests::raw_mqtt::{RawClient, Received};
-use tern_tests::{Gateway, ServeOptions, TempDir, free_port};
+use tern_tests::{Gateway, MosquittoSub, ServeOptions, TempDir, free_port};
 
 /// Reads PUBLISHes (acknowledging them, or not) until none came for `quiet`.
 fn collect(client: &mut RawClient, ack: bool, quiet: Duration) -> anyhow::Result<Vec<Received>> {
@@ -65,15 +63,21 @@ fn round_robin_hands_each_message_to_exactly_one_member_of_either_version() -> a
     const COUNT: usize = 30;
     let dir = TempDir::new("share-rr")?;
     let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
-    let mosquitto = Command::new("mosquitto_sub")
-        .args(["-h", "127.0.0.1", "-p", &gateway.mqtt.port().to_string()])
-        .args(["-V", "mqttv5", "-q", "1", "-i", "rr-mosq", "-W", "6"])
-        .args(["-t", "$share/workers/jobs/#"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot run mosquitto_sub (scripts/ensure-deps.sh installs it)")?;
+    let mosquitto = MosquittoSub::start(
+        gateway.mqtt,
+        &[
+            "-V",
+            "mqttv5",
+            "-q",
+            "1",
+            "-i",
+            "rr-mosq",
+            "-W",
+            "6",
+            "-t",
+            "$share/workers/jobs/#",
+        ],
+    )?;
     let mut options = MqttOptions::new("rr-rumqttc", "127.0.0.1", gateway.mqtt.port());
     options.set_keep_alive(Duration::from_secs(30));
     let (client, mut connection) = Client::new(options, 64);
@@ -89,7 +93,6 @@ fn round_robin_hands_each_message_to_exactly_one_member_of_either_version() -> a
         subscribed = matches!(event, Ok(Ok(Event::Incoming(Incoming::SubAck(_)))));
     }
     assert!(subscribed, "rumqttc got no SUBACK");
-    std::thread::sleep(Duration::from_millis(300));
 
     let topics: Vec<String> = (0..COUNT).map(|i| format!("jobs/{i}")).collect();
     publish_all(&gateway, &topics)?;
@@ -108,8 +111,8 @@ fn round_robin_hands_each_message_to_exactly_one_member_of_either_version() -> a
         }
     }
     by_member.insert("rumqttc v3.1.1", from_rumqttc);
-    let output = mosquitto.wait_with_output()?;
-    let lines = String::from_utf8_lossy(&output.stdout);
+    let output = mosquitto.finish()?;
+    let lines = output.stdout;
     by_member.insert(
         "mosquitto_sub v5",
         lines.lines().map(str::to_owned).collect(),
@@ -220,6 +223,8 @@ fn a_member_that_drops_out_has_its_unacknowledged_messages_redelivered() -> anyh
     gateway.stop()
 }
 
+/// A process crash (SIGKILL) after the group's cursor moved; power cuts are tern-log's
+/// fault-injecting file system's business (`gateway/log/src/tests/crash.rs`).
 #[test]
 fn the_group_cursor_survives_sigkill_and_resumes_without_loss() -> anyhow::Result<()> {
     let dir = TempDir::new("share-restart")?;
@@ -254,7 +259,15 @@ fn the_group_cursor_survives_sigkill_and_resumes_without_loss() -> anyhow::Resul
         "once each: the session does not re-send the group's records"
     );
     drop(member);
-    std::thread::sleep(Duration::from_millis(300));
+    publisher.disconnect()?;
+    // A connection's task saves its cursors before it leaves the open-connections gauge.
+    gateway.wait_metric(
+        "tern_mqtt_connections",
+        "",
+        "every connection closed",
+        Duration::from_secs(10),
+        |open| open == Some(0),
+    )?;
     gateway.signal(libc::SIGKILL)?;
     gateway.wait_exit(Duration::from_secs(10))?;
 

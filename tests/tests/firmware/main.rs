@@ -9,12 +9,12 @@
 mod readings;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::Context;
 use tern_tests::firmware::{self, Board, Qemu};
 use tern_tests::raw_mqtt::RawClient;
-use tern_tests::{Gateway, ServeOptions, TempDir, free_port};
+use tern_tests::{Gateway, ServeOptions, TempDir, free_port, wait_until};
 
 use readings::Readings;
 
@@ -24,17 +24,13 @@ const RESTART_AFTER: u32 = 5;
 
 /// Polls the log until `device_id` has at least `count` distinct readings in it.
 fn wait_for_readings(data_dir: &Path, device_id: u32, count: u32) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let found = Readings::read(data_dir, device_id)?.distinct();
-        if found >= count as usize {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("only {found} of {count} readings of device {device_id} reached the log");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut found = 0;
+    let what = format!("{count} readings of device {device_id} in the log");
+    let reached = wait_until(Duration::from_secs(60), &what, || {
+        found = Readings::read(data_dir, device_id)?.distinct();
+        Ok(found >= count as usize)
+    });
+    reached.with_context(|| format!("only {found} reached the log"))
 }
 
 /// SIGTERM, then the same gateway again: same data directory, same MQTT port.

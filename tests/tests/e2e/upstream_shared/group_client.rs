@@ -48,6 +48,7 @@ async fn first_fetch(client: &GroupClient, partition: i32) -> anyhow::Result<Opt
     loop {
         match client.fetch(TOPIC, partition).await {
             Err(err) if Instant::now() < deadline && err.to_string().contains("COORDINATOR") => {
+                // The retry pause of a wait for the coordinator (async, so not `wait_until`).
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             other => return Ok(other?),
