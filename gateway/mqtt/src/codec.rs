@@ -405,11 +405,17 @@ pub enum Outgoing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum DisconnectReason {
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "tern always closes with a reason; the v5 encoder handles it"
+        )
+    )]
     Normal = 0x00,
     UnspecifiedError = 0x80,
     MalformedPacket = 0x81,
     ProtocolError = 0x82,
-    ServerBusy = 0x89,
     ServerShuttingDown = 0x8b,
     KeepAliveTimeout = 0x8d,
     SessionTakenOver = 0x8e,
@@ -417,8 +423,6 @@ pub enum DisconnectReason {
     TopicAliasInvalid = 0x94,
     ReceiveMaximumExceeded = 0x93,
     PacketTooLarge = 0x95,
-    MessageRateTooHigh = 0x96,
-    QuotaExceeded = 0x97,
 }
 
 /// CONNACK outcomes tern uses, mapped per version.
@@ -437,9 +441,7 @@ pub enum ConnAckCode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SubAckCode {
     Granted(QoS),
-    Failure,
     TopicFilterInvalid,
-    SharedNotSupported,
     NotAuthorized,
 }
 
@@ -551,12 +553,9 @@ fn connack_code(version: Version, code: ConnAckCode) -> protocol::ConnectReturnC
 fn suback_code(version: Version, code: SubAckCode) -> SubscribeReasonCode {
     match (version, code) {
         (_, SubAckCode::Granted(qos)) => SubscribeReasonCode::Success(qos),
-        (Version::V4, _) | (Version::V5, SubAckCode::Failure) => SubscribeReasonCode::Failure,
+        (Version::V4, _) => SubscribeReasonCode::Failure,
         (Version::V5, SubAckCode::TopicFilterInvalid) => SubscribeReasonCode::TopicFilterInvalid,
         (Version::V5, SubAckCode::NotAuthorized) => SubscribeReasonCode::NotAuthorized,
-        (Version::V5, SubAckCode::SharedNotSupported) => {
-            SubscribeReasonCode::SharedSubscriptionsNotSupported
-        }
     }
 }
 

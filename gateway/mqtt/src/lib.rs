@@ -6,7 +6,7 @@
 mod auth;
 mod broker;
 /// Public only for tern-bench's `mqtt/wire.rs` tests, which are being removed; private after.
-pub mod codec;
+mod codec;
 mod config;
 mod connection;
 mod error;

@@ -205,5 +205,4 @@ impl MetadataResponse {
 }
 
 #[cfg(test)]
-#[path = "frame_test.rs"]
-mod tests;
+mod test;
