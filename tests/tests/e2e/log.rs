@@ -261,9 +261,9 @@ fn run_and_kill(dir: &Path, run_for: Duration) -> anyhow::Result<String> {
 /// cache survives SIGKILL, so this proves nothing about power cuts; that proof is the
 /// fault-injecting file system in tern-log's tests (`gateway/log/src/tests/crash.rs`).
 #[test]
-fn sigkill_at_random_moments_loses_no_acknowledged_record() -> anyhow::Result<()> {
+fn process_crash_at_random_moments_loses_no_acknowledged_record() -> anyhow::Result<()> {
     let dir = TempDir::new("sigkill")?;
-    let mut rng = TestRng::from_env("sigkill_at_random_moments_loses_no_acknowledged_record")?;
+    let mut rng = TestRng::from_env("process_crash_at_random_moments_loses_no_acknowledged_record")?;
     let mut expected = Vec::new();
     for _ in 0..30 {
         let run_for = Duration::from_millis(150 + rng.below(400));

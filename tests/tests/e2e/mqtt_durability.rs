@@ -16,7 +16,7 @@ use tern_tests::{Gateway, ServeOptions, TempDir, read_log, wait_until};
 /// survives SIGKILL, so this proves nothing about power cuts; that proof is the fault-injecting
 /// file system in tern-log's tests (`gateway/log/src/tests/crash.rs`).
 #[test]
-fn every_acknowledged_qos1_message_survives_repeated_sigkill() -> anyhow::Result<()> {
+fn every_acknowledged_qos1_message_survives_repeated_process_crashes() -> anyhow::Result<()> {
     const PUBLISHERS: usize = 20;
     let dir = TempDir::new("mqtt-process-crash")?;
     let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
