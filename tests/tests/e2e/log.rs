@@ -263,7 +263,8 @@ fn run_and_kill(dir: &Path, run_for: Duration) -> anyhow::Result<String> {
 #[test]
 fn process_crash_at_random_moments_loses_no_acknowledged_record() -> anyhow::Result<()> {
     let dir = TempDir::new("sigkill")?;
-    let mut rng = TestRng::from_env("process_crash_at_random_moments_loses_no_acknowledged_record")?;
+    let mut rng =
+        TestRng::from_env("process_crash_at_random_moments_loses_no_acknowledged_record")?;
     let mut expected = Vec::new();
     for _ in 0..30 {
         let run_for = Duration::from_millis(150 + rng.below(400));
