@@ -61,16 +61,16 @@ fn wait_forwarded_more(gateway: &mut Gateway, more: u64, what: &str) -> anyhow::
     })
 }
 
-/// Waits until `tern_upstream_failing` says the link is down (`failing`) or up again.
+/// Waits until `tern_upstream_failing` says the link is down (`failing`) or up again. A cut
+/// must be noticed within 15 s (records keep arriving, so the next produce fails; this ran with
+/// a fixed 1.5 s before, so 15 s only catches a real regression on a loaded machine); recovery
+/// may take up to a minute (Kafka's own leader election and tern's backoff).
 fn wait_failing(gateway: &mut Gateway, failing: bool, what: &str) -> anyhow::Result<()> {
     let want = u64::from(failing);
-    wait_metric(
-        gateway,
-        "tern_upstream_failing",
-        what,
-        Duration::from_secs(60),
-        |n| n == Some(want),
-    )
+    let timeout = Duration::from_secs(if failing { 15 } else { 60 });
+    wait_metric(gateway, "tern_upstream_failing", what, timeout, |n| {
+        n == Some(want)
+    })
 }
 
 /// Waits until tern reports every durable record forwarded and its forwarders connected.
