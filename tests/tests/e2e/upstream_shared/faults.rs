@@ -83,10 +83,17 @@ fn shared_mode_is_at_least_once_across_link_cuts_and_its_own_sigkill() -> anyhow
     for round in 1..=3 {
         cluster.cut_clients();
         let noticed = format!("cut {round} noticed");
-        wait_metric(&mut gateway, "tern_upstream_failing", &noticed, |n| {
-            n.unwrap_or(0) >= 1
-        })
-        .with_context(|| format!("cut {round} went unnoticed"))?;
+        // Records keep arriving, so the next produce fails: 15 s only catches a real regression.
+        let failing = |n: Option<u64>| n.unwrap_or(0) >= 1;
+        gateway
+            .wait_metric(
+                "tern_upstream_failing",
+                "",
+                &noticed,
+                Duration::from_secs(15),
+                failing,
+            )
+            .with_context(|| format!("cut {round} went unnoticed"))?;
         cluster.restore_clients();
         let recovered = format!("recovery from cut {round}");
         wait_metric(&mut gateway, "tern_upstream_failing", &recovered, |n| {
