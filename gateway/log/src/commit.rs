@@ -162,12 +162,14 @@ impl Partition {
                 break;
             }
             if !self.make_room(tip.pos + estimate + len) {
+                self.note_full(true);
                 let _ = request.reply.send(Err(LogError::Full {
                     topic: self.topic.clone(),
                     partition: self.id,
                 }));
                 continue;
             }
+            self.note_full(false);
             match counts.last_mut() {
                 Some(count) if batch_estimate + len <= BATCH_TARGET_LEN => {
                     *count += request.records.len();

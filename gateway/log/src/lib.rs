@@ -18,6 +18,7 @@ pub mod datadir;
 mod error;
 mod fs;
 mod index;
+mod inspect;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
 mod meta;
@@ -40,6 +41,7 @@ pub use error::LogError;
 #[cfg(feature = "fault-injection")]
 pub use fs::{CrashMode, FaultyFs};
 pub use fs::{Fs, RealFs};
+pub use inspect::{CursorPosition, CursorReport, PartitionState, Refusal, ResetTo};
 #[cfg(any(test, feature = "testing"))]
 pub use memory::MemoryLog;
 pub use port::{LogPort, Queued};

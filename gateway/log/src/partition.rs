@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
@@ -83,6 +84,9 @@ pub struct Partition {
     pub shared: Arc<Shared>,
     state: Mutex<PartState>,
     durable: watch::Sender<u64>,
+    /// Whether the last append was refused because retention could not make room
+    /// (`inspect.rs` reports it and names the cursor that holds the partition).
+    pub full: AtomicBool,
 }
 
 /// A segment pinned for reading.
@@ -128,6 +132,7 @@ impl Partition {
             shared,
             state: Mutex::new(state),
             durable,
+            full: AtomicBool::new(false),
         }
     }
 

@@ -298,6 +298,28 @@ impl Log {
         self.all_partitions().iter().map(|p| p.stats()).collect()
     }
 
+    /// Every partition with whether its writer task has ended (`inspect.rs`).
+    pub(crate) fn partitions_with_writers(&self) -> Vec<(Arc<Partition>, bool)> {
+        let topics = self
+            .inner
+            .topics
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let closed = self.inner.closed.load(Ordering::Acquire);
+        let ended = |p: &PartitionEntry| {
+            closed
+                || p.task
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .as_ref()
+                    .is_none_or(JoinHandle::is_finished)
+        };
+        topics
+            .values()
+            .flat_map(|t| t.partitions.iter().map(|p| (Arc::clone(&p.part), ended(p))))
+            .collect()
+    }
+
     /// Every partition of every topic, taken under one read lock.
     fn all_partitions(&self) -> Vec<Arc<Partition>> {
         let topics = self

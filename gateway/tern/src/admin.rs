@@ -1,19 +1,27 @@
-//! The admin HTTP endpoint: `GET /healthz` and `GET /metrics` (Prometheus text format).
+//! The admin HTTP endpoint: `/healthz`, `/livez`, `/readyz`, `/metrics` (Prometheus text
+//! format), the status page (`/`, `/status`, and its data at `/status.json`) and the cursor
+//! API (`GET /cursors`, `POST /cursors/delete`, `POST /cursors/reset`).
 //!
 //! A deliberately tiny HTTP/1.1 responder: one request per connection, bounded header size and
 //! read time, `Connection: close`. It serves operators and scrapers on a trusted interface, never
-//! device traffic, and must never block or slow the data path.
+//! device traffic, and must never block or slow the data path. The cursor API answers only
+//! loopback peers unless `[admin] remote_cursor_api = true`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::cursors::{self, Action};
+use crate::health::Readiness;
 use tern_core::metrics::MetricsSource;
 use tern_core::shutdown::Shutdown;
+use tern_log::{Log, ResetTo};
 
 /// Largest request head accepted; anything longer gets 431.
 const MAX_HEAD_BYTES: usize = 8 * 1024;
@@ -31,10 +39,38 @@ pub enum AdminError {
     },
 }
 
+/// What the endpoint serves from.
+pub struct AdminState {
+    /// `/metrics` renders these in order.
+    pub sources: Vec<Arc<dyn MetricsSource>>,
+    /// The log, for the cursor API (absent in unit tests).
+    pub log: Option<Log>,
+    /// The health checker's state (absent in unit tests: then always ready).
+    pub health: Option<watch::Receiver<Readiness>>,
+    /// The status page's data.
+    pub status: Option<Arc<crate::status::StatusPage>>,
+    /// Whether peers other than loopback may use the cursor API.
+    pub remote_cursor_api: bool,
+}
+
+#[cfg(test)]
+impl AdminState {
+    /// Only metrics: what the unit tests need.
+    pub fn metrics_only(sources: Vec<Arc<dyn MetricsSource>>) -> Self {
+        Self {
+            sources,
+            log: None,
+            health: None,
+            status: None,
+            remote_cursor_api: false,
+        }
+    }
+}
+
 /// A bound admin endpoint, ready to serve.
 pub struct AdminServer {
     listener: TcpListener,
-    sources: Arc<[Arc<dyn MetricsSource>]>,
+    state: Arc<AdminState>,
 }
 
 impl std::fmt::Debug for AdminServer {
@@ -46,17 +82,14 @@ impl std::fmt::Debug for AdminServer {
 }
 
 impl AdminServer {
-    /// Binds `addr`; `/metrics` will render `sources` in order.
-    pub async fn bind(
-        addr: SocketAddr,
-        sources: Vec<Arc<dyn MetricsSource>>,
-    ) -> Result<Self, AdminError> {
+    /// Binds `addr`.
+    pub async fn bind(addr: SocketAddr, state: AdminState) -> Result<Self, AdminError> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| AdminError::Bind { addr, source })?;
         Ok(Self {
             listener,
-            sources: sources.into(),
+            state: Arc::new(state),
         })
     }
 
@@ -71,9 +104,9 @@ impl AdminServer {
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
-                    Ok((stream, _)) => {
-                        let sources = Arc::clone(&self.sources);
-                        requests.spawn(serve_connection(stream, sources));
+                    Ok((stream, peer)) => {
+                        let state = Arc::clone(&self.state);
+                        requests.spawn(serve_connection(stream, peer, state));
                     }
                     Err(err) => {
                         tracing::warn!(%err, "admin accept failed");
@@ -89,9 +122,9 @@ impl AdminServer {
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, sources: Arc<[Arc<dyn MetricsSource>]>) {
+async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, state: Arc<AdminState>) {
     let response = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
-        Ok(Ok(head)) => respond(&head, &sources),
+        Ok(Ok(head)) => respond(&head, peer, &state).await,
         Ok(Err(HeadError::TooLarge)) => Response::text(431, "request header too large\n"),
         Ok(Err(HeadError::Io)) | Err(_) => return,
     };
@@ -122,28 +155,181 @@ async fn read_head(stream: &mut TcpStream) -> Result<String, HeadError> {
     }
 }
 
-fn respond(head: &str, sources: &[Arc<dyn MetricsSource>]) -> Response {
+/// A request's method, path and decoded query parameters.
+struct Request<'a> {
+    method: &'a str,
+    path: &'a str,
+    query: Vec<(String, String)>,
+}
+
+impl Request<'_> {
+    fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn parse_request(head: &str) -> Request<'_> {
     let mut parts = head.lines().next().unwrap_or_default().split(' ');
     let (method, target) = (
         parts.next().unwrap_or_default(),
         parts.next().unwrap_or("/"),
     );
-    let path = target.split('?').next().unwrap_or(target);
-    match (method, path) {
-        ("GET" | "HEAD", "/healthz") => Response::text(200, "ok\n"),
-        ("GET" | "HEAD", "/metrics") => {
-            let mut body = String::with_capacity(4096);
-            for source in sources {
-                source.render(&mut body);
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let query = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect();
+    Request {
+        method,
+        path,
+        query,
+    }
+}
+
+/// Decodes `%XX` escapes and `+` (as a space) of a query component.
+pub fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b, hex) {
+            (b'%', Some(decoded)) => {
+                out.push(decoded);
+                i += 3;
             }
-            Response {
-                status: 200,
-                content_type: "text/plain; version=0.0.4; charset=utf-8",
-                body,
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            _ => {
+                out.push(b);
+                i += 1;
             }
         }
-        ("GET" | "HEAD", _) => Response::text(404, "not found; try /healthz or /metrics\n"),
-        _ => Response::text(405, "only GET and HEAD are supported\n"),
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn respond(head: &str, peer: SocketAddr, state: &AdminState) -> Response {
+    let request = parse_request(head);
+    let read = matches!(request.method, "GET" | "HEAD");
+    match (read, request.method, request.path) {
+        (true, _, "/healthz") => Response::text(200, "ok\n"),
+        (true, _, "/livez") => livez(state),
+        (true, _, "/readyz") => readyz(state),
+        (true, _, "/metrics") => {
+            let mut body = String::with_capacity(4096);
+            for source in &state.sources {
+                source.render(&mut body);
+            }
+            Response::new(200, "text/plain; version=0.0.4; charset=utf-8", body)
+        }
+        (true, _, "/" | "/status") => match &state.status {
+            Some(status) => Response::new(
+                200,
+                "text/html; charset=utf-8",
+                status.page(current(state).as_ref()),
+            ),
+            None => Response::text(404, "no status page\n"),
+        },
+        (true, _, "/status.json") => match &state.status {
+            Some(status) => Response::json(200, &status.snapshot(current(state).as_ref())),
+            None => Response::text(404, "no status page\n"),
+        },
+        (_, _, "/cursors" | "/cursors/delete" | "/cursors/reset") => {
+            cursor_api(&request, peer, state).await
+        }
+        (true, _, _) => Response::text(
+            404,
+            "not found; try /status, /healthz, /livez, /readyz, /metrics or /cursors\n",
+        ),
+        _ => Response::text(405, "only GET and HEAD are supported here\n"),
+    }
+}
+
+fn current(state: &AdminState) -> Option<Readiness> {
+    state.health.as_ref().map(|h| h.borrow().clone())
+}
+
+fn livez(state: &AdminState) -> Response {
+    match current(state) {
+        Some(r) if !r.is_fresh() => Response::text(
+            503,
+            &format!(
+                "wedged: the health checker last ran {} ms ago\n",
+                r.age().as_millis()
+            ),
+        ),
+        _ => Response::text(200, "alive\n"),
+    }
+}
+
+/// The JSON readiness body (also part of the status page's data).
+pub fn readiness_json(readiness: Option<&Readiness>) -> serde_json::Value {
+    match readiness {
+        Some(r) => json!({
+            "ready": r.is_ready(),
+            "reasons": r.reasons,
+            "checked_ms_ago": u64::try_from(r.age().as_millis()).unwrap_or(u64::MAX),
+        }),
+        None => json!({ "ready": true, "reasons": [] }),
+    }
+}
+
+fn readyz(state: &AdminState) -> Response {
+    let readiness = current(state);
+    let ready = readiness.as_ref().is_none_or(Readiness::is_ready);
+    Response::json(
+        if ready { 200 } else { 503 },
+        &readiness_json(readiness.as_ref()),
+    )
+}
+
+async fn cursor_api(request: &Request<'_>, peer: SocketAddr, state: &AdminState) -> Response {
+    if !state.remote_cursor_api && !peer.ip().is_loopback() {
+        return Response::text(
+            403,
+            "the cursor API answers loopback only ([admin] remote_cursor_api = true allows others)\n",
+        );
+    }
+    let Some(log) = &state.log else {
+        return Response::text(404, "no log\n");
+    };
+    let action = match (request.method, request.path) {
+        ("GET" | "HEAD", "/cursors") => Action::List,
+        ("POST", "/cursors/delete") | ("POST", "/cursors/reset") => {
+            let Some(name) = request.param("name") else {
+                return Response::text(400, "missing ?name=CURSOR\n");
+            };
+            let name = name.to_owned();
+            if request.path == "/cursors/delete" {
+                Action::Delete { name }
+            } else {
+                let to = match ResetTo::parse(request.param("to").unwrap_or_default()) {
+                    Ok(to) => to,
+                    Err(err) => return Response::text(400, &format!("to: {err}\n")),
+                };
+                let topic = request.param("topic").map(str::to_owned);
+                Action::Reset { name, topic, to }
+            }
+        }
+        ("GET" | "HEAD", _) => return Response::text(405, "use POST\n"),
+        _ => return Response::text(405, "use GET /cursors or POST /cursors/{delete,reset}\n"),
+    };
+    match cursors::apply(log, &action).await {
+        Ok(body) => Response::json(200, &body),
+        Err(err) => Response::json(409, &json!({ "error": format!("{err:#}") })),
     }
 }
 
@@ -154,20 +340,32 @@ struct Response {
 }
 
 impl Response {
-    fn text(status: u16, body: &str) -> Self {
+    fn new(status: u16, content_type: &'static str, body: String) -> Self {
         Self {
             status,
-            content_type: "text/plain; charset=utf-8",
-            body: body.to_owned(),
+            content_type,
+            body,
         }
+    }
+
+    fn text(status: u16, body: &str) -> Self {
+        Self::new(status, "text/plain; charset=utf-8", body.to_owned())
+    }
+
+    fn json(status: u16, body: &serde_json::Value) -> Self {
+        Self::new(status, "application/json", format!("{body}\n"))
     }
 
     fn into_bytes(self) -> Vec<u8> {
         let reason = match self.status {
             200 => "OK",
+            400 => "Bad Request",
+            403 => "Forbidden",
             404 => "Not Found",
             405 => "Method Not Allowed",
+            409 => "Conflict",
             431 => "Request Header Fields Too Large",
+            503 => "Service Unavailable",
             _ => "Error",
         };
         let mut out = format!(
@@ -197,26 +395,54 @@ mod tests {
         vec![Arc::new(Fixed)]
     }
 
-    #[test]
-    fn routes_health_metrics_and_unknown_paths() {
-        let sources = sources();
-        assert_eq!(
-            respond("GET /healthz HTTP/1.1\r\n\r\n", &sources).status,
-            200
-        );
-        let metrics = respond("GET /metrics?x=1 HTTP/1.1\r\n\r\n", &sources);
+    fn state() -> AdminState {
+        AdminState::metrics_only(sources())
+    }
+
+    async fn ask(head: &str) -> Response {
+        let peer = "127.0.0.1:5".parse().expect("addr");
+        respond(head, peer, &state()).await
+    }
+
+    #[tokio::test]
+    async fn routes_health_metrics_and_unknown_paths() {
+        assert_eq!(ask("GET /healthz HTTP/1.1\r\n\r\n").await.status, 200);
+        assert_eq!(ask("GET /livez HTTP/1.1\r\n\r\n").await.status, 200);
+        assert_eq!(ask("GET /readyz HTTP/1.1\r\n\r\n").await.status, 200);
+        let metrics = ask("GET /metrics?x=1 HTTP/1.1\r\n\r\n").await;
         assert_eq!((metrics.status, metrics.body.as_str()), (200, "x 1\n"));
-        assert_eq!(respond("GET /nope HTTP/1.1\r\n\r\n", &sources).status, 404);
+        assert_eq!(ask("GET /nope HTTP/1.1\r\n\r\n").await.status, 404);
+        assert_eq!(ask("POST /metrics HTTP/1.1\r\n\r\n").await.status, 405);
+        assert_eq!(ask("").await.status, 405);
+    }
+
+    #[tokio::test]
+    async fn the_cursor_api_answers_loopback_only_unless_configured() {
+        let remote = "192.0.2.1:5".parse().expect("addr");
+        let head = "POST /cursors/delete?name=x HTTP/1.1\r\n\r\n";
+        assert_eq!(respond(head, remote, &state()).await.status, 403);
+        let open = AdminState {
+            remote_cursor_api: true,
+            ..state()
+        };
         assert_eq!(
-            respond("POST /metrics HTTP/1.1\r\n\r\n", &sources).status,
-            405
+            respond(head, remote, &open).await.status,
+            404,
+            "no log, but allowed"
         );
-        assert_eq!(respond("", &sources).status, 405);
+    }
+
+    #[test]
+    fn query_components_are_percent_decoded() {
+        let request = parse_request("POST /cursors/reset?name=mqtt%3Aa+b%2F%23&to=latest HTTP/1.1");
+        assert_eq!(request.param("name"), Some("mqtt:a b/#"));
+        assert_eq!(request.param("to"), Some("latest"));
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
     }
 
     #[tokio::test]
     async fn oversized_heads_get_431_and_the_server_keeps_serving() {
-        let server = AdminServer::bind("127.0.0.1:0".parse().expect("addr"), sources())
+        let server = AdminServer::bind("127.0.0.1:0".parse().expect("addr"), state())
             .await
             .expect("bind");
         let addr = server.local_addr().expect("addr");

@@ -5,8 +5,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::admin::AdminServer;
+use crate::admin::{AdminServer, AdminState};
 use crate::config::Config;
+use crate::cursors::CursorMetrics;
+use crate::health::Health;
+use crate::status::StatusPage;
 use tern_core::metrics::{MetricsSource, ProcessMetrics};
 use tern_core::shutdown::{self, Shutdown, Signals};
 use tern_log::datadir::DataDirLock;
@@ -40,6 +43,7 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot open the log in {}", log_dir.display()))?;
     tracing::info!(topics = log.topics().len(), "log opened");
+    crate::cursors::handle_orphans(&log, &config.upstream, config.cursors.drop_orphans).await;
 
     let mqtt_metrics = Arc::new(MqttMetrics::default());
     let broker = Broker::open(
@@ -69,6 +73,7 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
     let mut sources: Vec<Arc<dyn MetricsSource>> = vec![
         Arc::new(ProcessMetrics::new()),
         Arc::new(LogMetrics(log.clone())),
+        Arc::new(CursorMetrics(log.clone())),
         mqtt_metrics,
     ];
     if !config.upstream.is_empty() {
@@ -77,7 +82,23 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
             log.clone(),
         )));
     }
-    let admin = AdminServer::bind(config.admin.listen, sources).await?;
+    let health = Health::standard(&config, &log, &upstream_status);
+    let readiness = health.subscribe();
+    sources.push(Arc::new(crate::health::ReadinessMetrics(readiness.clone())));
+    let status = Arc::new(StatusPage::new(
+        log.clone(),
+        Arc::clone(&upstream_status),
+        !config.upstream.is_empty(),
+        config.status.clone(),
+    ));
+    let admin_state = AdminState {
+        sources,
+        log: Some(log.clone()),
+        health: Some(readiness),
+        status: Some(Arc::clone(&status)),
+        remote_cursor_api: config.admin.remote_cursor_api,
+    };
+    let admin = AdminServer::bind(config.admin.listen, admin_state).await?;
     tracing::info!(
         "admin endpoint listening on {}",
         admin
@@ -85,6 +106,8 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
             .context("admin listener has no address")?
     );
     let admin_task = tokio::spawn(admin.run(shutdown.clone()));
+    let health_task = tokio::spawn(health.run(shutdown.clone()));
+    let status_task = tokio::spawn(status.run(shutdown.clone()));
     let mqtt_task = tokio::spawn(mqtt.run(shutdown.clone()));
     let upstream_tasks: Vec<_> = config
         .upstream
@@ -118,6 +141,8 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
             }
         }
         let _ = admin_task.await;
+        let _ = health_task.await;
+        let _ = status_task.await;
     };
     if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!(

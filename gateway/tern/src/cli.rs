@@ -27,6 +27,11 @@ pub enum Command {
     /// Inspect and check a log directory (read-only; safe while tern runs).
     #[command(subcommand)]
     Log(LogCommand),
+    /// List, delete or reset the cursors that hold the log (MQTT sessions, shared groups,
+    /// upstreams), offline on a data directory no tern is serving (`--data-dir`) or through a
+    /// running tern's admin endpoint (`--admin`).
+    #[command(subcommand)]
+    Cursors(CursorsCommand),
     /// Add, change or delete a user of an MQTT password file (argon2id hashes, mode 0600).
     /// The password is prompted for twice without echo on a terminal, else read from the first
     /// line of standard input. A running tern picks the change up at the next CONNECT.
@@ -78,6 +83,52 @@ pub enum LogCommand {
         #[arg(long, value_name = "DIR")]
         data_dir: PathBuf,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CursorsCommand {
+    /// Each cursor: owner, position per partition, lag in records and bytes, bytes held, age
+    /// of the oldest record held.
+    List {
+        #[command(flatten)]
+        target: CursorTarget,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove every position of a cursor: retention may then delete what it held. A connected
+    /// owner (an online MQTT session, a running upstream) writes its cursor again.
+    Delete {
+        #[command(flatten)]
+        target: CursorTarget,
+        /// The cursor's name, as `list` prints it.
+        name: String,
+    },
+    /// Move a cursor: its owner resumes from there.
+    Reset {
+        #[command(flatten)]
+        target: CursorTarget,
+        /// The cursor's name, as `list` prints it.
+        name: String,
+        /// `earliest` (oldest stored record), `latest` (skip everything stored) or an offset.
+        #[arg(long, value_name = "earliest|latest|OFFSET")]
+        to: String,
+        /// Only this topic's positions [default: all of the cursor's].
+        #[arg(long)]
+        topic: Option<String>,
+    },
+}
+
+/// Where a cursor command acts: exactly one of a data directory and an admin address.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct CursorTarget {
+    /// A data directory no tern process is serving (refused while one holds its lock).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The admin endpoint of a running tern (`[admin] listen`, e.g. 127.0.0.1:9090).
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
 }
 
 /// Flags of `tern serve`. Each flag overrides the same setting of the configuration file.
@@ -157,6 +208,29 @@ mod tests {
             Some("127.0.0.1:1".parse().expect("addr"))
         );
         assert_eq!(overrides.admin_listen, None);
+    }
+
+    #[test]
+    fn cursor_commands_need_exactly_one_target() {
+        let parse =
+            |args: &[&str]| Cli::try_parse_from(args).map(|cli| format!("{:?}", cli.command));
+        assert!(parse(&["tern", "cursors", "list", "--data-dir", "/d"]).is_ok());
+        assert!(parse(&["tern", "cursors", "delete", "x", "--admin", "127.0.0.1:1"]).is_ok());
+        assert!(parse(&["tern", "cursors", "list"]).is_err());
+        let both = [
+            "tern",
+            "cursors",
+            "list",
+            "--data-dir",
+            "/d",
+            "--admin",
+            "127.0.0.1:1",
+        ];
+        assert!(parse(&both).is_err());
+        assert!(
+            parse(&["tern", "cursors", "reset", "x", "--data-dir", "/d"]).is_err(),
+            "--to"
+        );
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub struct Config {
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
     pub log: tern_log::LogConfig,
+    pub health: crate::health::HealthConfig,
+    pub cursors: crate::cursors::CursorsConfig,
+    pub status: crate::status::StatusConfig,
     /// `[[route]]`: MQTT topic filters mapped to log topics, first match wins.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub route: Vec<RouteConfig>,
@@ -67,24 +70,30 @@ impl Default for Config {
             logging: LoggingConfig::default(),
             shutdown: ShutdownConfig::default(),
             log: tern_log::LogConfig::default(),
+            health: crate::health::HealthConfig::default(),
+            cursors: crate::cursors::CursorsConfig::default(),
+            status: crate::status::StatusConfig::default(),
             route: Vec::new(),
             upstream: Vec::new(),
         }
     }
 }
 
-/// `[admin]`: the HTTP endpoint with `/healthz` and `/metrics`.
+/// `[admin]`: the HTTP endpoint (health, metrics, status page, cursor API).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     /// Address of the admin HTTP endpoint.
     pub listen: SocketAddr,
+    /// Whether peers other than loopback may list, delete and reset cursors.
+    pub remote_cursor_api: bool,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            remote_cursor_api: false,
         }
     }
 }
@@ -241,6 +250,8 @@ impl Config {
                 .map_err(|(key, message)| invalid(&key, message))?;
         }
         self.mqtt.validate(&self.route)?;
+        self.health.validate()?;
+        self.status.validate()?;
         self.log.validate()
     }
 

@@ -9,8 +9,11 @@ mod admin;
 mod app;
 mod cli;
 mod config;
+mod cursors;
+mod health;
+mod status;
 
-use cli::{Cli, Command, ConfigCommand, LogCommand};
+use cli::{Cli, Command, ConfigCommand, CursorTarget, CursorsCommand, LogCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -36,6 +39,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Log(command) => run_log_tool(command),
+        Command::Cursors(command) => run_cursors(command),
         Command::Passwd { file, user, delete } => {
             use tern_mqtt::passwd;
             let password = if delete {
@@ -47,6 +51,49 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn run_cursors(command: CursorsCommand) -> anyhow::Result<()> {
+    use cursors::Action;
+    let (target, action, json) = match command {
+        CursorsCommand::List { target, json } => (target, Action::List, json),
+        CursorsCommand::Delete { target, name } => (target, Action::Delete { name }, true),
+        CursorsCommand::Reset {
+            target,
+            name,
+            to,
+            topic,
+        } => {
+            let to = tern_log::ResetTo::parse(&to).map_err(anyhow::Error::msg)?;
+            (target, Action::Reset { name, topic, to }, true)
+        }
+    };
+    let answer = match target {
+        CursorTarget {
+            admin: Some(addr), ..
+        } => cursors::run_remote(addr, &action)?,
+        CursorTarget {
+            data_dir: Some(dir),
+            ..
+        } => cursors::run_offline(&dir, &action)?,
+        CursorTarget { .. } => anyhow::bail!("give --data-dir or --admin"),
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        use std::io::Write;
+        writeln!(out, "{answer}")?;
+    } else {
+        cursors::print_table(&answer, &mut out)?;
+    }
+    let missing = match &action {
+        Action::Delete { .. } => answer["deleted"] == serde_json::json!(false),
+        Action::Reset { .. } => answer["moved"] == serde_json::json!(0),
+        Action::List => false,
+    };
+    if missing {
+        anyhow::bail!("no such cursor");
+    }
+    Ok(())
 }
 
 fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {

@@ -8,6 +8,7 @@ mod mqtt_auth;
 mod mqtt_delivery;
 mod mqtt_durability;
 mod mqtt_shared;
+mod operations;
 mod readings;
 mod upstream;
 mod upstream_faults;

@@ -1,0 +1,305 @@
+//! The status page: one self-contained HTML file (inline CSS, JS and SVG; no external asset, it
+//! runs on an offline Pi) and the JSON it renders, with partitions, cursors and their lag, the
+//! upstream state with its backlog over the last hour, fdatasync latency, bytes written, the
+//! projected card lifetime and the readiness reasons. A sampler task keeps a small ring of
+//! backlog and write samples (one per `[status] sample_interval`, an hour's worth).
+//!
+//! It only reads: the log's counters and reports, the upstream status map, `/proc/self/io`.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::health::Readiness;
+use tern_core::shutdown::Shutdown;
+use tern_core::{ByteSize, HumanDuration, InvalidConfig, invalid};
+use tern_log::Log;
+
+/// How much history the ring keeps.
+const HISTORY: Duration = Duration::from_secs(3600);
+
+/// `[status]`: the status page's sampling and the card-lifetime projection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StatusConfig {
+    /// Time between two samples of the backlog and of bytes written.
+    pub sample_interval: HumanDuration,
+    /// Size of the flash card holding the data directory; 0 = unknown (no lifetime projection).
+    pub card_bytes: ByteSize,
+    /// Program/erase cycles each cell of the card endures (a cautious figure for consumer TLC
+    /// microSD cards; industrial cards state theirs).
+    pub card_write_cycles: u32,
+}
+
+impl Default for StatusConfig {
+    fn default() -> Self {
+        Self {
+            sample_interval: HumanDuration(Duration::from_secs(30)),
+            card_bytes: ByteSize(0),
+            card_write_cycles: 1000,
+        }
+    }
+}
+
+impl StatusConfig {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        if self.sample_interval.0 < Duration::from_secs(1) {
+            return Err(invalid("status.sample_interval", "must be at least 1s"));
+        }
+        Ok(())
+    }
+
+    fn capacity(&self) -> usize {
+        let per = self.sample_interval.0.as_secs().max(1);
+        usize::try_from(HISTORY.as_secs() / per)
+            .unwrap_or(120)
+            .max(2)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Sample {
+    at_ms: i64,
+    backlog: u64,
+    written: u64,
+}
+
+/// Where "bytes written" comes from.
+#[derive(Debug, Clone, Copy)]
+enum WriteSource {
+    /// `write_bytes` of `/proc/self/io`: what this process caused to be sent to block devices.
+    ProcIo,
+    /// The log's own count of bytes handed to write calls (no `/proc/self/io`).
+    LogCounter,
+}
+
+impl WriteSource {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::ProcIo => {
+                "process write_bytes from /proc/self/io (bytes this process sent to the block device; the card's own amplification is not visible)"
+            }
+            Self::LogCounter => "bytes the log handed to write calls (/proc/self/io unavailable)",
+        }
+    }
+}
+
+/// `write_bytes` of `/proc/self/io`, if the kernel exposes it.
+fn proc_write_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/io").ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// What the page shows and the samples behind its chart.
+pub struct StatusPage {
+    log: Log,
+    upstream: tern_upstream::StatusMap,
+    upstream_configured: bool,
+    config: StatusConfig,
+    samples: Mutex<VecDeque<Sample>>,
+}
+
+impl StatusPage {
+    pub fn new(
+        log: Log,
+        upstream: tern_upstream::StatusMap,
+        upstream_configured: bool,
+        config: StatusConfig,
+    ) -> Self {
+        Self {
+            log,
+            upstream,
+            upstream_configured,
+            config,
+            samples: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn write_source() -> WriteSource {
+        if proc_write_bytes().is_some() {
+            WriteSource::ProcIo
+        } else {
+            WriteSource::LogCounter
+        }
+    }
+
+    fn written(&self) -> u64 {
+        proc_write_bytes().unwrap_or_else(|| self.log.stats().bytes_written)
+    }
+
+    /// Records not yet forwarded: the lag of every `upstream:*` cursor.
+    fn backlog(&self) -> u64 {
+        self.log
+            .cursor_report()
+            .iter()
+            .filter(|c| c.name.starts_with("upstream:"))
+            .flat_map(|c| c.positions.iter())
+            .map(|p| p.lag_records)
+            .sum()
+    }
+
+    fn sample(&self) {
+        let sample = Sample {
+            at_ms: now_ms(),
+            backlog: self.backlog(),
+            written: self.written(),
+        };
+        let mut samples = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
+        samples.push_back(sample);
+        while samples.len() > self.config.capacity() {
+            samples.pop_front();
+        }
+    }
+
+    /// Samples every `sample_interval` until shutdown.
+    pub async fn run(self: Arc<Self>, mut shutdown: Shutdown) {
+        let mut tick = tokio::time::interval(self.config.sample_interval.0);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = shutdown.wait() => return,
+            }
+            let this = Arc::clone(&self);
+            let _ = tokio::task::spawn_blocking(move || this.sample()).await;
+        }
+    }
+
+    /// Bytes per second written over the sampled window, if two samples exist.
+    fn write_rate(samples: &VecDeque<Sample>) -> Option<f64> {
+        let (first, last) = (samples.front()?, samples.back()?);
+        let seconds = (last.at_ms - first.at_ms) as f64 / 1000.0;
+        (seconds > 0.0).then(|| last.written.saturating_sub(first.written) as f64 / seconds)
+    }
+
+    fn card(&self, rate: Option<f64>) -> Value {
+        let cycles = u64::from(self.config.card_write_cycles);
+        let card = self.config.card_bytes.0;
+        let (days, why) = match rate {
+            _ if card == 0 => (
+                None,
+                "unknown: set [status] card_bytes (and card_write_cycles) to project it".to_owned(),
+            ),
+            None => (None, "unknown: fewer than two write samples yet".to_owned()),
+            Some(r) if r <= 0.0 => (None, "no writes in the sampled window".to_owned()),
+            Some(r) => {
+                let days = card as f64 * cycles as f64 / r / 86_400.0;
+                (
+                    Some(days),
+                    format!(
+                        "{card} bytes × {cycles} cycles ÷ {r:.0} bytes/s over the last hour, assuming even wear"
+                    ),
+                )
+            }
+        };
+        json!({ "days": days, "explanation": why, "card_bytes": card, "write_cycles": cycles })
+    }
+
+    fn upstream_json(&self, samples: &VecDeque<Sample>) -> Value {
+        let status = self.upstream.lock().unwrap_or_else(PoisonError::into_inner);
+        let partitions: Vec<Value> = status
+            .iter()
+            .map(|((topic, partition), s)| {
+                json!({
+                    "topic": topic, "partition": partition, "connected": s.connected,
+                    "next": s.next, "forwarded_records": s.forwarded_records,
+                    "last_error": s.last_error,
+                })
+            })
+            .collect();
+        let history: Vec<Value> = samples
+            .iter()
+            .map(|s| json!({ "at_ms": s.at_ms, "backlog": s.backlog }))
+            .collect();
+        json!({
+            "configured": self.upstream_configured,
+            "partitions": partitions,
+            "backlog": self.backlog(),
+            "history": history,
+        })
+    }
+
+    /// Everything the page shows, as JSON (`/status.json`, and embedded in the page).
+    pub fn snapshot(&self, readiness: Option<&Readiness>) -> Value {
+        let samples = self
+            .samples
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let stats = self.log.stats();
+        let partitions: Vec<Value> = self
+            .log
+            .partition_states()
+            .into_iter()
+            .map(|p| {
+                json!({
+                    "topic": p.topic, "partition": p.partition,
+                    "start_offset": p.start_offset, "end_offset": p.end_offset,
+                    "bytes": p.bytes, "segments": p.segments,
+                    "refusing": p.refusing.map(|r| format!("{r:?}")),
+                })
+            })
+            .collect();
+        let mean_ms = (stats.fsyncs > 0)
+            .then(|| stats.fsync_time.as_secs_f64() * 1000.0 / stats.fsyncs as f64);
+        let rate = Self::write_rate(&samples);
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "generated_ms": now_ms(),
+            "readiness": crate::admin::readiness_json(readiness),
+            "partitions": partitions,
+            "cursors": crate::cursors::report_json(&self.log.cursor_report())["cursors"],
+            "upstream": self.upstream_json(&samples),
+            "fsync": {
+                "count": stats.fsyncs,
+                "total_seconds": stats.fsync_time.as_secs_f64(),
+                "mean_ms": mean_ms,
+            },
+            "writes": {
+                "source": Self::write_source().describe(),
+                "bytes": self.written(),
+                "log_bytes": stats.bytes_written,
+                "bytes_per_second": rate,
+            },
+            "card": self.card(rate),
+        })
+    }
+
+    /// The page with `snapshot` embedded, so it renders without a second request.
+    pub fn page(&self, readiness: Option<&Readiness>) -> String {
+        let data = self.snapshot(readiness).to_string().replace('<', "\\u003c");
+        PAGE.replace("/*DATA*/null", &data)
+    }
+}
+
+/// The page: renders the embedded snapshot at load, then refreshes from `/status.json`.
+pub const PAGE: &str = include_str!("status.html");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_has_no_external_asset() {
+        for needle in ["src=", "href=", "<link", "@import", "url("] {
+            assert!(!PAGE.contains(needle), "{needle}");
+        }
+        assert!(PAGE.contains("/*DATA*/null"));
+    }
+
+    #[test]
+    fn the_ring_keeps_an_hour() {
+        let config = StatusConfig::default();
+        assert_eq!(config.capacity(), 120);
+    }
+}

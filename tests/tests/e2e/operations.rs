@@ -1,0 +1,290 @@
+//! Operating a gateway, against the real `tern` binary: readiness that names why it cannot
+//! store (a full partition and the cursor holding it, a nearly full disk, an unsynchronised
+//! clock, a failing upstream), liveness, cursors listed and repaired offline and through the
+//! admin endpoint, their metrics, secrets kept out of `tern config check`, SIGHUP reloads
+//! without dropping clients, and the status page in a real headless browser.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use tern_tests::raw_mqtt::RawClient;
+use tern_tests::{Gateway, ServeOptions, TempDir, run_tern, wait_until};
+
+/// Writes `text` as `tern.toml` in `dir`; the serve options that use it.
+fn with_config(dir: &Path, text: &str) -> anyhow::Result<(PathBuf, ServeOptions)> {
+    let path = dir.join("tern.toml");
+    std::fs::write(&path, text)?;
+    let options = ServeOptions {
+        args: vec!["--config".into(), path.display().to_string()],
+        ..ServeOptions::default()
+    };
+    Ok((path, options))
+}
+
+fn readyz(gateway: &Gateway) -> anyhow::Result<(u16, Value)> {
+    let (status, body) = gateway.admin_get("/readyz")?;
+    let json = serde_json::from_str(&body).with_context(|| format!("/readyz body {body:?}"))?;
+    Ok((status, json))
+}
+
+fn reasons(json: &Value) -> Vec<String> {
+    json["reasons"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .filter_map(|x| x["reason"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn tern_json(args: &[&str]) -> anyhow::Result<Value> {
+    let (status, stdout, stderr) = run_tern(args)?;
+    if !status.success() {
+        bail!("tern {args:?} failed: {stderr}");
+    }
+    serde_json::from_str(&stdout).with_context(|| format!("tern {args:?} printed {stdout:?}"))
+}
+
+/// A data directory whose data lives beside the config: small segments and retention so a few
+/// hundred KiB fill a partition.
+const SMALL_LOG: &str = r#"
+[log]
+partitions = 1
+segment_bytes = "4KiB"
+index_interval = "1KiB"
+[log.retention]
+bytes = "16KiB"
+[health]
+interval = "100ms"
+"#;
+
+#[test]
+fn a_full_partition_is_not_ready_names_its_cursor_and_recovers_when_the_cursor_is_deleted()
+-> anyhow::Result<()> {
+    let dir = TempDir::new("ops-full")?;
+    let data = dir.path().join("data");
+    let (_, options) = with_config(dir.path(), SMALL_LOG)?;
+    let mut gateway = Gateway::start(&data, &options)?;
+    wait_until(Duration::from_secs(10), "ready at start", || {
+        Ok(readyz(&gateway)?.0 == 200)
+    })?;
+
+    // An abandoned persistent session: subscribed once, never back.
+    let mut holder = RawClient::connect(gateway.mqtt, "holder", 30, false, false)?;
+    assert_eq!(holder.subscribe("plant/#", 1, 1)?, 1);
+    holder.disconnect()?;
+    let admin = gateway.admin.to_string();
+    wait_until(Duration::from_secs(10), "the session's cursor", || {
+        let list = tern_json(&["cursors", "list", "--admin", &admin, "--json"])?;
+        Ok(list.to_string().contains("\"mqtt:holder\""))
+    })?;
+
+    let mut publisher = RawClient::connect(gateway.mqtt, "filler", 30, true, false)?;
+    let payload = vec![b'x'; 1000];
+    wait_until(Duration::from_secs(30), "the partition to fill", || {
+        for _ in 0..20 {
+            publisher.publish("plant/line-1", &payload, 0, 0, false)?;
+        }
+        Ok(readyz(&gateway)?.0 == 503)
+    })?;
+    let (_, body) = readyz(&gateway)?;
+    let full = body["reasons"]
+        .as_array()
+        .and_then(|r| r.iter().find(|x| x["reason"] == "partition_full"))
+        .with_context(|| format!("no partition_full reason in {body}"))?;
+    assert_eq!(full["topic"], "mqtt", "{body}");
+    assert_eq!(full["cursor"], "mqtt:holder", "{body}");
+    assert!(
+        gateway
+            .stderr_lines()
+            .iter()
+            .any(|l| l.contains("partition full") && l.contains("holder=mqtt:holder")),
+        "the WARN line names the holder: {:#?}",
+        gateway.recent_log(20)
+    );
+    let lag = gateway.metric_sum("tern_cursor_lag_records", "cursor=\"mqtt:holder\"")?;
+    // Each commit starts on a 4 KiB page, so a 16 KiB limit holds a few 1,000-byte records.
+    assert!(lag.is_some_and(|n| n >= 2), "lag {lag:?}");
+    let held = gateway.metric_sum("tern_cursor_held_bytes", "cursor=\"mqtt:holder\"")?;
+    assert!(held.is_some_and(|n| n >= 2000), "held {held:?}");
+    assert_eq!(gateway.metric_sum("tern_ready", "")?, Some(0));
+
+    // The offline path refuses while the gateway holds the directory, and changes nothing.
+    let data_arg = data.display().to_string();
+    let (status, _, stderr) =
+        run_tern(&["cursors", "delete", "mqtt:holder", "--data-dir", &data_arg])?;
+    assert!(
+        !status.success(),
+        "offline delete under a running tern must be refused"
+    );
+    assert!(stderr.contains("in use by a running tern"), "{stderr}");
+    assert_eq!(readyz(&gateway)?.0, 503);
+
+    // The listing names owner, lag, bytes and the age of the oldest record held.
+    let list = tern_json(&["cursors", "list", "--admin", &admin, "--json"])?;
+    let cursor = list["cursors"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "mqtt:holder"))
+        .with_context(|| format!("{list}"))?;
+    assert_eq!(cursor["owner"], "mqtt session");
+    let position = &cursor["positions"][0];
+    assert!(
+        position["lag_bytes"].as_u64().is_some_and(|b| b > 0),
+        "{position}"
+    );
+    assert!(position["oldest_held_age_seconds"].is_i64(), "{position}");
+    let (status, table, _) = run_tern(&["cursors", "list", "--admin", &admin])?;
+    assert!(
+        status.success() && table.contains("mqtt:holder") && table.contains("mqtt session"),
+        "{table}"
+    );
+
+    // Delete every cursor of the abandoned session through the admin endpoint: appends resume.
+    let names: Vec<String> = list["cursors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .filter(|n| n.ends_with(":holder"))
+        .map(str::to_owned)
+        .collect();
+    for name in &names {
+        let answer = tern_json(&["cursors", "delete", name, "--admin", &admin])?;
+        assert_eq!(answer["deleted"], true, "{answer}");
+    }
+    wait_until(Duration::from_secs(10), "ready again", || {
+        publisher.publish("plant/line-1", &payload, 0, 0, false)?;
+        Ok(readyz(&gateway)?.0 == 200)
+    })?;
+    publisher.disconnect()?;
+    let (status, _, stderr) = run_tern(&["cursors", "delete", "mqtt:holder", "--admin", &admin])?;
+    assert!(
+        !status.success() && stderr.contains("no such cursor"),
+        "{stderr}"
+    );
+    gateway.stop()?;
+    Ok(())
+}
+
+#[test]
+fn cursors_are_listed_reset_and_deleted_offline_on_a_stopped_gateway() -> anyhow::Result<()> {
+    let dir = TempDir::new("ops-offline")?;
+    let data = dir.path().join("data");
+    let (_, options) = with_config(dir.path(), SMALL_LOG)?;
+    let mut gateway = Gateway::start(&data, &options)?;
+    let mut holder = RawClient::connect(gateway.mqtt, "sleeper", 30, false, false)?;
+    assert_eq!(holder.subscribe("plant/#", 1, 1)?, 1);
+    holder.disconnect()?;
+    let mut publisher = RawClient::connect(gateway.mqtt, "p", 30, true, false)?;
+    for i in 0..5u16 {
+        assert_eq!(publisher.publish_qos1("plant/a", b"reading", i + 1)?, 0);
+    }
+    publisher.disconnect()?;
+    let admin = gateway.admin.to_string();
+    wait_until(Duration::from_secs(10), "the session's cursor", || {
+        let list = tern_json(&["cursors", "list", "--admin", &admin, "--json"])?;
+        Ok(list.to_string().contains("\"mqtt:sleeper\""))
+    })?;
+    gateway.stop()?;
+
+    let data_arg = data.display().to_string();
+    let list = tern_json(&["cursors", "list", "--data-dir", &data_arg, "--json"])?;
+    let position = |list: &Value| -> Value {
+        list["cursors"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "mqtt:sleeper"))
+            .map(|c| c["positions"][0].clone())
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(position(&list)["lag_records"], 5, "{list}");
+
+    let reset = tern_json(&[
+        "cursors",
+        "reset",
+        "mqtt:sleeper",
+        "--to",
+        "latest",
+        "--data-dir",
+        &data_arg,
+    ])?;
+    assert_eq!(reset["moved"], 1, "{reset}");
+    let list = tern_json(&["cursors", "list", "--data-dir", &data_arg, "--json"])?;
+    assert_eq!(position(&list)["lag_records"], 0, "{list}");
+    let reset = tern_json(&[
+        "cursors",
+        "reset",
+        "mqtt:sleeper",
+        "--to",
+        "2",
+        "--data-dir",
+        &data_arg,
+    ])?;
+    assert_eq!(reset["moved"], 1, "{reset}");
+    let list = tern_json(&["cursors", "list", "--data-dir", &data_arg, "--json"])?;
+    assert_eq!(position(&list)["offset"], 2, "{list}");
+    let (status, _, stderr) = run_tern(&[
+        "cursors",
+        "reset",
+        "mqtt:sleeper",
+        "--to",
+        "99",
+        "--data-dir",
+        &data_arg,
+    ])?;
+    assert!(!status.success() && stderr.contains("99"), "{stderr}");
+
+    let deleted = tern_json(&["cursors", "delete", "mqtt:sleeper", "--data-dir", &data_arg])?;
+    assert_eq!(deleted["deleted"], true, "{deleted}");
+    let list = tern_json(&["cursors", "list", "--data-dir", &data_arg, "--json"])?;
+    assert_eq!(position(&list), Value::Null, "{list}");
+    Ok(())
+}
+
+#[test]
+fn readiness_reports_disk_clock_and_upstream_with_reasons_while_liveness_holds()
+-> anyhow::Result<()> {
+    let dir = TempDir::new("ops-ready")?;
+    // A port nothing listens on: the upstream never connects.
+    let dead = tern_tests::free_port()?;
+    let config = format!(
+        r#"
+[health]
+interval = "100ms"
+min_free_bytes = 1000000000000000000
+clock_not_before = "2200-01-01T00:00:00Z"
+upstream_failed_after = "1s"
+
+[[upstream]]
+bootstrap = ["{dead}"]
+gateway_id = "ops"
+backoff_max = "1s"
+"#
+    );
+    let (_, options) = with_config(dir.path(), &config)?;
+    let gateway = Gateway::start(&dir.path().join("data"), &options)?;
+    wait_until(Duration::from_secs(20), "three reasons", || {
+        let (status, body) = readyz(&gateway)?;
+        let got = reasons(&body);
+        Ok(status == 503
+            && [
+                "disk_nearly_full",
+                "clock_unsynchronised",
+                "upstream_failed",
+            ]
+            .iter()
+            .all(|r| got.iter().any(|g| g == r)))
+    })?;
+    let (_, body) = readyz(&gateway)?;
+    for reason in body["reasons"].as_array().into_iter().flatten() {
+        assert!(
+            reason["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{reason}"
+        );
+    }
+    assert_eq!(gateway.admin_get("/livez")?.0, 200);
+    assert_eq!(gateway.admin_get("/healthz")?, (200, "ok\n".to_owned()));
+    Ok(())
+}
