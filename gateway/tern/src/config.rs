@@ -36,7 +36,12 @@ pub enum ConfigError {
     Invalid(#[from] InvalidConfig),
     #[error("cannot print configuration: {0}")]
     Print(#[from] toml::ser::Error),
+    #[error("key `{key}`: {message}")]
+    Secret { key: String, message: String },
 }
+
+/// What `tern config check` prints instead of a secret.
+pub const REDACTED: &str = "<redacted>";
 
 /// The whole configuration of one gateway.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -248,6 +253,19 @@ impl Config {
             upstream
                 .validate()
                 .map_err(|(key, message)| invalid(&key, message))?;
+            if let Some(sasl) = &upstream.sasl {
+                let sources = [
+                    !sasl.password.is_empty(),
+                    sasl.password_file.is_some(),
+                    sasl.password_env.is_some(),
+                ];
+                if sources.iter().filter(|s| **s).count() != 1 {
+                    return Err(invalid(
+                        "upstream.sasl.password",
+                        "give exactly one of password, password_file and password_env",
+                    ));
+                }
+            }
         }
         self.mqtt.validate(&self.route)?;
         self.health.validate()?;
@@ -255,9 +273,56 @@ impl Config {
         self.log.validate()
     }
 
-    /// The effective configuration as TOML, as `tern config check` prints it.
+    /// The effective configuration as TOML, as `tern config check` prints it: every secret
+    /// (`[upstream.sasl] password`) replaced by [`REDACTED`].
     pub fn to_toml(&self) -> Result<String, ConfigError> {
-        Ok(toml::to_string_pretty(self)?)
+        Ok(toml::to_string_pretty(&self.redacted())?)
+    }
+
+    /// A copy with every secret replaced by [`REDACTED`].
+    pub fn redacted(&self) -> Self {
+        let mut copy = self.clone();
+        for sasl in copy.upstream.iter_mut().filter_map(|u| u.sasl.as_mut()) {
+            if !sasl.password.is_empty() {
+                sasl.password = REDACTED.to_owned();
+            }
+        }
+        copy
+    }
+
+    /// Reads every secret given by file (`password_file`: its first line) or environment
+    /// variable (`password_env`) into its setting. Called before serving, and by `config check`
+    /// to prove the secrets are there.
+    pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
+        let key = "upstream.sasl.password";
+        for sasl in self.upstream.iter_mut().filter_map(|u| u.sasl.as_mut()) {
+            let secret = |message: String| ConfigError::Secret {
+                key: key.replace(
+                    "password",
+                    if sasl.password_file.is_some() {
+                        "password_file"
+                    } else {
+                        "password_env"
+                    },
+                ),
+                message,
+            };
+            let password = if let Some(path) = &sasl.password_file {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| secret(format!("cannot read {}: {e}", path.display())))?;
+                text.lines().next().unwrap_or_default().to_owned()
+            } else if let Some(var) = &sasl.password_env {
+                std::env::var(var)
+                    .map_err(|e| secret(format!("environment variable {var}: {e}")))?
+            } else {
+                continue;
+            };
+            if password.is_empty() {
+                return Err(secret("the password is empty".to_owned()));
+            }
+            sasl.password = password;
+        }
+        Ok(())
     }
 }
 
@@ -419,6 +484,53 @@ key = "level:1"
         config.upstream[0].bootstrap.clear();
         let err = config.validate().expect_err("no servers");
         assert!(err.to_string().contains("upstream.bootstrap"), "{err}");
+    }
+
+    #[test]
+    fn secrets_are_redacted_and_come_from_a_file_or_the_environment() {
+        let text = "[[upstream]]\nbootstrap = [\"k:1\"]\n[upstream.sasl]\nmechanism = \"PLAIN\"\nusername = \"u\"\npassword = \"hunter2\"\n";
+        let config = parse(text, Path::new("t.toml")).expect("parses");
+        config.validate().expect("valid");
+        let printed = config.to_toml().expect("prints");
+        assert!(
+            !printed.contains("hunter2") && printed.contains(REDACTED),
+            "{printed}"
+        );
+
+        let dir = std::env::temp_dir().join(format!("tern-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("sasl");
+        std::fs::write(&file, "from-file\nignored\n").expect("write");
+        let mut from_file = config.clone();
+        let sasl = from_file.upstream[0].sasl.as_mut().expect("sasl");
+        sasl.password.clear();
+        sasl.password_file = Some(file.clone());
+        from_file.validate().expect("valid");
+        from_file.resolve_secrets().expect("resolves");
+        assert_eq!(
+            from_file.upstream[0]
+                .sasl
+                .as_ref()
+                .map(|s| s.password.as_str()),
+            Some("from-file")
+        );
+        assert!(!from_file.to_toml().expect("prints").contains("from-file"));
+
+        let mut both = from_file.clone();
+        both.upstream[0].sasl.as_mut().expect("sasl").password = "x".into();
+        let err = both.validate().expect_err("two sources");
+        assert!(err.to_string().contains("upstream.sasl.password"), "{err}");
+
+        let mut missing = config;
+        let sasl = missing.upstream[0].sasl.as_mut().expect("sasl");
+        sasl.password.clear();
+        sasl.password_env = Some("TERN_TEST_UNSET_SECRET_VARIABLE".into());
+        let err = missing.resolve_secrets().expect_err("unset");
+        assert!(
+            err.to_string().contains("upstream.sasl.password_env"),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

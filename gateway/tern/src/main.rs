@@ -29,12 +29,14 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
-            let config = config::load(args.config.as_deref(), &args.overrides())?;
+            let mut config = config::load(args.config.as_deref(), &args.overrides())?;
+            config.resolve_secrets()?;
             tern_core::logging::init(config.logging.level.as_str());
             app::serve(config)
         }
         Command::Config(ConfigCommand::Check { file }) => {
             let config = config::load(Some(&file), &config::Overrides::default())?;
+            config.clone().resolve_secrets()?;
             print!("{}", config.to_toml()?);
             Ok(())
         }

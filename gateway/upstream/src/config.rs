@@ -127,13 +127,21 @@ pub enum Codec {
     Zstd,
 }
 
-/// `[upstream.sasl]`.
+/// `[upstream.sasl]`. The password comes from exactly one of `password`, `password_file` and
+/// `password_env`; the binary reads the file or variable into `password` before connecting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SaslSettings {
     pub mechanism: SaslMechanism,
     pub username: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub password: String,
+    /// A file whose first line is the password (mode 0600, owned by tern's user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    /// An environment variable holding the password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_env: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

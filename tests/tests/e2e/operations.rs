@@ -288,3 +288,63 @@ backoff_max = "1s"
     assert_eq!(gateway.admin_get("/healthz")?, (200, "ok\n".to_owned()));
     Ok(())
 }
+
+#[test]
+fn config_check_redacts_secrets_and_reads_them_from_a_file_or_the_environment() -> anyhow::Result<()>
+{
+    let dir = TempDir::new("ops-secrets")?;
+    let check = |text: &str, env: Option<(&str, &str)>| -> anyhow::Result<(bool, String, String)> {
+        let path = dir.path().join("check.toml");
+        std::fs::write(&path, text)?;
+        let mut command = std::process::Command::new(tern_tests::tern_binary()?);
+        command.arg("config").arg("check").arg(&path);
+        if let Some((key, value)) = env {
+            command.env(key, value);
+        }
+        let output = command.output()?;
+        Ok((
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        ))
+    };
+    let sasl = |password_line: &str| {
+        format!(
+            "[[upstream]]\nbootstrap = [\"127.0.0.1:9\"]\n[upstream.sasl]\nmechanism = \"SCRAM-SHA-512\"\nusername = \"edge\"\n{password_line}\n"
+        )
+    };
+
+    let (ok, stdout, stderr) = check(&sasl("password = \"in-clear-secret\""), None)?;
+    assert!(ok, "{stderr}");
+    assert!(!stdout.contains("in-clear-secret"), "{stdout}");
+    assert!(stdout.contains("password = \"<redacted>\""), "{stdout}");
+
+    let secret_file = dir.path().join("sasl-password");
+    std::fs::write(&secret_file, "file-secret\n")?;
+    let line = format!("password_file = \"{}\"", secret_file.display());
+    let (ok, stdout, stderr) = check(&sasl(&line), None)?;
+    assert!(ok, "{stderr}");
+    assert!(
+        !stdout.contains("file-secret") && stdout.contains("password_file"),
+        "{stdout}"
+    );
+
+    let line = "password_env = \"TERN_E2E_SASL_PASSWORD\"";
+    let env = Some(("TERN_E2E_SASL_PASSWORD", "env-secret"));
+    let (ok, stdout, stderr) = check(&sasl(line), env)?;
+    assert!(ok, "{stderr}");
+    assert!(
+        !stdout.contains("env-secret") && stdout.contains("password_env"),
+        "{stdout}"
+    );
+    let (ok, _, stderr) = check(&sasl(line), None)?;
+    assert!(
+        !ok && stderr.contains("upstream.sasl.password_env"),
+        "{stderr}"
+    );
+
+    let both = "password = \"x\"\npassword_env = \"TERN_E2E_SASL_PASSWORD\"";
+    let (ok, _, stderr) = check(&sasl(both), env)?;
+    assert!(!ok && stderr.contains("upstream.sasl.password"), "{stderr}");
+    Ok(())
+}

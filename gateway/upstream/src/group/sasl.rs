@@ -181,6 +181,8 @@ mod tests {
             mechanism,
             username: "user".into(),
             password: "pencil".into(),
+            password_file: None,
+            password_env: None,
         }
     }
 

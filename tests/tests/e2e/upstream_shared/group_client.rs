@@ -110,6 +110,8 @@ fn the_group_client_speaks_tls_and_sasl_and_the_broker_checks_partitions() -> an
             mechanism,
             username: SASL_USER.to_owned(),
             password: password.to_owned(),
+            password_file: None,
+            password_env: None,
         };
         let good = client(&cluster.sasl_bootstrap(), &group, |c| {
             c.sasl = Some(sasl(SASL_PASSWORD))
