@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -75,20 +75,43 @@ impl SessionEntry {
     }
 }
 
+/// The routing table and the partition count of each routed log topic, replaced whole by
+/// [`Broker::reload`].
+#[derive(Debug)]
+pub(crate) struct Routing {
+    pub(crate) router: Router,
+    partitions: HashMap<String, u32>,
+}
+
+impl Routing {
+    fn open<S: LogPort>(log: &S, router: Router) -> Result<Self, MqttError> {
+        let mut partitions = HashMap::new();
+        for topic in router.log_topics() {
+            let count = log.ensure_topic(&topic).map_err(MqttError::Log)?;
+            partitions.insert(topic, count.max(1));
+        }
+        Ok(Self { router, partitions })
+    }
+
+    /// Partition count of a routed log topic.
+    pub(crate) fn partitions(&self, log_topic: &str) -> u32 {
+        self.partitions.get(log_topic).copied().unwrap_or(1)
+    }
+}
+
 /// Shared MQTT server state.
 #[derive(Debug)]
 pub struct Broker<S> {
     pub(crate) log: S,
     pub(crate) config: MqttConfig,
     pub(crate) limits: TopicLimits,
-    pub(crate) router: Router,
+    routing: RwLock<Arc<Routing>>,
     pub(crate) metrics: Arc<MqttMetrics>,
     pub(crate) state: Arc<StateLog<S>>,
     pub(crate) retained: Retained<S>,
     pub(crate) auth: Auth,
     /// Shared subscription groups (`$share/…`).
     pub(crate) shared: SharedGroups<S>,
-    partitions: HashMap<String, u32>,
     sessions: Mutex<HashMap<String, Arc<SessionEntry>>>,
     next_connection: AtomicU64,
     boot: u64,
@@ -104,11 +127,7 @@ impl<S: LogPort> Broker<S> {
     ) -> Result<Arc<Self>, MqttError> {
         let auth = Auth::load(&config.auth, &config.acl)?;
         let router = Router::new(routes, config.default_log_topic.clone());
-        let mut partitions = HashMap::new();
-        for topic in router.log_topics() {
-            let count = log.ensure_topic(&topic).map_err(MqttError::Log)?;
-            partitions.insert(topic, count.max(1));
-        }
+        let routing = Routing::open(&log, router)?;
         let state = Arc::new(StateLog::new(log.clone()).map_err(MqttError::Log)?);
         let loaded = state.load().await.map_err(MqttError::Log)?;
         tracing::info!(
@@ -140,10 +159,9 @@ impl<S: LogPort> Broker<S> {
             shared,
             log,
             config,
-            router,
+            routing: RwLock::new(Arc::new(routing)),
             metrics,
             state,
-            partitions,
             sessions: Mutex::new(sessions),
             next_connection: AtomicU64::new(1),
             boot: boot_stamp(),
@@ -160,21 +178,50 @@ impl<S: LogPort> Broker<S> {
         format!("tern-{:x}-{connection}", self.boot)
     }
 
-    /// Partition count of a routed log topic.
-    pub(crate) fn partitions(&self, log_topic: &str) -> u32 {
-        self.partitions.get(log_topic).copied().unwrap_or(1)
+    /// The current routing table.
+    pub(crate) fn routing(&self) -> Arc<Routing> {
+        Arc::clone(&self.routing.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Every partition a subscription filter may find records in.
     pub(crate) fn partitions_for(&self, filter: &str) -> Vec<PartitionId> {
-        self.router
+        let routing = self.routing();
+        routing
+            .router
             .log_topics_for(filter)
             .into_iter()
             .flat_map(|t| {
-                let count = self.partitions(&t);
+                let count = routing.partitions(&t);
                 (0..count).map(move |p| (t.clone(), p))
             })
             .collect()
+    }
+
+    /// Applies a reloaded configuration (SIGHUP) to new work without touching connections:
+    /// `[[route]]` (and `default_log_topic`) for publishes and subscriptions from now on,
+    /// `[[mqtt.acl]]` for every check from now on. Returns what it could not apply (every other
+    /// `[mqtt]` setting needs a restart).
+    pub fn reload(
+        &self,
+        config: &MqttConfig,
+        routes: Vec<RouteConfig>,
+    ) -> Result<Vec<String>, MqttError> {
+        let router = Router::new(routes, config.default_log_topic.clone());
+        let routing = Routing::open(&self.log, router)?;
+        *self.routing.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(routing);
+        self.auth.set_acl(&config.acl);
+        let comparable = |c: &MqttConfig| MqttConfig {
+            acl: Vec::new(),
+            default_log_topic: String::new(),
+            ..c.clone()
+        };
+        let mut not_applied = Vec::new();
+        if comparable(config) != comparable(&self.config) {
+            not_applied.push(
+                "[mqtt] settings other than [[mqtt.acl]] and default_log_topic (listeners, limits, auth, TLS) need a restart".to_owned(),
+            );
+        }
+        Ok(not_applied)
     }
 
     /// Takes the session of `client_id` for a new connection: asks the current holder to leave

@@ -135,12 +135,13 @@ struct Group {
 /// Groups a batch per destination partition.
 fn group<S: LogPort>(broker: &Broker<S>, batch: &[Pending]) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
+    let routing = broker.routing();
     for (i, pending) in batch.iter().enumerate() {
         let Some(message) = &pending.message else {
             continue;
         };
-        let destination = broker.router.route(&message.topic, &message.client_id);
-        let partitions = broker.partitions(destination.log_topic);
+        let destination = routing.router.route(&message.topic, &message.client_id);
+        let partitions = routing.partitions(destination.log_topic);
         let partition = tern_log::partition_for_key(&destination.key, partitions);
         let record = message.to_record(Some(destination.key));
         let found = groups

@@ -1,24 +1,29 @@
 //! Wiring: builds the runtime, takes the data directory, starts every subsystem with a
-//! [`Shutdown`] handle, and on shutdown waits for them to drain. Holds no protocol logic itself.
+//! [`Shutdown`] handle, applies a SIGHUP reload (`reload.rs` decides what can change live), and
+//! on shutdown waits for them to drain. Holds no protocol logic itself.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::task::JoinHandle;
 
 use crate::admin::{AdminServer, AdminState};
 use crate::config::Config;
 use crate::cursors::CursorMetrics;
 use crate::health::Health;
+use crate::reload::Source;
 use crate::status::StatusPage;
 use tern_core::metrics::{MetricsSource, ProcessMetrics};
-use tern_core::shutdown::{self, Shutdown, Signals};
+use tern_core::shutdown::{self, Shutdown, ShutdownTrigger, Signals};
 use tern_log::datadir::DataDirLock;
 use tern_log::{Log, LogMetrics};
 use tern_mqtt::{Broker, MqttListener, MqttMetrics};
 use tern_upstream::{self as upstream, UpstreamMetrics};
 
-/// Runs the gateway until SIGINT/SIGTERM, then shuts down gracefully.
-pub fn serve(config: Config) -> anyhow::Result<()> {
+/// Runs the gateway until SIGINT/SIGTERM, then shuts down gracefully; SIGHUP reloads.
+pub fn serve(config: Config, source: Source) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads())
         .thread_name("tern-worker")
@@ -28,13 +33,68 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let (trigger, shutdown) = shutdown::channel();
         let signals = Signals::install().context("cannot install signal handlers")?;
+        let hangup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
         tokio::spawn(signals.watch(trigger));
-        run(config, shutdown).await
+        run(config, shutdown, Some((source, hangup))).await
     })
 }
 
+/// The forwarders of every `[[upstream]]`, stoppable on their own for a reload.
+struct Upstreams {
+    log: Log,
+    status: upstream::StatusMap,
+    running: Vec<(
+        ShutdownTrigger,
+        JoinHandle<Result<(), upstream::UpstreamError>>,
+    )>,
+}
+
+impl Upstreams {
+    fn start(&mut self, settings: &[upstream::UpstreamConfig]) {
+        for settings in settings {
+            let gateway = upstream::gateway_id(settings);
+            tracing::info!(%gateway, bootstrap = ?settings.bootstrap, "forwarding upstream");
+            let (trigger, shutdown) = shutdown::channel();
+            let task = tokio::spawn(upstream::run(
+                settings.clone(),
+                gateway,
+                self.log.clone(),
+                Arc::clone(&self.status),
+                shutdown,
+            ));
+            self.running.push((trigger, task));
+        }
+    }
+
+    /// Stops every forwarder and waits for it (at most `grace` in all).
+    async fn stop(&mut self, grace: Duration) {
+        let running = std::mem::take(&mut self.running);
+        for (trigger, _) in &running {
+            trigger.trigger();
+        }
+        let drained = async {
+            for (_, task) in running {
+                if let Ok(Err(err)) = task.await {
+                    tracing::warn!(%err, "upstream forwarding failed");
+                }
+            }
+        };
+        if tokio::time::timeout(grace, drained).await.is_err() {
+            tracing::warn!(
+                ?grace,
+                "upstream forwarders did not stop within the grace period"
+            );
+        }
+    }
+}
+
 /// Runs every subsystem until `shutdown` fires, then waits at most `shutdown.grace` for them.
-pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
+/// With `reload`, each SIGHUP reads the configuration again and applies what it can.
+pub async fn run(
+    config: Config,
+    mut shutdown: Shutdown,
+    mut reload: Option<(Source, Signal)>,
+) -> anyhow::Result<()> {
     let lock = DataDirLock::acquire(&config.data_dir)?;
     tracing::info!(data_dir = %lock.path().display(), "data directory locked");
 
@@ -57,7 +117,7 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
         Some(tls) => Some(MqttListener::bind_tls(tls, broker.clone()).await?),
         None => None,
     };
-    let mqtt = MqttListener::bind(config.mqtt.listen, broker).await?;
+    let mqtt = MqttListener::bind(config.mqtt.listen, broker.clone()).await?;
     tracing::info!(
         "mqtt listener on {}",
         mqtt.local_addr().context("MQTT listener has no address")?
@@ -109,37 +169,40 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
     let health_task = tokio::spawn(health.run(shutdown.clone()));
     let status_task = tokio::spawn(status.run(shutdown.clone()));
     let mqtt_task = tokio::spawn(mqtt.run(shutdown.clone()));
-    let upstream_tasks: Vec<_> = config
-        .upstream
-        .iter()
-        .map(|settings| {
-            let gateway = upstream::gateway_id(settings);
-            tracing::info!(%gateway, bootstrap = ?settings.bootstrap, "forwarding upstream");
-            tokio::spawn(upstream::run(
-                settings.clone(),
-                gateway,
-                log.clone(),
-                Arc::clone(&upstream_status),
-                shutdown.clone(),
-            ))
-        })
-        .collect();
+    let mut upstreams = Upstreams {
+        log: log.clone(),
+        status: Arc::clone(&upstream_status),
+        running: Vec::new(),
+    };
+    upstreams.start(&config.upstream);
     let mqtt_tls_task = mqtt_tls.map(|tls| tokio::spawn(tls.run(shutdown.clone())));
 
     tracing::info!("tern {} ready", env!("CARGO_PKG_VERSION"));
-    shutdown.wait().await;
-
     let grace = config.shutdown.grace.0;
+    let mut running = config;
+    loop {
+        let hangup = async {
+            match reload.as_mut() {
+                Some((_, signal)) => signal.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = shutdown.wait() => break,
+            Some(()) = hangup => {
+                if let Some((source, _)) = &reload {
+                    apply_reload(source, &mut running, &broker, &mut upstreams, grace).await;
+                }
+            }
+        }
+    }
+
     let drained = async {
         let _ = mqtt_task.await;
         if let Some(task) = mqtt_tls_task {
             let _ = task.await;
         }
-        for task in upstream_tasks {
-            if let Ok(Err(err)) = task.await {
-                tracing::warn!(%err, "upstream forwarding failed");
-            }
-        }
+        upstreams.stop(grace).await;
         let _ = admin_task.await;
         let _ = health_task.await;
         let _ = status_task.await;
@@ -156,6 +219,46 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
     drop(lock);
     tracing::info!("shutdown complete");
     Ok(())
+}
+
+/// One SIGHUP: load, compare, apply what can change live, log the rest.
+async fn apply_reload(
+    source: &Source,
+    running: &mut Config,
+    broker: &Broker<Log>,
+    upstreams: &mut Upstreams,
+    grace: Duration,
+) {
+    tracing::info!("SIGHUP: reloading the configuration");
+    let new = match source.load() {
+        Ok(new) => new,
+        Err(err) => {
+            tracing::warn!(%err, "reload failed; the running configuration stays");
+            return;
+        }
+    };
+    let mut outcome = crate::reload::plan(running, &new, &source.level);
+    match broker.reload(&new.mqtt, new.route.clone()) {
+        Ok(not_applied) => outcome.not_applied.extend(not_applied),
+        Err(err) => {
+            tracing::warn!(%err, "reload of routes and ACLs failed; they stay as they were");
+            outcome.applied.retain(|a| !a.starts_with("[[route]]"));
+        }
+    }
+    if outcome.restart_upstream {
+        upstreams.stop(grace).await;
+        upstreams
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+        upstreams.start(&new.upstream);
+    }
+    for item in &outcome.not_applied {
+        tracing::warn!("reload: not applied: {item}");
+    }
+    tracing::info!(applied = ?outcome.applied, "configuration reloaded");
+    *running = new;
 }
 
 /// Worker threads: the core count, at most four (a Pi has four cores; more buys nothing here).

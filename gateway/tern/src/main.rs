@@ -11,6 +11,7 @@ mod cli;
 mod config;
 mod cursors;
 mod health;
+mod reload;
 mod status;
 
 use cli::{Cli, Command, ConfigCommand, CursorTarget, CursorsCommand, LogCommand};
@@ -31,8 +32,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => {
             let mut config = config::load(args.config.as_deref(), &args.overrides())?;
             config.resolve_secrets()?;
-            tern_core::logging::init(config.logging.level.as_str());
-            app::serve(config)
+            let level = tern_core::logging::init(config.logging.level.as_str());
+            let source = reload::Source {
+                path: args.config.clone(),
+                overrides: args.overrides(),
+                level,
+            };
+            app::serve(config, source)
         }
         Command::Config(ConfigCommand::Check { file }) => {
             let config = config::load(Some(&file), &config::Overrides::default())?;

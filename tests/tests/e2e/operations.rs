@@ -348,3 +348,131 @@ fn config_check_redacts_secrets_and_reads_them_from_a_file_or_the_environment() 
     assert!(!ok && stderr.contains("upstream.sasl.password"), "{stderr}");
     Ok(())
 }
+
+/// Drives `connection` until `wanted` sees an event; counts CONNACKs in `connacks`.
+fn await_event(
+    connection: &mut rumqttc::Connection,
+    connacks: &mut usize,
+    wanted: impl Fn(&rumqttc::Incoming) -> bool,
+) -> anyhow::Result<rumqttc::Incoming> {
+    use rumqttc::{Event, Incoming};
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
+        match connection.recv_timeout(Duration::from_millis(200)) {
+            Ok(Ok(Event::Incoming(packet))) => {
+                if matches!(packet, Incoming::ConnAck(_)) {
+                    *connacks += 1;
+                }
+                if wanted(&packet) {
+                    return Ok(packet);
+                }
+            }
+            Ok(Err(err)) => bail!("the client's connection failed: {err}"),
+            Ok(Ok(_)) | Err(_) => {}
+        }
+    }
+    bail!("the awaited packet did not arrive")
+}
+
+fn suback_granted(packet: &rumqttc::Incoming) -> Option<bool> {
+    match packet {
+        rumqttc::Incoming::SubAck(ack) => ack
+            .return_codes
+            .first()
+            .map(|c| matches!(c, rumqttc::SubscribeReasonCode::Success(_))),
+        _ => None,
+    }
+}
+
+#[test]
+fn sighup_reloads_routes_and_acls_without_dropping_a_connected_client() -> anyhow::Result<()> {
+    use rumqttc::{Client, Incoming, MqttOptions, QoS};
+    let dir = TempDir::new("ops-reload")?;
+    let data = dir.path().join("data");
+    let rules = |extra_acl: &str, topic: &str, age: &str| {
+        format!(
+            r#"
+[[route]]
+filter = "t/#"
+topic = "{topic}"
+[[mqtt.acl]]
+client_id = "watcher"
+topic = "t/open"
+access = "readwrite"
+[[mqtt.acl]]
+client_id = "pub"
+topic = "t/#"
+access = "readwrite"
+{extra_acl}
+[log.retention]
+age = "{age}"
+"#
+        )
+    };
+    let (path, options) = with_config(dir.path(), &rules("", "before", "7days"))?;
+    let mut gateway = Gateway::start(&data, &options)?;
+
+    let mut mqtt = MqttOptions::new("watcher", "127.0.0.1", gateway.mqtt.port());
+    mqtt.set_keep_alive(Duration::from_secs(30));
+    let (client, mut connection) = Client::new(mqtt, 16);
+    let mut connacks = 0;
+    client.subscribe("t/new", QoS::AtLeastOnce)?;
+    let ack = await_event(&mut connection, &mut connacks, |p| {
+        suback_granted(p).is_some()
+    })?;
+    assert_eq!(
+        suback_granted(&ack),
+        Some(false),
+        "denied before the reload"
+    );
+
+    let granted =
+        "[[mqtt.acl]]\nclient_id = \"watcher\"\ntopic = \"t/new\"\naccess = \"readwrite\"";
+    std::fs::write(&path, rules(granted, "after", "1day"))?;
+    gateway.signal(libc::SIGHUP)?;
+    wait_until(Duration::from_secs(10), "the reload", || {
+        Ok(gateway
+            .stderr_lines()
+            .iter()
+            .any(|l| l.contains("configuration reloaded")))
+    })?;
+    let log = gateway.stderr_lines().join("\n");
+    assert!(
+        log.contains("not applied: [log]"),
+        "the retention change needs a restart: {log}"
+    );
+
+    client.subscribe("t/new", QoS::AtLeastOnce)?;
+    let ack = await_event(&mut connection, &mut connacks, |p| {
+        suback_granted(p).is_some()
+    })?;
+    assert_eq!(suback_granted(&ack), Some(true), "granted after the reload");
+    let mut publisher = RawClient::connect(gateway.mqtt, "pub", 30, true, false)?;
+    assert_eq!(publisher.publish_qos1("t/new", b"after-reload", 1)?, 0);
+    publisher.disconnect()?;
+    let got = await_event(&mut connection, &mut connacks, |p| {
+        matches!(p, Incoming::Publish(_))
+    })?;
+    let Incoming::Publish(publish) = got else {
+        bail!("not a publish: {got:?}");
+    };
+    assert_eq!(&publish.payload[..], b"after-reload");
+    assert_eq!(connacks, 1, "the watcher never reconnected");
+
+    let stored = tern_tests::read_log(&data, "after")?;
+    assert_eq!(
+        stored.len(),
+        1,
+        "the new route took the publish: {stored:?}"
+    );
+    gateway.wait_metric(
+        "tern_mqtt_connections",
+        "",
+        "the watcher alone connected",
+        Duration::from_secs(10),
+        |n| n == Some(1),
+    )?;
+    client.disconnect()?;
+    gateway.stop()?;
+    Ok(())
+}

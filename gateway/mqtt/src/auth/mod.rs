@@ -12,7 +12,7 @@ pub mod passwd;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
 use tokio::sync::Semaphore;
@@ -47,7 +47,8 @@ pub enum AuthError {
 pub struct Auth {
     anonymous: Anonymous,
     passwords: Option<Arc<Passwords>>,
-    acl: Acl,
+    /// Replaced whole by [`Auth::set_acl`] (SIGHUP).
+    acl: RwLock<Arc<Acl>>,
     verifying: Semaphore,
 }
 
@@ -61,9 +62,18 @@ impl Auth {
         Ok(Self {
             anonymous: config.allow_anonymous,
             passwords,
-            acl: Acl::new(acl.to_vec()),
+            acl: RwLock::new(Arc::new(Acl::new(acl.to_vec()))),
             verifying: Semaphore::new(MAX_VERIFYING),
         })
+    }
+
+    /// Replaces the ACL rules (a reload); checks already made stand.
+    pub fn set_acl(&self, acl: &[AclConfig]) {
+        *self.acl.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Acl::new(acl.to_vec()));
+    }
+
+    fn acl(&self) -> Arc<Acl> {
+        Arc::clone(&self.acl.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Decides a CONNECT: the authenticated username (`None` = anonymous), or the CONNACK
@@ -97,12 +107,12 @@ impl Auth {
 
     /// Whether the client may do `want` on `topic`.
     pub fn allows(&self, user: Option<&str>, client_id: &str, want: Want, topic: &str) -> bool {
-        self.acl.allows(Client { user, client_id }, want, topic)
+        self.acl().allows(Client { user, client_id }, want, topic)
     }
 
     /// Whether any ACL rule is configured (so deliveries need checking).
     pub fn acl_active(&self) -> bool {
-        self.acl.is_active()
+        self.acl().is_active()
     }
 
     async fn verify(&self, passwords: &Arc<Passwords>, user: &str, password: String) -> bool {
