@@ -148,7 +148,7 @@ pub async fn run(
     let status = Arc::new(StatusPage::new(
         log.clone(),
         Arc::clone(&upstream_status),
-        !config.upstream.is_empty(),
+        config.upstream.clone(),
         config.status.clone(),
     ));
     let admin_state = AdminState {

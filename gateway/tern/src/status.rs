@@ -105,7 +105,7 @@ fn now_ms() -> i64 {
 pub struct StatusPage {
     log: Log,
     upstream: tern_upstream::StatusMap,
-    upstream_configured: bool,
+    upstreams: Vec<tern_upstream::UpstreamConfig>,
     config: StatusConfig,
     samples: Mutex<VecDeque<Sample>>,
 }
@@ -114,13 +114,13 @@ impl StatusPage {
     pub fn new(
         log: Log,
         upstream: tern_upstream::StatusMap,
-        upstream_configured: bool,
+        upstreams: Vec<tern_upstream::UpstreamConfig>,
         config: StatusConfig,
     ) -> Self {
         Self {
             log,
             upstream,
-            upstream_configured,
+            upstreams,
             config,
             samples: Mutex::new(VecDeque::new()),
         }
@@ -138,14 +138,27 @@ impl StatusPage {
         proc_write_bytes().unwrap_or_else(|| self.log.stats().bytes_written)
     }
 
-    /// Records not yet forwarded: the lag of every `upstream:*` cursor.
+    /// Records not yet forwarded, over every partition an upstream forwards: the lag of the
+    /// furthest-behind `upstream:*` cursor, or every stored record before any cursor exists.
     fn backlog(&self) -> u64 {
+        let reports = self.log.cursor_report();
+        let upstream_lag = |topic: &str, partition: u32| {
+            reports
+                .iter()
+                .filter(|c| c.name.starts_with("upstream:"))
+                .flat_map(|c| c.positions.iter())
+                .filter(|p| p.topic == topic && p.partition == partition)
+                .map(|p| p.lag_records)
+                .max()
+        };
         self.log
-            .cursor_report()
+            .partition_states()
             .iter()
-            .filter(|c| c.name.starts_with("upstream:"))
-            .flat_map(|c| c.positions.iter())
-            .map(|p| p.lag_records)
+            .filter(|p| self.upstreams.iter().any(|u| u.forwards(&p.topic)))
+            .map(|p| {
+                upstream_lag(&p.topic, p.partition)
+                    .unwrap_or(p.end_offset.saturating_sub(p.start_offset))
+            })
             .sum()
     }
 
@@ -222,7 +235,7 @@ impl StatusPage {
             .map(|s| json!({ "at_ms": s.at_ms, "backlog": s.backlog }))
             .collect();
         json!({
-            "configured": self.upstream_configured,
+            "configured": !self.upstreams.is_empty(),
             "partitions": partitions,
             "backlog": self.backlog(),
             "history": history,

@@ -476,3 +476,153 @@ age = "{age}"
     gateway.stop()?;
     Ok(())
 }
+
+/// A gateway with an upstream that never connects (so the page has an upstream state, a
+/// backlog history and a readiness reason), a sampled history every second and a card size.
+fn status_gateway(dir: &TempDir) -> anyhow::Result<Gateway> {
+    let dead = tern_tests::free_port()?;
+    let config = format!(
+        r#"
+[health]
+interval = "100ms"
+upstream_failed_after = "1s"
+[status]
+sample_interval = "1s"
+card_bytes = "32GiB"
+[[upstream]]
+bootstrap = ["{dead}"]
+gateway_id = "page"
+backoff_max = "1s"
+"#
+    );
+    let (_, options) = with_config(dir.path(), &config)?;
+    Gateway::start(&dir.path().join("data"), &options)
+}
+
+/// Every metric name a dashboard's queries use.
+fn dashboard_metrics(value: &Value, out: &mut std::collections::BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map {
+                if let (Some(text), "expr" | "query") = (value.as_str(), key.as_str()) {
+                    let mut rest = text;
+                    while let Some(at) = rest.find("tern_") {
+                        let name: String = rest[at..]
+                            .chars()
+                            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                            .collect();
+                        rest = &rest[at + name.len()..];
+                        out.insert(name);
+                    }
+                }
+                dashboard_metrics(value, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| dashboard_metrics(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_grafana_dashboard_is_json_and_uses_only_metrics_tern_exports() -> anyhow::Result<()> {
+    let path = tern_tests::workspace_root().join("docs/grafana/tern.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    let dashboard: Value = serde_json::from_str(&text).context("the dashboard is not JSON")?;
+    let mut used = std::collections::BTreeSet::new();
+    dashboard_metrics(&dashboard, &mut used);
+    assert!(used.len() >= 10, "{used:?}");
+
+    let dir = TempDir::new("ops-grafana")?;
+    let gateway = status_gateway(&dir)?;
+    let (status, metrics) = gateway.admin_get("/metrics")?;
+    assert_eq!(status, 200);
+    let missing: Vec<&String> = used
+        .iter()
+        .filter(|name| !metrics.contains(&format!("# TYPE {name} ")))
+        .collect();
+    assert!(missing.is_empty(), "not in /metrics: {missing:?}");
+    Ok(())
+}
+
+#[test]
+fn the_status_page_renders_in_a_headless_browser() -> anyhow::Result<()> {
+    let dir = TempDir::new("ops-page")?;
+    let mut gateway = status_gateway(&dir)?;
+    let mut viewer = RawClient::connect(gateway.mqtt, "viewer", 30, false, false)?;
+    assert_eq!(viewer.subscribe("plant/#", 1, 1)?, 1);
+    viewer.disconnect()?;
+    let mut publisher = RawClient::connect(gateway.mqtt, "p", 30, true, false)?;
+    assert_eq!(publisher.publish_qos1("plant/a", b"21.5", 1)?, 0);
+    publisher.disconnect()?;
+    wait_until(Duration::from_secs(20), "two samples and not ready", || {
+        let (_, body) = gateway.admin_get("/status.json")?;
+        let json: Value = serde_json::from_str(&body)?;
+        let samples = json["upstream"]["history"].as_array().map_or(0, Vec::len);
+        let backlog = json["upstream"]["backlog"].as_u64();
+        Ok(samples >= 2 && json["readiness"]["ready"] == false && backlog == Some(1))
+    })?;
+
+    let url = format!("http://{}/", gateway.admin);
+    let profile = dir.path().join("chromium-profile");
+    let browser = |extra: &[String]| -> anyhow::Result<std::process::Output> {
+        std::process::Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(["--window-size=1000,1400", "--virtual-time-budget=3000"])
+            .args(extra)
+            .arg(&url)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .context("cannot run chromium (scripts/ensure-deps.sh installs it)")
+    };
+    let dom = browser(&["--dump-dom".to_owned()])?;
+    let dom_text = String::from_utf8_lossy(&dom.stdout).into_owned();
+    assert!(
+        dom.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    for expected in [
+        "id=\"ready-state\" class=\"bad\">not ready",
+        "data-reason=\"upstream_failed\"",
+        "<td class=\"l\">mqtt</td>",
+        "mqtt:viewer",
+        "mqtt session",
+        "id=\"upstream-state\" class=\"bad\">not connected",
+        "<polyline id=\"backlog-line\" points=\"",
+        "fdatasync mean latency",
+        "projected card lifetime",
+        "/proc/self/io",
+    ] {
+        assert!(
+            dom_text.contains(expected),
+            "{expected:?} missing from the rendered DOM:\n{dom_text}"
+        );
+    }
+    assert!(
+        !dom_text.contains("<polyline id=\"backlog-line\" points=\"\""),
+        "the backlog line has points"
+    );
+
+    let png = dir.path().join("status.png");
+    let shot = browser(&[format!("--screenshot={}", png.display())])?;
+    assert!(
+        shot.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&shot.stderr)
+    );
+    let bytes = std::fs::read(&png).context("no screenshot")?;
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    assert!(
+        bytes.len() > 20_000,
+        "a blank page would be tiny: {} bytes",
+        bytes.len()
+    );
+    drop(gateway.stderr_lines());
+    Ok(())
+}
