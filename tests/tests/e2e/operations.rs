@@ -623,6 +623,6 @@ fn the_status_page_renders_in_a_headless_browser() -> anyhow::Result<()> {
         "a blank page would be tiny: {} bytes",
         bytes.len()
     );
-    drop(gateway.stderr_lines());
+    gateway.stop()?;
     Ok(())
 }
