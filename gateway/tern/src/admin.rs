@@ -432,6 +432,26 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Any request head, however malformed, parses without panicking, and any query value
+        /// percent-encoded by `tern cursors` decodes back to itself.
+        #[test]
+        fn request_heads_never_panic_and_names_round_trip(
+            head in proptest::prelude::any::<String>(),
+            name in proptest::prelude::any::<String>(),
+        ) {
+            let _ = parse_request(&head);
+            let _ = percent_decode(&head);
+            let encoded = crate::cursors::encode_query(&name);
+            let request = parse_request_owned(&format!("POST /cursors/delete?name={encoded} HTTP/1.1"));
+            proptest::prop_assert_eq!(request, Some(name));
+        }
+    }
+
+    fn parse_request_owned(head: &str) -> Option<String> {
+        parse_request(head).param("name").map(str::to_owned)
+    }
+
     #[test]
     fn query_components_are_percent_decoded() {
         let request = parse_request("POST /cursors/reset?name=mqtt%3Aa+b%2F%23&to=latest HTTP/1.1");

@@ -236,7 +236,10 @@ pub fn run_remote(addr: std::net::SocketAddr, action: &Action) -> anyhow::Result
     use std::io::{Read, Write};
     let target = match action {
         Action::List => ("GET", "/cursors".to_owned()),
-        Action::Delete { name } => ("POST", format!("/cursors/delete?name={}", encode(name))),
+        Action::Delete { name } => (
+            "POST",
+            format!("/cursors/delete?name={}", encode_query(name)),
+        ),
         Action::Reset { name, topic, to } => {
             let to = match to {
                 ResetTo::Earliest => "earliest".to_owned(),
@@ -245,9 +248,9 @@ pub fn run_remote(addr: std::net::SocketAddr, action: &Action) -> anyhow::Result
             };
             let topic = topic
                 .as_deref()
-                .map(|t| format!("&topic={}", encode(t)))
+                .map(|t| format!("&topic={}", encode_query(t)))
                 .unwrap_or_default();
-            let path = format!("/cursors/reset?name={}&to={to}{topic}", encode(name));
+            let path = format!("/cursors/reset?name={}&to={to}{topic}", encode_query(name));
             ("POST", path)
         }
     };
@@ -278,7 +281,7 @@ pub fn run_remote(addr: std::net::SocketAddr, action: &Action) -> anyhow::Result
 }
 
 /// Percent-encodes a query component (everything but unreserved characters).
-fn encode(text: &str) -> String {
+pub fn encode_query(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
@@ -354,7 +357,7 @@ mod tests {
     #[test]
     fn names_survive_the_query_string_and_metric_labels() {
         let name = "mqtt:a b/#?&=%\"\n";
-        assert_eq!(crate::admin::percent_decode(&encode(name)), name);
+        assert_eq!(crate::admin::percent_decode(&encode_query(name)), name);
         assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 
