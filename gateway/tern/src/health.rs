@@ -448,11 +448,12 @@ impl Health {
             };
             let ready = reasons.is_empty();
             if was_ready != Some(ready) {
+                // Worded so no line reads like the startup line "tern <version> ready".
                 if ready {
-                    tracing::info!("ready");
+                    tracing::info!("readiness: every check passes (/readyz 200)");
                 } else {
                     let why: Vec<&str> = reasons.iter().map(|r| r.message.as_str()).collect();
-                    tracing::warn!(reasons = ?why, "not ready");
+                    tracing::warn!(reasons = ?why, "readiness: failing checks (/readyz 503)");
                 }
                 was_ready = Some(ready);
             }
