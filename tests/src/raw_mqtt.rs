@@ -151,6 +151,14 @@ impl RawClient {
         client.connack()
     }
 
+    /// Opens a socket without sending anything, for tests that write their own CONNECT
+    /// (`v5` says how later PUBLISHes are parsed).
+    pub fn open(addr: SocketAddr, v5: bool) -> anyhow::Result<Self> {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Self { stream, v5 })
+    }
+
     /// Reads CONNACK; fails unless it reports success, else returns its body.
     fn connack(mut self) -> anyhow::Result<(Self, Vec<u8>)> {
         let (first, connack) = self.read_packet()?;

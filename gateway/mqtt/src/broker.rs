@@ -14,6 +14,7 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 
 use super::MqttError;
 use super::auth::Auth;
+use super::clip::clip;
 use super::config::{MqttConfig, RouteConfig};
 use super::metrics::MqttMetrics;
 use super::retained::Retained;
@@ -230,7 +231,7 @@ impl<S: LogPort> Broker<S> {
             }
             if session.stored {
                 if let Err(err) = self.forget_session(&mut session).await {
-                    tracing::warn!(client_id = %id, %err, "cannot remove expired session");
+                    tracing::warn!(client_id = %clip(&id), %err, "cannot remove expired session");
                     continue;
                 }
             }

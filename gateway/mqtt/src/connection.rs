@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use super::auth::Origin;
 use super::broker::{Broker, SessionEntry};
+use super::clip::clip;
 use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
 use super::error::ConnError;
 use super::ingest::{Ingested, Pending, Turn};
@@ -97,7 +98,7 @@ pub async fn serve<S, IO>(
     };
     MqttMetrics::inc(&broker.metrics.connections);
     MqttMetrics::inc(&broker.metrics.connections_total);
-    tracing::debug!(%peer, client_id = %conn.client_id, "MQTT client connected");
+    tracing::debug!(%peer, client_id = %clip(&conn.client_id), "MQTT client connected");
     let result = conn.run(&mut reader, inbuf, shutdown).await;
     conn.finish(result, peer).await;
     MqttMetrics::dec(&broker.metrics.connections);
@@ -315,7 +316,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         // Publishes queued before the end are still settled, and their acks precede any
         // DISCONNECT (nothing may follow it on the wire).
         if let Err(err) = self.drain_appends().await {
-            tracing::debug!(client_id = %self.client_id, %err, "unsettled publishes at close");
+            tracing::debug!(client_id = %clip(&self.client_id), %err, "unsettled publishes at close");
         }
         let publish_will = match &result {
             Ok(Flow::Disconnect { will }) => *will,
@@ -328,7 +329,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         self.watchers.abort_all();
         self.leave_groups().await;
         if let Err(err) = self.commit_cursors().await {
-            tracing::warn!(client_id = %self.client_id, %err, "cannot save session cursors");
+            tracing::warn!(client_id = %clip(&self.client_id), %err, "cannot save session cursors");
         }
         if let Some(will) = self.will.take().filter(|_| publish_will) {
             super::will::schedule(
@@ -340,7 +341,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         }
         if !self.session.persistent() {
             if let Err(err) = self.broker.forget_session(&mut self.session).await {
-                tracing::warn!(client_id = %self.client_id, %err, "cannot remove session");
+                tracing::warn!(client_id = %clip(&self.client_id), %err, "cannot remove session");
             }
         }
         self.entry.release(&self.kick);
@@ -350,20 +351,22 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     async fn log_end(&mut self, err: &ConnError, peer: SocketAddr) {
         match err {
             ConnError::Io(_) => {
-                tracing::debug!(%peer, client_id = %self.client_id, %err, "MQTT connection lost");
+                tracing::debug!(%peer, client_id = %clip(&self.client_id), %err, "MQTT connection lost");
             }
             ConnError::Codec(codec_err) => {
                 MqttMetrics::inc(&self.broker.metrics.malformed_packets);
-                tracing::warn!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
+                tracing::warn!(%peer, client_id = %clip(&self.client_id), %err, "closing MQTT connection");
                 let reason = match codec_err {
                     CodecError::TooLarge { .. } => DisconnectReason::PacketTooLarge,
-                    CodecError::Protocol { .. } => DisconnectReason::ProtocolError,
+                    CodecError::Protocol { .. } | CodecError::ProtocolViolation { .. } => {
+                        DisconnectReason::ProtocolError
+                    }
                     _ => DisconnectReason::MalformedPacket,
                 };
                 self.disconnect(reason).await;
             }
             ConnError::Protocol { code, .. } => {
-                tracing::warn!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
+                tracing::warn!(%peer, client_id = %clip(&self.client_id), %err, "closing MQTT connection");
                 let code = *code;
                 if code != DisconnectReason::KeepAliveTimeout {
                     self.disconnect(code).await;
@@ -374,7 +377,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             | ConnError::Ingest(_)
             | ConnError::Task(_)
             | ConnError::Takeover { .. } => {
-                tracing::error!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
+                tracing::error!(%peer, client_id = %clip(&self.client_id), %err, "closing MQTT connection");
                 self.disconnect(DisconnectReason::UnspecifiedError).await;
             }
         }

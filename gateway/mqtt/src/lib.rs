@@ -5,6 +5,7 @@
 
 mod auth;
 mod broker;
+mod clip;
 /// Public only for tern-bench's `mqtt/wire.rs` tests, which are being removed; private after.
 mod codec;
 mod config;

@@ -4,6 +4,7 @@ mod foundation;
 mod kafka;
 mod log;
 mod mqtt;
+mod mqtt_abuse;
 mod mqtt_auth;
 mod mqtt_delivery;
 mod mqtt_durability;

@@ -8,6 +8,7 @@ use std::collections::VecDeque;
 use tokio::io::AsyncWrite;
 use tokio::task::JoinHandle;
 
+use super::super::clip::clip;
 use super::super::codec::{self, Outgoing, Version};
 use super::super::ingest::{self, Ingested, Outcome, Pending, Reply};
 use super::super::metrics::MqttMetrics;
@@ -64,7 +65,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             }
             Outcome::Full => {
                 MqttMetrics::inc(&metrics.publishes_rejected);
-                tracing::warn!(client_id = %self.client_id, "log full: publish refused");
+                tracing::warn!(client_id = %clip(&self.client_id), "log full: publish refused");
                 match self.version {
                     Version::V5 => self.send_ack(pending.ack, true),
                     Version::V4 => Ok(()),

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use tokio::io::AsyncWrite;
 
 use super::super::broker::cursor_name;
+use super::super::clip::clip;
 use super::super::codec::{OutPublish, Outgoing, PublishProperties, QoS};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
@@ -133,7 +134,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             {
                 Ok(records) => buffer.extend(records),
                 Err(LogError::OffsetOutOfRange { start, .. }) if start > next => {
-                    tracing::warn!(client_id = %self.client_id, ?partition, next, start, "records expired before delivery");
+                    tracing::warn!(client_id = %clip(&self.client_id), ?partition, next, start, "records expired before delivery");
                     self.session.positions.insert(partition.clone(), start);
                     return Ok(true);
                 }

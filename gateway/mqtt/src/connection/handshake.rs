@@ -15,12 +15,17 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::super::broker::Broker;
+use super::super::clip::clip;
 use super::super::codec::{
     self, ConnAckCode, ConnAckProperties, Connect, Incoming, Outgoing, Version,
 };
 use super::super::will::Will;
 use super::{ConnError, Connection, InboundQuota, OutboundAliases, RateLimit, client_limits};
 use tern_log::LogPort;
+
+/// Longest client id accepted, in bytes: a session's cursors are named `mqtt:{id}` and
+/// `mqtt-sent:{id}`, and tern-log's cursor names are at most 1,024 bytes.
+pub(crate) const MAX_CLIENT_ID: usize = 1024 - "mqtt-sent:".len();
 
 /// A refusal: the error and, when the client can understand one, the CONNACK to send.
 pub(super) type Refusal = (ConnError, Option<(Version, ConnAckCode)>);
@@ -45,10 +50,11 @@ pub(super) async fn read_connect<S: LogPort, R: AsyncRead>(
         (ConnError::Codec(err), reply)
     })?;
     let Incoming::Connect(connect) =
-        codec::decode(version, &frame).map_err(|e| (e.into(), None))?
+        codec::decode(version, &frame).map_err(|err| refusal(version, err))?
     else {
         return Err((protocol("first packet is not CONNECT"), None));
     };
+    check_connect(version, &connect)?;
     let open = broker.metrics.connections.load(Ordering::Relaxed);
     if open >= broker.config.max_connections as u64 {
         tracing::warn!(%peer, open, "connection limit reached");
@@ -62,6 +68,32 @@ pub(super) async fn read_connect<S: LogPort, R: AsyncRead>(
         return Err((protocol("empty client id needs clean session"), reply));
     }
     Ok(connect)
+}
+
+/// A CONNECT that does not decode: MQTT 5 clients are told why (0x81 or 0x82), 3.1.1 clients
+/// are closed without CONNACK, as their spec says.
+fn refusal(version: Version, err: codec::CodecError) -> Refusal {
+    let code = match &err {
+        codec::CodecError::ProtocolViolation { .. } => ConnAckCode::ProtocolError,
+        _ => ConnAckCode::MalformedPacket,
+    };
+    let reply = (version == Version::V5).then_some((version, code));
+    (ConnError::Codec(err), reply)
+}
+
+/// What a decoded CONNECT may not ask for: enhanced authentication (MQTT 5 only, which tern
+/// does not offer) and a client id longer than [`MAX_CLIENT_ID`].
+fn check_connect(version: Version, connect: &Connect) -> Result<(), Refusal> {
+    let properties = connect.properties.as_ref();
+    if properties.is_some_and(|p| p.authentication_method.is_some()) {
+        let reply = Some((version, ConnAckCode::BadAuthenticationMethod));
+        return Err((protocol("enhanced authentication is not supported"), reply));
+    }
+    if connect.client_id.len() > MAX_CLIENT_ID {
+        let reply = Some((version, ConnAckCode::ClientIdentifierNotValid));
+        return Err((protocol("client id too long"), reply));
+    }
+    Ok(())
 }
 
 async fn read_frame<S: LogPort, R: AsyncRead>(
@@ -109,7 +141,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         .take_session(&client_id, kick.clone())
         .await
         .map_err(|_| ConnError::Takeover {
-            client_id: client_id.clone(),
+            client_id: clip(&client_id).to_string(),
         })?;
     if connect.clean_start {
         broker.forget_session(&mut session).await?;

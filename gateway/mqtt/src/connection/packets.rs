@@ -6,6 +6,7 @@
 use tokio::io::AsyncWrite;
 
 use super::super::auth::acl::Want;
+use super::super::clip::clip;
 use super::super::codec::{
     DisconnectReason, DisconnectReasonCode, InPublish, Outgoing, QoS, RetainHandling, SubAckCode,
     Subscribe,
@@ -59,7 +60,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// 0x80 and above the end of that delivery.
     async fn delivery_received(&mut self, pkid: u16, reason: u8) -> Result<(), ConnError> {
         if reason >= 0x80 {
-            tracing::debug!(client_id = %self.client_id, pkid, reason, "QoS 2 delivery refused");
+            tracing::debug!(client_id = %clip(&self.client_id), pkid, reason, "QoS 2 delivery refused");
             if self.session.refused(pkid) {
                 self.deliver_more().await?;
             }
@@ -73,7 +74,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     .await?;
             }
             PubRecOutcome::Unknown => {
-                tracing::debug!(client_id = %self.client_id, pkid, "PUBREC for an unknown packet id");
+                tracing::debug!(client_id = %clip(&self.client_id), pkid, "PUBREC for an unknown packet id");
             }
             PubRecOutcome::Released(_) | PubRecOutcome::AlreadyReleased => {}
         }
@@ -113,7 +114,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             Ok(name) => name.to_owned(),
             Err(err) => {
                 MqttMetrics::inc(&self.broker.metrics.publishes_rejected);
-                tracing::warn!(client_id = %self.client_id, %err, "invalid topic name");
+                tracing::warn!(client_id = %clip(&self.client_id), %err, "invalid topic name");
                 return Err(ConnError::Protocol {
                     reason: "invalid topic name",
                     code: DisconnectReason::TopicNameInvalid,
@@ -188,10 +189,10 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             }
             let filter = request.filter;
             if let Err(err) = topic::validate_filter(&filter, &self.broker.limits) {
-                tracing::info!(client_id = %self.client_id, %filter, %err, "subscription refused");
+                tracing::info!(client_id = %clip(&self.client_id), filter = %clip(&filter), %err, "subscription refused");
                 codes.push(SubAckCode::TopicFilterInvalid);
             } else if !self.may(Want::Subscribe, &filter) {
-                tracing::info!(client_id = ?self.client_id, ?filter, "subscription denied by ACL");
+                tracing::info!(client_id = %clip(&self.client_id), filter = %clip(&filter), "subscription denied by ACL");
                 codes.push(SubAckCode::NotAuthorized);
             } else {
                 let granted = request.qos;
