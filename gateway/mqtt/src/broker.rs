@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tokio::sync::{Notify, OwnedMutexGuard};
 
 use super::MqttError;
+use super::admission::Admission;
 use super::auth::Auth;
 use super::clip::clip;
 use super::config::{MqttConfig, RouteConfig};
@@ -87,6 +88,8 @@ pub struct Broker<S> {
     pub(crate) state: Arc<StateLog<S>>,
     pub(crate) retained: Retained<S>,
     pub(crate) auth: Auth,
+    /// Connection slots and sockets waiting for CONNECT.
+    pub(crate) admission: Arc<Admission>,
     /// Shared subscription groups (`$share/…`).
     pub(crate) shared: SharedGroups<S>,
     partitions: HashMap<String, u32>,
@@ -138,6 +141,7 @@ impl<S: LogPort> Broker<S> {
             limits: config.topic_limits(),
             retained: Retained::new(state.clone(), loaded.retained),
             auth,
+            admission: Arc::new(Admission::new(&config)),
             shared,
             log,
             config,

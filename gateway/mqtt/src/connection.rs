@@ -16,6 +16,7 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use super::admission::Handshake;
 use super::auth::Origin;
 use super::broker::{Broker, SessionEntry};
 use super::clip::clip;
@@ -60,12 +61,12 @@ enum Flow {
 }
 
 /// Serves one accepted socket, which came through a listener described by `origin`, until it
-/// closes.
+/// closes; `pending` is its place among the sockets that have not sent CONNECT yet.
 pub async fn serve<S, IO>(
     broker: Arc<Broker<S>>,
     io: IO,
     peer: SocketAddr,
-    origin: Origin,
+    (origin, pending): (Origin, Handshake),
     shutdown: Shutdown,
 ) where
     S: LogPort,
@@ -73,8 +74,16 @@ pub async fn serve<S, IO>(
 {
     let (mut reader, writer) = tokio::io::split(io);
     let mut inbuf = BytesMut::with_capacity(4096);
-    let connect = match handshake::read_connect(&broker, &mut reader, &mut inbuf, peer).await {
-        Ok(connect) => connect,
+    let read = tokio::select! {
+        read = handshake::read_connect(&broker, &mut reader, &mut inbuf, peer) => read,
+        () = pending.evicted() => {
+            tracing::debug!(%peer, "closing a socket that sent no CONNECT to make room");
+            return;
+        }
+    };
+    drop(pending);
+    let (connect, _slot) = match read {
+        Ok(read) => read,
         Err((err, reply)) => {
             refuse(&broker, writer, reply, peer, &err).await;
             return;
@@ -147,6 +156,7 @@ pub struct Connection<S: LogPort, W> {
     /// Partitions whose next record (at the offset given) waits for a "sent up to" lease
     /// (`lease.rs`).
     lease_due: BTreeMap<PartitionId, u64>,
+    /// How long the client may stay silent before it is closed.
     keep_alive: Option<Duration>,
     last_packet: Instant,
     /// The client's Receive Maximum for our QoS 1 deliveries.
@@ -207,7 +217,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             // While tern itself stops reading (rate limit), the client's pings wait unread.
             let deadline = match throttled {
                 Some(_) => None,
-                None => self.keep_alive.map(|k| self.last_packet + k.mul_f32(1.5)),
+                None => self.keep_alive.map(|k| self.last_packet + k),
             };
             let can_read = throttled.is_none()
                 && self.pending.len() < usize::from(self.broker.config.inflight) * 2;

@@ -17,6 +17,7 @@ pub struct MqttMetrics {
     pub(crate) publishes_rejected: AtomicU64,
     pub(crate) malformed_packets: AtomicU64,
     pub(crate) keep_alive_timeouts: AtomicU64,
+    pub(crate) pending_evicted: AtomicU64,
 }
 
 impl MqttMetrics {
@@ -35,7 +36,7 @@ impl MqttMetrics {
 
 impl MetricsSource for MqttMetrics {
     fn render(&self, out: &mut String) {
-        let families: [(&str, &str, &str, &AtomicU64); 9] = [
+        let families: [(&str, &str, &str, &AtomicU64); 10] = [
             (
                 "tern_mqtt_connections",
                 "gauge",
@@ -90,6 +91,12 @@ impl MetricsSource for MqttMetrics {
                 "Connections closed after 1.5 times the keep alive without a packet.",
                 &self.keep_alive_timeouts,
             ),
+            (
+                "tern_mqtt_pending_evicted_total",
+                "counter",
+                "Sockets closed before CONNECT to make room (mqtt.max_pending_connections).",
+                &self.pending_evicted,
+            ),
         ];
         for (name, kind, help, value) in families {
             write_single(out, name, kind, help, value.load(Ordering::Relaxed));
@@ -111,6 +118,6 @@ mod tests {
             out.contains("tern_mqtt_publishes_received_total 1\n"),
             "{out}"
         );
-        assert_eq!(out.matches("# TYPE").count(), 9);
+        assert_eq!(out.matches("# TYPE").count(), 10);
     }
 }

@@ -5,6 +5,7 @@ mod kafka;
 mod log;
 mod mqtt;
 mod mqtt_abuse;
+mod mqtt_abuse_limits;
 mod mqtt_auth;
 mod mqtt_delivery;
 mod mqtt_durability;

@@ -5,7 +5,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -14,6 +13,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::super::admission::Slot;
 use super::super::broker::Broker;
 use super::super::clip::clip;
 use super::super::codec::{
@@ -36,7 +36,7 @@ pub(super) async fn read_connect<S: LogPort, R: AsyncRead>(
     reader: &mut ReadHalf<R>,
     inbuf: &mut BytesMut,
     peer: SocketAddr,
-) -> Result<Box<Connect>, Refusal> {
+) -> Result<(Box<Connect>, Slot), Refusal> {
     let limit = broker.config.connect_timeout.0;
     let frame = tokio::time::timeout(limit, read_frame(broker, reader, inbuf))
         .await
@@ -55,19 +55,18 @@ pub(super) async fn read_connect<S: LogPort, R: AsyncRead>(
         return Err((protocol("first packet is not CONNECT"), None));
     };
     check_connect(version, &connect)?;
-    let open = broker.metrics.connections.load(Ordering::Relaxed);
-    if open >= broker.config.max_connections as u64 {
-        tracing::warn!(%peer, open, "connection limit reached");
+    let Some(slot) = broker.admission.reserve() else {
+        tracing::warn!(%peer, "connection limit reached");
         return Err((
             protocol("connection limit reached"),
             Some((version, ConnAckCode::ServerBusy)),
         ));
-    }
+    };
     if connect.client_id.is_empty() && version == Version::V4 && !connect.clean_start {
         let reply = Some((version, ConnAckCode::ClientIdentifierNotValid));
         return Err((protocol("empty client id needs clean session"), reply));
     }
-    Ok(connect)
+    Ok((connect, slot))
 }
 
 /// A CONNECT that does not decode: MQTT 5 clients are told why (0x81 or 0x82), 3.1.1 clients
@@ -242,7 +241,8 @@ fn session_expiry<S: LogPort>(broker: &Broker<S>, connect: &Connect) -> (u32, bo
     }
 }
 
-/// The enforced keep alive and, for MQTT 5, the Server Keep Alive to announce.
+/// How long the client may stay silent (1.5 times its keep alive; for a 3.1.1 client that
+/// asked for none, `mqtt.idle_timeout`) and, for MQTT 5, the Server Keep Alive to announce.
 fn keep_alive<S: LogPort>(
     broker: &Broker<S>,
     connect: &Connect,
@@ -250,14 +250,16 @@ fn keep_alive<S: LogPort>(
     let max = u16::try_from(broker.config.max_keep_alive.0.as_secs()).unwrap_or(u16::MAX);
     let asked = connect.keep_alive;
     match connect.version {
-        Version::V4 => ((asked > 0).then(|| secs(asked)), None),
+        Version::V4 if asked == 0 => (Some(broker.config.idle_timeout.0), None),
+        Version::V4 => (Some(silence(asked)), None),
         Version::V5 if asked == 0 || asked > max => {
-            (Some(secs(max)).filter(|_| max > 0), Some(max))
+            (Some(silence(max)).filter(|_| max > 0), Some(max))
         }
-        Version::V5 => (Some(secs(asked)), None),
+        Version::V5 => (Some(silence(asked)), None),
     }
 }
 
-fn secs(value: u16) -> Duration {
-    Duration::from_secs(u64::from(value))
+/// 1.5 times a keep alive of `value` seconds.
+fn silence(value: u16) -> Duration {
+    Duration::from_millis(u64::from(value) * 1500)
 }

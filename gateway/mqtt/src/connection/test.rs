@@ -62,10 +62,13 @@ impl Harness {
             self.broker.clone(),
             server,
             peer,
-            Origin {
-                loopback_listener: true,
-                cert_identity: None,
-            },
+            (
+                Origin {
+                    loopback_listener: true,
+                    cert_identity: None,
+                },
+                self.broker.admission.handshake().0,
+            ),
             self.shutdown.clone(),
         ));
         (client, task)
