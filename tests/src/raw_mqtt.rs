@@ -159,6 +159,22 @@ impl RawClient {
         Ok(Self { stream, v5 })
     }
 
+    /// [`RawClient::open`] from the loopback address `local` (any of 127.0.0.0/8), so one test
+    /// can play clients from many addresses.
+    pub fn open_from(local: std::net::IpAddr, addr: SocketAddr, v5: bool) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()?;
+        let stream = runtime.block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(SocketAddr::new(local, 0))?;
+            socket.connect(addr).await?.into_std()
+        })?;
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Self { stream, v5 })
+    }
+
     /// Reads CONNACK; fails unless it reports success, else returns its body.
     fn connack(mut self) -> anyhow::Result<(Self, Vec<u8>)> {
         let (first, connack) = self.read_packet()?;

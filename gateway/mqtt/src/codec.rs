@@ -441,6 +441,8 @@ pub enum ConnAckCode {
     ProtocolError,
     /// MQTT 5 only (0x8C): tern offers no enhanced authentication.
     BadAuthenticationMethod,
+    /// MQTT 5: 0x9F; MQTT 3.1.1: "server unavailable".
+    ConnectionRateExceeded,
     ServerUnavailable,
     NotAuthorized,
     BadUserNamePassword,
@@ -550,9 +552,13 @@ fn connack_code(version: Version, code: ConnAckCode) -> protocol::ConnectReturnC
         (Version::V4, ConnAckCode::UnsupportedProtocolVersion) => C::RefusedProtocolVersion,
         (Version::V5, ConnAckCode::UnsupportedProtocolVersion) => C::UnsupportedProtocolVersion,
         (_, ConnAckCode::ClientIdentifierNotValid) => C::ClientIdentifierNotValid,
-        (Version::V4, ConnAckCode::ServerUnavailable | ConnAckCode::ServerBusy) => {
-            C::ServiceUnavailable
-        }
+        (
+            Version::V4,
+            ConnAckCode::ServerUnavailable
+            | ConnAckCode::ServerBusy
+            | ConnAckCode::ConnectionRateExceeded,
+        ) => C::ServiceUnavailable,
+        (Version::V5, ConnAckCode::ConnectionRateExceeded) => C::ConnectionRateExceeded,
         (Version::V5, ConnAckCode::ServerUnavailable) => C::ServerUnavailable,
         (Version::V5, ConnAckCode::ServerBusy) => C::ServerBusy,
         (Version::V5, ConnAckCode::MalformedPacket) => C::MalformedPacket,

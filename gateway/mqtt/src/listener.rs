@@ -120,6 +120,7 @@ async fn serve_socket<S: LogPort>(
     let mut origin = Origin {
         loopback_listener: transport.loopback,
         cert_identity: None,
+        peer: Some(peer.ip()),
     };
     let Some(server) = &transport.tls else {
         connection::serve(broker, socket, peer, (origin, pending), shutdown).await;

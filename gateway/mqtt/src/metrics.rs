@@ -18,6 +18,7 @@ pub struct MqttMetrics {
     pub(crate) malformed_packets: AtomicU64,
     pub(crate) keep_alive_timeouts: AtomicU64,
     pub(crate) pending_evicted: AtomicU64,
+    pub(crate) logins_throttled: AtomicU64,
 }
 
 impl MqttMetrics {
@@ -36,7 +37,7 @@ impl MqttMetrics {
 
 impl MetricsSource for MqttMetrics {
     fn render(&self, out: &mut String) {
-        let families: [(&str, &str, &str, &AtomicU64); 10] = [
+        let families: [(&str, &str, &str, &AtomicU64); 11] = [
             (
                 "tern_mqtt_connections",
                 "gauge",
@@ -97,6 +98,12 @@ impl MetricsSource for MqttMetrics {
                 "Sockets closed before CONNECT to make room (mqtt.max_pending_connections).",
                 &self.pending_evicted,
             ),
+            (
+                "tern_mqtt_logins_throttled_total",
+                "counter",
+                "Logins refused unchecked: the address failed too often (backoff).",
+                &self.logins_throttled,
+            ),
         ];
         for (name, kind, help, value) in families {
             write_single(out, name, kind, help, value.load(Ordering::Relaxed));
@@ -118,6 +125,6 @@ mod tests {
             out.contains("tern_mqtt_publishes_received_total 1\n"),
             "{out}"
         );
-        assert_eq!(out.matches("# TYPE").count(), 10);
+        assert_eq!(out.matches("# TYPE").count(), 11);
     }
 }

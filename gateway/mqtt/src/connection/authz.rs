@@ -15,6 +15,7 @@ use super::super::codec::{
     ConnAckCode, Connect, DisconnectReason, InPublish, Outgoing, PubAckReason, PubRecReason, QoS,
 };
 use super::super::ingest::{Pending, Reply};
+use super::super::metrics::MqttMetrics;
 use super::handshake::Refusal;
 use super::{ConnError, Connection};
 use tern_log::LogPort;
@@ -42,6 +43,10 @@ pub(super) async fn authenticate<S: LogPort>(
             let reason = match code {
                 ConnAckCode::BadUserNamePassword => "bad username or password",
                 ConnAckCode::ServerUnavailable => "password check timed out",
+                ConnAckCode::ConnectionRateExceeded => {
+                    MqttMetrics::inc(&broker.metrics.logins_throttled);
+                    "too many failed logins from this address"
+                }
                 _ => "not authorized",
             };
             // Never the attempted username: a mistyped password often ends up in it.

@@ -66,6 +66,7 @@ impl Harness {
                 Origin {
                     loopback_listener: true,
                     cert_identity: None,
+                    peer: None,
                 },
                 self.broker.admission.handshake().0,
             ),
