@@ -262,7 +262,14 @@ impl<S: LogPort> Broker<S> {
                     .put_qos2(&session.client_id, *pkid, false)
                     .await?;
             }
-            self.state.put_session(&session.client_id, None).await?;
+            let filters: Vec<String> = session
+                .subscriptions
+                .iter()
+                .map(|s| s.filter.clone())
+                .collect();
+            self.state
+                .delete_session(&session.client_id, &filters)
+                .await?;
             self.log
                 .remove_cursors(&cursor_name(&session.client_id))
                 .await?;

@@ -1,8 +1,12 @@
 //! The MQTT server's own durable state — retained messages, persistent sessions' subscriptions,
 //! incoming QoS 2 packet ids awaiting PUBREL and outgoing QoS 2 deliveries awaiting PUBCOMP —
 //! kept append-only in the internal log topic `__mqtt_state` (partition 0). Each record is a key
-//! (`retained/{topic}`, `session/{client}`, `qos2/{client}/{pkid}`, `qos2out/{client}/{pkid}`)
-//! and a value; the latest record per key wins and an empty value deletes.
+//! (`retained/{topic}`, `session/{client}`, `sub/{client}\0{filter}`, `qos2/{client}/{pkid}`,
+//! `qos2out/{client}/{pkid}`) and a value; the latest record per key wins and an empty value
+//! deletes. A session's record holds its expiry and all its subscriptions as of its last
+//! CONNECT; each SUBSCRIBE or UNSUBSCRIBE after it appends only the filters it changed as
+//! `sub/` records (NUL cannot occur in a client id or a filter), folded over the session's
+//! record at startup, so a session of n subscriptions costs O(n) bytes, not O(n²).
 //! At startup the topic is folded into memory. Writes are serialized so the in-memory view and
 //! the durable order agree. Compaction is append-only too: when dead records outnumber live
 //! ones, every live record is appended again as a snapshot and the cursor `mqtt-state` moves to
@@ -105,6 +109,9 @@ pub struct Loaded {
     qos2: HashMap<String, HashSet<u16>>,
     /// Released outgoing QoS 2 deliveries per client, merged into `sessions` at the end.
     released: HashMap<String, BTreeMap<u16, Released>>,
+    /// Subscription changes since each client's session record (`None`: unsubscribed),
+    /// merged into `sessions` at the end.
+    subscriptions: HashMap<String, BTreeMap<String, Option<StoredSubscription>>>,
 }
 
 /// Serialized writer of the state topic.
@@ -164,6 +171,11 @@ impl<S: LogPort> StateLog<S> {
                 session.released = released;
             }
         }
+        for (client, changes) in std::mem::take(&mut loaded.subscriptions) {
+            if let Some(session) = loaded.sessions.get_mut(&client) {
+                merge_subscriptions(session, changes);
+            }
+        }
         *self.lock_live() = live;
         Ok(loaded)
     }
@@ -217,23 +229,29 @@ impl<S: LogPort> StateLog<S> {
 
     /// Durably appends a keyed record (an empty value deletes its key), then runs `apply` while still holding
     /// the writer, so memory follows the durable order.
-    pub async fn put<T>(
+    pub async fn put<T>(&self, record: Record, apply: impl FnOnce() -> T) -> Result<T, StateError> {
+        self.put_all(vec![record], apply).await
+    }
+
+    /// [`StateLog::put`] of several records in one append.
+    async fn put_all<T>(
         &self,
-        mut record: Record,
+        mut records: Vec<Record>,
         apply: impl FnOnce() -> T,
     ) -> Result<T, StateError> {
         let _guard = self.writer.lock().await;
-        if record.timestamp_ms == 0 {
-            record.timestamp_ms = super::message::now_ms();
+        let now = super::message::now_ms();
+        for record in records.iter_mut().filter(|r| r.timestamp_ms == 0) {
+            record.timestamp_ms = now;
         }
-        self.log
-            .append(STATE_TOPIC, 0, vec![record.clone()])
-            .await?;
+        self.log.append(STATE_TOPIC, 0, records.clone()).await?;
         let result = apply();
         {
             let mut live = self.lock_live();
-            live.appended += 1;
-            live.remember(record);
+            live.appended += records.len() as u64;
+            for record in records {
+                live.remember(record);
+            }
         }
         if let Err(err) = self.compact_if_due().await {
             tracing::warn!(%err, "MQTT state compaction failed; will retry");
@@ -266,6 +284,44 @@ impl<S: LogPort> StateLog<S> {
         };
         self.put(plain(format!("session/{client_id}"), value), || ())
             .await
+    }
+
+    /// Stores what a SUBSCRIBE or UNSUBSCRIBE changed in a persistent session: each filter's
+    /// new subscription, or `None` for one removed.
+    pub async fn put_subscriptions(
+        &self,
+        client_id: &str,
+        changes: &[(String, Option<StoredSubscription>)],
+    ) -> Result<(), StateError> {
+        let mut records = Vec::with_capacity(changes.len());
+        for (filter, subscription) in changes {
+            let value = match subscription {
+                Some(s) => serde_json::to_vec(s).map_err(|source| StateError::Encode {
+                    what: "subscription",
+                    source,
+                })?,
+                None => Vec::new(),
+            };
+            records.push(plain(subscription_key(client_id, filter), value));
+        }
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.put_all(records, || ()).await
+    }
+
+    /// Deletes a session: its subscription records, then its own record, in one append.
+    pub async fn delete_session(
+        &self,
+        client_id: &str,
+        filters: &[String],
+    ) -> Result<(), StateError> {
+        let mut records: Vec<Record> = filters
+            .iter()
+            .map(|filter| plain(subscription_key(client_id, filter), Vec::new()))
+            .collect();
+        records.push(plain(format!("session/{client_id}"), Vec::new()));
+        self.put_all(records, || ()).await
     }
 
     /// Marks an incoming QoS 2 packet id as received (`true`) or released (`false`).
@@ -325,6 +381,35 @@ fn plain(key: String, value: Vec<u8>) -> Record {
     }
 }
 
+fn subscription_key(client_id: &str, filter: &str) -> String {
+    format!("sub/{client_id}\0{filter}")
+}
+
+/// Applies subscription changes made after a session's record to it.
+fn merge_subscriptions(
+    session: &mut StoredSession,
+    changes: BTreeMap<String, Option<StoredSubscription>>,
+) {
+    for (filter, change) in changes {
+        let at = session
+            .subscriptions
+            .iter()
+            .position(|s| s.filter == filter);
+        match (change, at) {
+            (Some(new), Some(at)) => {
+                if let Some(old) = session.subscriptions.get_mut(at) {
+                    *old = new;
+                }
+            }
+            (Some(new), None) => session.subscriptions.push(new),
+            (None, Some(at)) => {
+                session.subscriptions.remove(at);
+            }
+            (None, None) => {}
+        }
+    }
+}
+
 fn retained_key(topic: &str) -> String {
     format!("retained/{topic}")
 }
@@ -356,6 +441,16 @@ fn apply(loaded: &mut Loaded, record: &Record) {
                 loaded.released.remove(client);
             }
         }
+        // The record holds every subscription up to now; changes before it are in it. (In a
+        // compaction snapshot the `sub/` keys follow it and re-apply what it already holds.)
+        loaded.subscriptions.remove(client);
+    } else if let Some(rest) = key.strip_prefix("sub/") {
+        let Some((client, filter)) = rest.split_once('\0') else {
+            return;
+        };
+        let change = serde_json::from_slice::<StoredSubscription>(&record.value).ok();
+        let changes = loaded.subscriptions.entry(client.to_owned()).or_default();
+        changes.insert(filter.to_owned(), change);
     } else if let Some(rest) = key.strip_prefix("qos2out/") {
         apply_released(loaded, rest, &record.value);
     } else if let Some(rest) = key.strip_prefix("qos2/") {

@@ -114,3 +114,42 @@ fn mqtt311_keep_alive_zero_clients_are_closed_after_the_idle_timeout() -> anyhow
     )?;
     gateway.stop()
 }
+
+#[test]
+fn a_thousand_subscribes_on_one_persistent_session_write_linear_bytes() -> anyhow::Result<()> {
+    let dir = TempDir::new("mqtt-abuse-session")?;
+    let listen = tern_tests::free_port()?;
+    let options = ServeOptions {
+        mqtt_listen: Some(listen),
+        ..ServeOptions::default()
+    };
+    let data = dir.path().join("data");
+    let mut gateway = Gateway::start(&data, &options)?;
+    let mut client = RawClient::connect(gateway.mqtt, "many-subs", 60, false, false)?;
+    let written = |gateway: &Gateway| -> anyhow::Result<u64> {
+        gateway
+            .metric_sum("tern_log_bytes_written_total", "")?
+            .context("no tern_log_bytes_written_total")
+    };
+    let before = written(&gateway)?;
+    for i in 0..1000u16 {
+        let filter = format!("sensors/{i:04}/+/temperature");
+        assert_eq!(client.subscribe(&filter, 1, i + 1)?, 1, "{filter}");
+    }
+    let bytes = written(&gateway)? - before;
+    eprintln!("1,000 SUBSCRIBEs wrote {bytes} bytes to the log");
+    assert!(bytes < 1024 * 1024, "1,000 SUBSCRIBEs wrote {bytes} bytes");
+    client.disconnect()?;
+    gateway.stop()?;
+    // After a restart the session holds every subscription.
+    let mut gateway = Gateway::start(&data, &options)?;
+    let mut client = RawClient::connect(gateway.mqtt, "many-subs", 60, false, false)?;
+    let mut publisher = RawClient::connect(gateway.mqtt, "publisher", 60, true, false)?;
+    for i in [0, 517, 999] {
+        let topic = format!("sensors/{i:04}/x/temperature");
+        assert_eq!(publisher.publish_qos1(&topic, b"21.5", 1)?, 0);
+        let received = client.next_publish()?;
+        assert_eq!(received.topic, topic);
+    }
+    gateway.stop()
+}

@@ -15,6 +15,7 @@ use super::super::ingest::{Pending, ack_for};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
 use super::super::session::{Matched, PubRecOutcome, Subscription};
+use super::super::state::StoredSubscription;
 use super::super::topic;
 use super::super::topic::is_shared;
 use super::{ConnError, Connection, Flow};
@@ -182,9 +183,15 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     async fn subscribe(&mut self, subscribe: Subscribe) -> Result<(), ConnError> {
         let mut codes = Vec::with_capacity(subscribe.filters.len());
         let mut retained_for = Vec::new();
+        let mut changed = Vec::new();
         for request in subscribe.filters {
             if is_shared(&request.filter) {
-                codes.push(self.subscribe_shared(request, subscribe.id).await?);
+                let filter = request.filter.clone();
+                let code = self.subscribe_shared(request, subscribe.id).await?;
+                if matches!(code, SubAckCode::Granted(_)) {
+                    changed.push(filter);
+                }
+                codes.push(code);
                 continue;
             }
             let filter = request.filter;
@@ -204,6 +211,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     id: subscribe.id,
                 };
                 let new = self.session.subscribe(subscription);
+                changed.push(filter.clone());
                 codes.push(SubAckCode::Granted(granted));
                 let send_retained = match request.retain_handling {
                     RetainHandling::OnSubscribe => true,
@@ -221,7 +229,19 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             }
         }
         self.track_partitions().await?;
-        self.save_session().await?;
+        let changes = changed
+            .into_iter()
+            .map(|filter| {
+                let now = self
+                    .session
+                    .subscriptions
+                    .iter()
+                    .find(|s| s.filter == filter);
+                let stored = now.map(|s| s.to_stored());
+                (filter, stored)
+            })
+            .collect();
+        self.save_subscriptions(changes).await?;
         self.send(Outgoing::SubAck {
             pkid: subscribe.pkid,
             codes,
@@ -235,28 +255,42 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     }
 
     async fn unsubscribe(&mut self, pkid: u16, filters: &[String]) -> Result<(), ConnError> {
+        let mut changes = Vec::new();
         for filter in filters {
-            self.session.unsubscribe(filter);
+            if self.session.unsubscribe(filter) {
+                changes.push((filter.clone(), None));
+            }
             if is_shared(filter) {
                 self.unsubscribe_shared(filter).await?;
             }
         }
-        self.save_session().await?;
+        self.save_subscriptions(changes).await?;
         self.send(Outgoing::UnsubAck {
             pkid,
             count: filters.len(),
         })
     }
 
-    /// Durably stores a persistent session's subscriptions.
-    async fn save_session(&mut self) -> Result<(), ConnError> {
+    /// Durably stores what changed in a persistent session's subscriptions (the session's
+    /// own record was written at CONNECT).
+    async fn save_subscriptions(
+        &mut self,
+        changes: Vec<(String, Option<StoredSubscription>)>,
+    ) -> Result<(), ConnError> {
         if self.session.persistent() {
-            let stored = self.session.to_stored();
+            if !self.session.stored {
+                let stored = self.session.to_stored();
+                self.broker
+                    .state
+                    .put_session(&self.client_id, Some(&stored))
+                    .await?;
+                self.session.stored = true;
+                return Ok(());
+            }
             self.broker
                 .state
-                .put_session(&self.client_id, Some(&stored))
+                .put_subscriptions(&self.client_id, &changes)
                 .await?;
-            self.session.stored = true;
         }
         Ok(())
     }
