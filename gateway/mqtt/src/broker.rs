@@ -18,7 +18,7 @@ use super::auth::Auth;
 use super::clip::clip;
 use super::config::{MqttConfig, RouteConfig};
 use super::metrics::MqttMetrics;
-use super::retained::Retained;
+use super::retained::{Retained, RetainedLimits};
 use super::router::PartitionId;
 use super::router::Router;
 use super::session::{NEVER_EXPIRES, Session};
@@ -139,7 +139,15 @@ impl<S: LogPort> Broker<S> {
             .collect();
         Ok(Arc::new(Self {
             limits: config.topic_limits(),
-            retained: Retained::new(state.clone(), loaded.retained),
+            retained: Retained::new(
+                state.clone(),
+                loaded.retained,
+                RetainedLimits {
+                    count: config.max_retained,
+                    bytes: config.max_retained_bytes.0,
+                },
+                metrics.clone(),
+            ),
             auth,
             admission: Arc::new(Admission::new(&config)),
             shared,

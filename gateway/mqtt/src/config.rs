@@ -52,6 +52,12 @@ pub struct MqttConfig {
     /// An MQTT 3.1.1 client that asked for keep alive 0 (no timeout) is closed after this long
     /// without a packet. (MQTT 5 clients asking for 0 are told `max_keep_alive` instead.)
     pub idle_timeout: HumanDuration,
+    /// Most retained messages (topics) kept; a retained publish on a new topic beyond it is
+    /// refused (MQTT 5: reason 0x97 "quota exceeded").
+    pub max_retained: usize,
+    /// Most bytes (topic and payload) of all retained messages; a retained publish that would
+    /// exceed it is refused like one past `max_retained`. Retained messages are held in RAM.
+    pub max_retained_bytes: ByteSize,
     /// Longest session expiry: MQTT 5 clients asking for more get this, and MQTT 3.1.1
     /// persistent sessions expire after it, so a device that never returns cannot pin the log.
     pub max_session_expiry: HumanDuration,
@@ -87,6 +93,8 @@ impl Default for MqttConfig {
             max_keep_alive: HumanDuration(std::time::Duration::from_secs(3600)),
             connect_timeout: HumanDuration(std::time::Duration::from_secs(10)),
             idle_timeout: HumanDuration(std::time::Duration::from_secs(3600)),
+            max_retained: 10_000,
+            max_retained_bytes: ByteSize(16 * 1024 * 1024),
             max_session_expiry: HumanDuration(std::time::Duration::from_secs(7 * 24 * 3600)),
             default_log_topic: "mqtt".to_owned(),
             shared_strategy: SharedStrategy::RoundRobin,
@@ -122,6 +130,8 @@ impl MqttConfig {
                 "mqtt.max_pending_connections",
             ),
             (self.idle_timeout.0.is_zero(), "mqtt.idle_timeout"),
+            (self.max_retained == 0, "mqtt.max_retained"),
+            (self.max_retained_bytes.0 == 0, "mqtt.max_retained_bytes"),
             (self.inflight == 0, "mqtt.inflight"),
             (self.max_queued_bytes.0 < packet, "mqtt.max_queued_bytes"),
             (self.max_topic_length == 0, "mqtt.max_topic_length"),

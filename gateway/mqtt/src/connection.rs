@@ -25,7 +25,7 @@ use super::error::ConnError;
 use super::ingest::{Ingested, Pending, Turn};
 use super::metrics::MqttMetrics;
 use super::router::PartitionId;
-use super::session::Session;
+use super::session::{Matched, Session};
 use super::shared::{Delivery, Memberships};
 use super::will::Will;
 use out_alias::OutboundAliases;
@@ -46,6 +46,7 @@ mod out_alias;
 mod packets;
 mod quota;
 mod rate;
+mod retained;
 mod share;
 #[cfg(test)]
 mod test;
@@ -178,6 +179,9 @@ pub struct Connection<S: LogPort, W> {
     rate: RateLimit,
     /// The shared groups this connection is a member of.
     groups: Memberships,
+    /// Retained messages still to send for new subscriptions: the filter, how it matched,
+    /// and the last topic sent (`retained.rs`).
+    retained_due: VecDeque<(String, Matched, Option<String>)>,
 }
 
 impl<S: LogPort, W> std::fmt::Debug for Connection<S, W> {

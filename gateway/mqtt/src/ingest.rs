@@ -29,6 +29,12 @@ pub enum Reply {
         pkid: u16,
         exactly_once: bool,
     },
+    /// A retained publish past `mqtt.max_retained(_bytes)`: MQTT 5 gets reason 0x97 "quota
+    /// exceeded", MQTT 3.1.1 a plain ack. The message was never stored.
+    QuotaExceeded {
+        pkid: u16,
+        exactly_once: bool,
+    },
 }
 
 /// One publish waiting to be stored.

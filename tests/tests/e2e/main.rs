@@ -7,6 +7,7 @@ mod mqtt;
 mod mqtt_abuse;
 mod mqtt_abuse_limits;
 mod mqtt_abuse_logins;
+mod mqtt_abuse_retained;
 mod mqtt_auth;
 mod mqtt_delivery;
 mod mqtt_durability;

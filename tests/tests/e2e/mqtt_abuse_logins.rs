@@ -71,7 +71,7 @@ fn login(
 }
 
 /// A `/proc/PID/status` field in KiB.
-fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
+pub(crate) fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()

@@ -79,7 +79,9 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         // The Receive Maximum quota of a publish ends with its PUBACK, or with a refusing
         // PUBREC; an accepted QoS 2 publish holds it until PUBCOMP.
         match ack {
-            Reply::PubAck(pkid) | Reply::NotAuthorized { pkid, .. } => self.inbound.release(pkid),
+            Reply::PubAck(pkid)
+            | Reply::NotAuthorized { pkid, .. }
+            | Reply::QuotaExceeded { pkid, .. } => self.inbound.release(pkid),
             Reply::PubRec(pkid) if quota_exceeded => self.inbound.release(pkid),
             Reply::PubRec(_) | Reply::None => {}
         }
@@ -103,6 +105,17 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             }
             Reply::NotAuthorized { pkid, exactly_once } => {
                 self.send_not_authorized(pkid, exactly_once)
+            }
+            Reply::QuotaExceeded {
+                pkid,
+                exactly_once: true,
+            } => {
+                let reason = codec::PubRecReason::QuotaExceeded;
+                self.send(Outgoing::PubRec { pkid, reason })
+            }
+            Reply::QuotaExceeded { pkid, .. } => {
+                let reason = codec::PubAckReason::QuotaExceeded;
+                self.send(Outgoing::PubAck { pkid, reason })
             }
         }
     }

@@ -25,7 +25,7 @@ use tern_log::{LogError, LogPort, StoredRecord};
 /// connection's read-ahead buffer instead of being read again.
 const READ_BYTES: usize = 32 * 1024;
 /// Outgoing bytes buffered before the socket must take them.
-const OUT_HIGH_WATER: usize = 64 * 1024;
+pub(super) const OUT_HIGH_WATER: usize = 64 * 1024;
 
 impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Resends unacknowledged deliveries (PUBLISH with DUP and its full topic, or PUBREL once

@@ -198,6 +198,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         turn: None,
         rate: RateLimit::new(broker.config.max_publish_rate),
         groups: Default::default(),
+        retained_due: VecDeque::new(),
         writer,
         broker,
     };

@@ -133,7 +133,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
 
     /// Queues a publish whose topic name is known and valid.
     fn publish_named(&mut self, publish: InPublish, name: String) -> Result<(), ConnError> {
-        if !self.admit_publish(&publish, &name) {
+        if !self.admit_publish(&publish, &name) || !self.admit_retained(&publish, &name) {
             return Ok(());
         }
         let ack = ack_for(publish.qos, publish.pkid);
@@ -247,9 +247,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             codes,
         })?;
         for (filter, matched) in retained_for {
-            for message in self.broker.retained.matching(&filter) {
-                self.deliver(message, &matched, None)?;
-            }
+            self.queue_retained(filter, matched);
         }
         self.deliver_more().await
     }
@@ -257,6 +255,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     async fn unsubscribe(&mut self, pkid: u16, filters: &[String]) -> Result<(), ConnError> {
         let mut changes = Vec::new();
         for filter in filters {
+            self.retained_due.retain(|(queued, ..)| queued != filter);
             if self.session.unsubscribe(filter) {
                 changes.push((filter.clone(), None));
             }
