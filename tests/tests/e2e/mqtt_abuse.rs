@@ -20,11 +20,20 @@ pub(crate) fn gateway(dir: &TempDir, config: &str) -> anyhow::Result<Gateway> {
     Gateway::start(&dir.path().join("data"), &options)
 }
 
-fn field(out: &mut Vec<u8>, bytes: &[u8]) {
+/// A length-prefixed MQTT string or binary field.
+pub(crate) fn field(out: &mut Vec<u8>, bytes: &[u8]) {
     let len = u16::try_from(bytes.len()).unwrap_or(u16::MAX);
-    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&wire_u16(len));
     out.extend_from_slice(bytes);
 }
+
+/// A two-byte integer as MQTT writes it (most significant byte first).
+pub(crate) fn wire_u16(value: u16) -> [u8; 2] {
+    [(value >> 8) as u8, value as u8]
+}
+
+/// A CONNECT case: what it breaks, its flags, properties and client id, the reason code.
+type ConnectCase = (&'static str, u8, &'static [u8], &'static [u8], u8);
 
 /// A CONNECT body: protocol `level`, `flags`, MQTT 5 `properties` (level 5 only), the client
 /// id, and a username/password when their flags are set.
@@ -81,7 +90,7 @@ const CLEAN: u8 = 0x02;
 fn every_mqtt5_violation_closes_with_its_reason_code() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-abuse-codes")?;
     let mut gateway = gateway(&dir, "")?;
-    let connects: [(&str, u8, &[u8], &[u8], u8); 7] = [
+    let connects: [ConnectCase; 7] = [
         (
             "duplicated property",
             CLEAN,

@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use tern_tests::raw_mqtt::RawClient;
 use tern_tests::{Gateway, TempDir, tern_binary, wait_until};
 
-use super::mqtt_abuse::gateway;
+use super::mqtt_abuse::{field, gateway};
 
 fn tern_passwd(file: &Path, user: &str, password: &str) -> anyhow::Result<()> {
     let mut child = Command::new(tern_binary()?)
@@ -50,10 +50,6 @@ fn login(
     user: &str,
     password: &str,
 ) -> anyhow::Result<u8> {
-    let field = |out: &mut Vec<u8>, bytes: &[u8]| {
-        out.extend_from_slice(&u16::try_from(bytes.len()).unwrap_or(0).to_be_bytes());
-        out.extend_from_slice(bytes);
-    };
     let mut body = Vec::new();
     field(&mut body, b"MQTT");
     body.extend_from_slice(&[5, 0xc2, 0, 60, 0]);

@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use tern_tests::TempDir;
 use tern_tests::raw_mqtt::RawClient;
 
-use super::mqtt_abuse::gateway;
+use super::mqtt_abuse::{gateway, wire_u16};
 
 /// Publishes `count` retained QoS 1 messages of `size` bytes on `{prefix}/{i}`; returns each
 /// PUBACK's reason code.
@@ -83,7 +83,7 @@ fn retained_messages_on_subscribe_respect_receive_maximum_and_memory() -> anyhow
         10,
         "publishes in flight beyond Receive Maximum 10"
     );
-    slow.write_packet(0x40, &unacked[0].to_be_bytes())?;
+    slow.write_packet(0x40, &wire_u16(unacked[0]))?;
     assert!(
         slow.next_publish_unacked().is_ok(),
         "a PUBACK makes room for one more"

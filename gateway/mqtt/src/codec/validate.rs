@@ -307,15 +307,15 @@ mod tests {
     fn encode(properties: &[Property<'_>]) -> Vec<u8> {
         let mut out = Vec::new();
         let field = |out: &mut Vec<u8>, bytes: &[u8]| {
-            out.extend_from_slice(&(bytes.len() as u16).to_be_bytes());
+            out.extend_from_slice(&[(bytes.len() >> 8) as u8, bytes.len() as u8]);
             out.extend_from_slice(bytes);
         };
         for property in properties {
             out.push(property.id);
             match property.value {
                 Value::Byte(b) => out.push(b),
-                Value::U16(v) => out.extend_from_slice(&v.to_be_bytes()),
-                Value::U32(v) => out.extend_from_slice(&v.to_be_bytes()),
+                Value::U16(v) => out.extend_from_slice(&[(v >> 8) as u8, v as u8]),
+                Value::U32(v) => out.extend([24, 16, 8, 0].map(|s| (v >> s) as u8)),
                 Value::VarInt(mut v) => loop {
                     let byte = (v % 128) as u8;
                     v /= 128;
