@@ -3,9 +3,9 @@
 //! publish with an empty payload clears its topic. Bounded: at most `mqtt.max_retained` topics
 //! and `mqtt.max_retained_bytes` of topic and payload bytes; a new or larger message past
 //! either is refused ([`Retained::admits`] before the publish is stored, and again when it is
-//! settled, for publishes that raced). The table is held in memory (the state log's compaction
-//! keeps a copy of every live record too), so these limits are what bounds its RAM. Never
-//! delivers anything itself; connections walk it in topic order ([`Retained::next_matching`]).
+//! settled, for publishes that raced). Memory holds the topics and their sizes; the messages
+//! stay in the state log, read back from it when a subscription walks the table in topic
+//! order ([`Retained::next_matching`]). Never delivers anything itself.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::clip::clip;
 use super::message::Message;
 use super::metrics::MqttMetrics;
-use super::state::{StateError, StateLog};
+use super::state::{StateError, StateLog, retained_key};
 use super::topic;
 use tern_log::LogPort;
 
@@ -36,7 +36,8 @@ pub struct Retained<S> {
 
 #[derive(Debug, Default)]
 struct Table {
-    messages: BTreeMap<String, Message>,
+    /// Retained topics and their payload sizes.
+    messages: BTreeMap<String, usize>,
     bytes: u64,
 }
 
@@ -49,22 +50,22 @@ impl Table {
     /// Whether storing `payload_len` bytes under `topic` stays within `limits`.
     fn fits(&self, limits: RetainedLimits, topic: &str, payload_len: usize) -> bool {
         let old = self.messages.get(topic);
-        let old_bytes = old.map_or(0, |m| size(topic, m.payload.len()));
+        let old_bytes = old.map_or(0, |len| size(topic, *len));
         let count = self.messages.len() + usize::from(old.is_none());
         let bytes = self.bytes - old_bytes + size(topic, payload_len);
         payload_len == 0 || (count <= limits.count && bytes <= limits.bytes)
     }
 
-    fn insert(&mut self, message: Message) {
-        self.bytes += size(&message.topic, message.payload.len());
-        if let Some(old) = self.messages.insert(message.topic.clone(), message) {
-            self.bytes -= size(&old.topic, old.payload.len());
+    fn insert(&mut self, topic: String, payload_len: usize) {
+        self.bytes += size(&topic, payload_len);
+        if let Some(old) = self.messages.insert(topic.clone(), payload_len) {
+            self.bytes -= size(&topic, old);
         }
     }
 
     fn remove(&mut self, topic: &str) {
         if let Some(old) = self.messages.remove(topic) {
-            self.bytes -= size(topic, old.payload.len());
+            self.bytes -= size(topic, old);
         }
     }
 }
@@ -74,13 +75,13 @@ impl<S: LogPort> Retained<S> {
     /// messages; a table over them after a configuration change only shrinks).
     pub fn new(
         state: Arc<StateLog<S>>,
-        loaded: impl IntoIterator<Item = (String, Message)>,
+        loaded: impl IntoIterator<Item = (String, usize)>,
         limits: RetainedLimits,
         metrics: Arc<MqttMetrics>,
     ) -> Self {
         let mut table = Table::default();
-        for (_, message) in loaded {
-            table.insert(message);
+        for (topic, payload_len) in loaded {
+            table.insert(topic, payload_len);
         }
         let retained = Self {
             table: Mutex::new(table),
@@ -118,15 +119,14 @@ impl<S: LogPort> Retained<S> {
             return Ok(());
         }
         let topic = message.topic.clone();
-        let clear = message.payload.is_empty();
-        let stored = message.clone();
+        let payload_len = message.payload.len();
         self.state
             .put_retained(&message, move || {
                 let mut table = self.lock();
-                if clear {
+                if payload_len == 0 {
                     table.remove(&topic);
                 } else {
-                    table.insert(stored);
+                    table.insert(topic, payload_len);
                 }
                 self.publish_gauges(&table);
             })
@@ -134,8 +134,26 @@ impl<S: LogPort> Retained<S> {
     }
 
     /// The first retained message after topic `after` (from the start: `None`), in topic
-    /// order, whose topic matches `filter`.
+    /// order, whose topic matches `filter`, read from the state log. A message the log cannot
+    /// give back (damaged) is skipped with a warning.
     pub fn next_matching(&self, filter: &str, after: Option<&str>) -> Option<Message> {
+        let mut after = after.map(str::to_owned);
+        loop {
+            let topic = self.next_topic(filter, after.as_deref())?;
+            let read = self.state.get(retained_key(&topic).as_bytes());
+            match read.map(|r| r.as_ref().and_then(Message::from_record)) {
+                Ok(Some(message)) => return Some(message),
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::warn!(topic = %clip(&topic), %err, "cannot read a retained message");
+                }
+            }
+            after = Some(topic);
+        }
+    }
+
+    /// The first retained topic after `after` matching `filter`.
+    fn next_topic(&self, filter: &str, after: Option<&str>) -> Option<String> {
         let table = self.lock();
         let from = match after {
             Some(topic) => Bound::Excluded(topic),
@@ -144,8 +162,9 @@ impl<S: LogPort> Retained<S> {
         table
             .messages
             .range::<str, _>((from, Bound::Unbounded))
-            .find(|(topic, _)| topic::matches(filter, topic))
-            .map(|(_, message)| message.clone())
+            .map(|(topic, _)| topic)
+            .find(|topic| topic::matches(filter, topic))
+            .cloned()
     }
 
     /// Every retained message matching `filter`, in topic order.
@@ -226,6 +245,35 @@ mod tests {
         let reloaded = Retained::new(state, loaded.retained, LIMITS, metrics);
         assert_eq!(reloaded.lock().messages.len(), 2);
         assert_eq!(all(&reloaded, "a/#"), vec![message("a/2", b"y")]);
+    }
+
+    #[tokio::test]
+    async fn messages_are_read_back_from_the_log_across_compactions() {
+        let log = MemoryLog::new(1);
+        let state = Arc::new(StateLog::new(log.clone()).expect("state"));
+        let metrics = Arc::new(MqttMetrics::default());
+        let retained = Retained::new(state, Vec::new(), LIMITS, metrics.clone());
+        retained
+            .update(message("keep", b"k"))
+            .await
+            .expect("update");
+        let payloads: [&'static [u8]; 2] = [b"odd", b"even"];
+        for i in 0..2500 {
+            let payload = payloads[i % 2];
+            retained
+                .update(message("moving", payload))
+                .await
+                .expect("update");
+        }
+        let (start, _) = log.offsets("__mqtt_state", 0).expect("offsets");
+        let cursor = log.cursor("mqtt-state", "__mqtt_state", 0).expect("cursor");
+        assert!(cursor > start, "compaction moved the state cursor");
+        let expected = vec![message("keep", b"k"), message("moving", b"even")];
+        assert_eq!(all(&retained, "#"), expected);
+        let state = Arc::new(StateLog::new(log).expect("state"));
+        let loaded = state.load().await.expect("load");
+        let reloaded = Retained::new(state, loaded.retained, LIMITS, metrics);
+        assert_eq!(all(&reloaded, "#"), expected);
     }
 
     #[tokio::test]

@@ -11,7 +11,8 @@
 //! the durable order agree. Compaction is append-only too: when dead records outnumber live
 //! ones, every live record is appended again as a snapshot and the cursor `mqtt-state` moves to
 //! the snapshot, so log retention may delete what lies before it — and nothing after it.
-//! Never holds message data other than retained messages.
+//! Memory holds each live key's offset, not its record: the snapshot and [`StateLog::get`]
+//! (retained payloads) read records back from the log. Never holds message data.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -101,7 +102,8 @@ pub struct StoredSubscription {
 /// Everything folded from the state topic.
 #[derive(Debug, Default)]
 pub struct Loaded {
-    pub retained: HashMap<String, Message>,
+    /// Retained topics and their payload sizes (the messages stay in the log).
+    pub retained: HashMap<String, usize>,
     pub sessions: HashMap<String, StoredSession>,
     /// How many records were read (compaction heuristics and logs).
     pub records: u64,
@@ -122,10 +124,11 @@ pub struct StateLog<S> {
     live: Mutex<Live>,
 }
 
-/// The latest non-deleting record per key, and the appends since the last snapshot.
+/// The offset of the latest non-deleting record per key, and the appends since the last
+/// snapshot.
 #[derive(Debug, Default)]
 struct Live {
-    records: BTreeMap<Vec<u8>, Record>,
+    records: BTreeMap<Vec<u8>, u64>,
     appended: u64,
 }
 
@@ -157,7 +160,7 @@ impl<S: LogPort> StateLog<S> {
             for stored in batch {
                 loaded.records += 1;
                 apply(&mut loaded, &stored.record);
-                live.remember(stored.record);
+                live.remember(&stored.record, stored.offset);
             }
         }
         live.appended = loaded.records;
@@ -184,37 +187,69 @@ impl<S: LogPort> StateLog<S> {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The latest record of `key`, read back from the log; `None` when the key is deleted (or
+    /// its record was lost to damage).
+    pub fn get(&self, key: &[u8]) -> Result<Option<Record>, LogError> {
+        // A snapshot may move the record between reading its offset and reading it: retry.
+        for _ in 0..2 {
+            let Some(offset) = self.lock_live().records.get(key).copied() else {
+                return Ok(None);
+            };
+            match self.read_at(offset) {
+                Ok(Some(record)) => return Ok(Some(record)),
+                Ok(None) | Err(LogError::OffsetOutOfRange { .. }) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The record at `offset`, if the log still has it there.
+    fn read_at(&self, offset: u64) -> Result<Option<Record>, LogError> {
+        let found = self.log.read(STATE_TOPIC, 0, offset, 1)?.into_iter().next();
+        Ok(found.filter(|s| s.offset == offset).map(|s| s.record))
+    }
+
     /// Appends every live record again and moves the state cursor to them when dead records
     /// dominate. Runs with the writer held.
     async fn compact_if_due(&self) -> Result<(), LogError> {
-        let snapshot: Vec<Record> = {
+        let snapshot: Vec<(Vec<u8>, u64)> = {
             let live = self.lock_live();
             let threshold = MIN_RECORDS_BEFORE_COMPACTION.max(2 * live.records.len() as u64);
             if live.appended < threshold {
                 return Ok(());
             }
-            live.records.values().cloned().collect()
+            live.records.iter().map(|(k, o)| (k.clone(), *o)).collect()
         };
-        let count = snapshot.len() as u64;
+        let mut moved = BTreeMap::new();
         let mut base = None;
         let mut chunk = Vec::new();
+        let mut keys = Vec::new();
         let mut chunk_bytes = 0;
-        for record in snapshot {
+        for (key, offset) in snapshot {
+            // A record lost to damage has nothing to carry over; its key ends with this
+            // snapshot.
+            let Some(record) = self.read_at(offset)? else {
+                continue;
+            };
             chunk_bytes += record.value.len() + 64;
             chunk.push(record);
+            keys.push(key);
             if chunk_bytes >= SNAPSHOT_CHUNK_BYTES {
-                let offset = self
-                    .log
-                    .append(STATE_TOPIC, 0, std::mem::take(&mut chunk))
-                    .await?;
+                let records = std::mem::take(&mut chunk);
+                let offset = self.log.append(STATE_TOPIC, 0, records).await?;
                 base.get_or_insert(offset);
+                moved.extend(std::mem::take(&mut keys).into_iter().zip(offset..));
                 chunk_bytes = 0;
             }
         }
         if !chunk.is_empty() {
             let offset = self.log.append(STATE_TOPIC, 0, chunk).await?;
             base.get_or_insert(offset);
+            moved.extend(keys.into_iter().zip(offset..));
         }
+        let count = moved.len() as u64;
+        self.lock_live().records = moved;
         let start = match base {
             Some(offset) => offset,
             None => self.log.offsets(STATE_TOPIC, 0)?.1,
@@ -244,13 +279,13 @@ impl<S: LogPort> StateLog<S> {
         for record in records.iter_mut().filter(|r| r.timestamp_ms == 0) {
             record.timestamp_ms = now;
         }
-        self.log.append(STATE_TOPIC, 0, records.clone()).await?;
+        let base = self.log.append(STATE_TOPIC, 0, records.clone()).await?;
         let result = apply();
         {
             let mut live = self.lock_live();
             live.appended += records.len() as u64;
-            for record in records {
-                live.remember(record);
+            for (record, offset) in records.iter().zip(base..) {
+                live.remember(record, offset);
             }
         }
         if let Err(err) = self.compact_if_due().await {
@@ -359,15 +394,16 @@ impl<S: LogPort> StateLog<S> {
 }
 
 impl Live {
-    /// Keeps `record` as its key's latest value, or forgets the key for an empty value.
-    fn remember(&mut self, record: Record) {
-        let Some(key) = record.key.clone() else {
+    /// Keeps `record`, stored at `offset`, as its key's latest value, or forgets the key for an
+    /// empty value.
+    fn remember(&mut self, record: &Record, offset: u64) {
+        let Some(key) = record.key.as_ref() else {
             return;
         };
         if record.value.is_empty() {
-            self.records.remove(&key);
+            self.records.remove(key);
         } else {
-            self.records.insert(key, record);
+            self.records.insert(key.clone(), offset);
         }
     }
 }
@@ -410,7 +446,7 @@ fn merge_subscriptions(
     }
 }
 
-fn retained_key(topic: &str) -> String {
+pub fn retained_key(topic: &str) -> String {
     format!("retained/{topic}")
 }
 
@@ -424,7 +460,9 @@ fn apply(loaded: &mut Loaded, record: &Record) {
     };
     if let Some(topic) = key.strip_prefix("retained/") {
         match Message::from_record(record).filter(|_| !record.value.is_empty()) {
-            Some(message) => loaded.retained.insert(topic.to_owned(), message),
+            Some(message) => loaded
+                .retained
+                .insert(topic.to_owned(), message.payload.len()),
             None => loaded.retained.remove(topic),
         };
     } else if let Some(client) = key.strip_prefix("session/") {

@@ -10,6 +10,7 @@ use tern_tests::TempDir;
 use tern_tests::raw_mqtt::RawClient;
 
 use super::mqtt_abuse::{gateway, wire_u16};
+use super::mqtt_abuse_logins::status_kib;
 
 /// Publishes `count` retained QoS 1 messages of `size` bytes on `{prefix}/{i}`; returns each
 /// PUBACK's reason code.
@@ -62,9 +63,18 @@ fn retained_messages_on_subscribe_respect_receive_maximum_and_memory() -> anyhow
     let dir = TempDir::new("mqtt-abuse-retained-window")?;
     // 200 × 64 KiB fit the default max_retained_bytes (16 MiB).
     let mut gateway = gateway(&dir, "")?;
+    let pid = gateway.pid().context("no pid")?;
+    let empty = status_kib(pid, "VmRSS:")?;
     let mut publisher = RawClient::connect(gateway.mqtt, "retainer", 60, true, true)?;
     let codes = retain(&mut publisher, "big", 200, 64 * 1024)?;
     assert!(codes.iter().all(|c| *c == 0), "{codes:?}");
+    // The messages stay in the log; memory holds their topics.
+    let full = status_kib(pid, "VmRSS:")?;
+    eprintln!("RSS {empty} KiB before 200 x 64 KiB retained messages, {full} KiB after");
+    assert!(
+        full.saturating_sub(empty) < 8 * 1024,
+        "12.5 MiB of retained messages raised RSS from {empty} to {full} KiB"
+    );
 
     // An MQTT 5 client with Receive Maximum 10 gets 10 unacknowledged QoS 1 publishes, and
     // one more for each PUBACK.
@@ -93,8 +103,7 @@ fn retained_messages_on_subscribe_respect_receive_maximum_and_memory() -> anyhow
     drop(slow);
 
     // Three `#` subscribers that never read hold tern's memory to their windows.
-    let pid = gateway.pid().context("no pid")?;
-    let before = super::mqtt_abuse_logins::status_kib(pid, "VmRSS:")?;
+    let before = status_kib(pid, "VmRSS:")?;
     let sent_before = gateway
         .metric_sum("tern_mqtt_publishes_sent_total", "")?
         .unwrap_or(0);
@@ -112,7 +121,7 @@ fn retained_messages_on_subscribe_respect_receive_maximum_and_memory() -> anyhow
         Duration::from_secs(30),
         |sent| sent.unwrap_or(0) >= sent_before + 3 * 16,
     )?;
-    let after = super::mqtt_abuse_logins::status_kib(pid, "VmRSS:")?;
+    let after = status_kib(pid, "VmRSS:")?;
     eprintln!("RSS {before} KiB before three deaf subscribers, {after} KiB after");
     assert!(
         after.saturating_sub(before) < 16 * 1024,

@@ -52,13 +52,13 @@ mod fold {
             .expect("session");
         log.put_session("gone", None).await.expect("delete");
 
-        let loaded = StateLog::new(store)
-            .expect("reopen")
-            .load()
-            .await
-            .expect("load");
+        let reopened = StateLog::new(store).expect("reopen");
+        let loaded = reopened.load().await.expect("load");
         assert_eq!(loaded.retained.len(), 1);
-        assert_eq!(loaded.retained.get("b"), Some(&retained("b", b"2")));
+        assert_eq!(loaded.retained.get("b"), Some(&1));
+        let record = reopened.get(b"retained/b").expect("reads").expect("kept");
+        assert_eq!(Message::from_record(&record), Some(retained("b", b"2")));
+        assert_eq!(reopened.get(b"retained/a").expect("reads"), None);
         assert_eq!(loaded.sessions.len(), 1);
         let dev = loaded.sessions.get("dev").expect("dev survives");
         assert_eq!(dev.subscriptions, session.subscriptions);
