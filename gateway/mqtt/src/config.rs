@@ -56,7 +56,7 @@ pub struct MqttConfig {
     /// refused (MQTT 5: reason 0x97 "quota exceeded").
     pub max_retained: usize,
     /// Most bytes (topic and payload) of all retained messages; a retained publish that would
-    /// exceed it is refused like one past `max_retained`. Retained messages are held in RAM.
+    /// exceed it is refused like one past `max_retained`. The messages stay in the state log.
     pub max_retained_bytes: ByteSize,
     /// Longest session expiry: MQTT 5 clients asking for more get this, and MQTT 3.1.1
     /// persistent sessions expire after it, so a device that never returns cannot pin the log.
