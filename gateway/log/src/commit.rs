@@ -236,7 +236,8 @@ impl Partition {
         self.shared.counters.wrote(buf.len());
         if let Err(e) = file.write_at(w.pos, buf) {
             // Nothing was published: the next commit overwrites these bytes.
-            let err = LogError::io("write", segment::log_path(&self.dir, base), e);
+            let path = segment::log_path(&self.dir, base);
+            let err = super::roll::write_error(&self.topic, self.id, "write", &path, e);
             w.fail(self, &err);
             return Step::Answered;
         }
@@ -292,6 +293,17 @@ impl Partition {
                 op,
                 path: path.clone(),
                 source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            LogError::NoSpace {
+                topic,
+                partition,
+                op,
+                path,
+            } => LogError::NoSpace {
+                topic: topic.clone(),
+                partition: *partition,
+                op,
+                path: path.clone(),
             },
             other => self.failed_error(&other.to_string()),
         }

@@ -22,6 +22,54 @@ use super::segment;
 pub const RECYCLE_NAME: &str = "recycle.log";
 /// How often an idle writer checks age retention.
 pub const RETENTION_TICK: Duration = Duration::from_secs(30);
+/// Free space preallocation leaves on the device: index files, cursors and MQTT state still
+/// need room when segments cannot have all they want.
+const PREALLOCATE_HEADROOM: u64 = 1 << 20;
+
+/// Reserves disk space for the active segment `file` at `path` in `dir`, best effort: all of
+/// `segment_bytes` when the device has room, otherwise at most half of its free space beyond
+/// [`PREALLOCATE_HEADROOM`], or nothing. A failed reservation is given back (the file keeps
+/// its length), so the device is never left fuller than it was; appends then allocate as they
+/// write and a full device refuses them with [`LogError::NoSpace`].
+pub fn preallocate(shared: &Shared, dir: &Path, path: &Path, file: &dyn WriteFile) {
+    let want = shared.config.segment_bytes.0;
+    let Ok(len) = file.len() else { return };
+    if len >= want {
+        return;
+    }
+    let free = shared.fs.available_space(dir).unwrap_or(u64::MAX);
+    let grant = (want - len).min(free.saturating_sub(PREALLOCATE_HEADROOM) / 2);
+    if grant < want - len {
+        tracing::warn!(segment = %path.display(), free, reserved = grant, wanted = want - len, "disk space short: segment preallocated in part");
+    }
+    if grant == 0 {
+        return;
+    }
+    if let Err(err) = file.preallocate(len + grant) {
+        tracing::warn!(segment = %path.display(), %err, "segment preallocation failed; appends allocate as they write");
+    }
+}
+
+/// The error of a failed file operation on `path`: [`LogError::NoSpace`] when the device is
+/// full (backpressure), [`LogError::Io`] otherwise.
+pub fn write_error(
+    topic: &str,
+    partition: u32,
+    op: &'static str,
+    path: &Path,
+    err: std::io::Error,
+) -> LogError {
+    if fs::is_no_space(&err) {
+        LogError::NoSpace {
+            topic: topic.to_owned(),
+            partition,
+            op,
+            path: path.to_owned(),
+        }
+    } else {
+        LogError::io(op, path, err)
+    }
+}
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -66,9 +114,16 @@ impl Partition {
             self.shared
                 .counters
                 .timed_sync(|| fs::write_atomic(fs, &path, &data))
-                .map_err(io("write index", &path))?;
+                .map_err(|e| write_error(&self.topic, self.id, "write index", &path, e))?;
         }
-        let new = self.create_segment(end, generation.wrapping_add(1))?;
+        let new = self
+            .create_segment(end, generation.wrapping_add(1))
+            .map_err(|e| match e {
+                LogError::Io { op, path, source } => {
+                    write_error(&self.topic, self.id, op, &path, source)
+                }
+                other => other,
+            })?;
         let mut st = self.lock();
         st.sealed.push_back(SealedSegment {
             base,
@@ -196,11 +251,14 @@ pub fn create_segment(
         generation,
         base_offset: base,
     };
-    file.write_at(0, &header.encode())
-        .map_err(|e| LogError::io("write", &path, e))?;
+    if let Err(e) = file.write_at(0, &header.encode()) {
+        // The segment never started: a full device gets its space back.
+        drop(file);
+        let _ = fs.remove(&path);
+        return Err(LogError::io("write", &path, e));
+    }
     shared.counters.wrote(SEGMENT_HEADER_LEN);
-    file.preallocate(shared.config.segment_bytes.0)
-        .map_err(|e| LogError::io("preallocate", &path, e))?;
+    preallocate(shared, dir, &path, &*file);
     let counters = &shared.counters;
     counters
         .timed_sync(|| file.sync_data())

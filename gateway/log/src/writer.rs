@@ -255,10 +255,20 @@ impl Writer {
         let rolled =
             rolled.unwrap_or_else(|err| Err(self.part.failed_error(&format!("roll task: {err}"))));
         self.tip = self.part.committed_tip();
-        if let Err(err) = rolled
-            && let Some(request) = queue.pop_front()
-        {
-            let _ = request.reply.send(Err(err));
+        match rolled {
+            Ok(()) => {}
+            // A full device: every waiting append needs the new segment; refuse them all
+            // rather than retry the roll once per append.
+            Err(err) if err.is_backpressure() => {
+                for request in queue.drain(..) {
+                    let _ = request.reply.send(Err(self.part.copy_error(&err)));
+                }
+            }
+            Err(err) => {
+                if let Some(request) = queue.pop_front() {
+                    let _ = request.reply.send(Err(err));
+                }
+            }
         }
     }
 

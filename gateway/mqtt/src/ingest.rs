@@ -113,7 +113,8 @@ async fn outcomes(
         };
         let outcome = match result {
             Ok(_) => Outcome::Stored,
-            Err(LogError::Full { .. }) => Outcome::Full,
+            // A retention limit and a full device are the same backpressure to the client.
+            Err(err) if err.is_backpressure() => Outcome::Full,
             Err(err) => Outcome::Failed(Arc::new(err.into())),
         };
         for i in indices {

@@ -646,7 +646,8 @@ fn a_full_disk_fails_appends_cleanly_and_reads_keep_working() {
             .append("t", 0, vec![record(4, 99, 0)])
             .await
             .expect_err("disk full");
-        assert!(err.to_string().contains("No space left"), "{err}");
+        assert!(err.is_backpressure(), "a full disk is backpressure: {err}");
+        assert!(err.to_string().contains("no space left"), "{err}");
         assert_eq!(read_all(&log, "t", 0).len(), 5, "reads keep working");
         assert_eq!(log.offsets("t", 0).expect("offsets"), (0, 5));
         fs.set_full(false);
