@@ -185,6 +185,7 @@ impl Partition {
         if records.is_empty() {
             return Step::Answered;
         }
+        self.monotonic_timestamps(&mut records);
         let written = Written {
             pos: tip.pos,
             len: 0,
@@ -249,7 +250,7 @@ impl Partition {
     pub fn publish_written(&self, batches: Vec<Written>) {
         let Some(last) = batches.last() else { return };
         let end = last.tip().offset;
-        {
+        let base = {
             let mut st = self.lock();
             for w in &batches {
                 for frame in &w.frames {
@@ -260,7 +261,9 @@ impl Partition {
                 st.active.len = w.pos + w.len;
                 st.active.end = w.base + w.count;
             }
-        }
+            st.active.base
+        };
+        self.shared.time.wrote(self.clock_key(base));
         self.publish(end);
         for w in batches {
             self.shared.counters.committed(w.count);

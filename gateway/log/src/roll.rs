@@ -8,7 +8,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::batch::{SEGMENT_HEADER_LEN, SegmentHeader};
 use super::config::OnFull;
@@ -71,12 +71,6 @@ pub fn write_error(
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 impl Partition {
     /// Seals the active segment (exact length, index files) and starts the next one.
     pub fn roll(&self) -> Result<()> {
@@ -124,6 +118,9 @@ impl Partition {
                 }
                 other => other,
             })?;
+        // Held from its newest record's write (or from now, if none was written this run).
+        let _ = self.shared.time.held(&self.clock_key(base));
+        self.shared.time.sealed();
         let mut st = self.lock();
         st.sealed.push_back(SealedSegment {
             base,
@@ -178,14 +175,29 @@ impl Partition {
                 .is_none_or(|cursor| cursor >= seg.end)
     }
 
-    /// Deletes segments past the age limit, then past the size limit (`extra` pending bytes).
+    /// How often the writer checks age retention: every [`RETENTION_TICK`], or a tenth of a
+    /// short `retention.age` (at least a second).
+    pub fn retention_tick(&self) -> Duration {
+        let tenth = Duration::from_millis(self.settings.retention_age_ms / 10);
+        match self.settings.retention_age_ms {
+            0 => RETENTION_TICK,
+            _ => tenth.clamp(Duration::from_secs(1), RETENTION_TICK),
+        }
+    }
+
+    /// Deletes segments held longer than the age limit, then past the size limit (`extra`
+    /// pending bytes). Age is the log's elapsed running time since the segment's newest record
+    /// was written (`clock.rs`), never the wall clock: a clock step neither ages a segment nor
+    /// keeps it young.
     pub fn enforce_retention(&self, extra: u64) {
-        let age = self.settings.retention_age_ms;
-        if age > 0 {
-            let cutoff = now_ms().saturating_sub(i64::try_from(age).unwrap_or(i64::MAX));
+        let age = Duration::from_millis(self.settings.retention_age_ms);
+        if !age.is_zero() {
+            self.shared.counters.age_checked();
             loop {
                 let oldest = self.lock().sealed.front().cloned();
-                let expired = oldest.filter(|s| s.max_ts < cutoff && self.deletable(s));
+                let expired = oldest.filter(|s| {
+                    self.shared.time.held(&self.clock_key(s.base)) >= age && self.deletable(s)
+                });
                 if expired.is_none() || self.delete_oldest().is_err() {
                     break;
                 }
@@ -223,6 +235,7 @@ impl Partition {
             .timed_sync(|| fs.sync_dir(&self.dir))
             .map_err(|e| LogError::io("fsync directory", &self.dir, e))?;
         self.shared.counters.deleted(recycled);
+        self.shared.time.forget(&self.clock_key(seg.base));
         tracing::debug!(topic = %self.topic, partition = self.id, base = seg.base, recycled, "segment deleted");
         Ok(())
     }

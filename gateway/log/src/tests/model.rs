@@ -55,7 +55,13 @@ proptest! {
                             .collect();
                         let offset = log.append("t", 0, records.clone()).await.expect("append");
                         assert_eq!(offset, base, "offsets are dense");
-                        model.extend(records);
+                        // The log raises a timestamp below its predecessor's to it.
+                        let mut floor = model.last().map_or(i64::MIN, |r| r.timestamp_ms);
+                        for mut r in records {
+                            r.timestamp_ms = r.timestamp_ms.max(floor);
+                            floor = r.timestamp_ms;
+                            model.push(r);
+                        }
                     }
                     Op::Read { at, max } => {
                         if model.is_empty() { continue; }
@@ -672,18 +678,19 @@ fn age_retention_deletes_segments_whose_newest_record_is_too_old() {
     let fs = FaultyFs::new(15);
     let mut config = LogConfig::for_tests(600);
     config.retention.age = tern_core::HumanDuration(std::time::Duration::from_secs(3_600));
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let clock = std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000));
     rt.block_on(async {
-        let log = open(&fs, &config).await;
+        let log = super::open_clocked(&fs, &clock, &config).await;
         log.ensure_topic("t").expect("topic");
         for i in 0..30 {
-            log.append("t", 0, vec![record(5, i, now - 7_200_000)])
+            let now = crate::Clock::wall_ms(&*clock);
+            log.append("t", 0, vec![record(5, i, now)])
                 .await
                 .expect("old");
         }
+        clock.advance(std::time::Duration::from_secs(7_200));
         for i in 30..40 {
+            let now = crate::Clock::wall_ms(&*clock);
             log.append("t", 0, vec![record(5, i, now)])
                 .await
                 .expect("new");
