@@ -239,8 +239,27 @@ impl Gateway {
         Ok(gateway)
     }
 
+    /// Like [`Gateway::start`], with extra environment variables (e.g. `LD_PRELOAD`).
+    pub fn start_with_env(
+        data_dir: &Path,
+        options: &ServeOptions,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let mut gateway = Self::spawn_env(data_dir, options, env)?;
+        gateway.wait_ready(Duration::from_secs(30))?;
+        Ok(gateway)
+    }
+
     /// Starts `tern serve` without waiting for it to become ready.
     pub fn spawn(data_dir: &Path, options: &ServeOptions) -> anyhow::Result<Self> {
+        Self::spawn_env(data_dir, options, &[])
+    }
+
+    fn spawn_env(
+        data_dir: &Path,
+        options: &ServeOptions,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let mqtt = options
             .mqtt_listen
             .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
@@ -252,7 +271,8 @@ impl Gateway {
             .arg("--mqtt-listen")
             .arg(mqtt.to_string())
             .args(["--admin-listen", "127.0.0.1:0"])
-            .args(&options.args);
+            .args(&options.args)
+            .envs(env.iter().copied());
         Self::spawn_command(command)
     }
 
