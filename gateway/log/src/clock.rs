@@ -350,3 +350,64 @@ impl Timekeeper {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::FaultyFs;
+    use proptest::prelude::*;
+
+    fn keeper(fs: &FaultyFs, clock: &Arc<ManualClock>) -> Result<Timekeeper> {
+        crate::Fs::create_dir_all(fs, Path::new("/log")).expect("directory");
+        let clock: Arc<dyn Clock> = Arc::clone(clock) as _;
+        Timekeeper::open(Arc::new(fs.clone()), Path::new("/log"), clock)
+    }
+
+    #[test]
+    fn a_clock_file_of_another_version_is_refused_and_left_as_it_is() {
+        let fs = FaultyFs::new(1);
+        crate::Fs::create_dir_all(&fs, Path::new("/log")).expect("directory");
+        let bytes = br#"{"version":2,"elapsed_ms":5,"wall_ms":0,"segments":{}}"#;
+        fs::write_atomic(&fs, Path::new("/log/clock.json"), bytes).expect("write");
+        let clock = Arc::new(ManualClock::new(BUILD_TIME_MS));
+        let err = keeper(&fs, &clock).expect_err("unknown version");
+        assert!(err.to_string().contains("version 2"), "{err}");
+        assert_eq!(
+            crate::Fs::read(&fs, Path::new("/log/clock.json")).expect("read"),
+            bytes
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_in_the_clock_file_open_or_are_refused_without_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..200),
+        ) {
+            let fs = FaultyFs::new(2);
+            crate::Fs::create_dir_all(&fs, Path::new("/log")).expect("directory");
+            fs::write_atomic(&fs, Path::new("/log/clock.json"), &bytes).expect("write");
+            let clock = Arc::new(ManualClock::new(BUILD_TIME_MS));
+            let _ = keeper(&fs, &clock);
+        }
+
+        #[test]
+        fn the_elapsed_count_and_marks_survive_a_save(
+            run_ms in 0u64..10_000_000,
+            marks in proptest::collection::btree_map("[a-z]{1,5}/[0-9]/[0-9]{1,4}", 0u64..1_000, 0..8),
+        ) {
+            let fs = FaultyFs::new(3);
+            let clock = Arc::new(ManualClock::new(BUILD_TIME_MS));
+            let first = keeper(&fs, &clock).expect("open");
+            for key in marks.keys() {
+                first.wrote(key.clone());
+            }
+            clock.advance(Duration::from_millis(run_ms));
+            first.save();
+            let again = keeper(&fs, &Arc::new(ManualClock::new(BUILD_TIME_MS))).expect("reopen");
+            prop_assert_eq!(again.status().elapsed, Duration::from_millis(run_ms));
+            for key in marks.keys() {
+                prop_assert_eq!(again.held(key), Duration::from_millis(run_ms));
+            }
+        }
+    }
+}
