@@ -291,6 +291,27 @@ async fn a_persistent_session_resumes_after_reconnect_and_restart() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_retained_update_refused_by_a_full_disk_is_backpressure_not_a_disconnect() {
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
+    log.set_no_space(crate::state::STATE_TOPIC, true);
+    let mut c = h.connect(Version::V5, "r5", true).await;
+    let mut retained = client_publish(Version::V5, "r/1", b"kept", QoS::AtLeastOnce, 1);
+    retained[0] |= 1;
+    c.send(&retained).await;
+    assert_eq!(c.frame().await, [0x40, 4, 0, 1, 0x97, 0], "quota exceeded");
+    c.send(&[0xc0, 0]).await;
+    assert_eq!(c.frame().await, [0xd0, 0], "the connection stays");
+    log.set_no_space(crate::state::STATE_TOPIC, false);
+    c.send(&retained).await;
+    assert_eq!(
+        c.frame().await,
+        [0x40, 2, 0, 1],
+        "stored once space is back"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn retained_messages_are_sent_on_subscribe_and_cleared_by_empty_payloads() {
     let log = MemoryLog::new(1);
     let h = Harness::new(log.clone()).await;
