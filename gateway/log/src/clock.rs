@@ -173,16 +173,13 @@ impl Timekeeper {
         };
         let (wall, mono) = (clock.wall_ms(), clock.monotonic());
         let mut steps = 0;
-        if let Some(saved) = &saved
-            && wall
-                < saved
-                    .wall_ms
-                    .saturating_sub(STEP_THRESHOLD.as_millis() as i64)
-        {
+        let threshold = i64::try_from(STEP_THRESHOLD.as_millis()).unwrap_or(i64::MAX);
+        let previous = saved.as_ref().map(|s| s.wall_ms);
+        if let Some(previous) = previous.filter(|p| wall < p.saturating_sub(threshold)) {
             steps += 1;
             tracing::warn!(
                 now = %describe(wall),
-                previous_run = %describe(saved.wall_ms),
+                previous_run = %describe(previous),
                 "the wall clock is behind the previous run's: counted as a clock step; records keep monotonic timestamps and age retention counts only the time tern has run"
             );
         }
