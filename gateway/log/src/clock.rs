@@ -183,6 +183,13 @@ impl Timekeeper {
                 "the wall clock is behind the previous run's: counted as a clock step; records keep monotonic timestamps and age retention counts only the time tern has run"
             );
         }
+        if let Some(previous) = previous.filter(|p| wall > p.saturating_add(threshold)) {
+            tracing::info!(
+                now = %describe(wall),
+                previous_run = %describe(previous),
+                "the wall clock is ahead of the previous run's (downtime or a clock step): not counted as held time for age retention"
+            );
+        }
         let unsynchronised = wall < BUILD_TIME_MS;
         if unsynchronised {
             Self::warn_unsynchronised(wall);
