@@ -238,6 +238,12 @@ impl Partition {
         if let Err(e) = file.write_at(w.pos, buf) {
             // Nothing was published: the next commit overwrites these bytes.
             let path = segment::log_path(&self.dir, base);
+            if super::fs::is_no_space(&e) {
+                // A full device may have taken whole batches of this write: cut them off, or
+                // a recovery would take unacknowledged records as stored. Cutting the
+                // preallocated tail also gives its space back.
+                let _ = file.set_len(w.pos);
+            }
             let err = super::roll::write_error(&self.topic, self.id, "write", &path, e);
             w.fail(self, &err);
             return Step::Answered;

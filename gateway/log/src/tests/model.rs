@@ -673,6 +673,48 @@ fn a_full_disk_fails_appends_cleanly_and_reads_keep_working() {
 }
 
 #[test]
+fn a_write_cut_short_by_a_full_disk_leaves_no_unacknowledged_batch_behind() {
+    let rt = runtime();
+    let fs = FaultyFs::new(16);
+    let config = LogConfig::for_tests(1 << 20);
+    let big = |seq: u64| Record {
+        timestamp_ms: 0,
+        key: None,
+        value: vec![b'v'; 40_000 + seq as usize],
+        headers: Vec::new(),
+    };
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        log.append("t", 0, vec![record(6, 0, 0)])
+            .await
+            .expect("append");
+        // Two appends of one commit: two batches in one write, the disk fills in the second.
+        fs.fill_after(60_000);
+        let first = log.enqueue("t", 0, vec![big(1)]).await.expect("queued");
+        let second = log.enqueue("t", 0, vec![big(2)]).await.expect("queued");
+        for answer in [first, second] {
+            let err = answer.await.expect("answered").expect_err("disk full");
+            assert!(err.is_backpressure(), "{err}");
+        }
+        fs.set_full(false);
+        log.close().await.expect("close");
+        let log = open(&fs, &config).await;
+        assert_eq!(
+            log.offsets("t", 0).expect("offsets"),
+            (0, 1),
+            "nothing refused is stored"
+        );
+        assert_eq!(
+            log.append("t", 0, vec![record(6, 1, 0)])
+                .await
+                .expect("append"),
+            1
+        );
+    });
+}
+
+#[test]
 fn age_retention_deletes_segments_whose_newest_record_is_too_old() {
     let rt = runtime();
     let fs = FaultyFs::new(15);
