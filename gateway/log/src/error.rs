@@ -69,7 +69,12 @@ impl LogError {
     /// Whether the append was refused for now (retention limit or a full device) and may be
     /// retried later: callers answer with backpressure, never by dropping the producer.
     pub fn is_backpressure(&self) -> bool {
-        matches!(self, Self::Full { .. } | Self::NoSpace { .. })
+        match self {
+            Self::Full { .. } | Self::NoSpace { .. } => true,
+            // A full device under a file other than a segment (the cursor log).
+            Self::Io { source, .. } => super::fs::is_no_space(source),
+            _ => false,
+        }
     }
 
     /// Builds an [`LogError::Io`] naming the operation and the file.

@@ -84,8 +84,8 @@ impl MemoryLog {
         self.lock().full = full;
     }
 
-    /// Makes every later append to `topic` fail with [`LogError::NoSpace`], as on a full
-    /// disk (or succeed again).
+    /// Makes every later append to `topic`, and every cursor commit on it, fail with
+    /// [`LogError::NoSpace`], as on a full disk (or succeed again).
     pub fn set_no_space(&self, topic: &str, full: bool) {
         let mut inner = self.lock();
         if full {
@@ -341,6 +341,14 @@ impl LogPort for MemoryLog {
     ) -> Result<(), LogError> {
         let mut inner = self.lock();
         Self::check_open(&inner)?;
+        if inner.no_space.contains(topic) {
+            return Err(LogError::NoSpace {
+                topic: topic.to_owned(),
+                partition,
+                op: "write",
+                path: std::path::PathBuf::from("cursors.log"),
+            });
+        }
         inner
             .cursors
             .insert((name.to_owned(), topic.to_owned(), partition), offset);
