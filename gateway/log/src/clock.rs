@@ -151,6 +151,8 @@ pub struct Timekeeper {
     fs: Arc<dyn Fs>,
     path: PathBuf,
     state: Mutex<State>,
+    /// One save at a time (writer tasks of several partitions observe concurrently).
+    saving: Mutex<()>,
 }
 
 /// The key of a segment in [`CLOCK_FILE`].
@@ -199,6 +201,7 @@ impl Timekeeper {
             clock,
             fs,
             path,
+            saving: Mutex::new(()),
             state: Mutex::new(State {
                 base_ms: saved.elapsed_ms,
                 opened: mono,
@@ -322,6 +325,7 @@ impl Timekeeper {
     /// Writes `clock.json` (temp file, fdatasync, rename); a failure is logged and retried at
     /// the next observation (losing it only delays retention).
     pub fn save(&self) {
+        let _saving = self.saving.lock().unwrap_or_else(PoisonError::into_inner);
         let (data, mono) = {
             let st = self.lock();
             let file = ClockFile {
