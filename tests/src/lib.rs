@@ -245,20 +245,32 @@ impl Gateway {
         options: &ServeOptions,
         nofile: u64,
     ) -> anyhow::Result<Self> {
-        let mut gateway = Self::spawn_limited(data_dir, options, Some(nofile))?;
+        let mut gateway = Self::spawn_with(data_dir, options, Some(nofile), &[])?;
+        gateway.wait_ready(Duration::from_secs(30))?;
+        Ok(gateway)
+    }
+
+    /// Like [`Gateway::start`], with extra environment variables (e.g. `LD_PRELOAD`).
+    pub fn start_with_env(
+        data_dir: &Path,
+        options: &ServeOptions,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let mut gateway = Self::spawn_with(data_dir, options, None, env)?;
         gateway.wait_ready(Duration::from_secs(30))?;
         Ok(gateway)
     }
 
     /// Starts `tern serve` without waiting for it to become ready.
     pub fn spawn(data_dir: &Path, options: &ServeOptions) -> anyhow::Result<Self> {
-        Self::spawn_limited(data_dir, options, None)
+        Self::spawn_with(data_dir, options, None, &[])
     }
 
-    fn spawn_limited(
+    fn spawn_with(
         data_dir: &Path,
         options: &ServeOptions,
         nofile: Option<u64>,
+        env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
         let mqtt = options
             .mqtt_listen
@@ -271,7 +283,8 @@ impl Gateway {
             .arg("--mqtt-listen")
             .arg(mqtt.to_string())
             .args(["--admin-listen", "127.0.0.1:0"])
-            .args(&options.args);
+            .args(&options.args)
+            .envs(env.iter().copied());
         if let Some(nofile) = nofile {
             use std::os::unix::process::CommandExt;
             let limit = libc::rlimit {

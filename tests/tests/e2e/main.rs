@@ -1,6 +1,8 @@
 //! End-to-end suites: each module drives the real `tern` binary as a user would.
 
+mod clock_steps;
 mod foundation;
+mod full_disk;
 mod kafka;
 mod log;
 mod mqtt;

@@ -295,8 +295,18 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             };
             let log = &self.broker.log;
             if log.cursor(&name, &partition.0, partition.1) != Some(offset) {
-                log.commit_cursor(&name, &partition.0, partition.1, offset)
-                    .await?;
+                let committed = log
+                    .commit_cursor(&name, &partition.0, partition.1, offset)
+                    .await;
+                match committed {
+                    Ok(()) => {}
+                    // A full disk: the position stays in RAM and is committed at a later tick.
+                    Err(err) if err.is_backpressure() => {
+                        tracing::warn!(client_id = %self.client_id, %err, "cursor not saved: log full");
+                        self.session.dirty.insert(partition);
+                    }
+                    Err(err) => return Err(err.into()),
+                }
             }
         }
         Ok(())
