@@ -198,7 +198,8 @@ fn tern_serve_mirrors_mqtt_exactly_once_across_link_cuts_its_own_sigkill_and_lea
         cluster.cut_clients();
         wait_failing(&mut gateway, true, &format!("cut {round} noticed"))
             .with_context(|| format!("cut {round} went unnoticed"))?;
-        cluster.restore_clients();
+        let labels = format!("topic=\"{EDGE_TOPIC}\"");
+        cluster.restore_and_time_resume(&mut gateway, &labels, &format!("cut {round}"))?;
         wait_failing(&mut gateway, false, &format!("recovery from cut {round}"))?;
         wait_forwarded_more(
             &mut gateway,
@@ -221,7 +222,8 @@ fn tern_serve_mirrors_mqtt_exactly_once_across_link_cuts_its_own_sigkill_and_lea
     wait_forwarded_more(&mut gateway, 300, "records forwarded to the new leader")?;
     cluster.cut_clients();
     wait_failing(&mut gateway, true, "the cut after the failover noticed")?;
-    cluster.restore_clients();
+    let labels = format!("topic=\"{EDGE_TOPIC}\"");
+    cluster.restore_and_time_resume(&mut gateway, &labels, "the cut after the failover")?;
     cluster.restart_broker(leader)?;
 
     stop.store(true, Ordering::SeqCst);
@@ -295,7 +297,8 @@ fn a_backlog_of_100k_records_built_while_kafka_is_unreachable_drains_exactly_onc
     );
 
     let drain_started = Instant::now();
-    cluster.restore_clients();
+    let labels = format!("topic=\"{EDGE_TOPIC}\"");
+    cluster.restore_and_time_resume(&mut gateway, &labels, "the backlog's link")?;
     wait_forwarded(&mut gateway, Duration::from_secs(120)).context("draining the backlog")?;
     let drain = drain_started.elapsed();
     gateway.signal(libc::SIGTERM)?;

@@ -137,6 +137,19 @@ impl Connection {
         Ok(answer.auth_bytes)
     }
 
+    /// Whether the connection is known dead while idle: a read that does not wait finds the
+    /// peer's end of stream, an error, or bytes nobody asked for. Such a connection is dropped
+    /// before it is used (a link cut closes idle connections, and their first use after the
+    /// link returns would fail).
+    pub fn is_dead(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        let mut buf = tokio::io::ReadBuf::new(&mut byte);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        std::pin::Pin::new(&mut self.io)
+            .poll_read(&mut cx, &mut buf)
+            .is_ready()
+    }
+
     pub fn addr(&self) -> &str {
         &self.addr
     }

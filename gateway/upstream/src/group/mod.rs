@@ -71,6 +71,14 @@ impl GroupError {
         }
     }
 
+    /// Whether the broker could not be reached or the connection failed (no broker answered).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            Self::Io { .. } | Self::Timeout { .. } | Self::BadFrame { .. } | Self::NoBroker { .. }
+        )
+    }
+
     /// Whether the coordinator moved or is not ready: find it again and retry later.
     fn coordinator_changed(&self) -> bool {
         matches!(self, Self::Kafka { code: 14..=16, .. })
@@ -221,7 +229,8 @@ impl GroupClient {
         build: impl FnOnce(i32) -> Vec<u8>,
     ) -> Result<Vec<u8>, GroupError> {
         let mut guard = self.coordinator.lock().await;
-        let mut connection = match guard.take() {
+        let live = guard.take().and_then(|mut c| (!c.is_dead()).then_some(c));
+        let mut connection = match live {
             Some(connection) => connection,
             None => self.find_coordinator().await?,
         };
