@@ -28,6 +28,13 @@ pub enum UpstreamError {
         topic: String,
         message: String,
     },
+    /// The idempotent producer (mirror mode) failed: a broker's refusal or a lost connection.
+    #[error("Kafka {op} on {topic}: {source}")]
+    Produce {
+        op: &'static str,
+        topic: String,
+        source: GroupError,
+    },
     #[error(
         "upstream topic {topic} is missing and cannot be created ({reason}); create it with as \
          many partitions as the edge topic"
@@ -79,7 +86,7 @@ impl UpstreamError {
     pub fn is_unreachable(&self) -> bool {
         match self {
             Self::Connect { .. } | Self::Unreachable { .. } => true,
-            Self::Group { source, .. } => source.is_unreachable(),
+            Self::Group { source, .. } | Self::Produce { source, .. } => source.is_unreachable(),
             _ => false,
         }
     }

@@ -2,10 +2,12 @@
 //! connecting (TLS via rustls with a custom CA, SASL), creating upstream topics, and the
 //! `follower.rs` traits over a partition client — its end and start offsets, the headers of its
 //! last record, and producing batches with acks=all as tern's upstream records (`tern-*`
-//! headers, `reading-json` values decoded with `tern_shared::Reading`). It never retries a
-//! produce itself: rskafka's internal retries are switched off, because a retried produce whose
-//! first attempt was stored would duplicate records. The forwarder re-runs the catch-up protocol
-//! after every error instead.
+//! headers, `reading-json` values decoded with `tern_shared::Reading`). Mirror mode's batches go
+//! through the idempotent producer of `producer/` (producer id, sequence = edge offset); shared
+//! mode's through rskafka. It never retries a produce itself: rskafka's internal retries are
+//! switched off, because a retried produce whose first attempt was stored would duplicate
+//! records. The forwarder re-runs the catch-up protocol after every error instead. A client
+//! whose connection failed is dropped at once and rebuilt on the next request ([`ClientSlot`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,10 +26,13 @@ use tern_log::StoredRecord;
 use tern_shared::Reading;
 
 use crate::bandwidth::Bandwidth;
-use crate::config::{Codec, SaslMechanism, TlsSettings, UpstreamConfig, ValueFormat};
+use crate::config::{Codec, Mode, SaslMechanism, TlsSettings, UpstreamConfig, ValueFormat};
 use crate::driver::PROBE_INTERVAL;
 use crate::error::UpstreamError;
 use crate::follower::{Cluster, Follower};
+use crate::group::GroupError;
+use crate::group::conn::Connection;
+use crate::producer::{self, OutRecord, Producer};
 use crate::provenance::{H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC, Provenance};
 
 /// Set when `value_format` asked for a decoded value and the edge value did not decode.
@@ -40,6 +45,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct KafkaUpstream {
     slot: Arc<ClientSlot>,
+    /// Mirror mode's idempotent producer (shared mode produces through rskafka, at least once).
+    producer: Option<Arc<Producer>>,
     bootstrap: String,
     /// The upstream's `bandwidth` cap, shared by every partition produced to through it.
     bandwidth: Arc<Bandwidth>,
@@ -179,7 +186,16 @@ impl KafkaUpstream {
     pub fn new(config: &UpstreamConfig) -> Result<Self, UpstreamError> {
         let tls = config.tls.as_ref().map(tls_config).transpose()?;
         let bandwidth = Arc::new(Bandwidth::new(config.bandwidth.0));
+        let producer = (config.mode == Mode::Mirror).then(|| {
+            Arc::new(Producer::new(
+                config.bootstrap.clone(),
+                tls.clone(),
+                config.sasl.clone(),
+                config.state_dir.clone(),
+            ))
+        });
         Ok(Self {
+            producer,
             slot: Arc::new(ClientSlot {
                 config: config.clone(),
                 tls,
@@ -264,6 +280,8 @@ impl KafkaUpstream {
             })?;
         Ok(UpstreamPartition {
             client,
+            producer: self.producer.clone(),
+            leader: tokio::sync::Mutex::new(None),
             slot: Arc::clone(&self.slot),
             generation,
             bandwidth: Arc::clone(&self.bandwidth),
@@ -281,6 +299,11 @@ impl KafkaUpstream {
 #[derive(Debug)]
 pub struct UpstreamPartition {
     client: PartitionClient,
+    /// Mirror mode: batches go through the idempotent producer, over `leader`.
+    producer: Option<Arc<Producer>>,
+    /// The producer's connection to the partition leader, opened by the first produce; dropped
+    /// with the handle (every error ends the session).
+    leader: tokio::sync::Mutex<Option<Connection>>,
     /// The cluster client this partition client came from, dropped when a request fails for
     /// lack of a connection.
     slot: Arc<ClientSlot>,
@@ -301,6 +324,15 @@ impl UpstreamPartition {
     fn error(&self, op: &'static str, err: ClientError) -> UpstreamError {
         let topic = format!("{}/{}", self.client.topic(), self.client.partition());
         self.slot.error(self.generation, op, topic, err)
+    }
+
+    fn producer_error(&self, op: &'static str, source: GroupError) -> UpstreamError {
+        let topic = format!("{}/{}", self.client.topic(), self.client.partition());
+        if source.is_unreachable() {
+            // The leader may be gone: the cluster client's connections may be too.
+            self.slot.drop_client(self.generation);
+        }
+        UpstreamError::Produce { op, topic, source }
     }
 
     fn error_text(&self, op: &'static str, message: String) -> UpstreamError {
@@ -397,14 +429,70 @@ impl Follower for UpstreamPartition {
             .iter()
             .map(|r| upstream_record(r, source, format))
             .collect();
-        for (batch, bytes) in split(batch, self.batch_limit) {
+        let Some(producer) = &self.producer else {
+            for (batch, bytes) in split(batch, self.batch_limit) {
+                self.bandwidth.acquire(bytes).await;
+                self.client
+                    .produce(batch, compression(codec))
+                    .await
+                    .map_err(|e| self.error("produce", e))?;
+            }
+            return Ok(());
+        };
+        let offsets: Vec<u64> = records.iter().map(|r| r.offset).collect();
+        let identity = producer
+            .identity()
+            .await
+            .map_err(|e| self.producer_error("init producer id", e))?;
+        let mut leader = self.leader.lock().await;
+        let mut first = 0;
+        for (batch, bytes) in split_idempotent(batch, &offsets, self.batch_limit) {
+            let edge_offset = offsets.get(first).copied().unwrap_or(0);
+            first += batch.len();
             self.bandwidth.acquire(bytes).await;
-            self.client
-                .produce(batch, compression(codec))
-                .await
-                .map_err(|e| self.error("produce", e))?;
+            let out = batch.into_iter().map(out_record).collect();
+            let encoded = producer::encode_batch(&identity, edge_offset, out, codec)
+                .map_err(|e| self.producer_error("produce", e))?;
+            let connection = match leader.as_mut() {
+                Some(connection) => connection,
+                None => {
+                    let (topic, partition) = (self.client.topic(), self.client.partition());
+                    let opened = producer
+                        .leader(topic, partition)
+                        .await
+                        .map_err(|e| self.producer_error("find partition leader", e))?;
+                    leader.insert(opened)
+                }
+            };
+            let produced = producer::produce(
+                connection,
+                self.client.topic(),
+                self.client.partition(),
+                encoded,
+            )
+            .await;
+            if let Err(err) = produced {
+                *leader = None;
+                if let GroupError::Kafka { code, .. } = &err {
+                    if producer::needs_new_identity(*code) {
+                        producer.renew(&identity).await;
+                    }
+                }
+                return Err(self.producer_error("produce", err));
+            }
         }
         Ok(())
+    }
+
+    /// The next batch does not follow on from what the partition holds (records left the edge
+    /// log first, or upstream retention removed them all): sequences would not follow either,
+    /// so the producer starts over with a new identity.
+    async fn restart_sequence(&self) {
+        if let Some(producer) = &self.producer {
+            if let Ok(identity) = producer.identity().await {
+                producer.renew(&identity).await;
+            }
+        }
     }
 }
 
@@ -503,6 +591,42 @@ fn split(records: Vec<Record>, max_bytes: u64) -> Vec<(Vec<Record>, u64)> {
         }
     }
     batches
+}
+
+/// [`split`] for the idempotent producer: also cut before a record whose edge offset does not
+/// follow the one before (never in a contiguous edge log) and where the sequence wraps to 0, so
+/// every request is one record batch with consecutive sequence numbers.
+fn split_idempotent(
+    records: Vec<Record>,
+    offsets: &[u64],
+    max_bytes: u64,
+) -> Vec<(Vec<Record>, u64)> {
+    let mut batches: Vec<(Vec<Record>, u64)> = Vec::new();
+    let mut previous: Option<u64> = None;
+    for (record, &offset) in records.into_iter().zip(offsets) {
+        let bytes = produced_bytes(&record);
+        let follows =
+            previous.is_some_and(|p| p + 1 == offset) && offset % producer::SEQUENCE_WRAP != 0;
+        previous = Some(offset);
+        match batches.last_mut() {
+            Some((batch, total)) if follows && *total + bytes <= max_bytes => {
+                batch.push(record);
+                *total += bytes;
+            }
+            _ => batches.push((vec![record], bytes)),
+        }
+    }
+    batches
+}
+
+/// An upstream record as the idempotent producer encodes it.
+fn out_record(record: Record) -> OutRecord {
+    OutRecord {
+        timestamp_ms: record.timestamp.timestamp_millis(),
+        key: record.key,
+        value: record.value.unwrap_or_default(),
+        headers: record.headers,
+    }
 }
 
 fn compression(codec: Codec) -> Compression {
