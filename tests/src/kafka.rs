@@ -243,6 +243,18 @@ impl KafkaCluster {
         labels: &str,
         what: &str,
     ) -> anyhow::Result<Duration> {
+        self.restore_and_time_resume_within(gateway, labels, what, RESUME_BOUND)
+    }
+
+    /// [`KafkaCluster::restore_and_time_resume`] with another bound, for a restore that must
+    /// also wait for Kafka itself (a dead follower leaving the ISR).
+    pub fn restore_and_time_resume_within(
+        &self,
+        gateway: &mut Gateway,
+        labels: &str,
+        what: &str,
+        bound: Duration,
+    ) -> anyhow::Result<Duration> {
         let name = "tern_upstream_records_behind";
         let behind = gateway.metric_sum(name, labels)?.unwrap_or(0);
         if behind == 0 {
@@ -251,12 +263,8 @@ impl KafkaCluster {
         self.restore_clients();
         let restored = Instant::now();
         gateway
-            .wait_metric(name, labels, what, RESUME_BOUND, |n| {
-                n.is_some_and(|n| n < behind)
-            })
-            .with_context(|| {
-                format!("{what}: forwarding did not resume within {RESUME_BOUND:?}")
-            })?;
+            .wait_metric(name, labels, what, bound, |n| n.is_some_and(|n| n < behind))
+            .with_context(|| format!("{what}: forwarding did not resume within {bound:?}"))?;
         let resumed = restored.elapsed();
         eprintln!(
             "{what}: forwarding resumed {resumed:?} after the link returned ({behind} records behind)"

@@ -445,6 +445,10 @@ impl Follower for UpstreamPartition {
             .await
             .map_err(|e| self.producer_error("init producer id", e))?;
         let mut leader = self.leader.lock().await;
+        if leader.as_mut().is_some_and(Connection::is_dead) {
+            // The leader closed it while the forwarder waited for records (a link cut).
+            *leader = None;
+        }
         let mut first = 0;
         for (batch, bytes) in split_idempotent(batch, &offsets, self.batch_limit) {
             let edge_offset = offsets.get(first).copied().unwrap_or(0);
