@@ -12,7 +12,7 @@ use tern_core::shutdown::{self, Shutdown, Signals};
 use tern_log::datadir::DataDirLock;
 use tern_log::{Log, LogMetrics};
 use tern_mqtt::{Broker, MqttListener, MqttMetrics};
-use tern_upstream::{self as upstream, UpstreamMetrics};
+use tern_upstream::{self as upstream, UpstreamConfig, UpstreamMetrics};
 
 /// Runs the gateway until SIGINT/SIGTERM, then shuts down gracefully.
 pub fn serve(config: Config) -> anyhow::Result<()> {
@@ -96,8 +96,13 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
         .map(|settings| {
             let gateway = upstream::gateway_id(settings);
             tracing::info!(%gateway, bootstrap = ?settings.bootstrap, "forwarding upstream");
+            // Mirror mode's producer identity lives beside the log (docs/upstream.md).
+            let settings = UpstreamConfig {
+                state_dir: Some(config.data_dir.join("upstream")),
+                ..settings.clone()
+            };
             tokio::spawn(upstream::run(
-                settings.clone(),
+                settings,
                 gateway,
                 log.clone(),
                 Arc::clone(&upstream_status),
