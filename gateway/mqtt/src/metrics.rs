@@ -17,6 +17,8 @@ pub struct MqttMetrics {
     pub(crate) publishes_rejected: AtomicU64,
     pub(crate) malformed_packets: AtomicU64,
     pub(crate) keep_alive_timeouts: AtomicU64,
+    /// Records subscribers skipped because the log lost them to damage.
+    pub(crate) records_lost: AtomicU64,
 }
 
 impl MqttMetrics {
@@ -94,6 +96,13 @@ impl MetricsSource for MqttMetrics {
         for (name, kind, help, value) in families {
             write_single(out, name, kind, help, value.load(Ordering::Relaxed));
         }
+        write_single(
+            out,
+            "tern_mqtt_records_lost_total",
+            "counter",
+            "Log records a subscriber skipped because the log lost them to damage.",
+            self.records_lost.load(Ordering::Relaxed),
+        );
     }
 }
 
@@ -111,6 +120,6 @@ mod tests {
             out.contains("tern_mqtt_publishes_received_total 1\n"),
             "{out}"
         );
-        assert_eq!(out.matches("# TYPE").count(), 9);
+        assert_eq!(out.matches("# TYPE").count(), 10);
     }
 }

@@ -3,6 +3,7 @@
 mod foundation;
 mod kafka;
 mod log;
+mod log_damage;
 mod mqtt;
 mod mqtt_auth;
 mod mqtt_delivery;

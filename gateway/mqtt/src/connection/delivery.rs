@@ -131,7 +131,16 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 .log
                 .read(&partition.0, partition.1, next, READ_BYTES)
             {
-                Ok(records) => buffer.extend(records),
+                Ok(records) => {
+                    if let Some(first) = records
+                        .first()
+                        .map(|r| r.offset)
+                        .filter(|first| *first > next)
+                    {
+                        self.skip_lost(partition, next, first);
+                    }
+                    buffer.extend(records);
+                }
                 Err(LogError::OffsetOutOfRange { start, .. }) if start > next => {
                     tracing::warn!(client_id = %self.client_id, ?partition, next, start, "records expired before delivery");
                     self.session.positions.insert(partition.clone(), start);
@@ -163,6 +172,18 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             self.readahead.insert(partition.clone(), buffer);
         }
         Ok(moved)
+    }
+
+    /// The log lost `next..first` to damage (it reads on past a damaged batch): counts them,
+    /// says so, and moves the position past them instead of asking for them again.
+    fn skip_lost(&mut self, partition: &PartitionId, next: u64, first: u64) {
+        let lost = first - next;
+        MqttMetrics::add(&self.broker.metrics.records_lost, lost);
+        tracing::warn!(client_id = %self.client_id, ?partition, from = next, to = first, lost, "records lost to log damage skipped");
+        self.session.positions.insert(partition.clone(), first);
+        if self.session.persistent() {
+            self.session.dirty.insert(partition.clone());
+        }
     }
 
     pub(super) fn deliver_record(
