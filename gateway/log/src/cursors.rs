@@ -124,6 +124,13 @@ fn replay(bytes: &[u8]) -> (BTreeMap<Key, u64>, u64) {
     (map, valid)
 }
 
+/// The version in a cursor log's header, if the file starts with the cursor log's magic.
+pub fn header_version(bytes: &[u8]) -> Option<u16> {
+    let mut r = Reader::new(bytes);
+    r.take(8).ok().filter(|m| *m == MAGIC)?;
+    r.u16().ok()
+}
+
 /// For `tern log verify`: (positions, length of the valid prefix; 0 if no valid header).
 pub fn replay_for_tools(bytes: &[u8]) -> (usize, u64) {
     let (map, valid) = replay(bytes);
@@ -215,6 +222,14 @@ impl CursorStore {
         } else {
             Vec::new()
         };
+        if let Some(found) = header_version(&bytes).filter(|v| *v != FORMAT_VERSION) {
+            return Err(LogError::UnsupportedVersion {
+                path,
+                what: "cursor log",
+                found,
+                supported: FORMAT_VERSION,
+            });
+        }
         let (map, valid) = replay(&bytes);
         let opened = if valid == bytes.len() as u64 && valid >= HEADER_LEN {
             let file = fs

@@ -162,6 +162,12 @@ fn open_active(
     let mapped = fs
         .open_read(&path)
         .map_err(|e| LogError::io("read", &path, e))?;
+    if let Some(refusal) = SegmentHeader::decode(mapped.bytes())
+        .err()
+        .and_then(|err| LogError::version("segment", &path, &err))
+    {
+        return Err(refusal);
+    }
     let file = fs
         .open_write(&path)
         .map_err(|e| LogError::io("open", &path, e))?;

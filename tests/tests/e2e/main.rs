@@ -4,6 +4,7 @@ mod foundation;
 mod kafka;
 mod log;
 mod log_damage;
+mod log_format;
 mod mqtt;
 mod mqtt_auth;
 mod mqtt_delivery;

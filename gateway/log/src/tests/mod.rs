@@ -2,6 +2,7 @@
 //! model-based round trips and lookups, retention, index rebuild, cursors, and power cuts.
 
 mod crash;
+mod damage;
 mod model;
 
 use std::path::Path;

@@ -35,6 +35,19 @@ pub enum ToolError {
     Output(#[from] std::io::Error),
 }
 
+/// The tools read only a log this build understands: no log at all, or a newer format, is an
+/// error (the newer tern's files are never shown as damage).
+fn check_format(data_dir: &Path, log_dir: &Path) -> Result<(), ToolError> {
+    if !RealFs.is_dir(log_dir) {
+        return Err(ToolError::NoLog {
+            data_dir: data_dir.to_owned(),
+            log_dir: log_dir.to_owned(),
+        });
+    }
+    super::datadir::check_format(log_dir)?;
+    Ok(())
+}
+
 /// Where `tern log dump` starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum From {
@@ -185,6 +198,7 @@ pub fn dump(
     } = *options;
     let fs = RealFs;
     let log_dir = data_dir.join("log");
+    check_format(data_dir, &log_dir)?;
     let info = meta::list(&fs, &log_dir)?
         .into_iter()
         .find(|t| t.name == topic)
@@ -332,6 +346,7 @@ pub struct PartitionSummary {
 pub fn summarize(data_dir: &Path) -> Result<Vec<PartitionSummary>, ToolError> {
     let fs = RealFs;
     let log_dir = data_dir.join("log");
+    check_format(data_dir, &log_dir)?;
     let mut out = Vec::new();
     for info in meta::list(&fs, &log_dir)? {
         for p in 0..info.partitions {

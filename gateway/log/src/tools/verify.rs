@@ -39,12 +39,7 @@ impl Report<'_> {
 pub fn verify(data_dir: &Path, out: &mut dyn Write) -> Result<usize, ToolError> {
     let fs = RealFs;
     let log_dir = data_dir.join("log");
-    if !fs.is_dir(&log_dir) {
-        return Err(ToolError::NoLog {
-            data_dir: data_dir.to_owned(),
-            log_dir,
-        });
-    }
+    super::check_format(data_dir, &log_dir)?;
     let mut report = Report { out, problems: 0 };
     let topics_dir = meta::topics_dir(&log_dir);
     for name in fs.list_dir(&topics_dir).unwrap_or_default() {
