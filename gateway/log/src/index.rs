@@ -63,6 +63,11 @@ impl IndexBuilder {
         }
     }
 
+    /// Makes the next batch an index entry: where reading resumes after a damaged stretch.
+    pub fn restart(&mut self) {
+        self.since_last = None;
+    }
+
     /// Records a batch at byte `pos` holding relative offsets from `rel`.
     pub fn add_batch(&mut self, rel: u32, pos: u32, len: u64, max_ts: i64) {
         let due = self.since_last.is_none_or(|bytes| bytes >= self.interval);

@@ -15,7 +15,7 @@ use super::error::{LogError, Result};
 use super::fs::{self, Fs};
 use super::index::{IndexBuilder, IndexView};
 use super::partition::{ActiveSegment, PartState, Partition, SealedSegment, Shared};
-use super::segment;
+use super::segment::{self, End};
 use super::writer;
 
 /// Opens (creating if missing) partition `id` of `topic` in `dir`.
@@ -107,7 +107,7 @@ fn open_sealed(shared: &Shared, dir: &Path, base: u64, next: u64) -> Result<Seal
         .map_err(|e| LogError::io("read", &log, e))?;
     let index = match segment::scan(mapped.bytes(), base, shared.config.index_interval.0) {
         Ok(scan) => {
-            if let Some(damage) = &scan.damage {
+            if let Some(damage) = scan.first_damage() {
                 tracing::error!(segment = %log.display(), position = damage.position, reason = %damage.reason, "sealed segment damaged; reads skip the damage");
             }
             scan.index
@@ -139,6 +139,35 @@ fn open_sealed(shared: &Shared, dir: &Path, base: u64, next: u64) -> Result<Seal
         },
         generation,
     })
+}
+
+/// Logs what recovery found in the active segment. Damage followed by valid batches is kept on
+/// disk (for `tern log verify`) and skipped by readers; only what follows the last valid batch is
+/// cut, and zeros or an older generation there are the normal end of a segment, not a torn one.
+fn report_active(shared: &Shared, path: &Path, scan: &segment::Scan) {
+    for skipped in &scan.skipped {
+        shared.counters.corrupt_batch();
+        tracing::error!(
+            segment = %path.display(),
+            position = skipped.damage.position,
+            resume = skipped.resume,
+            lost = skipped.lost.end - skipped.lost.start,
+            from = skipped.lost.start,
+            reason = %skipped.damage.reason,
+            "damaged batch in the active segment: skipped, the valid batches after it are kept"
+        );
+    }
+    match &scan.end {
+        End::Clean => {
+            tracing::debug!(segment = %path.display(), position = scan.valid_len, "segment ends after its last batch");
+        }
+        End::Stale(damage) => {
+            tracing::debug!(segment = %path.display(), position = damage.position, "older bytes of a recycled file after the last batch");
+        }
+        End::Torn(damage) => {
+            tracing::info!(segment = %path.display(), position = damage.position, reason = %damage.reason, "truncating torn tail (an interrupted write)");
+        }
+    }
 }
 
 /// Validates the active segment, truncating its torn tail; repairs a torn file header.
@@ -180,9 +209,7 @@ fn open_active(
     drop(mapped);
     let (active, valid_len) = match scanned {
         Ok(scan) => {
-            if let Some(damage) = &scan.damage {
-                tracing::info!(segment = %path.display(), position = damage.position, reason = %damage.reason, "truncating torn tail");
-            }
+            report_active(shared, &path, &scan);
             let active = ActiveSegment {
                 base,
                 generation: scan.header.generation,

@@ -16,8 +16,12 @@ use tern_tests::{Gateway, MosquittoSub, ServeOptions, TempDir, read_log, run_ter
 const CONFIG: &str = "[log]\nsegment_bytes = \"8KiB\"\n[log.retention]\nage = \"0\"\n";
 
 fn options(dir: &Path) -> anyhow::Result<ServeOptions> {
+    options_with(dir, CONFIG)
+}
+
+fn options_with(dir: &Path, config: &str) -> anyhow::Result<ServeOptions> {
     let file = dir.join("tern.toml");
-    std::fs::write(&file, CONFIG)?;
+    std::fs::write(&file, config)?;
     Ok(ServeOptions {
         args: vec!["--config".to_owned(), file.display().to_string()],
         ..ServeOptions::default()
@@ -158,5 +162,72 @@ fn a_persistent_session_skips_what_a_cut_sealed_segment_lost_and_goes_on() -> an
         "{report}"
     );
     gateway.stop()?;
+    Ok(())
+}
+
+#[test]
+fn damage_in_the_active_segment_keeps_what_follows_and_stays_visible() -> anyhow::Result<()> {
+    let dir = TempDir::new("active-damage")?;
+    let data_dir = data(&dir);
+    let options = options_with(dir.path(), "[log]\nsegment_bytes = \"1MiB\"\n")?;
+    let mut gateway = Gateway::start(&data_dir, &options)?;
+    register_session(&gateway, "watcher")?;
+    let sent = payloads("job", 300);
+    publish(&gateway, &sent)?;
+    gateway.stop()?;
+    // A clean restart: the zeros after the last batch are the normal end of a segment.
+    let mut gateway = Gateway::start(&data_dir, &options)?;
+    gateway.stop()?;
+    let torn: Vec<String> = gateway
+        .stderr_lines()
+        .iter()
+        .filter(|l| l.contains("torn"))
+        .cloned()
+        .collect();
+    assert!(
+        torn.is_empty(),
+        "a clean restart is not a torn tail: {torn:#?}"
+    );
+
+    let files = segments(&data_dir)?;
+    let active = files.last().context("the active segment")?;
+    let mut bytes = std::fs::read(active)?;
+    let used = bytes.iter().rposition(|b| *b != 0).context("records")?;
+    for byte in bytes.get_mut(used / 2..used / 2 + 16).context("16 bytes")? {
+        *byte ^= 0xff;
+    }
+    std::fs::write(active, &bytes)?;
+    let left = dumped_values(&data_dir)?;
+    let lost = sent.len() - left.len();
+    assert!(
+        lost > 0 && lost < 50,
+        "one batch lost, not the rest: {lost}"
+    );
+    assert!(
+        left.contains("job-00299"),
+        "the records after the damage are kept"
+    );
+    let (ok, report) = verify(&data_dir)?;
+    assert!(!ok && report.contains("DAMAGE"), "{report}");
+
+    let mut gateway = Gateway::start(&data_dir, &options)?;
+    let said = gateway.stderr_lines().join("\n");
+    assert!(
+        said.contains("damaged batch in the active segment"),
+        "{said}"
+    );
+    let received = receive(&gateway, "watcher", left.len())?;
+    assert_eq!(received, left, "the broker delivers what dump reads");
+    gateway.wait_metric(
+        "tern_mqtt_records_lost_total",
+        "",
+        "the lost records counted",
+        Duration::from_secs(5),
+        |v| v == Some(lost as u64),
+    )?;
+    gateway.stop()?;
+    let (ok, report) = verify(&data_dir)?;
+    assert!(!ok && report.contains("DAMAGE"), "still reported: {report}");
+    assert_eq!(dumped_values(&data_dir)?, left);
     Ok(())
 }

@@ -150,3 +150,45 @@ fn a_read_past_a_cut_sealed_segment_goes_on_with_the_next() {
         "a read from a lost offset returns the next records there are"
     );
 }
+
+#[test]
+fn damage_in_the_active_segment_is_skipped_and_what_follows_is_kept() {
+    let config = LogConfig::for_tests(1 << 20);
+    let fs = FaultyFs::new(25);
+    written(&fs, &config, 60);
+    let path = Path::new(SEGMENT);
+    fs.overwrite(path, 32 + 30 * 40, &[0xa5; 16])
+        .expect("16 bytes in the middle");
+    let kept = runtime().block_on(async {
+        let log = open(&fs, &config).await;
+        let all = read_all(&log, "t", 0);
+        assert!(
+            all.len() >= 58 && all.len() < 60,
+            "one batch lost: {}",
+            all.len()
+        );
+        for stored in &all {
+            assert_eq!(
+                stored.record,
+                record(1, stored.offset, stored.offset as i64)
+            );
+        }
+        assert_eq!(
+            all.last().map(|r| r.offset),
+            Some(59),
+            "the records after it are kept"
+        );
+        assert!(log.stats().corrupt_batches > 0, "counted");
+        log.append("t", 0, vec![record(1, 60, 60)])
+            .await
+            .expect("appends continue after the kept records");
+        log.close().await.expect("close");
+        all.len()
+    });
+    let log = try_open(&fs, &config).expect("reopens");
+    assert!(
+        log.stats().corrupt_batches > 0,
+        "the evidence is still there"
+    );
+    assert_eq!(read_all(&log, "t", 0).len(), kept + 1);
+}

@@ -276,33 +276,27 @@ struct Dumper<'a> {
 impl Dumper<'_> {
     /// Prints the wanted records of one segment's bytes, resyncing past damaged batches.
     fn segment(&mut self, valid: &[u8], base: u64, generation: u32) -> ControlFlow<()> {
-        let mut pos = SEGMENT_HEADER_LEN as u64;
-        let mut next_offset = base;
-        let mut flow = ControlFlow::Continue(());
-        loop {
-            let walked = segment::walk(valid, pos, |_, _, bytes| {
+        let (topic, partition) = (self.topic, self.partition);
+        segment::walk_all(
+            valid,
+            SEGMENT_HEADER_LEN as u64,
+            generation,
+            |_, _, bytes| {
                 let Ok((header, records)) = batch::decode_batch(bytes) else {
                     return ControlFlow::Continue(());
                 };
-                next_offset = header.next_offset();
                 for (offset, record) in (header.base_offset..).zip(records) {
-                    flow = self.record(StoredRecord { offset, record });
-                    if flow.is_break() {
-                        return flow;
-                    }
+                    self.record(StoredRecord { offset, record })?;
                 }
                 ControlFlow::Continue(())
-            });
-            let Err(damage) = walked else { return flow };
-            eprintln!(
-                "damaged batch in segment {base} of {}/{} at byte {}: {}",
-                self.topic, self.partition, damage.position, damage.reason
-            );
-            match segment::resync(valid, damage.position, generation, next_offset) {
-                Some(next) => pos = next,
-                None => return flow,
-            }
-        }
+            },
+            |damage| {
+                eprintln!(
+                    "damaged batch in segment {base} of {topic}/{partition} at byte {}: {}",
+                    damage.position, damage.reason
+                );
+            },
+        )
     }
 
     /// Prints one record if `--from` wants it; breaks at `--count` or when output fails.
