@@ -231,3 +231,61 @@ fn damage_in_the_active_segment_keeps_what_follows_and_stays_visible() -> anyhow
     assert_eq!(dumped_values(&data_dir)?, left);
     Ok(())
 }
+
+fn cursor_log(data_dir: &Path) -> PathBuf {
+    data_dir.join("log/cursors.log")
+}
+
+/// Overwrites the first `len` bytes of `path` (all of it if it is shorter) with garbage.
+fn garble(path: &Path, len: usize) -> anyhow::Result<()> {
+    let mut bytes = std::fs::read(path)?;
+    let len = len.min(bytes.len());
+    for byte in bytes.get_mut(..len).context("bytes")? {
+        *byte = 0xee;
+    }
+    std::fs::write(path, bytes)?;
+    Ok(())
+}
+
+#[test]
+fn garbage_over_the_cursor_log_loses_no_pending_message() -> anyhow::Result<()> {
+    let dir = TempDir::new("cursor-garbage")?;
+    let data_dir = data(&dir);
+    let options = options(dir.path())?;
+    let mut gateway = Gateway::start(&data_dir, &options)?;
+    register_session(&gateway, "saver")?;
+    let sent = payloads("job", 200);
+    publish(&gateway, &sent)?;
+    gateway.stop()?;
+    let expected: BTreeSet<String> = sent.iter().cloned().collect();
+
+    // Over the header and the first entry: every entry whose own CRC holds is salvaged.
+    garble(&cursor_log(&data_dir), 16)?;
+    let mut gateway = Gateway::start(&data_dir, &options)?;
+    let said = gateway.stderr_lines().join("\n");
+    assert!(said.contains("cursor log damaged"), "{said}");
+    let kept = std::fs::read_dir(data_dir.join("log"))?
+        .filter_map(Result::ok)
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("cursors.log.damaged-")
+        });
+    assert!(kept, "the damaged cursor log is kept for the operator");
+    assert_eq!(receive(&gateway, "saver", sent.len())?, expected);
+    gateway.stop()?;
+
+    // All of it: the session's cursor is lost, and it is redelivered, not skipped.
+    garble(&cursor_log(&data_dir), usize::MAX)?;
+    let mut gateway = Gateway::start(&data_dir, &options)?;
+    assert_eq!(receive(&gateway, "saver", sent.len())?, expected);
+    let said = gateway.stderr_lines().join("\n");
+    assert!(
+        said.contains("redelivering from the earliest retained record"),
+        "{said}"
+    );
+    gateway.stop()?;
+    let (ok, report) = verify(&data_dir)?;
+    assert!(ok, "the rewritten cursor log is clean: {report}");
+    Ok(())
+}

@@ -192,3 +192,37 @@ fn damage_in_the_active_segment_is_skipped_and_what_follows_is_kept() {
     );
     assert_eq!(read_all(&log, "t", 0).len(), kept + 1);
 }
+
+#[test]
+fn the_cursor_store_salvages_every_entry_whose_own_check_holds() {
+    let config = LogConfig::for_tests(600);
+    let fs = FaultyFs::new(26);
+    written(&fs, &config, 3);
+    runtime().block_on(async {
+        let log = open(&fs, &config).await;
+        for i in 0..10u64 {
+            log.cursors()
+                .commit(&format!("c{i}"), "t", 0, i * 100)
+                .await
+                .expect("commit");
+        }
+        log.close().await.expect("close");
+    });
+    let path = Path::new("/data/log/cursors.log");
+    let len = fs.file_len(path).expect("cursor log");
+    // Garbage over the header and the first entry ("c" at 3), and in the middle of the file.
+    fs.overwrite(path, 0, &[0xee; 20]).expect("header");
+    fs.overwrite(path, len / 2, &[0xee; 3]).expect("middle");
+    let log = try_open(&fs, &config).expect("opens");
+    let cursors = log.cursors().list();
+    assert!(
+        cursors.len() >= 8 && cursors.len() < 11,
+        "salvaged all but the damaged entries: {cursors:?}"
+    );
+    assert_eq!(log.cursors().get("c9", "t", 0), Some(900));
+    let kept = fs.list_dir(Path::new("/data/log")).expect("list");
+    assert!(
+        kept.iter().any(|n| n.starts_with("cursors.log.damaged-")),
+        "{kept:?}"
+    );
+}

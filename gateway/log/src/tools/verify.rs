@@ -219,13 +219,30 @@ fn verify_cursors(fs: &dyn Fs, log_dir: &Path, report: &mut Report<'_>) {
     let Ok(bytes) = fs.read(&path) else {
         return;
     };
-    let (positions, valid) = crate::cursors::replay_for_tools(&bytes);
-    if valid == 0 {
-        report.damage(&path, 0, "not a tern cursor log");
-    } else if valid < bytes.len() as u64 {
+    let check = crate::cursors::check_for_tools(&bytes);
+    let positions = check.positions;
+    if !check.header_ok {
+        report.damage(
+            &path,
+            0,
+            &format!("not a valid cursor log header; {positions} position(s) salvageable"),
+        );
+    }
+    for range in check.skipped.iter().filter(|r| r.start > 0) {
+        report.damage(
+            &path,
+            range.start,
+            &format!(
+                "{} damaged bytes before the next valid entry",
+                range.end - range.start
+            ),
+        );
+    }
+    if check.valid < bytes.len() as u64 && check.valid > 0 {
         report.note(&format!(
-            "{}: torn tail after byte {valid} (dropped on next start)",
-            path.display()
+            "{}: torn tail after byte {} (dropped on next start)",
+            path.display(),
+            check.valid
         ));
     }
     let _ = writeln!(report.out, "checked cursors: {positions} position(s)");

@@ -41,13 +41,21 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             entry.publish.dup = true;
             self.send(Outgoing::Publish(Box::new(entry.publish)))?;
         }
-        self.track_partitions().await?;
+        self.track_partitions_of(true).await?;
         self.wake.notify_one();
         Ok(())
     }
 
     /// Gives every partition a subscription may read a position and a watcher.
     pub(super) async fn track_partitions(&mut self) -> Result<(), ConnError> {
+        self.track_partitions_of(false).await
+    }
+
+    /// [`Self::track_partitions`]; `resumed` when the subscriptions are a stored session's,
+    /// restored at CONNECT: each of their partitions had a cursor (it is committed before the
+    /// subscription is stored), so a missing one was lost (a damaged cursor log) and delivery
+    /// starts at the earliest retained record, redelivering rather than skipping.
+    async fn track_partitions_of(&mut self, resumed: bool) -> Result<(), ConnError> {
         let name = cursor_name(&self.client_id);
         let wanted: Vec<PartitionId> = self
             .session
@@ -67,6 +75,15 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     .filter(|_| self.session.stored);
                 let start = match saved {
                     Some(offset) => offset,
+                    None if resumed && self.session.persistent() => {
+                        let start = self.broker.log.offsets(topic, p)?.0;
+                        tracing::warn!(client_id = %self.client_id, topic, partition = p, start, "the session's cursor is missing (lost with a damaged cursor log?): redelivering from the earliest retained record");
+                        self.broker
+                            .log
+                            .commit_cursor(&name, topic, p, start)
+                            .await?;
+                        start
+                    }
                     None => {
                         let end = self.broker.log.offsets(topic, p)?.1;
                         if self.session.persistent() {
