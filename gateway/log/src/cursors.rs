@@ -411,3 +411,47 @@ impl CursorStore {
             .1
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cursor file of `n` entries and where each entry starts and ends.
+    fn file(n: u64) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
+        let mut out = snapshot(&BTreeMap::new());
+        let mut spans = Vec::new();
+        for i in 0..n {
+            let key = (format!("c{i}"), "t".to_owned(), 0);
+            let start = out.len();
+            out.extend_from_slice(&encode(&Update::Set(key, i * 10)));
+            spans.push(start..out.len());
+        }
+        (out, spans)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn replay_never_panics_on_any_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let _ = replay(&bytes);
+        }
+
+        /// Garbage over any stretch (the header included) loses only the entries it touches.
+        #[test]
+        fn garbage_loses_only_the_entries_it_covers(n in 1u64..20, at in 0usize..400, len in 1usize..30) {
+            let (mut bytes, spans) = file(n);
+            let at = at % bytes.len();
+            let end = (at + len).min(bytes.len());
+            for byte in bytes.get_mut(at..end).unwrap_or_default() {
+                *byte = !*byte;
+            }
+            let replayed = replay(&bytes);
+            for (i, span) in (0..n).zip(&spans) {
+                let touched = span.start < end && at < span.end;
+                let got = replayed.map.get(&(format!("c{i}"), "t".to_owned(), 0));
+                if !touched {
+                    proptest::prop_assert_eq!(got, Some(&(i * 10)));
+                }
+            }
+        }
+    }
+}

@@ -339,4 +339,12 @@ mod tests {
             Err(DecodeError::Checksum { .. })
         ));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn marker_decoding_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40)) {
+            let decoded = decode_marker(&bytes);
+            proptest::prop_assert!(decoded.is_err() || bytes == encode_marker(1));
+        }
+    }
 }

@@ -368,4 +368,71 @@ mod tests {
             "base offset must match the name"
         );
     }
+
+    fn segment_of(batches: &[u8]) -> (Vec<u8>, Vec<(usize, u64, u64)>) {
+        let header = SegmentHeader {
+            generation: 7,
+            base_offset: 0,
+        };
+        let mut bytes = header.encode().to_vec();
+        let mut spans = Vec::new();
+        let mut offset = 0u64;
+        for (i, n) in batches.iter().enumerate() {
+            let records: Vec<Record> = (0..u64::from(*n % 4 + 1))
+                .map(|j| Record {
+                    timestamp_ms: (offset + j) as i64,
+                    key: None,
+                    value: format!("b{i}-r{j}").into_bytes(),
+                    headers: vec![],
+                })
+                .collect();
+            let start = bytes.len();
+            batch::encode_batch(offset, 7, &records, &mut bytes);
+            spans.push((start, offset, offset + records.len() as u64));
+            offset += records.len() as u64;
+        }
+        (bytes, spans)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn scan_never_panics_on_any_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let _ = scan(&bytes, 0, 64);
+            let _ = resync(&bytes, 0, 1, 0);
+        }
+
+        /// Garbage over any stretch loses only the batches it touches: every batch after it is
+        /// found again, and the scan ends where the last batch does.
+        #[test]
+        fn damage_loses_only_the_batches_it_touches(
+            batches in proptest::collection::vec(proptest::prelude::any::<u8>(), 2..12),
+            at in 0usize..1000,
+            len in 1usize..40,
+        ) {
+            let (mut bytes, spans) = segment_of(&batches);
+            let total = bytes.len();
+            let at = SEGMENT_HEADER_LEN + at % (total - SEGMENT_HEADER_LEN);
+            let end = (at + len).min(total);
+            for byte in bytes.get_mut(at..end).unwrap_or_default() {
+                *byte ^= 0x5a;
+            }
+            let scanned = scan(&bytes, 0, 64).expect("header untouched");
+            let mut kept = std::collections::BTreeSet::new();
+            let _ = walk_all(&bytes, SEGMENT_HEADER_LEN as u64, 7, |_, h, _| {
+                kept.insert(h.base_offset);
+                ControlFlow::Continue(())
+            }, |_| {});
+            for (i, (start, base, next)) in spans.iter().enumerate() {
+                let stop = spans.get(i + 1).map_or(total, |s| s.0);
+                let touched = *start < end && at < stop;
+                if !touched {
+                    proptest::prop_assert!(kept.contains(base), "batch at {} lost", start);
+                }
+                if i + 1 == spans.len() && !touched {
+                    proptest::prop_assert_eq!(scanned.end_offset, *next);
+                    proptest::prop_assert_eq!(scanned.valid_len, total as u64);
+                }
+            }
+        }
+    }
 }
