@@ -139,7 +139,13 @@ pub fn walk(
 /// generation and offset fields are compared before a CRC is computed.
 pub fn resync(bytes: &[u8], damaged: u64, generation: u32, min_offset: u64) -> Option<u64> {
     let start = usize::try_from(damaged).ok()?.saturating_add(1);
-    let end = bytes.len().saturating_sub(BATCH_HEADER_LEN - 1);
+    // A batch starts with a non-zero length: none starts after the last non-zero byte (the
+    // preallocated zeros at the end of a segment are skipped at memory speed).
+    let last = last_non_zero(bytes)?;
+    let end = bytes
+        .len()
+        .saturating_sub(BATCH_HEADER_LEN - 1)
+        .min(last + 1);
     let field = |pos: usize, at: usize, len: usize| bytes.get(pos + at..pos + at + len);
     let wanted = generation.to_le_bytes();
     (start..end)
@@ -179,6 +185,31 @@ pub fn walk_all(
             None => return flow,
         }
     }
+}
+
+/// A page of zeros: slices are compared with it (memcmp, fast even unoptimised).
+const ZEROS: [u8; 4096] = [0; 4096];
+
+/// Whether `bytes` are all zeros (the preallocated rest of a segment).
+fn all_zero(bytes: &[u8]) -> bool {
+    bytes
+        .chunks(ZEROS.len())
+        .all(|chunk| ZEROS.get(..chunk.len()) == Some(chunk))
+}
+
+/// Position of the last non-zero byte.
+fn last_non_zero(bytes: &[u8]) -> Option<usize> {
+    let tail = bytes.len() % ZEROS.len();
+    let (body, end) = bytes.split_at(bytes.len() - tail);
+    if let Some(i) = end.iter().rposition(|b| *b != 0) {
+        return Some(body.len() + i);
+    }
+    let chunk = body
+        .chunks_exact(ZEROS.len())
+        .rposition(|chunk| chunk != ZEROS)?;
+    let start = chunk * ZEROS.len();
+    let within = body.get(start..start + ZEROS.len())?;
+    within.iter().rposition(|b| *b != 0).map(|i| start + i)
 }
 
 /// A damaged stretch with valid batches after it: skipped, kept on disk as evidence.
@@ -259,6 +290,11 @@ pub fn scan(bytes: &[u8], expected_base: u64, index_interval: u64) -> Result<Sca
         let Some(damage) = scan_from(bytes, pos, &mut scan) else {
             return Ok(scan);
         };
+        let rest = usize::try_from(damage.position).unwrap_or(usize::MAX);
+        if all_zero(bytes.get(rest..).unwrap_or_default()) {
+            scan.end = End::Clean;
+            return Ok(scan);
+        }
         match resync(bytes, damage.position, header.generation, scan.end_offset) {
             Some(resume) => {
                 let next_base = bytes
