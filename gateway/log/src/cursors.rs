@@ -1,7 +1,9 @@
 //! The cursor store: named durable positions (forwarders, MQTT sessions, consumer groups) as an
 //! append-only file `cursors.log` of CRC-protected updates, replaced by a compact snapshot
-//! (temp file + fdatasync + rename + directory fsync) when it grows. Read back on open; a torn
-//! tail is dropped. Retention asks it for the lowest position of a partition.
+//! (temp file + fdatasync + rename + directory fsync) when it grows. Read back on open, entry by
+//! entry: every entry whose own CRC holds is kept, damage (even over the header) is skipped and
+//! the damaged file kept aside; a torn tail is dropped. Retention asks it for the lowest
+//! position of a partition.
 //!
 //! It stores positions only; it never reads or deletes records.
 

@@ -1,9 +1,12 @@
 //! Opening a partition directory after a clean or unclean stop. Sealed segments are trusted:
 //! only their index files are checked against the segment (length, end offset, CRC) and rebuilt
-//! when missing or stale. The active (last) segment is validated batch by batch and its torn or
-//! stale tail truncated at the first invalid batch, so recovery reads at most one segment.
+//! when missing or stale. The active (last) segment is validated batch by batch: a damaged
+//! batch with valid ones after it is skipped, counted and left on disk; only the tail after the
+//! last valid batch is truncated. Recovery reads at most one segment.
 //!
-//! Recovery never deletes a segment and never rewrites bytes before the last valid batch.
+//! Recovery never deletes a segment and never rewrites bytes before the last valid batch. The
+//! format versions were checked before it runs (`datadir.rs`); it refuses, never repairs, a
+//! segment header of a newer format.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
