@@ -287,5 +287,6 @@ fn garbage_over_the_cursor_log_loses_no_pending_message() -> anyhow::Result<()> 
     gateway.stop()?;
     let (ok, report) = verify(&data_dir)?;
     assert!(ok, "the rewritten cursor log is clean: {report}");
+    assert!(report.contains("cursors.log.damaged-"), "{report}");
     Ok(())
 }

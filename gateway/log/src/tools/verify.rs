@@ -245,5 +245,15 @@ fn verify_cursors(fs: &dyn Fs, log_dir: &Path, report: &mut Report<'_>) {
             check.valid
         ));
     }
+    let kept = fs.list_dir(log_dir).unwrap_or_default();
+    for name in kept
+        .iter()
+        .filter(|n| n.starts_with("cursors.log.damaged-"))
+    {
+        report.note(&format!(
+            "{}: a damaged cursor log kept when its entries were salvaged (remove it when done)",
+            log_dir.join(name).display()
+        ));
+    }
     let _ = writeln!(report.out, "checked cursors: {positions} position(s)");
 }
