@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::batch::{SEGMENT_HEADER_LEN, SegmentHeader};
+use super::batch::{self, SEGMENT_HEADER_LEN, SegmentHeader};
 use super::config::TopicSettings;
 use super::error::{LogError, Result};
 use super::fs::{self, Fs};
@@ -207,6 +207,14 @@ fn open_active(
         let path = path.clone();
         move |e| LogError::io(op, path, e)
     };
+    let mut mapped = mapped;
+    if let Some(header) = damaged_header_before_batches(mapped.bytes(), base) {
+        tracing::error!(segment = %path.display(), generation = header.generation, "damaged header of the active segment, its batches intact: header rewritten from them");
+        file.write_at(0, &header.encode()).map_err(io("write"))?;
+        mapped = fs
+            .open_read(&path)
+            .map_err(|e| LogError::io("read", &path, e))?;
+    }
     let file_len = mapped.bytes().len() as u64;
     let scanned = segment::scan(mapped.bytes(), base, shared.config.index_interval.0);
     drop(mapped);
@@ -256,4 +264,18 @@ fn open_active(
         .timed_sync(|| fs.sync_dir(dir))
         .map_err(|e| LogError::io("fsync directory", dir, e))?;
     Ok(active)
+}
+
+/// The header a segment whose own header is damaged (bad magic or CRC) must have had, when a
+/// valid batch starts right after it at the file's base offset: damage, not a crash while the
+/// file was created (its header is synced before any batch is written), so the batches are kept.
+fn damaged_header_before_batches(bytes: &[u8], base: u64) -> Option<SegmentHeader> {
+    if SegmentHeader::decode(bytes).is_ok() {
+        return None;
+    }
+    let first = batch::check_batch(bytes.get(SEGMENT_HEADER_LEN..)?).ok()?;
+    (first.base_offset == base).then_some(SegmentHeader {
+        generation: first.generation,
+        base_offset: base,
+    })
 }

@@ -226,3 +226,19 @@ fn the_cursor_store_salvages_every_entry_whose_own_check_holds() {
         "{kept:?}"
     );
 }
+
+#[test]
+fn a_damaged_header_of_the_active_segment_keeps_its_batches() {
+    let config = LogConfig::for_tests(1 << 20);
+    let fs = FaultyFs::new(27);
+    written(&fs, &config, 20);
+    fs.corrupt(Path::new(SEGMENT), 20)
+        .expect("flip a bit of the header");
+    let log = try_open(&fs, &config).expect("opens");
+    assert_eq!(read_all(&log, "t", 0).len(), 20, "no batch lost");
+    let header = fs.read(Path::new(SEGMENT)).expect("segment");
+    assert!(
+        crate::batch::SegmentHeader::decode(&header).is_ok(),
+        "the header is whole again"
+    );
+}
