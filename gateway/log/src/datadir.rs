@@ -285,8 +285,12 @@ pub(crate) fn ensure_marker(
         return Ok(());
     }
     let path = log_dir.join(FORMAT_FILE);
-    log_fs::write_atomic(fs, &path, &encode_marker(FORMAT_VERSION))
-        .map_err(|e| LogError::io("write", &path, e))?;
+    // Best-effort (a full card must not keep tern down): without it every file's own version
+    // still guards the directory, and the next start tries again.
+    if let Err(err) = log_fs::write_atomic(fs, &path, &encode_marker(FORMAT_VERSION)) {
+        tracing::warn!(path = %path.display(), %err, "cannot write the format marker; trying again at the next start");
+        return Ok(());
+    }
     if had_files {
         tracing::info!(path = %path.display(), version = FORMAT_VERSION, "log directory from before the format marker: every file is of format 1; marker written");
     }

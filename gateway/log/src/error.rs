@@ -12,6 +12,15 @@ pub enum LogError {
     /// into backpressure.
     #[error("log full: topic {topic} partition {partition} reached its retention limit")]
     Full { topic: String, partition: u32 },
+    /// The device holding the log is full: the append was not stored. Callers turn this into
+    /// the same backpressure as [`LogError::Full`]; appends succeed again once space is freed.
+    #[error("no space left on the device for topic {topic} partition {partition} ({op} {path})")]
+    NoSpace {
+        topic: String,
+        partition: u32,
+        op: &'static str,
+        path: PathBuf,
+    },
     #[error("unknown topic {topic}")]
     UnknownTopic { topic: String },
     #[error("unknown partition {partition} of topic {topic}")]
@@ -85,6 +94,17 @@ impl LogError {
                 })
             }
             _ => None,
+        }
+    }
+
+    /// Whether the append was refused for now (retention limit or a full device) and may be
+    /// retried later: callers answer with backpressure, never by dropping the producer.
+    pub fn is_backpressure(&self) -> bool {
+        match self {
+            Self::Full { .. } | Self::NoSpace { .. } => true,
+            // A full device under a file other than a segment (the cursor log).
+            Self::Io { source, .. } => super::fs::is_no_space(source),
+            _ => false,
         }
     }
 

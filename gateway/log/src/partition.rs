@@ -8,12 +8,14 @@
 use std::collections::{HashSet, VecDeque};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
 use super::batch::{self, SEGMENT_HEADER_LEN, SegmentHeader};
 use super::cache::FileCache;
+use super::clock::Timekeeper;
 use super::config::{LogConfig, TopicSettings};
 use super::cursors::CursorStore;
 use super::error::{LogError, Result};
@@ -31,6 +33,8 @@ pub struct Shared {
     pub cache: FileCache,
     pub counters: Arc<Counters>,
     pub cursors: CursorStore,
+    /// Elapsed-time accounting for age retention, and the wall clock.
+    pub time: Timekeeper,
 }
 
 /// A sealed segment, described by what retention and lookups need.
@@ -86,6 +90,8 @@ pub struct Partition {
     /// Damaged positions already logged at ERROR: (segment base, byte), so a reader passing
     /// them again logs at DEBUG only.
     reported: Mutex<HashSet<(u64, u64)>>,
+    /// The largest timestamp stored or being written: no record is stamped below it.
+    ts_floor: AtomicI64,
 }
 
 /// A segment pinned for reading.
@@ -123,6 +129,18 @@ impl Partition {
         state: PartState,
     ) -> Self {
         let (durable, _) = watch::channel(state.active.end);
+        let active_ts = &state.active.index;
+        let ts_floor = if active_ts.offsets.is_empty() {
+            // An unreadable sealed segment reports i64::MAX: it sets no floor.
+            state
+                .sealed
+                .back()
+                .map(|s| s.max_ts)
+                .filter(|ts| *ts != i64::MAX)
+                .unwrap_or(i64::MIN)
+        } else {
+            active_ts.max_timestamp
+        };
         Self {
             topic,
             id,
@@ -132,7 +150,24 @@ impl Partition {
             state: Mutex::new(state),
             durable,
             reported: Mutex::new(HashSet::new()),
+            ts_floor: AtomicI64::new(ts_floor),
         }
+    }
+
+    /// Raises timestamps below their predecessor's to it, so a partition's timestamps never go
+    /// back (a wall clock stepped back does not break the time index). Only the writer calls it.
+    pub fn monotonic_timestamps(&self, records: &mut [Record]) {
+        let mut floor = self.ts_floor.load(Ordering::Relaxed);
+        for record in records {
+            record.timestamp_ms = record.timestamp_ms.max(floor);
+            floor = record.timestamp_ms;
+        }
+        self.ts_floor.store(floor, Ordering::Relaxed);
+    }
+
+    /// The key of this partition's segment `base` in the clock file.
+    pub fn clock_key(&self, base: u64) -> String {
+        super::clock::segment_key(&self.topic, self.id, base)
     }
 
     pub fn lock(&self) -> MutexGuard<'_, PartState> {

@@ -19,7 +19,7 @@ use super::fs::{self, Fs};
 use super::index::{IndexBuilder, IndexView};
 use super::partition::{ActiveSegment, PartState, Partition, SealedSegment, Shared};
 use super::segment::{self, End};
-use super::writer;
+use super::{roll, writer};
 
 /// Opens (creating if missing) partition `id` of `topic` in `dir`.
 pub fn open_partition(
@@ -126,10 +126,18 @@ fn open_sealed(shared: &Shared, dir: &Path, base: u64, next: u64) -> Result<Seal
         (segment::time_index_path(dir, base), times),
     ] {
         shared.counters.wrote(data.len());
-        shared
+        match shared
             .counters
             .timed_sync(|| fs::write_atomic(fs, &path, &data))
-            .map_err(|e| LogError::io("write index", &path, e))?;
+        {
+            Ok(()) => {}
+            // Indexes are derived: on a full device reads scan without them until a later
+            // start rebuilds them.
+            Err(e) if fs::is_no_space(&e) => {
+                tracing::warn!(index = %path.display(), "no space to rebuild the index; reads scan the segment");
+            }
+            Err(e) => return Err(LogError::io("write index", &path, e)),
+        }
     }
     Ok(SealedSegment {
         base,
@@ -253,8 +261,7 @@ fn open_active(
     if file_len != valid_len {
         file.set_len(valid_len).map_err(io("truncate"))?;
     }
-    file.preallocate(shared.config.segment_bytes.0)
-        .map_err(io("preallocate"))?;
+    roll::preallocate(shared, dir, &path, &*file);
     shared
         .counters
         .timed_sync(|| file.sync_data())

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::cache::FileCache;
+use super::clock::{Clock, ClockStatus, SystemClock, Timekeeper};
 use super::config::LogConfig;
 use super::cursors::CursorStore;
 use super::error::{LogError, Result};
@@ -86,6 +87,7 @@ fn open_topic(
 
 fn open_blocking(
     fs: Arc<dyn Fs>,
+    clock: Arc<dyn Clock>,
     dir: PathBuf,
     config: LogConfig,
     runtime: tokio::runtime::Handle,
@@ -103,7 +105,9 @@ fn open_blocking(
     datadir::ensure_marker(&*fs, &dir, marked, had_files)?;
     let counters = Arc::new(Counters::default());
     let cursors = CursorStore::open(Arc::clone(&fs), &dir, Arc::clone(&counters))?;
+    let time = Timekeeper::open(Arc::clone(&fs), &dir, clock)?;
     let shared = Arc::new(Shared {
+        time,
         cache: FileCache::new(Arc::clone(&fs), config.max_open_files),
         fs: Arc::clone(&fs),
         config,
@@ -133,11 +137,22 @@ impl Log {
 
     /// Same with an explicit file system (fault injection in tests).
     pub async fn open_with_fs(fs: Arc<dyn Fs>, dir: &Path, config: &LogConfig) -> Result<Log> {
+        Self::open_with_clock(fs, Arc::new(SystemClock::default()), dir, config).await
+    }
+
+    /// Same with an explicit clock too (clock steps in tests).
+    pub async fn open_with_clock(
+        fs: Arc<dyn Fs>,
+        clock: Arc<dyn Clock>,
+        dir: &Path,
+        config: &LogConfig,
+    ) -> Result<Log> {
         let runtime = tokio::runtime::Handle::current();
         let (dir, config) = (dir.to_owned(), config.clone());
-        let inner = tokio::task::spawn_blocking(move || open_blocking(fs, dir, config, runtime))
-            .await
-            .map_err(|_| LogError::Closed)??;
+        let inner =
+            tokio::task::spawn_blocking(move || open_blocking(fs, clock, dir, config, runtime))
+                .await
+                .map_err(|_| LogError::Closed)??;
         Ok(Log {
             inner: Arc::new(inner),
         })
@@ -292,6 +307,12 @@ impl Log {
         self.inner.shared.cursors.clone()
     }
 
+    /// What the log knows of the wall clock: not synchronised, steps seen, elapsed running
+    /// time (for the readiness report and `/metrics`).
+    pub fn clock_status(&self) -> ClockStatus {
+        self.inner.shared.time.status()
+    }
+
     /// Counters of the log's I/O since it was opened.
     pub fn stats(&self) -> LogStats {
         self.inner.shared.counters.snapshot()
@@ -319,6 +340,9 @@ impl Log {
     pub async fn enforce_retention(&self) {
         let parts = self.all_partitions();
         let _ = tokio::task::spawn_blocking(move || {
+            if let Some(part) = parts.first() {
+                part.shared.time.observe();
+            }
             for part in parts {
                 part.enforce_retention(0);
             }
@@ -352,6 +376,8 @@ impl Log {
                 }
             }
         }
+        let shared = Arc::clone(&self.inner.shared);
+        let _ = tokio::task::spawn_blocking(move || shared.time.save()).await;
         Ok(())
     }
 }

@@ -16,6 +16,10 @@ use tern_upstream::{self as upstream, UpstreamMetrics};
 
 /// Runs the gateway until SIGINT/SIGTERM, then shuts down gracefully.
 pub fn serve(config: Config) -> anyhow::Result<()> {
+    match tern_mqtt::raise_fd_limit() {
+        Ok((before, after)) => tracing::info!(before, after, "file-descriptor limit"),
+        Err(err) => tracing::warn!(%err, "cannot raise the file-descriptor limit"),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads())
         .thread_name("tern-worker")

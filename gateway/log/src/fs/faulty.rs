@@ -59,6 +59,8 @@ struct State {
     fail_after: Option<u64>,
     /// Writes fail with ENOSPC while set.
     full: bool,
+    /// Bytes writes may still add before the disk is full (a write crossing it lands in part).
+    room: Option<usize>,
     rng: u64,
     /// How long each file sync takes.
     sync_delay: std::time::Duration,
@@ -244,6 +246,12 @@ impl FaultyFs {
         self.lock().full = full;
     }
 
+    /// The disk fills after `bytes` more written bytes: the write that crosses the limit
+    /// lands in part and fails with ENOSPC, later writes fail until `set_full(false)`.
+    pub fn fill_after(&self, bytes: usize) {
+        self.lock().room = Some(bytes);
+    }
+
     /// Operations performed so far.
     pub fn ops(&self) -> u64 {
         self.lock().ops
@@ -338,8 +346,24 @@ impl FaultyFile {
     }
 
     fn push(&self, op: Op) -> io::Result<()> {
-        if self.fs.lock().full {
+        // Truncating or extending a file's length needs no free blocks.
+        let needs_room = matches!(op, Op::Write { .. });
+        if needs_room && self.fs.lock().full {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        let mut op = op;
+        let mut filled = false;
+        if let Op::Write { data, .. } = &mut op {
+            let mut state = self.fs.lock();
+            if let Some(room) = state.room {
+                filled = data.len() > room;
+                data.truncate(room);
+                state.room = Some(room - data.len());
+                state.full |= filled;
+                if filled {
+                    state.room = None;
+                }
+            }
         }
         let overlapped = self.with(|inode| {
             apply(&mut inode.current, &op);
@@ -349,6 +373,9 @@ impl FaultyFile {
         })?;
         if overlapped {
             self.fs.lock().writes_during_sync += 1;
+        }
+        if filled {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use tokio::io::AsyncWrite;
 
 use super::super::broker::cursor_name;
+use super::super::clip::clip;
 use super::super::codec::{OutPublish, Outgoing, PublishProperties, QoS};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
@@ -24,7 +25,7 @@ use tern_log::{LogError, LogPort, StoredRecord};
 /// connection's read-ahead buffer instead of being read again.
 const READ_BYTES: usize = 32 * 1024;
 /// Outgoing bytes buffered before the socket must take them.
-const OUT_HIGH_WATER: usize = 64 * 1024;
+pub(super) const OUT_HIGH_WATER: usize = 64 * 1024;
 
 impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Resends unacknowledged deliveries (PUBLISH with DUP and its full topic, or PUBREL once
@@ -159,7 +160,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     buffer.extend(records);
                 }
                 Err(LogError::OffsetOutOfRange { start, .. }) if start > next => {
-                    tracing::warn!(client_id = %self.client_id, ?partition, next, start, "records expired before delivery");
+                    tracing::warn!(client_id = %clip(&self.client_id), ?partition, next, start, "records expired before delivery");
                     self.session.positions.insert(partition.clone(), start);
                     return Ok(true);
                 }
@@ -332,8 +333,18 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             };
             let log = &self.broker.log;
             if log.cursor(&name, &partition.0, partition.1) != Some(offset) {
-                log.commit_cursor(&name, &partition.0, partition.1, offset)
-                    .await?;
+                let committed = log
+                    .commit_cursor(&name, &partition.0, partition.1, offset)
+                    .await;
+                match committed {
+                    Ok(()) => {}
+                    // A full disk: the position stays in RAM and is committed at a later tick.
+                    Err(err) if err.is_backpressure() => {
+                        tracing::warn!(client_id = %self.client_id, %err, "cursor not saved: log full");
+                        self.session.dirty.insert(partition);
+                    }
+                    Err(err) => return Err(err.into()),
+                }
             }
         }
         Ok(())
