@@ -53,6 +53,17 @@ pub enum LogError {
         position: u64,
         reason: String,
     },
+    /// A file of a format version this tern does not read (written by a newer tern): the log
+    /// is not opened and nothing in the directory is changed.
+    #[error(
+        "{path}: {what} of format version {found}, but this tern reads format version {supported}; refusing to open the log (nothing was changed): use a tern that reads format version {found}"
+    )]
+    UnsupportedVersion {
+        path: PathBuf,
+        what: &'static str,
+        found: u16,
+        supported: u16,
+    },
     /// An earlier fdatasync failed: what reached the disk is unknown, so the partition refuses
     /// appends until the log is reopened (reads keep working).
     #[error("topic {topic} partition {partition} stopped after a failed sync: {reason}")]
@@ -66,6 +77,26 @@ pub enum LogError {
 }
 
 impl LogError {
+    /// Maps a decoder's [`DecodeError::UnsupportedVersion`] of `what` at `path` to the refusal;
+    /// `None` for any other error (damage, handled where it is found).
+    pub(crate) fn version(
+        what: &'static str,
+        path: &std::path::Path,
+        err: &super::batch::DecodeError,
+    ) -> Option<Self> {
+        match *err {
+            super::batch::DecodeError::UnsupportedVersion { found, supported } => {
+                Some(Self::UnsupportedVersion {
+                    path: path.to_owned(),
+                    what,
+                    found,
+                    supported,
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// Whether the append was refused for now (retention limit or a full device) and may be
     /// retried later: callers answer with backpressure, never by dropping the producer.
     pub fn is_backpressure(&self) -> bool {

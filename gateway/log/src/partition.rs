@@ -5,7 +5,7 @@
 //! Readers never see bytes past the committed end, and a damaged batch in a segment is
 //! reported and skipped, never fatal.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -87,6 +87,9 @@ pub struct Partition {
     pub shared: Arc<Shared>,
     state: Mutex<PartState>,
     durable: watch::Sender<u64>,
+    /// Damaged positions already logged at ERROR: (segment base, byte), so a reader passing
+    /// them again logs at DEBUG only.
+    reported: Mutex<HashSet<(u64, u64)>>,
     /// The largest timestamp stored or being written: no record is stamped below it.
     ts_floor: AtomicI64,
 }
@@ -146,6 +149,7 @@ impl Partition {
             shared,
             state: Mutex::new(state),
             durable,
+            reported: Mutex::new(HashSet::new()),
             ts_floor: AtomicI64::new(ts_floor),
         }
     }
@@ -290,9 +294,18 @@ impl Partition {
             .map_or(SEGMENT_HEADER_LEN as u64, |e| u64::from(e.pos))
     }
 
-    /// Counts and logs a damaged batch found while reading.
+    /// Counts a damaged batch found while reading; logs it at ERROR the first time.
     fn report(&self, view: &View, damage: &Damage) {
         self.shared.counters.corrupt_batch();
+        let first = self
+            .reported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((view.base(), damage.position));
+        if !first {
+            tracing::debug!(topic = %self.topic, partition = self.id, segment = view.base(), position = damage.position, "damaged batch skipped again");
+            return;
+        }
         tracing::error!(
             topic = %self.topic,
             partition = self.id,
@@ -357,7 +370,7 @@ impl Partition {
     pub fn read(&self, from: u64, max_bytes: usize) -> Result<Vec<StoredRecord>> {
         let mut from = from;
         loop {
-            let Some((view, end)) = self.view(from)? else {
+            let Some((view, _)) = self.view(from)? else {
                 return Ok(Vec::new());
             };
             let mut out = Vec::new();
@@ -386,9 +399,10 @@ impl Partition {
             if !out.is_empty() {
                 return Ok(out);
             }
-            // Nothing readable here (damage): go on with the next segment.
+            // Nothing readable here (damage): go on with the next segment, up to the end of the
+            // partition (not of this segment: records after a damaged end are still there).
             let next = self.segment_end(view.base()).max(last_seen).max(from + 1);
-            if next >= end {
+            if next >= self.offsets().1 {
                 return Ok(Vec::new());
             }
             from = next;

@@ -20,7 +20,7 @@ use super::fs::{Fs, RealFs};
 use super::partition::{Partition, Shared};
 use super::stats::{Counters, LogStats, PartitionStats};
 use super::writer::{self, AppendRequest};
-use super::{Record, StoredRecord, TopicInfo, meta, recovery, validate_topic_name};
+use super::{Record, StoredRecord, TopicInfo, datadir, meta, recovery, validate_topic_name};
 
 /// Appends waiting for a partition's writer before `append` itself waits.
 const QUEUE_DEPTH: usize = 1024;
@@ -92,6 +92,9 @@ fn open_blocking(
     config: LogConfig,
     runtime: tokio::runtime::Handle,
 ) -> Result<Inner> {
+    // Versions first, before anything is written: a newer tern's directory is left untouched.
+    let marked = datadir::check_format_with(&*fs, &dir)?;
+    let had_files = fs.list_dir(&dir).is_ok_and(|names| !names.is_empty());
     fs.create_dir_all(&meta::topics_dir(&dir))
         .map_err(|e| LogError::io("create directory", &dir, e))?;
     let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
@@ -99,6 +102,7 @@ fn open_blocking(
         fs.sync_dir(synced)
             .map_err(|e| LogError::io("fsync directory", synced, e))?;
     }
+    datadir::ensure_marker(&*fs, &dir, marked, had_files)?;
     let counters = Arc::new(Counters::default());
     let cursors = CursorStore::open(Arc::clone(&fs), &dir, Arc::clone(&counters))?;
     let time = Timekeeper::open(Arc::clone(&fs), &dir, clock)?;

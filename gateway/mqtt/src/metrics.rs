@@ -17,6 +17,8 @@ pub struct MqttMetrics {
     pub(crate) publishes_rejected: AtomicU64,
     pub(crate) malformed_packets: AtomicU64,
     pub(crate) keep_alive_timeouts: AtomicU64,
+    /// Records subscribers skipped because the log lost them to damage.
+    pub(crate) records_lost: AtomicU64,
     pub(crate) pending_evicted: AtomicU64,
     pub(crate) logins_throttled: AtomicU64,
     pub(crate) retained_messages: AtomicU64,
@@ -129,6 +131,13 @@ impl MetricsSource for MqttMetrics {
         for (name, kind, help, value) in families {
             write_single(out, name, kind, help, value.load(Ordering::Relaxed));
         }
+        write_single(
+            out,
+            "tern_mqtt_records_lost_total",
+            "counter",
+            "Log records a subscriber skipped because the log lost them to damage.",
+            self.records_lost.load(Ordering::Relaxed),
+        );
     }
 }
 
@@ -146,6 +155,6 @@ mod tests {
             out.contains("tern_mqtt_publishes_received_total 1\n"),
             "{out}"
         );
-        assert_eq!(out.matches("# TYPE").count(), 14);
+        assert_eq!(out.matches("# TYPE").count(), 15);
     }
 }

@@ -9,7 +9,7 @@ use crate::admin::AdminServer;
 use crate::config::Config;
 use tern_core::metrics::{MetricsSource, ProcessMetrics};
 use tern_core::shutdown::{self, Shutdown, Signals};
-use tern_log::datadir::DataDirLock;
+use tern_log::datadir::{self, DataDirLock};
 use tern_log::{Log, LogMetrics};
 use tern_mqtt::{Broker, MqttListener, MqttMetrics};
 use tern_upstream::{self as upstream, UpstreamConfig, UpstreamMetrics};
@@ -36,10 +36,13 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
 
 /// Runs every subsystem until `shutdown` fires, then waits at most `shutdown.grace` for them.
 pub async fn run(config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
+    let log_dir = config.data_dir.join("log");
+    // Read-only, before the lock file is touched: a newer tern's directory stays byte for byte.
+    datadir::check_format(&log_dir)
+        .with_context(|| format!("cannot open the log in {}", log_dir.display()))?;
     let lock = DataDirLock::acquire(&config.data_dir)?;
     tracing::info!(data_dir = %lock.path().display(), "data directory locked");
 
-    let log_dir = config.data_dir.join("log");
     let log = Log::open(&log_dir, &config.log)
         .await
         .with_context(|| format!("cannot open the log in {}", log_dir.display()))?;

@@ -5,6 +5,8 @@ mod foundation;
 mod full_disk;
 mod kafka;
 mod log;
+mod log_damage;
+mod log_format;
 mod mqtt;
 mod mqtt_abuse;
 mod mqtt_abuse_limits;

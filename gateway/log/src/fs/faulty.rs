@@ -277,6 +277,43 @@ impl FaultyFs {
         state.boots += 1;
     }
 
+    /// Overwrites bytes of a file at `at` (growing it if needed), durably: damage or a
+    /// future writer's bytes, put there while the log is closed.
+    pub fn overwrite(&self, path: &Path, at: u64, bytes: &[u8]) -> io::Result<()> {
+        let mut state = self.lock();
+        let inode = state.inode(path)?;
+        for data in [&mut inode.durable, &mut inode.current] {
+            apply(
+                data,
+                &Op::Write {
+                    pos: at,
+                    data: bytes.to_vec(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Cuts a file to `len` bytes, durably.
+    pub fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        let mut state = self.lock();
+        let inode = state.inode(path)?;
+        for data in [&mut inode.durable, &mut inode.current] {
+            apply(data, &Op::SetLen(len));
+        }
+        Ok(())
+    }
+
+    /// The current content of every file, by path (to show that nothing changed).
+    pub fn contents(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        let state = self.lock();
+        state
+            .names
+            .iter()
+            .filter_map(|(path, id)| Some((path.clone(), state.inodes.get(id)?.current.clone())))
+            .collect()
+    }
+
     /// Flips one bit of a file's content, durably (bit rot on a sealed file).
     pub fn corrupt(&self, path: &Path, at: u64) -> io::Result<()> {
         let mut state = self.lock();

@@ -3,6 +3,7 @@
 
 mod clock;
 mod crash;
+mod damage;
 mod model;
 
 use std::path::Path;
