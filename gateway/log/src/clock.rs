@@ -23,7 +23,7 @@ use super::fs::{self, Fs};
 /// Name of the elapsed-time file in the log directory.
 pub const CLOCK_FILE: &str = "clock.json";
 /// Format version of [`CLOCK_FILE`].
-const CLOCK_VERSION: u32 = 1;
+const CLOCK_VERSION: u16 = 1;
 /// A disagreement between wall and monotonic time larger than this is a step.
 pub const STEP_THRESHOLD: Duration = Duration::from_secs(60);
 /// How often the elapsed count is saved while nothing else changes (a crash loses at most this
@@ -120,13 +120,36 @@ pub struct ClockStatus {
 /// `clock.json`: the elapsed count and the held-since mark of every sealed segment.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct ClockFile {
-    version: u32,
+    version: u16,
     /// Elapsed running time of the log, ms.
     elapsed_ms: u64,
     /// The wall clock when it was saved, ms since the epoch.
     wall_ms: i64,
     /// `topic/partition/base` → elapsed ms when the segment's newest record was written.
     segments: BTreeMap<String, u64>,
+}
+
+/// The version check of `clock.json` that runs before the log is opened
+/// (`datadir::check_format`): a file of another version refuses the log; an unreadable one is
+/// left to [`Timekeeper`], which ignores it.
+pub(crate) fn check_version(path: &Path, bytes: &[u8]) -> Result<()> {
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: u16,
+    }
+    match serde_json::from_slice::<Versioned>(bytes) {
+        Ok(file) if file.version != CLOCK_VERSION => Err(unsupported(path, file.version)),
+        _ => Ok(()),
+    }
+}
+
+fn unsupported(path: &Path, found: u16) -> LogError {
+    LogError::UnsupportedVersion {
+        path: path.to_owned(),
+        what: "clock file",
+        found,
+        supported: CLOCK_VERSION,
+    }
 }
 
 #[derive(Debug)]
@@ -225,14 +248,7 @@ impl Timekeeper {
             }
         };
         if file.version != CLOCK_VERSION {
-            return Err(LogError::Corrupt {
-                path: path.to_owned(),
-                position: 0,
-                reason: format!(
-                    "clock file format version {} is not known to this binary (it knows {CLOCK_VERSION})",
-                    file.version
-                ),
-            });
+            return Err(unsupported(path, file.version));
         }
         Ok(Some(file))
     }

@@ -24,7 +24,7 @@ use super::cursors::{self, CURSORS_FILE};
 use super::error::{LogError, Result};
 use super::fs::{self as log_fs, Fs, RealFs};
 use super::index::IndexView;
-use super::{meta, segment};
+use super::{clock, meta, segment};
 
 /// Name of the lock file inside the data directory.
 pub const LOCK_FILE: &str = "LOCK";
@@ -199,6 +199,10 @@ pub(crate) fn check_format_with(fs: &dyn Fs, log_dir: &Path) -> Result<bool> {
 
 /// The version check of every file that carries one; damage is left to recovery.
 fn check_files(fs: &dyn Fs, log_dir: &Path) -> Result<()> {
+    let clock = log_dir.join(clock::CLOCK_FILE);
+    if let Ok(bytes) = fs.read(&clock) {
+        clock::check_version(&clock, &bytes)?;
+    }
     let cursors = log_dir.join(CURSORS_FILE);
     if fs.exists(&cursors) {
         let bytes = fs

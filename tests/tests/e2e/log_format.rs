@@ -110,6 +110,14 @@ fn make_version_2(path: &Path, crc_at: Option<usize>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How a case turns its file into a newer writer's.
+enum Edit {
+    /// The binary header's version field, with the CRC at this position recomputed.
+    Header(Option<usize>),
+    /// `clock.json`'s `version` member.
+    Json,
+}
+
 /// CRC32C (Castagnoli), bitwise: the tests' own, independent of the log's.
 fn crc32c(bytes: &[u8]) -> u32 {
     let mut crc = !0u32;
@@ -149,21 +157,29 @@ fn a_newer_format_of_any_file_is_refused_and_every_byte_stays() -> anyhow::Resul
     segments.retain(|p| p.extension().is_some_and(|x| x == "log"));
     segments.sort();
     let active = segments.last().context("an active segment")?.clone();
-    let cases: [(PathBuf, Option<usize>); 5] = [
-        (active, Some(28)),
+    let cases: [(PathBuf, Edit); 6] = [
+        (active, Edit::Header(Some(28))),
         (
             written.join("log/topics/__mqtt_state/0/00000000000000000000.log"),
-            Some(28),
+            Edit::Header(Some(28)),
         ),
-        (written.join("log/cursors.log"), None),
-        (written.join("log/topics/mqtt/topic.meta"), Some(16)),
-        (written.join("log/FORMAT"), Some(12)),
+        (written.join("log/cursors.log"), Edit::Header(None)),
+        (written.join("log/topics/mqtt/topic.meta"), Edit::Header(Some(16))),
+        (written.join("log/FORMAT"), Edit::Header(Some(12))),
+        (written.join("log/clock.json"), Edit::Json),
     ];
-    for (i, (file, crc_at)) in cases.iter().enumerate() {
+    for (i, (file, edit)) in cases.iter().enumerate() {
         let data = dir.path().join(format!("case-{i}"));
         copy_tree(&written, &data)?;
         let file = data.join(file.strip_prefix(&written)?);
-        make_version_2(&file, *crc_at)?;
+        match edit {
+            Edit::Header(crc_at) => make_version_2(&file, *crc_at)?,
+            Edit::Json => {
+                let text = std::fs::read_to_string(&file)?;
+                anyhow::ensure!(text.contains("\"version\":1"), "{text}");
+                std::fs::write(&file, text.replace("\"version\":1", "\"version\":2"))?;
+            }
+        }
         let before = contents(&data)?;
         let mut serve = Gateway::spawn(&data, &options)?;
         let status = serve.wait_exit(Duration::from_secs(20))?;
