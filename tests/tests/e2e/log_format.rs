@@ -164,7 +164,10 @@ fn a_newer_format_of_any_file_is_refused_and_every_byte_stays() -> anyhow::Resul
             Edit::Header(Some(28)),
         ),
         (written.join("log/cursors.log"), Edit::Header(None)),
-        (written.join("log/topics/mqtt/topic.meta"), Edit::Header(Some(16))),
+        (
+            written.join("log/topics/mqtt/topic.meta"),
+            Edit::Header(Some(16)),
+        ),
         (written.join("log/FORMAT"), Edit::Header(Some(12))),
         (written.join("log/clock.json"), Edit::Json),
     ];
