@@ -25,6 +25,8 @@ packages=(
   openjdk-17-jre-headless maven
   # Certificates for the Kafka test cluster's TLS listener and the MQTT TLS tests.
   openssl
+  # libfaketime: the clock-step tests run `tern serve` with a faked wall clock (LD_PRELOAD).
+  faketime
   # A real headless browser for the status page test (e2e/operations.rs: --dump-dom, --screenshot).
   chromium
 )

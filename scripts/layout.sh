@@ -2,7 +2,7 @@
 # Checks the workspace's shape, the facts docs/ARCHITECTURE.md states as invariants:
 #   - the shipped `tern` binary's crate graph (`cargo tree -e normal`) has no rusqlite and no
 #     tern-bench: no benchmark code is compiled into what is flashed onto a gateway;
-#   - only tern-mqtt depends on rumqttd and only tern-upstream on rskafka (among the gateway's
+#   - only tern-mqtt depends on rumqttd and only tern-upstream on rskafka and kafka-protocol (among the gateway's
 #     crates; the tests crate drives both as reference clients);
 #   - the storage engine reaches files only through its `fs/` module (so the power-cut
 #     simulation covers every write); `datadir.rs`, the lock beside the log, is the one exception;
@@ -25,7 +25,7 @@ direct_users() {
   cargo tree --locked --workspace -e normal --invert "$1" --depth 1 --prefix none --format '{p}' |
     awk '{print $1}' | grep -v "^$1$" | grep '^tern' | sort -u || true
 }
-for pair in rumqttd:tern-mqtt rskafka:tern-upstream; do
+for pair in rumqttd:tern-mqtt rskafka:tern-upstream kafka-protocol:tern-upstream; do
   dep=${pair%%:*}
   owner=${pair##*:}
   users=$(direct_users "$dep" | grep -v "^$owner$" | grep -v '^tern-tests$' || true)

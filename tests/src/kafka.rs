@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail};
 
 use crate::proxy::TcpProxy;
-use crate::{TempDir, workspace_root};
+use crate::{Gateway, TempDir, workspace_root};
 
 /// Nodes in every cluster; replication factor and `min.insync.replicas` follow from it.
 pub const NODES: u32 = 3;
@@ -109,6 +109,12 @@ struct Node {
     proxy: TcpProxy,
     child: Option<Child>,
 }
+
+/// The longest forwarding may take to resume after the link returns before the test fails: the
+/// target is under 2 s (tern probes a link that is down every 500 ms and drops dead
+/// connections), and tens of seconds is the regression this catches; 15 s leaves room for a
+/// loaded machine and Kafka's own leader election.
+pub const RESUME_BOUND: Duration = Duration::from_secs(15);
 
 /// A running three-node cluster. Dropping it kills every broker it started, by PID.
 #[derive(Debug)]
@@ -226,6 +232,44 @@ impl KafkaCluster {
         for node in &self.nodes {
             node.proxy.restore();
         }
+    }
+
+    /// Restores the link to `cluster` and returns how long after it `tern_upstream_records_behind`
+    /// fell below its value at the restore (records arrive during the cut, so it is above 0),
+    /// printed with `what`; fails after [`RESUME_BOUND`].
+    pub fn restore_and_time_resume(
+        &self,
+        gateway: &mut Gateway,
+        labels: &str,
+        what: &str,
+    ) -> anyhow::Result<Duration> {
+        self.restore_and_time_resume_within(gateway, labels, what, RESUME_BOUND)
+    }
+
+    /// [`KafkaCluster::restore_and_time_resume`] with another bound, for a restore that must
+    /// also wait for Kafka itself (a dead follower leaving the ISR).
+    pub fn restore_and_time_resume_within(
+        &self,
+        gateway: &mut Gateway,
+        labels: &str,
+        what: &str,
+        bound: Duration,
+    ) -> anyhow::Result<Duration> {
+        let name = "tern_upstream_records_behind";
+        let behind = gateway.metric_sum(name, labels)?.unwrap_or(0);
+        if behind == 0 {
+            bail!("{what}: no record waiting at the restore, nothing to time");
+        }
+        self.restore_clients();
+        let restored = Instant::now();
+        gateway
+            .wait_metric(name, labels, what, bound, |n| n.is_some_and(|n| n < behind))
+            .with_context(|| format!("{what}: forwarding did not resume within {bound:?}"))?;
+        let resumed = restored.elapsed();
+        eprintln!(
+            "{what}: forwarding resumed {resumed:?} after the link returned ({behind} records behind)"
+        );
+        Ok(resumed)
     }
 
     /// `127.0.0.1:port` of broker `id`.

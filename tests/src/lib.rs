@@ -239,8 +239,39 @@ impl Gateway {
         Ok(gateway)
     }
 
+    /// [`Gateway::start`] with the process's soft and hard `RLIMIT_NOFILE` set to `nofile`.
+    pub fn start_with_nofile(
+        data_dir: &Path,
+        options: &ServeOptions,
+        nofile: u64,
+    ) -> anyhow::Result<Self> {
+        let mut gateway = Self::spawn_with(data_dir, options, Some(nofile), &[])?;
+        gateway.wait_ready(Duration::from_secs(30))?;
+        Ok(gateway)
+    }
+
+    /// Like [`Gateway::start`], with extra environment variables (e.g. `LD_PRELOAD`).
+    pub fn start_with_env(
+        data_dir: &Path,
+        options: &ServeOptions,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let mut gateway = Self::spawn_with(data_dir, options, None, env)?;
+        gateway.wait_ready(Duration::from_secs(30))?;
+        Ok(gateway)
+    }
+
     /// Starts `tern serve` without waiting for it to become ready.
     pub fn spawn(data_dir: &Path, options: &ServeOptions) -> anyhow::Result<Self> {
+        Self::spawn_with(data_dir, options, None, &[])
+    }
+
+    fn spawn_with(
+        data_dir: &Path,
+        options: &ServeOptions,
+        nofile: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let mqtt = options
             .mqtt_listen
             .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
@@ -252,7 +283,26 @@ impl Gateway {
             .arg("--mqtt-listen")
             .arg(mqtt.to_string())
             .args(["--admin-listen", "127.0.0.1:0"])
-            .args(&options.args);
+            .args(&options.args)
+            .envs(env.iter().copied());
+        if let Some(nofile) = nofile {
+            use std::os::unix::process::CommandExt;
+            let limit = libc::rlimit {
+                rlim_cur: nofile,
+                rlim_max: nofile,
+            };
+            // SAFETY: setrlimit is async-signal-safe and only reads `limit`, copied into the
+            // closure.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
         Self::spawn_command(command)
     }
 

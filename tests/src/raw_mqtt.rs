@@ -151,6 +151,30 @@ impl RawClient {
         client.connack()
     }
 
+    /// Opens a socket without sending anything, for tests that write their own CONNECT
+    /// (`v5` says how later PUBLISHes are parsed).
+    pub fn open(addr: SocketAddr, v5: bool) -> anyhow::Result<Self> {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Self { stream, v5 })
+    }
+
+    /// [`RawClient::open`] from the loopback address `local` (any of 127.0.0.0/8), so one test
+    /// can play clients from many addresses.
+    pub fn open_from(local: std::net::IpAddr, addr: SocketAddr, v5: bool) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()?;
+        let stream = runtime.block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(SocketAddr::new(local, 0))?;
+            socket.connect(addr).await?.into_std()
+        })?;
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Self { stream, v5 })
+    }
+
     /// Reads CONNACK; fails unless it reports success, else returns its body.
     fn connack(mut self) -> anyhow::Result<(Self, Vec<u8>)> {
         let (first, connack) = self.read_packet()?;

@@ -50,9 +50,7 @@ impl SegmentHeader {
         if r.take(8)? != SEGMENT_MAGIC {
             return Err(DecodeError::Corrupt("not a tern segment file (bad magic)"));
         }
-        if r.u16()? != FORMAT_VERSION {
-            return Err(DecodeError::Corrupt("unsupported segment format version"));
-        }
+        let version = r.u16()?;
         let _flags = r.u16()?;
         let generation = r.u32()?;
         let base_offset = r.u64()?;
@@ -65,6 +63,7 @@ impl SegmentHeader {
                 got: computed,
             });
         }
+        check_version(version)?;
         Ok(Self {
             generation,
             base_offset,
@@ -105,6 +104,23 @@ pub enum DecodeError {
     Checksum { expected: u32, got: u32 },
     #[error("{0}")]
     Corrupt(&'static str),
+    /// A whole, checksummed structure of a format version this build does not know (written by
+    /// a newer tern): never damage, never to be repaired or rewritten.
+    #[error("format version {found} (this tern reads version {supported})")]
+    UnsupportedVersion { found: u16, supported: u16 },
+}
+
+/// `Ok` for the format version this build reads. Decoders call it only after the structure's
+/// own checksum matched, so a flipped bit is damage and only a real writer's version is refused.
+pub fn check_version(found: u16) -> Result<(), DecodeError> {
+    if found == FORMAT_VERSION {
+        Ok(())
+    } else {
+        Err(DecodeError::UnsupportedVersion {
+            found,
+            supported: FORMAT_VERSION,
+        })
+    }
 }
 
 /// Size of the batch encoding `records`, without encoding it.

@@ -187,6 +187,7 @@ impl Partition {
         if records.is_empty() {
             return Step::Answered;
         }
+        self.monotonic_timestamps(&mut records);
         let written = Written {
             pos: tip.pos,
             len: 0,
@@ -238,7 +239,14 @@ impl Partition {
         self.shared.counters.wrote(buf.len());
         if let Err(e) = file.write_at(w.pos, buf) {
             // Nothing was published: the next commit overwrites these bytes.
-            let err = LogError::io("write", segment::log_path(&self.dir, base), e);
+            let path = segment::log_path(&self.dir, base);
+            if super::fs::is_no_space(&e) {
+                // A full device may have taken whole batches of this write: cut them off, or
+                // a recovery would take unacknowledged records as stored. Cutting the
+                // preallocated tail also gives its space back.
+                let _ = file.set_len(w.pos);
+            }
+            let err = super::roll::write_error(&self.topic, self.id, "write", &path, e);
             w.fail(self, &err);
             return Step::Answered;
         }
@@ -250,7 +258,7 @@ impl Partition {
     pub fn publish_written(&self, batches: Vec<Written>) {
         let Some(last) = batches.last() else { return };
         let end = last.tip().offset;
-        {
+        let base = {
             let mut st = self.lock();
             for w in &batches {
                 for frame in &w.frames {
@@ -261,7 +269,9 @@ impl Partition {
                 st.active.len = w.pos + w.len;
                 st.active.end = w.base + w.count;
             }
-        }
+            st.active.base
+        };
+        self.shared.time.wrote(self.clock_key(base));
         self.publish(end);
         for w in batches {
             self.shared.counters.committed(w.count);
@@ -294,6 +304,17 @@ impl Partition {
                 op,
                 path: path.clone(),
                 source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            LogError::NoSpace {
+                topic,
+                partition,
+                op,
+                path,
+            } => LogError::NoSpace {
+                topic: topic.clone(),
+                partition: *partition,
+                op,
+                path: path.clone(),
             },
             other => self.failed_error(&other.to_string()),
         }

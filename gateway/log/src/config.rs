@@ -66,7 +66,8 @@ impl Default for FlushConfig {
 pub struct RetentionConfig {
     /// Largest size of one partition; 0 means no limit.
     pub bytes: ByteSize,
-    /// Segments whose newest record is older than this are deleted; 0 means no limit.
+    /// Segments held this long since their newest record was written are deleted; 0 means no
+    /// limit. Counted in elapsed running time, never by the wall clock (`clock.rs`).
     pub age: HumanDuration,
     pub on_full: OnFull,
 }

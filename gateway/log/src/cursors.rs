@@ -1,7 +1,9 @@
 //! The cursor store: named durable positions (forwarders, MQTT sessions, consumer groups) as an
 //! append-only file `cursors.log` of CRC-protected updates, replaced by a compact snapshot
-//! (temp file + fdatasync + rename + directory fsync) when it grows. Read back on open; a torn
-//! tail is dropped. Retention asks it for the lowest position of a partition.
+//! (temp file + fdatasync + rename + directory fsync) when it grows. Read back on open, entry by
+//! entry: every entry whose own CRC holds is kept, damage (even over the header) is skipped and
+//! the damaged file kept aside; a torn tail is dropped. Retention asks it for the lowest
+//! position of a partition.
 //!
 //! It stores positions only; it never reads or deletes records.
 
@@ -103,31 +105,101 @@ fn decode_one(r: &mut Reader<'_>) -> Result<Update, DecodeError> {
     }
 }
 
-/// Replays a cursor file: the positions and the length of its valid prefix.
-fn replay(bytes: &[u8]) -> (BTreeMap<Key, u64>, u64) {
-    let mut map = BTreeMap::new();
-    let mut r = Reader::new(bytes);
-    let header_ok =
-        r.take(8).is_ok_and(|m| m == MAGIC) && r.u16().is_ok_and(|v| v == FORMAT_VERSION);
-    if !header_ok || r.u16().is_err() {
-        return (map, 0);
-    }
-    let mut valid = HEADER_LEN;
-    while !r.is_empty() {
-        let before = r.remaining();
-        match decode_one(&mut r) {
-            Ok(update) => apply(&mut map, update),
-            Err(_) => break,
-        }
-        valid += (before - r.remaining()) as u64;
-    }
-    (map, valid)
+/// What replaying a cursor file found.
+#[derive(Debug, Default)]
+struct Replayed {
+    map: BTreeMap<Key, u64>,
+    /// Entries read back.
+    entries: usize,
+    /// End of the last valid entry (0 if there is none and no valid header).
+    valid: u64,
+    /// Whether the file starts with a valid header.
+    header_ok: bool,
+    /// Damaged byte ranges with valid entries after them (skipped).
+    skipped: Vec<std::ops::Range<u64>>,
 }
 
-/// For `tern log verify`: (positions, length of the valid prefix; 0 if no valid header).
-pub fn replay_for_tools(bytes: &[u8]) -> (usize, u64) {
-    let (map, valid) = replay(bytes);
-    (map.len(), valid)
+/// Longest entry a writer produces: two names, partition and offset, framing.
+const MAX_ENTRY: usize = 8 + 1 + 2 * (2 + MAX_NAME) + 4 + 8;
+
+/// The entry starting at `pos`, if one whose own CRC matches does, and its length.
+fn entry_at(bytes: &[u8], pos: usize) -> Option<(Update, usize)> {
+    let rest = bytes.get(pos..)?;
+    let len = rest
+        .get(..4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_le_bytes)? as usize;
+    if !(9..=MAX_ENTRY).contains(&len) || len > rest.len() {
+        return None;
+    }
+    let mut r = Reader::new(rest.get(..len)?);
+    decode_one(&mut r).ok().map(|update| (update, len))
+}
+
+/// Replays a cursor file: every entry whose own check is valid, in order, resyncing past damage
+/// (the header included) on the next valid entry.
+fn replay(bytes: &[u8]) -> Replayed {
+    let mut out = Replayed::default();
+    let mut r = Reader::new(bytes);
+    out.header_ok = r.take(8).is_ok_and(|m| m == MAGIC)
+        && r.u16().is_ok_and(|v| v == FORMAT_VERSION)
+        && r.u16().is_ok();
+    let mut pos = if out.header_ok {
+        HEADER_LEN as usize
+    } else {
+        0
+    };
+    let mut damaged_from = (!out.header_ok).then_some(0);
+    while pos < bytes.len() {
+        match entry_at(bytes, pos) {
+            Some((update, len)) => {
+                if let Some(from) = damaged_from.take() {
+                    out.skipped.push(from as u64..pos as u64);
+                }
+                apply(&mut out.map, update);
+                out.entries += 1;
+                pos += len;
+                out.valid = pos as u64;
+            }
+            None => {
+                damaged_from.get_or_insert(pos);
+                pos += 1;
+            }
+        }
+    }
+    if out.header_ok && out.valid == 0 {
+        out.valid = HEADER_LEN;
+    }
+    out
+}
+
+/// The version in a cursor log's header, if the file starts with the cursor log's magic.
+pub fn header_version(bytes: &[u8]) -> Option<u16> {
+    let mut r = Reader::new(bytes);
+    r.take(8).ok().filter(|m| *m == MAGIC)?;
+    r.u16().ok()
+}
+
+/// What `tern log verify` reports of a cursor file.
+#[derive(Debug)]
+pub struct CursorCheck {
+    pub positions: usize,
+    pub header_ok: bool,
+    /// Damaged byte ranges with valid entries after them.
+    pub skipped: Vec<std::ops::Range<u64>>,
+    /// End of the last valid entry; bytes after it are a torn tail.
+    pub valid: u64,
+}
+
+/// For `tern log verify`: what replaying `bytes` finds, without changing anything.
+pub fn check_for_tools(bytes: &[u8]) -> CursorCheck {
+    let replayed = replay(bytes);
+    CursorCheck {
+        positions: replayed.map.len(),
+        header_ok: replayed.header_ok,
+        skipped: replayed.skipped,
+        valid: replayed.valid,
+    }
 }
 
 fn apply(map: &mut BTreeMap<Key, u64>, update: Update) {
@@ -166,6 +238,35 @@ fn write_snapshot(
         .open_write(&path)
         .map_err(|e| LogError::io("open", &path, e))?;
     Ok((file, data.len() as u64))
+}
+
+/// Keeps a damaged cursor file beside the log for the operator and says what was salvaged.
+fn salvaged(fs: &dyn Fs, path: &Path, replayed: &Replayed, len: u64) -> Result<()> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let mut kept = path.as_os_str().to_owned();
+    kept.push(format!(".damaged-{now}"));
+    let kept = PathBuf::from(kept);
+    fs.rename(path, &kept)
+        .map_err(|e| LogError::io("rename", path, e))?;
+    let lost: u64 = replayed
+        .skipped
+        .iter()
+        .map(|r| r.end - r.start)
+        .sum::<u64>()
+        + (len - replayed.valid.min(len));
+    tracing::warn!(
+        path = %path.display(),
+        kept = %kept.display(),
+        header_ok = replayed.header_ok,
+        damaged = ?replayed.skipped,
+        bytes_lost = lost,
+        entries = replayed.entries,
+        positions = replayed.map.len(),
+        "cursor log damaged: salvaged every entry whose own check is valid; a position updated only in the damaged bytes is older than it was or missing (an MQTT session missing one is redelivered from the earliest retained record)"
+    );
+    Ok(())
 }
 
 impl Inner {
@@ -215,18 +316,31 @@ impl CursorStore {
         } else {
             Vec::new()
         };
-        let (map, valid) = replay(&bytes);
-        let opened = if valid == bytes.len() as u64 && valid >= HEADER_LEN {
+        if let Some(found) = header_version(&bytes).filter(|v| *v != FORMAT_VERSION) {
+            return Err(LogError::UnsupportedVersion {
+                path,
+                what: "cursor log",
+                found,
+                supported: FORMAT_VERSION,
+            });
+        }
+        let replayed = replay(&bytes);
+        let len = bytes.len() as u64;
+        let damaged = !bytes.is_empty() && (!replayed.header_ok || !replayed.skipped.is_empty());
+        let opened = if !damaged && replayed.valid == len && replayed.valid >= HEADER_LEN {
             let file = fs
                 .open_write(&path)
                 .map_err(|e| LogError::io("open", &path, e))?;
-            (file, valid)
+            (file, replayed.valid)
         } else {
-            if !bytes.is_empty() {
-                tracing::warn!(path = %path.display(), valid, len = bytes.len(), "dropping torn tail of the cursor log");
+            if damaged {
+                salvaged(&*fs, &path, &replayed, len)?;
+            } else if !bytes.is_empty() {
+                tracing::info!(path = %path.display(), valid = replayed.valid, len, "dropping the torn tail of the cursor log (an interrupted write)");
             }
-            write_snapshot(&*fs, &counters, dir, &map)?
+            write_snapshot(&*fs, &counters, dir, &replayed.map)?
         };
+        let map = replayed.map;
         let inner = Inner {
             fs,
             dir: dir.to_owned(),
@@ -297,5 +411,49 @@ impl CursorStore {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cursor file of `n` entries and where each entry starts and ends.
+    fn file(n: u64) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
+        let mut out = snapshot(&BTreeMap::new());
+        let mut spans = Vec::new();
+        for i in 0..n {
+            let key = (format!("c{i}"), "t".to_owned(), 0);
+            let start = out.len();
+            out.extend_from_slice(&encode(&Update::Set(key, i * 10)));
+            spans.push(start..out.len());
+        }
+        (out, spans)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn replay_never_panics_on_any_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let _ = replay(&bytes);
+        }
+
+        /// Garbage over any stretch (the header included) loses only the entries it touches.
+        #[test]
+        fn garbage_loses_only_the_entries_it_covers(n in 1u64..20, at in 0usize..400, len in 1usize..30) {
+            let (mut bytes, spans) = file(n);
+            let at = at % bytes.len();
+            let end = (at + len).min(bytes.len());
+            for byte in bytes.get_mut(at..end).unwrap_or_default() {
+                *byte = !*byte;
+            }
+            let replayed = replay(&bytes);
+            for (i, span) in (0..n).zip(&spans) {
+                let touched = span.start < end && at < span.end;
+                let got = replayed.map.get(&(format!("c{i}"), "t".to_owned(), 0));
+                if !touched {
+                    proptest::prop_assert_eq!(got, Some(&(i * 10)));
+                }
+            }
+        }
     }
 }

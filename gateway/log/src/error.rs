@@ -12,6 +12,15 @@ pub enum LogError {
     /// into backpressure.
     #[error("log full: topic {topic} partition {partition} reached its retention limit")]
     Full { topic: String, partition: u32 },
+    /// The device holding the log is full: the append was not stored. Callers turn this into
+    /// the same backpressure as [`LogError::Full`]; appends succeed again once space is freed.
+    #[error("no space left on the device for topic {topic} partition {partition} ({op} {path})")]
+    NoSpace {
+        topic: String,
+        partition: u32,
+        op: &'static str,
+        path: PathBuf,
+    },
     #[error("unknown topic {topic}")]
     UnknownTopic { topic: String },
     #[error("unknown partition {partition} of topic {topic}")]
@@ -44,6 +53,17 @@ pub enum LogError {
         position: u64,
         reason: String,
     },
+    /// A file of a format version this tern does not read (written by a newer tern): the log
+    /// is not opened and nothing in the directory is changed.
+    #[error(
+        "{path}: {what} of format version {found}, but this tern reads format version {supported}; refusing to open the log (nothing was changed): use a tern that reads format version {found}"
+    )]
+    UnsupportedVersion {
+        path: PathBuf,
+        what: &'static str,
+        found: u16,
+        supported: u16,
+    },
     /// An earlier fdatasync failed: what reached the disk is unknown, so the partition refuses
     /// appends until the log is reopened (reads keep working).
     #[error("topic {topic} partition {partition} stopped after a failed sync: {reason}")]
@@ -57,6 +77,37 @@ pub enum LogError {
 }
 
 impl LogError {
+    /// Maps a decoder's [`DecodeError::UnsupportedVersion`] of `what` at `path` to the refusal;
+    /// `None` for any other error (damage, handled where it is found).
+    pub(crate) fn version(
+        what: &'static str,
+        path: &std::path::Path,
+        err: &super::batch::DecodeError,
+    ) -> Option<Self> {
+        match *err {
+            super::batch::DecodeError::UnsupportedVersion { found, supported } => {
+                Some(Self::UnsupportedVersion {
+                    path: path.to_owned(),
+                    what,
+                    found,
+                    supported,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the append was refused for now (retention limit or a full device) and may be
+    /// retried later: callers answer with backpressure, never by dropping the producer.
+    pub fn is_backpressure(&self) -> bool {
+        match self {
+            Self::Full { .. } | Self::NoSpace { .. } => true,
+            // A full device under a file other than a segment (the cursor log).
+            Self::Io { source, .. } => super::fs::is_no_space(source),
+            _ => false,
+        }
+    }
+
     /// Builds an [`LogError::Io`] naming the operation and the file.
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Self::Io {

@@ -63,6 +63,11 @@ impl IndexBuilder {
         }
     }
 
+    /// Makes the next batch an index entry: where reading resumes after a damaged stretch.
+    pub fn restart(&mut self) {
+        self.since_last = None;
+    }
+
     /// Records a batch at byte `pos` holding relative offsets from `rel`.
     pub fn add_batch(&mut self, rel: u32, pos: u32, len: u64, max_ts: i64) {
         let due = self.since_last.is_none_or(|bytes| bytes >= self.interval);
@@ -149,10 +154,13 @@ impl<'a> IndexView<'a> {
         if r.take(8)? != magic {
             return Err(DecodeError::Corrupt("bad index magic"));
         }
-        if r.u16()? != FORMAT_VERSION || usize::from(r.u16()?) != entry_len {
-            return Err(DecodeError::Corrupt(
-                "unsupported index version or entry size",
-            ));
+        let version = r.u16()?;
+        let file_entry_len = usize::from(r.u16()?);
+        if version != FORMAT_VERSION {
+            return Err(Self::other_version(bytes, version, file_entry_len));
+        }
+        if file_entry_len != entry_len {
+            return Err(DecodeError::Corrupt("index entry size does not match"));
         }
         let header = IndexHeader {
             entry_count: r.u32()?,
@@ -188,6 +196,35 @@ impl<'a> IndexView<'a> {
             entries,
             entry_len,
         })
+    }
+
+    /// An index of another format version: refused as such if its CRC (same place in every
+    /// version) matches, damage otherwise.
+    fn other_version(bytes: &[u8], version: u16, entry_len: usize) -> DecodeError {
+        let count = bytes
+            .get(12..16)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map_or(0, u32::from_le_bytes) as usize;
+        let stored = bytes
+            .get(40..44)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_le_bytes);
+        let entries = count
+            .checked_mul(entry_len)
+            .and_then(|n| bytes.get(INDEX_HEADER_LEN..INDEX_HEADER_LEN.checked_add(n)?));
+        let crc = entries.map(|entries| {
+            crc32c::crc32c_append(
+                crc32c::crc32c(bytes.get(..INDEX_HEADER_LEN - 8).unwrap_or_default()),
+                entries,
+            )
+        });
+        match (crc, stored) {
+            (Some(crc), Some(stored)) if crc == stored => DecodeError::UnsupportedVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            },
+            _ => DecodeError::Corrupt("bad index version"),
+        }
     }
 
     pub fn len(&self) -> usize {

@@ -11,6 +11,7 @@
 
 mod batch;
 mod cache;
+mod clock;
 mod commit;
 mod config;
 mod cursors;
@@ -35,6 +36,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use clock::{BUILD_TIME_MS, Clock, ClockStatus, ManualClock, SystemClock};
 pub use config::{Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, TopicOverride};
 pub use cursors::CursorStore;
 pub use error::LogError;

@@ -32,6 +32,8 @@ struct Inner {
     /// Commit delays of the next queued appends, in queueing order.
     holds: VecDeque<Duration>,
     full: bool,
+    /// Topics whose appends fail with [`LogError::NoSpace`] (a full disk).
+    no_space: std::collections::BTreeSet<String>,
     closed: bool,
     unanswered: usize,
     most_unanswered: usize,
@@ -80,6 +82,17 @@ impl MemoryLog {
     /// Makes every later append fail with [`LogError::Full`] (or succeed again).
     pub fn set_full(&self, full: bool) {
         self.lock().full = full;
+    }
+
+    /// Makes every later append to `topic`, and every cursor commit on it, fail with
+    /// [`LogError::NoSpace`], as on a full disk (or succeed again).
+    pub fn set_no_space(&self, topic: &str, full: bool) {
+        let mut inner = self.lock();
+        if full {
+            inner.no_space.insert(topic.to_owned());
+        } else {
+            inner.no_space.remove(topic);
+        }
     }
 
     /// Delays the commits of the next queued appends by `delays`, one each, in queueing order.
@@ -235,6 +248,14 @@ impl LogPort for MemoryLog {
                     partition,
                 });
             }
+            if inner.no_space.contains(topic) {
+                return Err(LogError::NoSpace {
+                    topic: topic.to_owned(),
+                    partition,
+                    op: "write",
+                    path: std::path::PathBuf::from(topic),
+                });
+            }
             let hold = inner.holds.pop_front().unwrap_or_default();
             let part = partition_mut(&mut inner.topics, topic, partition).ok_or_else(|| {
                 LogError::UnknownPartition {
@@ -320,6 +341,14 @@ impl LogPort for MemoryLog {
     ) -> Result<(), LogError> {
         let mut inner = self.lock();
         Self::check_open(&inner)?;
+        if inner.no_space.contains(topic) {
+            return Err(LogError::NoSpace {
+                topic: topic.to_owned(),
+                partition,
+                op: "write",
+                path: std::path::PathBuf::from("cursors.log"),
+            });
+        }
         inner
             .cursors
             .insert((name.to_owned(), topic.to_owned(), partition), offset);

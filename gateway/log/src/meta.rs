@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use super::TopicInfo;
-use super::batch::{DecodeError, FORMAT_VERSION, Reader};
+use super::batch::{DecodeError, FORMAT_VERSION, Reader, check_version};
 use super::error::{LogError, Result};
 use super::fs::{self, Fs};
 
@@ -39,9 +39,10 @@ pub fn encode(partitions: u32) -> Vec<u8> {
 /// The partition count stored in a metadata file.
 pub fn decode(bytes: &[u8]) -> Result<u32, DecodeError> {
     let mut r = Reader::new(bytes);
-    if r.take(8)? != MAGIC || r.u16()? != FORMAT_VERSION {
+    if r.take(8)? != MAGIC {
         return Err(DecodeError::Corrupt("not a tern topic metadata file"));
     }
+    let version = r.u16()?;
     let _reserved = r.u16()?;
     let partitions = r.u32()?;
     let stored = r.u32()?;
@@ -52,6 +53,7 @@ pub fn decode(bytes: &[u8]) -> Result<u32, DecodeError> {
             got,
         });
     }
+    check_version(version)?;
     if partitions == 0 {
         return Err(DecodeError::Corrupt("topic with zero partitions"));
     }

@@ -5,16 +5,17 @@
 //! Readers never see bytes past the committed end, and a damaged batch in a segment is
 //! reported and skipped, never fatal.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
 use super::batch::{self, SEGMENT_HEADER_LEN, SegmentHeader};
 use super::cache::FileCache;
+use super::clock::Timekeeper;
 use super::config::{LogConfig, TopicSettings};
 use super::cursors::CursorStore;
 use super::error::{LogError, Result};
@@ -32,6 +33,8 @@ pub struct Shared {
     pub cache: FileCache,
     pub counters: Arc<Counters>,
     pub cursors: CursorStore,
+    /// Elapsed-time accounting for age retention, and the wall clock.
+    pub time: Timekeeper,
 }
 
 /// A sealed segment, described by what retention and lookups need.
@@ -84,6 +87,11 @@ pub struct Partition {
     pub shared: Arc<Shared>,
     state: Mutex<PartState>,
     durable: watch::Sender<u64>,
+    /// Damaged positions already logged at ERROR: (segment base, byte), so a reader passing
+    /// them again logs at DEBUG only.
+    reported: Mutex<HashSet<(u64, u64)>>,
+    /// The largest timestamp stored or being written: no record is stamped below it.
+    ts_floor: AtomicI64,
     /// Whether the last append was refused because retention could not make room
     /// (`inspect.rs` reports it and names the cursor that holds the partition).
     pub full: AtomicBool,
@@ -124,6 +132,18 @@ impl Partition {
         state: PartState,
     ) -> Self {
         let (durable, _) = watch::channel(state.active.end);
+        let active_ts = &state.active.index;
+        let ts_floor = if active_ts.offsets.is_empty() {
+            // An unreadable sealed segment reports i64::MAX: it sets no floor.
+            state
+                .sealed
+                .back()
+                .map(|s| s.max_ts)
+                .filter(|ts| *ts != i64::MAX)
+                .unwrap_or(i64::MIN)
+        } else {
+            active_ts.max_timestamp
+        };
         Self {
             topic,
             id,
@@ -132,8 +152,26 @@ impl Partition {
             shared,
             state: Mutex::new(state),
             durable,
+            reported: Mutex::new(HashSet::new()),
+            ts_floor: AtomicI64::new(ts_floor),
             full: AtomicBool::new(false),
         }
+    }
+
+    /// Raises timestamps below their predecessor's to it, so a partition's timestamps never go
+    /// back (a wall clock stepped back does not break the time index). Only the writer calls it.
+    pub fn monotonic_timestamps(&self, records: &mut [Record]) {
+        let mut floor = self.ts_floor.load(Ordering::Relaxed);
+        for record in records {
+            record.timestamp_ms = record.timestamp_ms.max(floor);
+            floor = record.timestamp_ms;
+        }
+        self.ts_floor.store(floor, Ordering::Relaxed);
+    }
+
+    /// The key of this partition's segment `base` in the clock file.
+    pub fn clock_key(&self, base: u64) -> String {
+        super::clock::segment_key(&self.topic, self.id, base)
     }
 
     pub fn lock(&self) -> MutexGuard<'_, PartState> {
@@ -260,9 +298,18 @@ impl Partition {
             .map_or(SEGMENT_HEADER_LEN as u64, |e| u64::from(e.pos))
     }
 
-    /// Counts and logs a damaged batch found while reading.
+    /// Counts a damaged batch found while reading; logs it at ERROR the first time.
     fn report(&self, view: &View, damage: &Damage) {
         self.shared.counters.corrupt_batch();
+        let first = self
+            .reported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((view.base(), damage.position));
+        if !first {
+            tracing::debug!(topic = %self.topic, partition = self.id, segment = view.base(), position = damage.position, "damaged batch skipped again");
+            return;
+        }
         tracing::error!(
             topic = %self.topic,
             partition = self.id,
@@ -327,7 +374,7 @@ impl Partition {
     pub fn read(&self, from: u64, max_bytes: usize) -> Result<Vec<StoredRecord>> {
         let mut from = from;
         loop {
-            let Some((view, end)) = self.view(from)? else {
+            let Some((view, _)) = self.view(from)? else {
                 return Ok(Vec::new());
             };
             let mut out = Vec::new();
@@ -356,9 +403,10 @@ impl Partition {
             if !out.is_empty() {
                 return Ok(out);
             }
-            // Nothing readable here (damage): go on with the next segment.
+            // Nothing readable here (damage): go on with the next segment, up to the end of the
+            // partition (not of this segment: records after a damaged end are still there).
             let next = self.segment_end(view.base()).max(last_seen).max(from + 1);
-            if next >= end {
+            if next >= self.offsets().1 {
                 return Ok(Vec::new());
             }
             from = next;

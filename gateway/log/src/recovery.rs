@@ -1,22 +1,25 @@
 //! Opening a partition directory after a clean or unclean stop. Sealed segments are trusted:
 //! only their index files are checked against the segment (length, end offset, CRC) and rebuilt
-//! when missing or stale. The active (last) segment is validated batch by batch and its torn or
-//! stale tail truncated at the first invalid batch, so recovery reads at most one segment.
+//! when missing or stale. The active (last) segment is validated batch by batch: a damaged
+//! batch with valid ones after it is skipped, counted and left on disk; only the tail after the
+//! last valid batch is truncated. Recovery reads at most one segment.
 //!
-//! Recovery never deletes a segment and never rewrites bytes before the last valid batch.
+//! Recovery never deletes a segment and never rewrites bytes before the last valid batch. The
+//! format versions were checked before it runs (`datadir.rs`); it refuses, never repairs, a
+//! segment header of a newer format.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::batch::{SEGMENT_HEADER_LEN, SegmentHeader};
+use super::batch::{self, SEGMENT_HEADER_LEN, SegmentHeader};
 use super::config::TopicSettings;
 use super::error::{LogError, Result};
 use super::fs::{self, Fs};
 use super::index::{IndexBuilder, IndexView};
 use super::partition::{ActiveSegment, PartState, Partition, SealedSegment, Shared};
-use super::segment;
-use super::writer;
+use super::segment::{self, End};
+use super::{roll, writer};
 
 /// Opens (creating if missing) partition `id` of `topic` in `dir`.
 pub fn open_partition(
@@ -107,7 +110,7 @@ fn open_sealed(shared: &Shared, dir: &Path, base: u64, next: u64) -> Result<Seal
         .map_err(|e| LogError::io("read", &log, e))?;
     let index = match segment::scan(mapped.bytes(), base, shared.config.index_interval.0) {
         Ok(scan) => {
-            if let Some(damage) = &scan.damage {
+            if let Some(damage) = scan.first_damage() {
                 tracing::error!(segment = %log.display(), position = damage.position, reason = %damage.reason, "sealed segment damaged; reads skip the damage");
             }
             scan.index
@@ -123,10 +126,18 @@ fn open_sealed(shared: &Shared, dir: &Path, base: u64, next: u64) -> Result<Seal
         (segment::time_index_path(dir, base), times),
     ] {
         shared.counters.wrote(data.len());
-        shared
+        match shared
             .counters
             .timed_sync(|| fs::write_atomic(fs, &path, &data))
-            .map_err(|e| LogError::io("write index", &path, e))?;
+        {
+            Ok(()) => {}
+            // Indexes are derived: on a full device reads scan without them until a later
+            // start rebuilds them.
+            Err(e) if fs::is_no_space(&e) => {
+                tracing::warn!(index = %path.display(), "no space to rebuild the index; reads scan the segment");
+            }
+            Err(e) => return Err(LogError::io("write index", &path, e)),
+        }
     }
     Ok(SealedSegment {
         base,
@@ -139,6 +150,35 @@ fn open_sealed(shared: &Shared, dir: &Path, base: u64, next: u64) -> Result<Seal
         },
         generation,
     })
+}
+
+/// Logs what recovery found in the active segment. Damage followed by valid batches is kept on
+/// disk (for `tern log verify`) and skipped by readers; only what follows the last valid batch is
+/// cut, and zeros or an older generation there are the normal end of a segment, not a torn one.
+fn report_active(shared: &Shared, path: &Path, scan: &segment::Scan) {
+    for skipped in &scan.skipped {
+        shared.counters.corrupt_batch();
+        tracing::error!(
+            segment = %path.display(),
+            position = skipped.damage.position,
+            resume = skipped.resume,
+            lost = skipped.lost.end - skipped.lost.start,
+            from = skipped.lost.start,
+            reason = %skipped.damage.reason,
+            "damaged batch in the active segment: skipped, the valid batches after it are kept"
+        );
+    }
+    match &scan.end {
+        End::Clean => {
+            tracing::debug!(segment = %path.display(), position = scan.valid_len, "segment ends after its last batch");
+        }
+        End::Stale(damage) => {
+            tracing::debug!(segment = %path.display(), position = damage.position, "older bytes of a recycled file after the last batch");
+        }
+        End::Torn(damage) => {
+            tracing::info!(segment = %path.display(), position = damage.position, reason = %damage.reason, "truncating torn tail (an interrupted write)");
+        }
+    }
 }
 
 /// Validates the active segment, truncating its torn tail; repairs a torn file header.
@@ -162,6 +202,12 @@ fn open_active(
     let mapped = fs
         .open_read(&path)
         .map_err(|e| LogError::io("read", &path, e))?;
+    if let Some(refusal) = SegmentHeader::decode(mapped.bytes())
+        .err()
+        .and_then(|err| LogError::version("segment", &path, &err))
+    {
+        return Err(refusal);
+    }
     let file = fs
         .open_write(&path)
         .map_err(|e| LogError::io("open", &path, e))?;
@@ -169,14 +215,20 @@ fn open_active(
         let path = path.clone();
         move |e| LogError::io(op, path, e)
     };
+    let mut mapped = mapped;
+    if let Some(header) = damaged_header_before_batches(mapped.bytes(), base) {
+        tracing::error!(segment = %path.display(), generation = header.generation, "damaged header of the active segment, its batches intact: header rewritten from them");
+        file.write_at(0, &header.encode()).map_err(io("write"))?;
+        mapped = fs
+            .open_read(&path)
+            .map_err(|e| LogError::io("read", &path, e))?;
+    }
     let file_len = mapped.bytes().len() as u64;
     let scanned = segment::scan(mapped.bytes(), base, shared.config.index_interval.0);
     drop(mapped);
     let (active, valid_len) = match scanned {
         Ok(scan) => {
-            if let Some(damage) = &scan.damage {
-                tracing::info!(segment = %path.display(), position = damage.position, reason = %damage.reason, "truncating torn tail");
-            }
+            report_active(shared, &path, &scan);
             let active = ActiveSegment {
                 base,
                 generation: scan.header.generation,
@@ -209,8 +261,7 @@ fn open_active(
     if file_len != valid_len {
         file.set_len(valid_len).map_err(io("truncate"))?;
     }
-    file.preallocate(shared.config.segment_bytes.0)
-        .map_err(io("preallocate"))?;
+    roll::preallocate(shared, dir, &path, &*file);
     shared
         .counters
         .timed_sync(|| file.sync_data())
@@ -220,4 +271,18 @@ fn open_active(
         .timed_sync(|| fs.sync_dir(dir))
         .map_err(|e| LogError::io("fsync directory", dir, e))?;
     Ok(active)
+}
+
+/// The header a segment whose own header is damaged (bad magic or CRC) must have had, when a
+/// valid batch starts right after it at the file's base offset: damage, not a crash while the
+/// file was created (its header is synced before any batch is written), so the batches are kept.
+fn damaged_header_before_batches(bytes: &[u8], base: u64) -> Option<SegmentHeader> {
+    if SegmentHeader::decode(bytes).is_ok() {
+        return None;
+    }
+    let first = batch::check_batch(bytes.get(SEGMENT_HEADER_LEN..)?).ok()?;
+    (first.base_offset == base).then_some(SegmentHeader {
+        generation: first.generation,
+        base_offset: base,
+    })
 }

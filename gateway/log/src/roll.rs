@@ -8,7 +8,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::batch::{SEGMENT_HEADER_LEN, SegmentHeader};
 use super::config::OnFull;
@@ -22,11 +22,53 @@ use super::segment;
 pub const RECYCLE_NAME: &str = "recycle.log";
 /// How often an idle writer checks age retention.
 pub const RETENTION_TICK: Duration = Duration::from_secs(30);
+/// Free space preallocation leaves on the device: index files, cursors and MQTT state still
+/// need room when segments cannot have all they want.
+const PREALLOCATE_HEADROOM: u64 = 1 << 20;
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+/// Reserves disk space for the active segment `file` at `path` in `dir`, best effort: all of
+/// `segment_bytes` when the device has room, otherwise at most half of its free space beyond
+/// [`PREALLOCATE_HEADROOM`], or nothing. A failed reservation is given back (the file keeps
+/// its length), so the device is never left fuller than it was; appends then allocate as they
+/// write and a full device refuses them with [`LogError::NoSpace`].
+pub fn preallocate(shared: &Shared, dir: &Path, path: &Path, file: &dyn WriteFile) {
+    let want = shared.config.segment_bytes.0;
+    let Ok(len) = file.len() else { return };
+    if len >= want {
+        return;
+    }
+    let free = shared.fs.available_space(dir).unwrap_or(u64::MAX);
+    let grant = (want - len).min(free.saturating_sub(PREALLOCATE_HEADROOM) / 2);
+    if grant < want - len {
+        tracing::warn!(segment = %path.display(), free, reserved = grant, wanted = want - len, "disk space short: segment preallocated in part");
+    }
+    if grant == 0 {
+        return;
+    }
+    if let Err(err) = file.preallocate(len + grant) {
+        tracing::warn!(segment = %path.display(), %err, "segment preallocation failed; appends allocate as they write");
+    }
+}
+
+/// The error of a failed file operation on `path`: [`LogError::NoSpace`] when the device is
+/// full (backpressure), [`LogError::Io`] otherwise.
+pub fn write_error(
+    topic: &str,
+    partition: u32,
+    op: &'static str,
+    path: &Path,
+    err: std::io::Error,
+) -> LogError {
+    if fs::is_no_space(&err) {
+        LogError::NoSpace {
+            topic: topic.to_owned(),
+            partition,
+            op,
+            path: path.to_owned(),
+        }
+    } else {
+        LogError::io(op, path, err)
+    }
 }
 
 impl Partition {
@@ -66,9 +108,19 @@ impl Partition {
             self.shared
                 .counters
                 .timed_sync(|| fs::write_atomic(fs, &path, &data))
-                .map_err(io("write index", &path))?;
+                .map_err(|e| write_error(&self.topic, self.id, "write index", &path, e))?;
         }
-        let new = self.create_segment(end, generation.wrapping_add(1))?;
+        let new = self
+            .create_segment(end, generation.wrapping_add(1))
+            .map_err(|e| match e {
+                LogError::Io { op, path, source } => {
+                    write_error(&self.topic, self.id, op, &path, source)
+                }
+                other => other,
+            })?;
+        // Held from its newest record's write (or from now, if none was written this run).
+        let _ = self.shared.time.held(&self.clock_key(base));
+        self.shared.time.sealed();
         let mut st = self.lock();
         st.sealed.push_back(SealedSegment {
             base,
@@ -123,14 +175,29 @@ impl Partition {
                 .is_none_or(|cursor| cursor >= seg.end)
     }
 
-    /// Deletes segments past the age limit, then past the size limit (`extra` pending bytes).
+    /// How often the writer checks age retention: every [`RETENTION_TICK`], or a tenth of a
+    /// short `retention.age` (at least a second).
+    pub fn retention_tick(&self) -> Duration {
+        let tenth = Duration::from_millis(self.settings.retention_age_ms / 10);
+        match self.settings.retention_age_ms {
+            0 => RETENTION_TICK,
+            _ => tenth.clamp(Duration::from_secs(1), RETENTION_TICK),
+        }
+    }
+
+    /// Deletes segments held longer than the age limit, then past the size limit (`extra`
+    /// pending bytes). Age is the log's elapsed running time since the segment's newest record
+    /// was written (`clock.rs`), never the wall clock: a clock step neither ages a segment nor
+    /// keeps it young.
     pub fn enforce_retention(&self, extra: u64) {
-        let age = self.settings.retention_age_ms;
-        if age > 0 {
-            let cutoff = now_ms().saturating_sub(i64::try_from(age).unwrap_or(i64::MAX));
+        let age = Duration::from_millis(self.settings.retention_age_ms);
+        if !age.is_zero() {
+            self.shared.counters.age_checked();
             loop {
                 let oldest = self.lock().sealed.front().cloned();
-                let expired = oldest.filter(|s| s.max_ts < cutoff && self.deletable(s));
+                let expired = oldest.filter(|s| {
+                    self.shared.time.held(&self.clock_key(s.base)) >= age && self.deletable(s)
+                });
                 if expired.is_none() || self.delete_oldest().is_err() {
                     break;
                 }
@@ -168,6 +235,7 @@ impl Partition {
             .timed_sync(|| fs.sync_dir(&self.dir))
             .map_err(|e| LogError::io("fsync directory", &self.dir, e))?;
         self.shared.counters.deleted(recycled);
+        self.shared.time.forget(&self.clock_key(seg.base));
         tracing::debug!(topic = %self.topic, partition = self.id, base = seg.base, recycled, "segment deleted");
         Ok(())
     }
@@ -196,11 +264,14 @@ pub fn create_segment(
         generation,
         base_offset: base,
     };
-    file.write_at(0, &header.encode())
-        .map_err(|e| LogError::io("write", &path, e))?;
+    if let Err(e) = file.write_at(0, &header.encode()) {
+        // The segment never started: a full device gets its space back.
+        drop(file);
+        let _ = fs.remove(&path);
+        return Err(LogError::io("write", &path, e));
+    }
     shared.counters.wrote(SEGMENT_HEADER_LEN);
-    file.preallocate(shared.config.segment_bytes.0)
-        .map_err(|e| LogError::io("preallocate", &path, e))?;
+    preallocate(shared, dir, &path, &*file);
     let counters = &shared.counters;
     counters
         .timed_sync(|| file.sync_data())

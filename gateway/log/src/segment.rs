@@ -133,18 +133,105 @@ pub fn walk(
 }
 
 /// After damage at byte `damaged`, the next position holding a whole, valid batch of
-/// `generation` whose base offset is at least `min_offset`: where reading resumes. Sealed
-/// segments only (it probes every byte position).
+/// `generation` whose base offset is at least `min_offset`: where reading resumes. Every reader
+/// (recovery, the broker's reads, `tern log dump` and `verify`) resumes with this one rule, so
+/// they agree on what a damaged segment holds. It probes every byte position, cheaply: the
+/// generation and offset fields are compared before a CRC is computed.
 pub fn resync(bytes: &[u8], damaged: u64, generation: u32, min_offset: u64) -> Option<u64> {
     let start = usize::try_from(damaged).ok()?.saturating_add(1);
-    let end = bytes.len().saturating_sub(BATCH_HEADER_LEN - 1);
+    // A batch starts with a non-zero length: none starts after the last non-zero byte (the
+    // preallocated zeros at the end of a segment are skipped at memory speed).
+    let last = last_non_zero(bytes)?;
+    let end = bytes
+        .len()
+        .saturating_sub(BATCH_HEADER_LEN - 1)
+        .min(last + 1);
+    let field = |pos: usize, at: usize, len: usize| bytes.get(pos + at..pos + at + len);
+    let wanted = generation.to_le_bytes();
     (start..end)
         .find(|pos| {
-            let rest = bytes.get(*pos..).unwrap_or_default();
-            batch::check_batch(rest)
-                .is_ok_and(|h| h.generation == generation && h.base_offset >= min_offset)
+            field(*pos, 16, 4) == Some(&wanted[..])
+                && field(*pos, 8, 8)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .is_some_and(|b| u64::from_le_bytes(b) >= min_offset)
+                && batch::check_batch(bytes.get(*pos..).unwrap_or_default())
+                    .is_ok_and(|h| h.generation == generation && h.base_offset >= min_offset)
         })
         .map(|pos| pos as u64)
+}
+
+/// Visits every batch of `bytes` with a valid CRC from `pos` on, resuming after damage where
+/// [`resync`] says (the broker's sealed reads, `tern log dump` and `verify` share it);
+/// `on_damage` sees each damaged position. Stops when `visit` breaks or nothing valid follows.
+pub fn walk_all(
+    bytes: &[u8],
+    mut pos: u64,
+    generation: u32,
+    mut visit: impl FnMut(u64, &BatchHeader, &[u8]) -> ControlFlow<()>,
+    mut on_damage: impl FnMut(&Damage),
+) -> ControlFlow<()> {
+    let mut next_offset = 0;
+    let mut flow = ControlFlow::Continue(());
+    loop {
+        let walked = walk(bytes, pos, |at, header, batch| {
+            next_offset = header.next_offset();
+            flow = visit(at, header, batch);
+            flow
+        });
+        let Err(damage) = walked else { return flow };
+        on_damage(&damage);
+        match resync(bytes, damage.position, generation, next_offset) {
+            Some(next) => pos = next,
+            None => return flow,
+        }
+    }
+}
+
+/// A page of zeros: slices are compared with it (memcmp, fast even unoptimised).
+const ZEROS: [u8; 4096] = [0; 4096];
+
+/// Whether `bytes` are all zeros (the preallocated rest of a segment).
+fn all_zero(bytes: &[u8]) -> bool {
+    bytes
+        .chunks(ZEROS.len())
+        .all(|chunk| ZEROS.get(..chunk.len()) == Some(chunk))
+}
+
+/// Position of the last non-zero byte.
+fn last_non_zero(bytes: &[u8]) -> Option<usize> {
+    let tail = bytes.len() % ZEROS.len();
+    let (body, end) = bytes.split_at(bytes.len() - tail);
+    if let Some(i) = end.iter().rposition(|b| *b != 0) {
+        return Some(body.len() + i);
+    }
+    let chunk = body
+        .chunks_exact(ZEROS.len())
+        .rposition(|chunk| chunk != ZEROS)?;
+    let start = chunk * ZEROS.len();
+    let within = body.get(start..start + ZEROS.len())?;
+    within.iter().rposition(|b| *b != 0).map(|i| start + i)
+}
+
+/// A damaged stretch with valid batches after it: skipped, kept on disk as evidence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// Where the first invalid batch starts, and why it is invalid.
+    pub damage: Damage,
+    /// Where the next valid batch starts.
+    pub resume: u64,
+    /// Offsets lost: from the end of the last valid batch before to the next valid batch.
+    pub lost: std::ops::Range<u64>,
+}
+
+/// What follows a segment's last valid batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// Nothing, or zeros (the preallocated rest of the file): the normal end.
+    Clean,
+    /// Whole batches of an older generation (a recycled file's earlier use): the normal end too.
+    Stale(Damage),
+    /// Anything else: what an interrupted write leaves (a torn tail), or damage at the very end.
+    Torn(Damage),
 }
 
 /// What a full validation of a segment found.
@@ -156,12 +243,26 @@ pub struct Scan {
     /// Offset after the last valid batch.
     pub end_offset: u64,
     pub index: IndexBuilder,
-    /// Why the scan stopped before the end of the bytes, if it did.
-    pub damage: Option<Damage>,
+    /// Damaged stretches with valid batches after them, in order.
+    pub skipped: Vec<Skipped>,
+    /// What follows the last valid batch.
+    pub end: End,
 }
 
-/// Validates a whole segment: header, then batches in order, each with the file's generation
-/// and the next dense offset. `Err` when the file header itself is unusable.
+impl Scan {
+    /// The first damage found, skipped or at the end, if any (stale bytes are not damage).
+    pub fn first_damage(&self) -> Option<&Damage> {
+        self.skipped.first().map(|s| &s.damage).or(match &self.end {
+            End::Torn(damage) => Some(damage),
+            End::Clean | End::Stale(_) => None,
+        })
+    }
+}
+
+/// Validates a whole segment: header, then batches, each with the file's generation and the
+/// next dense offset. An invalid batch followed by a valid one (see [`resync`]) is damage, skipped
+/// and listed; the first invalid batch with no valid one after it ends the segment. `Err` when
+/// the file header itself is unusable.
 pub fn scan(bytes: &[u8], expected_base: u64, index_interval: u64) -> Result<Scan, Damage> {
     let header = SegmentHeader::decode(bytes).map_err(|e| Damage {
         position: 0,
@@ -181,20 +282,58 @@ pub fn scan(bytes: &[u8], expected_base: u64, index_interval: u64) -> Result<Sca
         valid_len: SEGMENT_HEADER_LEN as u64,
         end_offset: expected_base,
         index: IndexBuilder::new(index_interval),
-        damage: None,
+        skipped: Vec::new(),
+        end: End::Clean,
     };
-    let walked = walk(bytes, SEGMENT_HEADER_LEN as u64, |pos, batch, _| {
-        if batch.generation != header.generation || batch.base_offset != scan.end_offset {
-            scan.damage = Some(Damage {
+    let mut pos = SEGMENT_HEADER_LEN as u64;
+    loop {
+        let Some(damage) = scan_from(bytes, pos, &mut scan) else {
+            return Ok(scan);
+        };
+        let rest = usize::try_from(damage.position).unwrap_or(usize::MAX);
+        if all_zero(bytes.get(rest..).unwrap_or_default()) {
+            scan.end = End::Clean;
+            return Ok(scan);
+        }
+        match resync(bytes, damage.position, header.generation, scan.end_offset) {
+            Some(resume) => {
+                let next_base = bytes
+                    .get(usize::try_from(resume).unwrap_or(usize::MAX)..)
+                    .and_then(|b| batch::decode_header(b).ok())
+                    .map_or(scan.end_offset, |h| h.base_offset);
+                scan.skipped.push(Skipped {
+                    damage,
+                    resume,
+                    lost: scan.end_offset..next_base,
+                });
+                scan.end_offset = next_base;
+                scan.index.restart();
+                pos = resume;
+            }
+            None => {
+                scan.end = classify_end(bytes, damage, header.generation);
+                return Ok(scan);
+            }
+        }
+    }
+}
+
+/// Walks valid, dense batches from `pos`, adding them to `scan`; the damage it stopped at.
+fn scan_from(bytes: &[u8], pos: u64, scan: &mut Scan) -> Option<Damage> {
+    let (generation, base) = (scan.header.generation, scan.header.base_offset);
+    let mut stopped = None;
+    let walked = walk(bytes, pos, |pos, batch, _| {
+        if batch.generation != generation || batch.base_offset != scan.end_offset {
+            stopped = Some(Damage {
                 position: pos,
                 reason: format!(
                     "stale batch (generation {}, base offset {}; expected {}, {})",
-                    batch.generation, batch.base_offset, header.generation, scan.end_offset
+                    batch.generation, batch.base_offset, generation, scan.end_offset
                 ),
             });
             return ControlFlow::Break(());
         }
-        let rel = u32::try_from(batch.base_offset - expected_base).unwrap_or(u32::MAX);
+        let rel = u32::try_from(batch.base_offset - base).unwrap_or(u32::MAX);
         let at = u32::try_from(pos).unwrap_or(u32::MAX);
         scan.index
             .add_batch(rel, at, u64::from(batch.length), batch.max_timestamp);
@@ -202,10 +341,21 @@ pub fn scan(bytes: &[u8], expected_base: u64, index_interval: u64) -> Result<Sca
         scan.end_offset = batch.next_offset();
         ControlFlow::Continue(())
     });
-    if let Err(damage) = walked {
-        scan.damage = Some(damage);
+    walked.err().or(stopped)
+}
+
+/// What the bytes after the last valid batch are: zeros, an older generation's batch, or torn.
+fn classify_end(bytes: &[u8], damage: Damage, generation: u32) -> End {
+    let rest = bytes
+        .get(usize::try_from(damage.position).unwrap_or(usize::MAX)..)
+        .unwrap_or_default();
+    if rest.iter().all(|b| *b == 0) {
+        return End::Clean;
     }
-    Ok(scan)
+    match batch::check_batch(rest) {
+        Ok(h) if h.generation < generation => End::Stale(damage),
+        _ => End::Torn(damage),
+    }
 }
 
 #[cfg(test)]
@@ -239,7 +389,11 @@ mod tests {
         batch::encode_batch(12, 2, std::slice::from_ref(&rec), &mut bytes);
         let scanned = scan(&bytes, 10, 4096).expect("header valid");
         assert_eq!((scanned.valid_len, scanned.end_offset), (good, 12));
-        assert!(scanned.damage.expect("stale").reason.contains("stale"));
+        assert!(
+            matches!(&scanned.end, End::Stale(d) if d.reason.contains("stale")),
+            "{:?}",
+            scanned.end
+        );
         bytes.truncate(good as usize);
         batch::encode_batch(12, 3, &[rec], &mut bytes);
         bytes.truncate(bytes.len() - 1);
@@ -249,5 +403,72 @@ mod tests {
             scan(&bytes, 11, 4096).is_err(),
             "base offset must match the name"
         );
+    }
+
+    fn segment_of(batches: &[u8]) -> (Vec<u8>, Vec<(usize, u64, u64)>) {
+        let header = SegmentHeader {
+            generation: 7,
+            base_offset: 0,
+        };
+        let mut bytes = header.encode().to_vec();
+        let mut spans = Vec::new();
+        let mut offset = 0u64;
+        for (i, n) in batches.iter().enumerate() {
+            let records: Vec<Record> = (0..u64::from(*n % 4 + 1))
+                .map(|j| Record {
+                    timestamp_ms: (offset + j) as i64,
+                    key: None,
+                    value: format!("b{i}-r{j}").into_bytes(),
+                    headers: vec![],
+                })
+                .collect();
+            let start = bytes.len();
+            batch::encode_batch(offset, 7, &records, &mut bytes);
+            spans.push((start, offset, offset + records.len() as u64));
+            offset += records.len() as u64;
+        }
+        (bytes, spans)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn scan_never_panics_on_any_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let _ = scan(&bytes, 0, 64);
+            let _ = resync(&bytes, 0, 1, 0);
+        }
+
+        /// Garbage over any stretch loses only the batches it touches: every batch after it is
+        /// found again, and the scan ends where the last batch does.
+        #[test]
+        fn damage_loses_only_the_batches_it_touches(
+            batches in proptest::collection::vec(proptest::prelude::any::<u8>(), 2..12),
+            at in 0usize..1000,
+            len in 1usize..40,
+        ) {
+            let (mut bytes, spans) = segment_of(&batches);
+            let total = bytes.len();
+            let at = SEGMENT_HEADER_LEN + at % (total - SEGMENT_HEADER_LEN);
+            let end = (at + len).min(total);
+            for byte in bytes.get_mut(at..end).unwrap_or_default() {
+                *byte ^= 0x5a;
+            }
+            let scanned = scan(&bytes, 0, 64).expect("header untouched");
+            let mut kept = std::collections::BTreeSet::new();
+            let _ = walk_all(&bytes, SEGMENT_HEADER_LEN as u64, 7, |_, h, _| {
+                kept.insert(h.base_offset);
+                ControlFlow::Continue(())
+            }, |_| {});
+            for (i, (start, base, next)) in spans.iter().enumerate() {
+                let stop = spans.get(i + 1).map_or(total, |s| s.0);
+                let touched = *start < end && at < stop;
+                if !touched {
+                    proptest::prop_assert!(kept.contains(base), "batch at {} lost", start);
+                }
+                if i + 1 == spans.len() && !touched {
+                    proptest::prop_assert_eq!(scanned.end_offset, *next);
+                    proptest::prop_assert_eq!(scanned.valid_len, total as u64);
+                }
+            }
+        }
     }
 }

@@ -22,6 +22,7 @@ pub struct Counters {
     segments_rolled: AtomicU64,
     segments_deleted: AtomicU64,
     segments_recycled: AtomicU64,
+    age_checks: AtomicU64,
 }
 
 /// A snapshot of the log's counters since it was opened.
@@ -43,6 +44,8 @@ pub struct LogStats {
     pub segments_deleted: u64,
     /// Deleted segment files kept and reused for new segments.
     pub segments_recycled: u64,
+    /// Age-retention checks of a partition.
+    pub age_checks: u64,
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -72,6 +75,9 @@ impl Counters {
     pub fn rolled(&self) {
         add(&self.segments_rolled, 1);
     }
+    pub fn age_checked(&self) {
+        add(&self.age_checks, 1);
+    }
     pub fn deleted(&self, recycled: bool) {
         add(&self.segments_deleted, 1);
         if recycled {
@@ -91,6 +97,7 @@ impl Counters {
             segments_rolled: get(&self.segments_rolled),
             segments_deleted: get(&self.segments_deleted),
             segments_recycled: get(&self.segments_recycled),
+            age_checks: get(&self.age_checks),
         }
     }
 }
@@ -116,7 +123,18 @@ pub struct LogMetrics(pub super::Log);
 impl MetricsSource for LogMetrics {
     fn render(&self, out: &mut String) {
         let s = self.0.stats();
-        let counters: [(&str, &str, u64); 7] = [
+        let clock = self.0.clock_status();
+        let counters: [(&str, &str, u64); 9] = [
+            (
+                "tern_clock_steps_total",
+                "Wall-clock steps seen (larger than a minute, or back between two runs).",
+                clock.steps,
+            ),
+            (
+                "tern_log_age_checks_total",
+                "Age-retention checks of a partition.",
+                s.age_checks,
+            ),
             (
                 "tern_log_fsyncs_total",
                 "fdatasync/fsync calls of the log.",
@@ -148,6 +166,13 @@ impl MetricsSource for LogMetrics {
         for (name, help, value) in counters {
             write_single(out, name, "counter", help, value);
         }
+        write_single(
+            out,
+            "tern_clock_unsynchronised",
+            "gauge",
+            "1 while the wall clock reads earlier than this build (not synchronised yet).",
+            u8::from(clock.unsynchronised),
+        );
         write_single(
             out,
             "tern_log_fsync_seconds_total",

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::cache::FileCache;
+use super::clock::{Clock, ClockStatus, SystemClock, Timekeeper};
 use super::config::LogConfig;
 use super::cursors::CursorStore;
 use super::error::{LogError, Result};
@@ -19,7 +20,7 @@ use super::fs::{Fs, RealFs};
 use super::partition::{Partition, Shared};
 use super::stats::{Counters, LogStats, PartitionStats};
 use super::writer::{self, AppendRequest};
-use super::{Record, StoredRecord, TopicInfo, meta, recovery, validate_topic_name};
+use super::{Record, StoredRecord, TopicInfo, datadir, meta, recovery, validate_topic_name};
 
 /// Appends waiting for a partition's writer before `append` itself waits.
 const QUEUE_DEPTH: usize = 1024;
@@ -86,10 +87,14 @@ fn open_topic(
 
 fn open_blocking(
     fs: Arc<dyn Fs>,
+    clock: Arc<dyn Clock>,
     dir: PathBuf,
     config: LogConfig,
     runtime: tokio::runtime::Handle,
 ) -> Result<Inner> {
+    // Versions first, before anything is written: a newer tern's directory is left untouched.
+    let marked = datadir::check_format_with(&*fs, &dir)?;
+    let had_files = fs.list_dir(&dir).is_ok_and(|names| !names.is_empty());
     fs.create_dir_all(&meta::topics_dir(&dir))
         .map_err(|e| LogError::io("create directory", &dir, e))?;
     let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
@@ -97,9 +102,12 @@ fn open_blocking(
         fs.sync_dir(synced)
             .map_err(|e| LogError::io("fsync directory", synced, e))?;
     }
+    datadir::ensure_marker(&*fs, &dir, marked, had_files)?;
     let counters = Arc::new(Counters::default());
     let cursors = CursorStore::open(Arc::clone(&fs), &dir, Arc::clone(&counters))?;
+    let time = Timekeeper::open(Arc::clone(&fs), &dir, clock)?;
     let shared = Arc::new(Shared {
+        time,
         cache: FileCache::new(Arc::clone(&fs), config.max_open_files),
         fs: Arc::clone(&fs),
         config,
@@ -129,11 +137,22 @@ impl Log {
 
     /// Same with an explicit file system (fault injection in tests).
     pub async fn open_with_fs(fs: Arc<dyn Fs>, dir: &Path, config: &LogConfig) -> Result<Log> {
+        Self::open_with_clock(fs, Arc::new(SystemClock::default()), dir, config).await
+    }
+
+    /// Same with an explicit clock too (clock steps in tests).
+    pub async fn open_with_clock(
+        fs: Arc<dyn Fs>,
+        clock: Arc<dyn Clock>,
+        dir: &Path,
+        config: &LogConfig,
+    ) -> Result<Log> {
         let runtime = tokio::runtime::Handle::current();
         let (dir, config) = (dir.to_owned(), config.clone());
-        let inner = tokio::task::spawn_blocking(move || open_blocking(fs, dir, config, runtime))
-            .await
-            .map_err(|_| LogError::Closed)??;
+        let inner =
+            tokio::task::spawn_blocking(move || open_blocking(fs, clock, dir, config, runtime))
+                .await
+                .map_err(|_| LogError::Closed)??;
         Ok(Log {
             inner: Arc::new(inner),
         })
@@ -288,6 +307,12 @@ impl Log {
         self.inner.shared.cursors.clone()
     }
 
+    /// What the log knows of the wall clock: not synchronised, steps seen, elapsed running
+    /// time (for the readiness report and `/metrics`).
+    pub fn clock_status(&self) -> ClockStatus {
+        self.inner.shared.time.status()
+    }
+
     /// Counters of the log's I/O since it was opened.
     pub fn stats(&self) -> LogStats {
         self.inner.shared.counters.snapshot()
@@ -337,6 +362,9 @@ impl Log {
     pub async fn enforce_retention(&self) {
         let parts = self.all_partitions();
         let _ = tokio::task::spawn_blocking(move || {
+            if let Some(part) = parts.first() {
+                part.shared.time.observe();
+            }
             for part in parts {
                 part.enforce_retention(0);
             }
@@ -370,6 +398,8 @@ impl Log {
                 }
             }
         }
+        let shared = Arc::clone(&self.inner.shared);
+        let _ = tokio::task::spawn_blocking(move || shared.time.save()).await;
         Ok(())
     }
 }

@@ -30,7 +30,6 @@ use super::commit::{Step, Tip, Written};
 use super::config::{Durability, FlushConfig};
 use super::error::Result;
 use super::partition::Partition;
-use super::roll::RETENTION_TICK;
 pub use super::roll::create_segment;
 
 /// Largest encoding buffer a writer keeps between commits.
@@ -124,7 +123,8 @@ impl Writer {
         let sync_interval = self.part.shared.config.sync_interval.0;
         // Periodic policy: when the written-but-unsynced data must be synced.
         let mut sync_due: Option<Instant> = None;
-        let mut retention_due = Instant::now() + RETENTION_TICK;
+        let tick = self.part.retention_tick();
+        let mut retention_due = Instant::now() + tick;
         loop {
             let wake = sync_due.map_or(retention_due, |due| due.min(retention_due));
             tokio::select! {
@@ -139,7 +139,7 @@ impl Writer {
                         sync_due = None;
                     }
                     if retain {
-                        retention_due = now + RETENTION_TICK;
+                        retention_due = now + tick;
                     }
                 }
                 request = self.rx.recv() => {
@@ -166,6 +166,7 @@ impl Writer {
                 let _ = p.sync_active();
             }
             if retain {
+                p.shared.time.observe();
                 p.enforce_retention(0);
             }
         })
@@ -255,10 +256,20 @@ impl Writer {
         let rolled =
             rolled.unwrap_or_else(|err| Err(self.part.failed_error(&format!("roll task: {err}"))));
         self.tip = self.part.committed_tip();
-        if let Err(err) = rolled
-            && let Some(request) = queue.pop_front()
-        {
-            let _ = request.reply.send(Err(err));
+        match rolled {
+            Ok(()) => {}
+            // A full device: every waiting append needs the new segment; refuse them all
+            // rather than retry the roll once per append.
+            Err(err) if err.is_backpressure() => {
+                for request in queue.drain(..) {
+                    let _ = request.reply.send(Err(self.part.copy_error(&err)));
+                }
+            }
+            Err(err) => {
+                if let Some(request) = queue.pop_front() {
+                    let _ = request.reply.send(Err(err));
+                }
+            }
         }
     }
 

@@ -13,10 +13,12 @@ use tokio::time::Instant;
 use tokio::sync::{Notify, OwnedMutexGuard};
 
 use super::MqttError;
+use super::admission::Admission;
 use super::auth::Auth;
+use super::clip::clip;
 use super::config::{MqttConfig, RouteConfig};
 use super::metrics::MqttMetrics;
-use super::retained::Retained;
+use super::retained::{Retained, RetainedLimits};
 use super::router::PartitionId;
 use super::router::Router;
 use super::session::{NEVER_EXPIRES, Session};
@@ -110,6 +112,8 @@ pub struct Broker<S> {
     pub(crate) state: Arc<StateLog<S>>,
     pub(crate) retained: Retained<S>,
     pub(crate) auth: Auth,
+    /// Connection slots and sockets waiting for CONNECT.
+    pub(crate) admission: Arc<Admission>,
     /// Shared subscription groups (`$share/…`).
     pub(crate) shared: SharedGroups<S>,
     sessions: Mutex<HashMap<String, Arc<SessionEntry>>>,
@@ -154,8 +158,17 @@ impl<S: LogPort> Broker<S> {
             .collect();
         Ok(Arc::new(Self {
             limits: config.topic_limits(),
-            retained: Retained::new(state.clone(), loaded.retained),
+            retained: Retained::new(
+                state.clone(),
+                loaded.retained,
+                RetainedLimits {
+                    count: config.max_retained,
+                    bytes: config.max_retained_bytes.0,
+                },
+                metrics.clone(),
+            ),
             auth,
+            admission: Arc::new(Admission::new(&config)),
             shared,
             log,
             config,
@@ -277,7 +290,7 @@ impl<S: LogPort> Broker<S> {
             }
             if session.stored {
                 if let Err(err) = self.forget_session(&mut session).await {
-                    tracing::warn!(client_id = %id, %err, "cannot remove expired session");
+                    tracing::warn!(client_id = %clip(&id), %err, "cannot remove expired session");
                     continue;
                 }
             }
@@ -304,7 +317,14 @@ impl<S: LogPort> Broker<S> {
                     .put_qos2(&session.client_id, *pkid, false)
                     .await?;
             }
-            self.state.put_session(&session.client_id, None).await?;
+            let filters: Vec<String> = session
+                .subscriptions
+                .iter()
+                .map(|s| s.filter.clone())
+                .collect();
+            self.state
+                .delete_session(&session.client_id, &filters)
+                .await?;
             self.log
                 .remove_cursors(&cursor_name(&session.client_id))
                 .await?;

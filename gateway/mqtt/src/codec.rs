@@ -40,6 +40,9 @@ pub enum CodecError {
     Malformed { reason: String },
     #[error("packet type {packet_type} is not allowed from a client")]
     Protocol { packet_type: u8 },
+    /// The packet is well formed but breaks a rule the spec calls a protocol error (0x82).
+    #[error("protocol error: {reason}")]
+    ProtocolViolation { reason: &'static str },
     #[error("unsupported protocol level {level}")]
     UnsupportedVersion { level: u8 },
     #[error("cannot encode packet: {reason}")]
@@ -198,6 +201,7 @@ pub enum RetainHandling {
 pub fn decode(version: Version, frame: &[u8]) -> Result<Incoming, CodecError> {
     let byte1 = *frame.first().ok_or_else(|| malformed("empty frame"))?;
     check_fixed_flags(byte1)?;
+    validate::check(version, frame)?;
     let mut stream = BytesMut::from(frame);
     if let (Version::V5, [0xe0, 0x01, reason]) = (version, frame) {
         // rumqttd's v5 DISCONNECT reader requires a property length after the reason code, which
@@ -431,6 +435,14 @@ pub enum ConnAckCode {
     Success,
     UnsupportedProtocolVersion,
     ClientIdentifierNotValid,
+    /// MQTT 5 only (0x81): a 3.1.1 client is closed without CONNACK instead.
+    MalformedPacket,
+    /// MQTT 5 only (0x82).
+    ProtocolError,
+    /// MQTT 5 only (0x8C): tern offers no enhanced authentication.
+    BadAuthenticationMethod,
+    /// MQTT 5: 0x9F; MQTT 3.1.1: "server unavailable".
+    ConnectionRateExceeded,
     ServerUnavailable,
     NotAuthorized,
     BadUserNamePassword,
@@ -540,12 +552,24 @@ fn connack_code(version: Version, code: ConnAckCode) -> protocol::ConnectReturnC
         (Version::V4, ConnAckCode::UnsupportedProtocolVersion) => C::RefusedProtocolVersion,
         (Version::V5, ConnAckCode::UnsupportedProtocolVersion) => C::UnsupportedProtocolVersion,
         (_, ConnAckCode::ClientIdentifierNotValid) => C::ClientIdentifierNotValid,
-        (Version::V4, ConnAckCode::ServerUnavailable | ConnAckCode::ServerBusy) => {
-            C::ServiceUnavailable
-        }
+        (
+            Version::V4,
+            ConnAckCode::ServerUnavailable
+            | ConnAckCode::ServerBusy
+            | ConnAckCode::ConnectionRateExceeded,
+        ) => C::ServiceUnavailable,
+        (Version::V5, ConnAckCode::ConnectionRateExceeded) => C::ConnectionRateExceeded,
         (Version::V5, ConnAckCode::ServerUnavailable) => C::ServerUnavailable,
         (Version::V5, ConnAckCode::ServerBusy) => C::ServerBusy,
+        (Version::V5, ConnAckCode::MalformedPacket) => C::MalformedPacket,
+        (Version::V5, ConnAckCode::ProtocolError) => C::ProtocolError,
+        (Version::V5, ConnAckCode::BadAuthenticationMethod) => C::BadAuthenticationMethod,
+        // Never sent to a 3.1.1 client (see `ConnAckCode`); refusal without a reason it knows.
+        (Version::V4, ConnAckCode::MalformedPacket | ConnAckCode::ProtocolError) => {
+            C::ServiceUnavailable
+        }
         (_, ConnAckCode::NotAuthorized) => C::NotAuthorized,
+        (Version::V4, ConnAckCode::BadAuthenticationMethod) => C::NotAuthorized,
         (_, ConnAckCode::BadUserNamePassword) => C::BadUserNamePassword,
     }
 }
@@ -574,3 +598,4 @@ fn build_publish(publish: &OutPublish) -> protocol::Publish {
 
 #[cfg(test)]
 pub(crate) mod test;
+mod validate;

@@ -22,8 +22,12 @@ use super::topic::{self, TopicLimits};
 pub struct MqttConfig {
     /// Address of the MQTT listener.
     pub listen: SocketAddr,
-    /// Most simultaneous client connections; more are refused (CONNACK "server busy").
+    /// Most simultaneous client connections; more are refused (CONNACK "server busy"). Lowered
+    /// at start, with a warning, when the file-descriptor limit cannot hold them.
     pub max_connections: usize,
+    /// Most sockets that have not sent CONNECT yet (TLS handshakes included); when full, the
+    /// oldest of them is closed for each new one.
+    pub max_pending_connections: usize,
     /// Largest MQTT packet accepted or sent, header included.
     pub max_packet_size: ByteSize,
     /// Unacknowledged QoS 1/2 messages per direction and session (announced as Receive Maximum).
@@ -45,6 +49,15 @@ pub struct MqttConfig {
     pub max_keep_alive: HumanDuration,
     /// A connection that sends no CONNECT within this time is closed.
     pub connect_timeout: HumanDuration,
+    /// An MQTT 3.1.1 client that asked for keep alive 0 (no timeout) is closed after this long
+    /// without a packet. (MQTT 5 clients asking for 0 are told `max_keep_alive` instead.)
+    pub idle_timeout: HumanDuration,
+    /// Most retained messages (topics) kept; a retained publish on a new topic beyond it is
+    /// refused (MQTT 5: reason 0x97 "quota exceeded").
+    pub max_retained: usize,
+    /// Most bytes (topic and payload) of all retained messages; a retained publish that would
+    /// exceed it is refused like one past `max_retained`. The messages stay in the state log.
+    pub max_retained_bytes: ByteSize,
     /// Longest session expiry: MQTT 5 clients asking for more get this, and MQTT 3.1.1
     /// persistent sessions expire after it, so a device that never returns cannot pin the log.
     pub max_session_expiry: HumanDuration,
@@ -68,6 +81,7 @@ impl Default for MqttConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 1883)),
             max_connections: 1024,
+            max_pending_connections: 128,
             max_packet_size: ByteSize(256 * 1024),
             inflight: 32,
             max_queued_bytes: ByteSize(1024 * 1024),
@@ -78,6 +92,9 @@ impl Default for MqttConfig {
             max_publish_rate: 1000,
             max_keep_alive: HumanDuration(std::time::Duration::from_secs(3600)),
             connect_timeout: HumanDuration(std::time::Duration::from_secs(10)),
+            idle_timeout: HumanDuration(std::time::Duration::from_secs(3600)),
+            max_retained: 10_000,
+            max_retained_bytes: ByteSize(16 * 1024 * 1024),
             max_session_expiry: HumanDuration(std::time::Duration::from_secs(7 * 24 * 3600)),
             default_log_topic: "mqtt".to_owned(),
             shared_strategy: SharedStrategy::RoundRobin,
@@ -108,6 +125,13 @@ impl MqttConfig {
         }
         let checks = [
             (self.max_connections == 0, "mqtt.max_connections"),
+            (
+                self.max_pending_connections == 0,
+                "mqtt.max_pending_connections",
+            ),
+            (self.idle_timeout.0.is_zero(), "mqtt.idle_timeout"),
+            (self.max_retained == 0, "mqtt.max_retained"),
+            (self.max_retained_bytes.0 == 0, "mqtt.max_retained_bytes"),
             (self.inflight == 0, "mqtt.inflight"),
             (self.max_queued_bytes.0 < packet, "mqtt.max_queued_bytes"),
             (self.max_topic_length == 0, "mqtt.max_topic_length"),

@@ -16,14 +16,16 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use super::admission::Handshake;
 use super::auth::Origin;
 use super::broker::{Broker, SessionEntry};
+use super::clip::clip;
 use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
 use super::error::ConnError;
 use super::ingest::{Ingested, Pending, Turn};
 use super::metrics::MqttMetrics;
 use super::router::PartitionId;
-use super::session::Session;
+use super::session::{Matched, Session};
 use super::shared::{Delivery, Memberships};
 use super::will::Will;
 use out_alias::OutboundAliases;
@@ -44,6 +46,7 @@ mod out_alias;
 mod packets;
 mod quota;
 mod rate;
+mod retained;
 mod share;
 #[cfg(test)]
 mod test;
@@ -59,12 +62,12 @@ enum Flow {
 }
 
 /// Serves one accepted socket, which came through a listener described by `origin`, until it
-/// closes.
+/// closes; `pending` is its place among the sockets that have not sent CONNECT yet.
 pub async fn serve<S, IO>(
     broker: Arc<Broker<S>>,
     io: IO,
     peer: SocketAddr,
-    origin: Origin,
+    (origin, pending): (Origin, Handshake),
     shutdown: Shutdown,
 ) where
     S: LogPort,
@@ -72,8 +75,16 @@ pub async fn serve<S, IO>(
 {
     let (mut reader, writer) = tokio::io::split(io);
     let mut inbuf = BytesMut::with_capacity(4096);
-    let connect = match handshake::read_connect(&broker, &mut reader, &mut inbuf, peer).await {
-        Ok(connect) => connect,
+    let read = tokio::select! {
+        read = handshake::read_connect(&broker, &mut reader, &mut inbuf, peer) => read,
+        () = pending.evicted() => {
+            tracing::debug!(%peer, "closing a socket that sent no CONNECT to make room");
+            return;
+        }
+    };
+    drop(pending);
+    let (connect, _slot) = match read {
+        Ok(read) => read,
         Err((err, reply)) => {
             refuse(&broker, writer, reply, peer, &err).await;
             return;
@@ -97,7 +108,7 @@ pub async fn serve<S, IO>(
     };
     MqttMetrics::inc(&broker.metrics.connections);
     MqttMetrics::inc(&broker.metrics.connections_total);
-    tracing::debug!(%peer, client_id = %conn.client_id, "MQTT client connected");
+    tracing::debug!(%peer, client_id = %clip(&conn.client_id), "MQTT client connected");
     let result = conn.run(&mut reader, inbuf, shutdown).await;
     conn.finish(result, peer).await;
     MqttMetrics::dec(&broker.metrics.connections);
@@ -146,6 +157,7 @@ pub struct Connection<S: LogPort, W> {
     /// Partitions whose next record (at the offset given) waits for a "sent up to" lease
     /// (`lease.rs`).
     lease_due: BTreeMap<PartitionId, u64>,
+    /// How long the client may stay silent before it is closed.
     keep_alive: Option<Duration>,
     last_packet: Instant,
     /// The client's Receive Maximum for our QoS 1 deliveries.
@@ -167,6 +179,9 @@ pub struct Connection<S: LogPort, W> {
     rate: RateLimit,
     /// The shared groups this connection is a member of.
     groups: Memberships,
+    /// Retained messages still to send for new subscriptions: the filter, how it matched,
+    /// and the last topic sent (`retained.rs`).
+    retained_due: VecDeque<(String, Matched, Option<String>)>,
 }
 
 impl<S: LogPort, W> std::fmt::Debug for Connection<S, W> {
@@ -206,7 +221,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             // While tern itself stops reading (rate limit), the client's pings wait unread.
             let deadline = match throttled {
                 Some(_) => None,
-                None => self.keep_alive.map(|k| self.last_packet + k.mul_f32(1.5)),
+                None => self.keep_alive.map(|k| self.last_packet + k),
             };
             let can_read = throttled.is_none()
                 && self.pending.len() < usize::from(self.broker.config.inflight) * 2;
@@ -315,7 +330,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         // Publishes queued before the end are still settled, and their acks precede any
         // DISCONNECT (nothing may follow it on the wire).
         if let Err(err) = self.drain_appends().await {
-            tracing::debug!(client_id = %self.client_id, %err, "unsettled publishes at close");
+            tracing::debug!(client_id = %clip(&self.client_id), %err, "unsettled publishes at close");
         }
         let publish_will = match &result {
             Ok(Flow::Disconnect { will }) => *will,
@@ -328,7 +343,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         self.watchers.abort_all();
         self.leave_groups().await;
         if let Err(err) = self.commit_cursors().await {
-            tracing::warn!(client_id = %self.client_id, %err, "cannot save session cursors");
+            tracing::warn!(client_id = %clip(&self.client_id), %err, "cannot save session cursors");
         }
         if let Some(will) = self.will.take().filter(|_| publish_will) {
             super::will::schedule(
@@ -340,7 +355,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         }
         if !self.session.persistent() {
             if let Err(err) = self.broker.forget_session(&mut self.session).await {
-                tracing::warn!(client_id = %self.client_id, %err, "cannot remove session");
+                tracing::warn!(client_id = %clip(&self.client_id), %err, "cannot remove session");
             }
         }
         self.entry.release(&self.kick);
@@ -350,20 +365,22 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     async fn log_end(&mut self, err: &ConnError, peer: SocketAddr) {
         match err {
             ConnError::Io(_) => {
-                tracing::debug!(%peer, client_id = %self.client_id, %err, "MQTT connection lost");
+                tracing::debug!(%peer, client_id = %clip(&self.client_id), %err, "MQTT connection lost");
             }
             ConnError::Codec(codec_err) => {
                 MqttMetrics::inc(&self.broker.metrics.malformed_packets);
-                tracing::warn!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
+                tracing::warn!(%peer, client_id = %clip(&self.client_id), %err, "closing MQTT connection");
                 let reason = match codec_err {
                     CodecError::TooLarge { .. } => DisconnectReason::PacketTooLarge,
-                    CodecError::Protocol { .. } => DisconnectReason::ProtocolError,
+                    CodecError::Protocol { .. } | CodecError::ProtocolViolation { .. } => {
+                        DisconnectReason::ProtocolError
+                    }
                     _ => DisconnectReason::MalformedPacket,
                 };
                 self.disconnect(reason).await;
             }
             ConnError::Protocol { code, .. } => {
-                tracing::warn!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
+                tracing::warn!(%peer, client_id = %clip(&self.client_id), %err, "closing MQTT connection");
                 let code = *code;
                 if code != DisconnectReason::KeepAliveTimeout {
                     self.disconnect(code).await;
@@ -374,7 +391,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             | ConnError::Ingest(_)
             | ConnError::Task(_)
             | ConnError::Takeover { .. } => {
-                tracing::error!(%peer, client_id = %self.client_id, %err, "closing MQTT connection");
+                tracing::error!(%peer, client_id = %clip(&self.client_id), %err, "closing MQTT connection");
                 self.disconnect(DisconnectReason::UnspecifiedError).await;
             }
         }

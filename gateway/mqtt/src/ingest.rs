@@ -29,6 +29,12 @@ pub enum Reply {
         pkid: u16,
         exactly_once: bool,
     },
+    /// A retained publish past `mqtt.max_retained(_bytes)`: MQTT 5 gets reason 0x97 "quota
+    /// exceeded", MQTT 3.1.1 a plain ack. The message was never stored.
+    QuotaExceeded {
+        pkid: u16,
+        exactly_once: bool,
+    },
 }
 
 /// One publish waiting to be stored.
@@ -113,7 +119,8 @@ async fn outcomes(
         };
         let outcome = match result {
             Ok(_) => Outcome::Stored,
-            Err(LogError::Full { .. }) => Outcome::Full,
+            // A retention limit and a full device are the same backpressure to the client.
+            Err(err) if err.is_backpressure() => Outcome::Full,
             Err(err) => Outcome::Failed(Arc::new(err.into())),
         };
         for i in indices {
@@ -175,17 +182,26 @@ async fn settle<S: LogPort>(
         }
         if let Some(message) = pending.message.as_ref().filter(|m| m.retain) {
             if let Err(err) = broker.retained.update(message.clone()).await {
-                *outcome = Outcome::Failed(Arc::new(err));
+                *outcome = refused(err);
                 continue;
             }
         }
         if let (Reply::PubRec(pkid), true) = (pending.ack, pending.durable_qos2) {
             if pending.message.is_some() {
                 if let Err(err) = broker.state.put_qos2(client_id, pkid, true).await {
-                    *outcome = Outcome::Failed(Arc::new(err));
+                    *outcome = refused(err);
                 }
             }
         }
+    }
+}
+
+/// The outcome of a publish whose state record was not written: backpressure when the log
+/// refused it for now (a full disk), so the client retries instead of reconnecting.
+fn refused(err: StateError) -> Outcome {
+    match &err {
+        StateError::Log(log) if log.is_backpressure() => Outcome::Full,
+        _ => Outcome::Failed(Arc::new(err)),
     }
 }
 

@@ -3,8 +3,10 @@
 //! imports `rumqttd`, and only for its packet codecs (in `codec.rs`). It reaches storage only
 //! through `tern_log::LogPort`, so unit tests run it on `tern_log::MemoryLog`.
 
+mod admission;
 mod auth;
 mod broker;
+mod clip;
 /// Public only for tern-bench's `mqtt/wire.rs` tests, which are being removed; private after.
 mod codec;
 mod config;
@@ -25,6 +27,7 @@ mod will;
 
 use std::net::SocketAddr;
 
+pub use admission::raise_fd_limit;
 pub use auth::passwd;
 pub use broker::Broker;
 pub use config::auth::{Access, Anonymous};

@@ -12,10 +12,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 use super::MqttError;
+use super::admission::Handshake;
 use super::auth::Origin;
 use super::broker::Broker;
 use super::config::TlsConfig;
 use super::connection;
+use super::metrics::MqttMetrics;
 use super::tls::{self, TlsServer};
 use tern_core::shutdown::Shutdown;
 use tern_log::LogPort;
@@ -74,8 +76,12 @@ impl<S: LogPort> MqttListener<S> {
                 accepted = self.listener.accept() => match accepted {
                     Ok((socket, peer)) => {
                         let _ = socket.set_nodelay(true);
+                        let (pending, evicted) = self.broker.admission.handshake();
+                        if evicted {
+                            MqttMetrics::inc(&self.broker.metrics.pending_evicted);
+                        }
                         let transport = self.transport.clone();
-                        let task = serve_socket(self.broker.clone(), socket, peer, transport, shutdown.clone());
+                        let task = serve_socket(self.broker.clone(), socket, (peer, pending), transport, shutdown.clone());
                         connections.spawn(task);
                     }
                     Err(err) => {
@@ -107,22 +113,27 @@ struct Transport {
 async fn serve_socket<S: LogPort>(
     broker: Arc<Broker<S>>,
     socket: TcpStream,
-    peer: SocketAddr,
+    (peer, pending): (SocketAddr, Handshake),
     transport: Arc<Transport>,
     shutdown: Shutdown,
 ) {
     let mut origin = Origin {
         loopback_listener: transport.loopback,
         cert_identity: None,
+        peer: Some(peer.ip()),
     };
     let Some(server) = &transport.tls else {
-        connection::serve(broker, socket, peer, origin, shutdown).await;
+        connection::serve(broker, socket, peer, (origin, pending), shutdown).await;
         return;
     };
     let limit = broker.config.connect_timeout.0;
-    let Some((stream, identity)) = tls::handshake(server, socket, peer, limit).await else {
+    let handshake = tokio::select! {
+        done = tls::handshake(server, socket, peer, limit) => done,
+        () = pending.evicted() => None,
+    };
+    let Some((stream, identity)) = handshake else {
         return;
     };
     origin.cert_identity = identity;
-    connection::serve(broker, stream, peer, origin, shutdown).await;
+    connection::serve(broker, stream, peer, (origin, pending), shutdown).await;
 }

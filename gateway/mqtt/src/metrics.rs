@@ -17,6 +17,13 @@ pub struct MqttMetrics {
     pub(crate) publishes_rejected: AtomicU64,
     pub(crate) malformed_packets: AtomicU64,
     pub(crate) keep_alive_timeouts: AtomicU64,
+    /// Records subscribers skipped because the log lost them to damage.
+    pub(crate) records_lost: AtomicU64,
+    pub(crate) pending_evicted: AtomicU64,
+    pub(crate) logins_throttled: AtomicU64,
+    pub(crate) retained_messages: AtomicU64,
+    pub(crate) retained_bytes: AtomicU64,
+    pub(crate) retained_refused: AtomicU64,
 }
 
 impl MqttMetrics {
@@ -35,7 +42,7 @@ impl MqttMetrics {
 
 impl MetricsSource for MqttMetrics {
     fn render(&self, out: &mut String) {
-        let families: [(&str, &str, &str, &AtomicU64); 9] = [
+        let families: [(&str, &str, &str, &AtomicU64); 14] = [
             (
                 "tern_mqtt_connections",
                 "gauge",
@@ -90,10 +97,47 @@ impl MetricsSource for MqttMetrics {
                 "Connections closed after 1.5 times the keep alive without a packet.",
                 &self.keep_alive_timeouts,
             ),
+            (
+                "tern_mqtt_pending_evicted_total",
+                "counter",
+                "Sockets closed before CONNECT to make room (mqtt.max_pending_connections).",
+                &self.pending_evicted,
+            ),
+            (
+                "tern_mqtt_logins_throttled_total",
+                "counter",
+                "Logins refused unchecked: the address failed too often (backoff).",
+                &self.logins_throttled,
+            ),
+            (
+                "tern_mqtt_retained_messages",
+                "gauge",
+                "Retained messages held (mqtt.max_retained).",
+                &self.retained_messages,
+            ),
+            (
+                "tern_mqtt_retained_bytes",
+                "gauge",
+                "Topic and payload bytes of the retained messages (mqtt.max_retained_bytes).",
+                &self.retained_bytes,
+            ),
+            (
+                "tern_mqtt_retained_refused_total",
+                "counter",
+                "Retained publishes refused by mqtt.max_retained or mqtt.max_retained_bytes.",
+                &self.retained_refused,
+            ),
         ];
         for (name, kind, help, value) in families {
             write_single(out, name, kind, help, value.load(Ordering::Relaxed));
         }
+        write_single(
+            out,
+            "tern_mqtt_records_lost_total",
+            "counter",
+            "Log records a subscriber skipped because the log lost them to damage.",
+            self.records_lost.load(Ordering::Relaxed),
+        );
     }
 }
 
@@ -111,6 +155,6 @@ mod tests {
             out.contains("tern_mqtt_publishes_received_total 1\n"),
             "{out}"
         );
-        assert_eq!(out.matches("# TYPE").count(), 9);
+        assert_eq!(out.matches("# TYPE").count(), 15);
     }
 }

@@ -44,6 +44,19 @@ impl Subscription {
     }
 }
 
+impl Subscription {
+    /// The subscription as the state log keeps it.
+    pub fn to_stored(&self) -> StoredSubscription {
+        StoredSubscription {
+            filter: self.filter.clone(),
+            qos: self.qos as u8,
+            no_local: self.no_local,
+            retain_as_published: self.retain_as_published,
+            id: self.id,
+        }
+    }
+}
+
 /// How a message reaches this session: the highest granted QoS of the matching
 /// subscriptions, whether one keeps the retain flag, and their identifiers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,13 +177,7 @@ impl Session {
             subscriptions: self
                 .subscriptions
                 .iter()
-                .map(|s| StoredSubscription {
-                    filter: s.filter.clone(),
-                    qos: s.qos as u8,
-                    no_local: s.no_local,
-                    retain_as_published: s.retain_as_published,
-                    id: s.id,
-                })
+                .map(Subscription::to_stored)
                 .collect(),
             pending_qos2: self.pending_qos2.clone(),
             released: self

@@ -1,13 +1,18 @@
 //! The MQTT server's own durable state — retained messages, persistent sessions' subscriptions,
 //! incoming QoS 2 packet ids awaiting PUBREL and outgoing QoS 2 deliveries awaiting PUBCOMP —
 //! kept append-only in the internal log topic `__mqtt_state` (partition 0). Each record is a key
-//! (`retained/{topic}`, `session/{client}`, `qos2/{client}/{pkid}`, `qos2out/{client}/{pkid}`)
-//! and a value; the latest record per key wins and an empty value deletes.
+//! (`retained/{topic}`, `session/{client}`, `sub/{client}\0{filter}`, `qos2/{client}/{pkid}`,
+//! `qos2out/{client}/{pkid}`) and a value; the latest record per key wins and an empty value
+//! deletes. A session's record holds its expiry and all its subscriptions as of its last
+//! CONNECT; each SUBSCRIBE or UNSUBSCRIBE after it appends only the filters it changed as
+//! `sub/` records (NUL cannot occur in a client id or a filter), folded over the session's
+//! record at startup, so a session of n subscriptions costs O(n) bytes, not O(n²).
 //! At startup the topic is folded into memory. Writes are serialized so the in-memory view and
 //! the durable order agree. Compaction is append-only too: when dead records outnumber live
 //! ones, every live record is appended again as a snapshot and the cursor `mqtt-state` moves to
 //! the snapshot, so log retention may delete what lies before it — and nothing after it.
-//! Never holds message data other than retained messages.
+//! Memory holds each live key's offset, not its record: the snapshot and [`StateLog::get`]
+//! (retained payloads) read records back from the log. Never holds message data.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -97,7 +102,8 @@ pub struct StoredSubscription {
 /// Everything folded from the state topic.
 #[derive(Debug, Default)]
 pub struct Loaded {
-    pub retained: HashMap<String, Message>,
+    /// Retained topics and their payload sizes (the messages stay in the log).
+    pub retained: HashMap<String, usize>,
     pub sessions: HashMap<String, StoredSession>,
     /// How many records were read (compaction heuristics and logs).
     pub records: u64,
@@ -105,6 +111,9 @@ pub struct Loaded {
     qos2: HashMap<String, HashSet<u16>>,
     /// Released outgoing QoS 2 deliveries per client, merged into `sessions` at the end.
     released: HashMap<String, BTreeMap<u16, Released>>,
+    /// Subscription changes since each client's session record (`None`: unsubscribed),
+    /// merged into `sessions` at the end.
+    subscriptions: HashMap<String, BTreeMap<String, Option<StoredSubscription>>>,
 }
 
 /// Serialized writer of the state topic.
@@ -115,10 +124,11 @@ pub struct StateLog<S> {
     live: Mutex<Live>,
 }
 
-/// The latest non-deleting record per key, and the appends since the last snapshot.
+/// The offset of the latest non-deleting record per key, and the appends since the last
+/// snapshot.
 #[derive(Debug, Default)]
 struct Live {
-    records: BTreeMap<Vec<u8>, Record>,
+    records: BTreeMap<Vec<u8>, u64>,
     appended: u64,
 }
 
@@ -150,7 +160,7 @@ impl<S: LogPort> StateLog<S> {
             for stored in batch {
                 loaded.records += 1;
                 apply(&mut loaded, &stored.record);
-                live.remember(stored.record);
+                live.remember(&stored.record, stored.offset);
             }
         }
         live.appended = loaded.records;
@@ -164,6 +174,11 @@ impl<S: LogPort> StateLog<S> {
                 session.released = released;
             }
         }
+        for (client, changes) in std::mem::take(&mut loaded.subscriptions) {
+            if let Some(session) = loaded.sessions.get_mut(&client) {
+                merge_subscriptions(session, changes);
+            }
+        }
         *self.lock_live() = live;
         Ok(loaded)
     }
@@ -172,37 +187,69 @@ impl<S: LogPort> StateLog<S> {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The latest record of `key`, read back from the log; `None` when the key is deleted (or
+    /// its record was lost to damage).
+    pub fn get(&self, key: &[u8]) -> Result<Option<Record>, LogError> {
+        // A snapshot may move the record between reading its offset and reading it: retry.
+        for _ in 0..2 {
+            let Some(offset) = self.lock_live().records.get(key).copied() else {
+                return Ok(None);
+            };
+            match self.read_at(offset) {
+                Ok(Some(record)) => return Ok(Some(record)),
+                Ok(None) | Err(LogError::OffsetOutOfRange { .. }) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The record at `offset`, if the log still has it there.
+    fn read_at(&self, offset: u64) -> Result<Option<Record>, LogError> {
+        let found = self.log.read(STATE_TOPIC, 0, offset, 1)?.into_iter().next();
+        Ok(found.filter(|s| s.offset == offset).map(|s| s.record))
+    }
+
     /// Appends every live record again and moves the state cursor to them when dead records
     /// dominate. Runs with the writer held.
     async fn compact_if_due(&self) -> Result<(), LogError> {
-        let snapshot: Vec<Record> = {
+        let snapshot: Vec<(Vec<u8>, u64)> = {
             let live = self.lock_live();
             let threshold = MIN_RECORDS_BEFORE_COMPACTION.max(2 * live.records.len() as u64);
             if live.appended < threshold {
                 return Ok(());
             }
-            live.records.values().cloned().collect()
+            live.records.iter().map(|(k, o)| (k.clone(), *o)).collect()
         };
-        let count = snapshot.len() as u64;
+        let mut moved = BTreeMap::new();
         let mut base = None;
         let mut chunk = Vec::new();
+        let mut keys = Vec::new();
         let mut chunk_bytes = 0;
-        for record in snapshot {
+        for (key, offset) in snapshot {
+            // A record lost to damage has nothing to carry over; its key ends with this
+            // snapshot.
+            let Some(record) = self.read_at(offset)? else {
+                continue;
+            };
             chunk_bytes += record.value.len() + 64;
             chunk.push(record);
+            keys.push(key);
             if chunk_bytes >= SNAPSHOT_CHUNK_BYTES {
-                let offset = self
-                    .log
-                    .append(STATE_TOPIC, 0, std::mem::take(&mut chunk))
-                    .await?;
+                let records = std::mem::take(&mut chunk);
+                let offset = self.log.append(STATE_TOPIC, 0, records).await?;
                 base.get_or_insert(offset);
+                moved.extend(std::mem::take(&mut keys).into_iter().zip(offset..));
                 chunk_bytes = 0;
             }
         }
         if !chunk.is_empty() {
             let offset = self.log.append(STATE_TOPIC, 0, chunk).await?;
             base.get_or_insert(offset);
+            moved.extend(keys.into_iter().zip(offset..));
         }
+        let count = moved.len() as u64;
+        self.lock_live().records = moved;
         let start = match base {
             Some(offset) => offset,
             None => self.log.offsets(STATE_TOPIC, 0)?.1,
@@ -217,23 +264,29 @@ impl<S: LogPort> StateLog<S> {
 
     /// Durably appends a keyed record (an empty value deletes its key), then runs `apply` while still holding
     /// the writer, so memory follows the durable order.
-    pub async fn put<T>(
+    pub async fn put<T>(&self, record: Record, apply: impl FnOnce() -> T) -> Result<T, StateError> {
+        self.put_all(vec![record], apply).await
+    }
+
+    /// [`StateLog::put`] of several records in one append.
+    async fn put_all<T>(
         &self,
-        mut record: Record,
+        mut records: Vec<Record>,
         apply: impl FnOnce() -> T,
     ) -> Result<T, StateError> {
         let _guard = self.writer.lock().await;
-        if record.timestamp_ms == 0 {
-            record.timestamp_ms = super::message::now_ms();
+        let now = super::message::now_ms();
+        for record in records.iter_mut().filter(|r| r.timestamp_ms == 0) {
+            record.timestamp_ms = now;
         }
-        self.log
-            .append(STATE_TOPIC, 0, vec![record.clone()])
-            .await?;
+        let base = self.log.append(STATE_TOPIC, 0, records.clone()).await?;
         let result = apply();
         {
             let mut live = self.lock_live();
-            live.appended += 1;
-            live.remember(record);
+            live.appended += records.len() as u64;
+            for (record, offset) in records.iter().zip(base..) {
+                live.remember(record, offset);
+            }
         }
         if let Err(err) = self.compact_if_due().await {
             tracing::warn!(%err, "MQTT state compaction failed; will retry");
@@ -266,6 +319,44 @@ impl<S: LogPort> StateLog<S> {
         };
         self.put(plain(format!("session/{client_id}"), value), || ())
             .await
+    }
+
+    /// Stores what a SUBSCRIBE or UNSUBSCRIBE changed in a persistent session: each filter's
+    /// new subscription, or `None` for one removed.
+    pub async fn put_subscriptions(
+        &self,
+        client_id: &str,
+        changes: &[(String, Option<StoredSubscription>)],
+    ) -> Result<(), StateError> {
+        let mut records = Vec::with_capacity(changes.len());
+        for (filter, subscription) in changes {
+            let value = match subscription {
+                Some(s) => serde_json::to_vec(s).map_err(|source| StateError::Encode {
+                    what: "subscription",
+                    source,
+                })?,
+                None => Vec::new(),
+            };
+            records.push(plain(subscription_key(client_id, filter), value));
+        }
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.put_all(records, || ()).await
+    }
+
+    /// Deletes a session: its subscription records, then its own record, in one append.
+    pub async fn delete_session(
+        &self,
+        client_id: &str,
+        filters: &[String],
+    ) -> Result<(), StateError> {
+        let mut records: Vec<Record> = filters
+            .iter()
+            .map(|filter| plain(subscription_key(client_id, filter), Vec::new()))
+            .collect();
+        records.push(plain(format!("session/{client_id}"), Vec::new()));
+        self.put_all(records, || ()).await
     }
 
     /// Marks an incoming QoS 2 packet id as received (`true`) or released (`false`).
@@ -303,15 +394,16 @@ impl<S: LogPort> StateLog<S> {
 }
 
 impl Live {
-    /// Keeps `record` as its key's latest value, or forgets the key for an empty value.
-    fn remember(&mut self, record: Record) {
-        let Some(key) = record.key.clone() else {
+    /// Keeps `record`, stored at `offset`, as its key's latest value, or forgets the key for an
+    /// empty value.
+    fn remember(&mut self, record: &Record, offset: u64) {
+        let Some(key) = record.key.as_ref() else {
             return;
         };
         if record.value.is_empty() {
-            self.records.remove(&key);
+            self.records.remove(key);
         } else {
-            self.records.insert(key, record);
+            self.records.insert(key.clone(), offset);
         }
     }
 }
@@ -325,7 +417,36 @@ fn plain(key: String, value: Vec<u8>) -> Record {
     }
 }
 
-fn retained_key(topic: &str) -> String {
+fn subscription_key(client_id: &str, filter: &str) -> String {
+    format!("sub/{client_id}\0{filter}")
+}
+
+/// Applies subscription changes made after a session's record to it.
+fn merge_subscriptions(
+    session: &mut StoredSession,
+    changes: BTreeMap<String, Option<StoredSubscription>>,
+) {
+    for (filter, change) in changes {
+        let at = session
+            .subscriptions
+            .iter()
+            .position(|s| s.filter == filter);
+        match (change, at) {
+            (Some(new), Some(at)) => {
+                if let Some(old) = session.subscriptions.get_mut(at) {
+                    *old = new;
+                }
+            }
+            (Some(new), None) => session.subscriptions.push(new),
+            (None, Some(at)) => {
+                session.subscriptions.remove(at);
+            }
+            (None, None) => {}
+        }
+    }
+}
+
+pub fn retained_key(topic: &str) -> String {
     format!("retained/{topic}")
 }
 
@@ -339,7 +460,9 @@ fn apply(loaded: &mut Loaded, record: &Record) {
     };
     if let Some(topic) = key.strip_prefix("retained/") {
         match Message::from_record(record).filter(|_| !record.value.is_empty()) {
-            Some(message) => loaded.retained.insert(topic.to_owned(), message),
+            Some(message) => loaded
+                .retained
+                .insert(topic.to_owned(), message.payload.len()),
             None => loaded.retained.remove(topic),
         };
     } else if let Some(client) = key.strip_prefix("session/") {
@@ -356,6 +479,16 @@ fn apply(loaded: &mut Loaded, record: &Record) {
                 loaded.released.remove(client);
             }
         }
+        // The record holds every subscription up to now; changes before it are in it. (In a
+        // compaction snapshot the `sub/` keys follow it and re-apply what it already holds.)
+        loaded.subscriptions.remove(client);
+    } else if let Some(rest) = key.strip_prefix("sub/") {
+        let Some((client, filter)) = rest.split_once('\0') else {
+            return;
+        };
+        let change = serde_json::from_slice::<StoredSubscription>(&record.value).ok();
+        let changes = loaded.subscriptions.entry(client.to_owned()).or_default();
+        changes.insert(filter.to_owned(), change);
     } else if let Some(rest) = key.strip_prefix("qos2out/") {
         apply_released(loaded, rest, &record.value);
     } else if let Some(rest) = key.strip_prefix("qos2/") {

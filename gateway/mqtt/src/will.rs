@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::broker::{Broker, SessionEntry};
+use super::clip::clip;
 use super::codec::{Connect, DisconnectReason, PublishProperties};
 use super::error::ConnError;
 use super::ingest::{self, Outcome, Pending, Reply};
@@ -95,10 +96,14 @@ async fn publish<S: LogPort>(broker: Arc<Broker<S>>, mut message: Message) {
     let (work, _) = ingest::ingest(broker, client_id.clone(), vec![pending], None);
     let (_, outcomes) = work.await;
     match outcomes.into_iter().next() {
-        Some(Outcome::Stored) => tracing::info!(%client_id, %topic, "will message published"),
-        Some(Outcome::Full) => tracing::warn!(%client_id, %topic, "will message dropped: log full"),
+        Some(Outcome::Stored) => {
+            tracing::info!(client_id = %clip(&client_id), topic = %clip(&topic), "will message published")
+        }
+        Some(Outcome::Full) => {
+            tracing::warn!(client_id = %clip(&client_id), topic = %clip(&topic), "will message dropped: log full")
+        }
         Some(Outcome::Failed(err)) => {
-            tracing::error!(%client_id, %topic, %err, "will message not stored")
+            tracing::error!(client_id = %clip(&client_id), topic = %clip(&topic), %err, "will message not stored")
         }
         None => {}
     }

@@ -17,13 +17,17 @@ use crate::reload::Source;
 use crate::status::StatusPage;
 use tern_core::metrics::{MetricsSource, ProcessMetrics};
 use tern_core::shutdown::{self, Shutdown, ShutdownTrigger, Signals};
-use tern_log::datadir::DataDirLock;
+use tern_log::datadir::{self, DataDirLock};
 use tern_log::{Log, LogMetrics};
 use tern_mqtt::{Broker, MqttListener, MqttMetrics};
-use tern_upstream::{self as upstream, UpstreamMetrics};
+use tern_upstream::{self as upstream, UpstreamConfig, UpstreamMetrics};
 
 /// Runs the gateway until SIGINT/SIGTERM, then shuts down gracefully; SIGHUP reloads.
 pub fn serve(config: Config, source: Source) -> anyhow::Result<()> {
+    match tern_mqtt::raise_fd_limit() {
+        Ok((before, after)) => tracing::info!(before, after, "file-descriptor limit"),
+        Err(err) => tracing::warn!(%err, "cannot raise the file-descriptor limit"),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads())
         .thread_name("tern-worker")
@@ -43,6 +47,8 @@ pub fn serve(config: Config, source: Source) -> anyhow::Result<()> {
 struct Upstreams {
     log: Log,
     status: upstream::StatusMap,
+    /// Mirror mode's producer identity lives beside the log (docs/upstream.md).
+    state_dir: std::path::PathBuf,
     running: Vec<(
         ShutdownTrigger,
         JoinHandle<Result<(), upstream::UpstreamError>>,
@@ -50,13 +56,17 @@ struct Upstreams {
 }
 
 impl Upstreams {
-    fn start(&mut self, settings: &[upstream::UpstreamConfig]) {
+    fn start(&mut self, settings: &[UpstreamConfig]) {
         for settings in settings {
             let gateway = upstream::gateway_id(settings);
             tracing::info!(%gateway, bootstrap = ?settings.bootstrap, "forwarding upstream");
             let (trigger, shutdown) = shutdown::channel();
+            let settings = UpstreamConfig {
+                state_dir: Some(self.state_dir.clone()),
+                ..settings.clone()
+            };
             let task = tokio::spawn(upstream::run(
-                settings.clone(),
+                settings,
                 gateway,
                 self.log.clone(),
                 Arc::clone(&self.status),
@@ -95,10 +105,13 @@ pub async fn run(
     mut shutdown: Shutdown,
     mut reload: Option<(Source, Signal)>,
 ) -> anyhow::Result<()> {
+    let log_dir = config.data_dir.join("log");
+    // Read-only, before the lock file is touched: a newer tern's directory stays byte for byte.
+    datadir::check_format(&log_dir)
+        .with_context(|| format!("cannot open the log in {}", log_dir.display()))?;
     let lock = DataDirLock::acquire(&config.data_dir)?;
     tracing::info!(data_dir = %lock.path().display(), "data directory locked");
 
-    let log_dir = config.data_dir.join("log");
     let log = Log::open(&log_dir, &config.log)
         .await
         .with_context(|| format!("cannot open the log in {}", log_dir.display()))?;
@@ -172,6 +185,7 @@ pub async fn run(
     let mut upstreams = Upstreams {
         log: log.clone(),
         status: Arc::clone(&upstream_status),
+        state_dir: config.data_dir.join("upstream"),
         running: Vec::new(),
     };
     upstreams.start(&config.upstream);

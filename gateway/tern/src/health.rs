@@ -260,6 +260,9 @@ impl Check for DiskCheck {
 /// The wall clock against a floor (the build time unless configured).
 pub struct ClockCheck {
     pub not_before_ms: i64,
+    /// The log's own clock status (tern-log compares the wall clock with its build time and
+    /// counts steps), when a log is open.
+    pub log: Option<Log>,
 }
 
 impl Check for ClockCheck {
@@ -267,7 +270,11 @@ impl Check for ClockCheck {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        if now < self.not_before_ms {
+        let log_says = self
+            .log
+            .as_ref()
+            .is_some_and(|log| log.clock_status().unsynchronised);
+        if now < self.not_before_ms || log_says {
             let message = format!(
                 "the wall clock ({now} ms since the epoch) is before {} (health.clock_not_before or the build time): not synchronised; record timestamps would be wrong",
                 self.not_before_ms
@@ -407,6 +414,7 @@ impl Health {
                 min_free_percent: health.min_free_percent,
             }),
             Box::new(ClockCheck {
+                log: Some(log.clone()),
                 not_before_ms: health.clock_floor_ms().unwrap_or_else(|_| build_time_ms()),
             }),
         ];
@@ -481,6 +489,7 @@ mod tests {
         let mut out = Vec::new();
         let floor = config.clock_floor_ms().expect("floor");
         ClockCheck {
+            log: None,
             not_before_ms: floor,
         }
         .check(&mut out);

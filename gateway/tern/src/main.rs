@@ -21,10 +21,28 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("tern: {err:#}");
+            eprintln!("tern: {}", describe(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each said once: most layers' messages already include their
+/// source's text, which `{:#}` would repeat (`preallocate F: No space…: preallocate F: No
+/// space…: No space…`).
+fn describe(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -134,5 +152,27 @@ fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {
             n => anyhow::bail!("{n} problem(s) in the log of {}", data_dir.display()),
         },
         LogCommand::Topics { data_dir } => Ok(tools::topics(&data_dir, &mut out)?),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::from_raw_os_error(28);
+        let err = tern_log::LogError::Io {
+            op: "preallocate",
+            path: "d/0.log".into(),
+            source: io,
+        };
+        let err = anyhow::Error::new(err).context("cannot open the log in d");
+        let text = describe(&err);
+        assert_eq!(text.matches("No space left on device").count(), 1, "{text}");
+        assert!(
+            text.starts_with("cannot open the log in d: preallocate d/0.log: "),
+            "{text}"
+        );
     }
 }

@@ -58,6 +58,11 @@ pub struct UpstreamConfig {
     pub catch_up_settle: HumanDuration,
     pub sasl: Option<SaslSettings>,
     pub tls: Option<TlsSettings>,
+    /// Where mirror mode's idempotent producer keeps its identity (`producer-{cluster id}.state`,
+    /// see docs/upstream.md): set by the binary to `{data_dir}/upstream`, not a setting. Without
+    /// it (library use, the bench) the identity lives only as long as the process.
+    #[serde(skip)]
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Default for UpstreamConfig {
@@ -83,6 +88,7 @@ impl Default for UpstreamConfig {
             catch_up_settle: HumanDuration(std::time::Duration::from_millis(500)),
             sasl: None,
             tls: None,
+            state_dir: None,
         }
     }
 }

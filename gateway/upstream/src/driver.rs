@@ -15,6 +15,12 @@ use crate::config::UpstreamConfig;
 use crate::error::UpstreamError;
 use crate::provenance::Provenance;
 
+/// The wait between attempts while Kafka cannot be reached at all: every partition's session
+/// tries again after it, and the cluster handle (`kafka.rs`) lets at most one connect per
+/// interval out for the whole upstream, so probing a link that is down stays cheap and a
+/// session resumes within about this long of the link's return.
+pub const PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Per-partition progress, shared with the metrics endpoint.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PartitionStatus {
@@ -96,9 +102,14 @@ pub async fn resume_within<L: LogPort>(
 }
 
 /// Runs `session` again and again until shutdown, or until one ends without an error (the edge
-/// log closed). After a failure it records the error in `status`, logs it with `interrupted`, and
-/// waits a doubling backoff between `backoff_min` and `backoff_max`, reset once a session
-/// forwarded records. Both modes' partition tasks run their sessions through it.
+/// log closed). After a failure it records the error in `status` and logs it with
+/// `interrupted`, then waits: [`PROBE_INTERVAL`] (at least `backoff_min`) when Kafka could not be
+/// reached at all ([`UpstreamError::is_unreachable`]: probing a link that is down is one TCP
+/// connect per interval for the whole upstream, so it stays frequent and the session resumes
+/// soon after the link returns; it does not grow the backoff), else a backoff that doubles from
+/// `backoff_min` to `backoff_max` over consecutive refusals by a broker and starts again from
+/// `backoff_min` once a session got connected (its catch-up answered). Both modes'
+/// partition tasks run their sessions through it.
 pub async fn run_sessions<F, Fut>(
     config: &UpstreamConfig,
     source: &Provenance,
@@ -111,31 +122,34 @@ pub async fn run_sessions<F, Fut>(
     Fut: Future<Output = Result<(), UpstreamError>>,
 {
     let key = (source.topic.clone(), source.partition);
-    let forwarded = || {
+    let connected = || {
         let map = status.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&key).map_or(0, |s| s.forwarded_records)
+        map.get(&key).is_some_and(|s| s.connected)
     };
+    let probe = PROBE_INTERVAL.max(config.backoff_min.0);
     let mut backoff = config.backoff_min.0;
     loop {
-        let before = forwarded();
         let ended = tokio::select! {
             () = shutdown.wait() => return,
             result = session() => result,
         };
         let Err(err) = ended else { return };
-        if forwarded() > before {
+        if connected() {
             backoff = config.backoff_min.0;
         }
-        tracing::warn!(topic = %source.topic, partition = source.partition, %err, ?backoff, "{interrupted}");
+        let wait = if err.is_unreachable() { probe } else { backoff };
+        tracing::warn!(topic = %source.topic, partition = source.partition, %err, ?wait, "{interrupted}");
         update(status, source, |s| {
             s.connected = false;
             s.last_error = Some(err.to_string());
         });
         tokio::select! {
             () = shutdown.wait() => return,
-            () = tokio::time::sleep(backoff) => {}
+            () = tokio::time::sleep(wait) => {}
         }
-        backoff = (backoff * 2).min(config.backoff_max.0);
+        if !err.is_unreachable() {
+            backoff = (backoff * 2).min(config.backoff_max.0);
+        }
     }
 }
 
@@ -167,7 +181,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_backoff_doubles_up_to_its_cap_and_resets_after_progress() {
+    async fn the_backoff_doubles_up_to_its_cap_and_resets_once_a_session_connected() {
         let config = UpstreamConfig {
             backoff_min: HumanDuration(Duration::from_millis(100)),
             backoff_max: HumanDuration(Duration::from_millis(400)),
@@ -181,7 +195,7 @@ mod tests {
             starts.push(Instant::now());
             let call = starts.len();
             if call == 5 {
-                forwarded(&status, &source(), 1, 1, 10);
+                connected(&status, &source(), 1);
             }
             async move { if call == 7 { Ok(()) } else { Err(failure()) } }
         };
@@ -199,6 +213,47 @@ mod tests {
             .unwrap_or_default();
         assert!(!entry.connected);
         assert_eq!(entry.last_error, Some(failure().to_string()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unreachable_cluster_is_probed_at_a_bounded_interval_without_growing_the_backoff() {
+        let config = UpstreamConfig {
+            backoff_min: HumanDuration(Duration::from_millis(100)),
+            backoff_max: HumanDuration(Duration::from_secs(30)),
+            ..UpstreamConfig::default()
+        };
+        let (_trigger, mut shutdown) = shutdown::channel();
+        let status = StatusMap::default();
+        let starts = Mutex::new(Vec::new());
+        let unreachable = || UpstreamError::Unreachable {
+            op: "produce",
+            topic: "up".into(),
+            message: "connection refused".into(),
+        };
+        // Two refusals by a broker, twenty attempts while the link is down, one refusal, done.
+        let session = || {
+            let mut starts = starts.lock().unwrap_or_else(|e| e.into_inner());
+            starts.push(Instant::now());
+            let call = starts.len();
+            let result = match call {
+                1 | 2 | 23 => Err(failure()),
+                24 => Ok(()),
+                _ => Err(unreachable()),
+            };
+            async move { result }
+        };
+        run_sessions(&config, &source(), &status, &mut shutdown, "test", session).await;
+        let starts = starts.into_inner().unwrap_or_else(|e| e.into_inner());
+        let gaps: Vec<u128> = starts
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_millis())
+            .collect();
+        let probe = PROBE_INTERVAL.as_millis();
+        let mut expected = vec![100, 200];
+        expected.extend([probe; 20]);
+        // The refusal after the outage waits where the backoff was, not 20 doublings later.
+        expected.push(400);
+        assert_eq!(gaps, expected);
     }
 
     #[tokio::test(start_paused = true)]

@@ -20,6 +20,21 @@ pub enum UpstreamError {
         topic: String,
         message: String,
     },
+    /// The connection failed or was lost (not an answer from a broker): it is dropped, and the
+    /// link is probed again soon ([`UpstreamError::is_unreachable`]).
+    #[error("Kafka {op} on {topic}: connection lost: {message}")]
+    Unreachable {
+        op: &'static str,
+        topic: String,
+        message: String,
+    },
+    /// The idempotent producer (mirror mode) failed: a broker's refusal or a lost connection.
+    #[error("Kafka {op} on {topic}: {source}")]
+    Produce {
+        op: &'static str,
+        topic: String,
+        source: GroupError,
+    },
     #[error(
         "upstream topic {topic} is missing and cannot be created ({reason}); create it with as \
          many partitions as the edge topic"
@@ -63,4 +78,16 @@ pub enum UpstreamError {
     },
     #[error("upstream TLS: CA file {path}: {message}")]
     Tls { path: PathBuf, message: String },
+}
+
+impl UpstreamError {
+    /// Whether Kafka could not be reached at all (no broker answered), as opposed to a broker's
+    /// refusal: the driver probes again at a short bounded interval instead of backing off.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Self::Connect { .. } | Self::Unreachable { .. } => true,
+            Self::Group { source, .. } | Self::Produce { source, .. } => source.is_unreachable(),
+            _ => false,
+        }
+    }
 }

@@ -62,6 +62,11 @@ pub trait Follower: Send + Sync + 'static {
         codec: Codec,
         format: ValueFormat,
     ) -> impl Future<Output = Result<(), UpstreamError>> + Send;
+    /// The next produce does not follow on from the follower's last record (a gap in edge
+    /// offsets): an idempotent producer starts its sequence over. Nothing to do by default.
+    fn restart_sequence(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// The catch-up question: the edge offset after the last record `follower` holds (0 when it

@@ -2,10 +2,12 @@
 //! connecting (TLS via rustls with a custom CA, SASL), creating upstream topics, and the
 //! `follower.rs` traits over a partition client — its end and start offsets, the headers of its
 //! last record, and producing batches with acks=all as tern's upstream records (`tern-*`
-//! headers, `reading-json` values decoded with `tern_shared::Reading`). It never retries a
-//! produce itself: rskafka's internal retries are switched off, because a retried produce whose
-//! first attempt was stored would duplicate records. The forwarder re-runs the catch-up protocol
-//! after every error instead.
+//! headers, `reading-json` values decoded with `tern_shared::Reading`). Mirror mode's batches go
+//! through the idempotent producer of `producer/` (producer id, sequence = edge offset); shared
+//! mode's through rskafka. It never retries a produce itself: rskafka's internal retries are
+//! switched off, because a retried produce whose first attempt was stored would duplicate
+//! records. The forwarder re-runs the catch-up protocol after every error instead. A client
+//! whose connection failed is dropped at once and rebuilt on the next request ([`ClientSlot`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,18 +26,27 @@ use tern_log::StoredRecord;
 use tern_shared::Reading;
 
 use crate::bandwidth::Bandwidth;
-use crate::config::{Codec, SaslMechanism, TlsSettings, UpstreamConfig, ValueFormat};
+use crate::config::{Codec, Mode, SaslMechanism, TlsSettings, UpstreamConfig, ValueFormat};
+use crate::driver::PROBE_INTERVAL;
 use crate::error::UpstreamError;
 use crate::follower::{Cluster, Follower};
+use crate::group::GroupError;
+use crate::group::conn::Connection;
+use crate::producer::{self, OutRecord, Producer};
 use crate::provenance::{H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC, Provenance};
 
 /// Set when `value_format` asked for a decoded value and the edge value did not decode.
 pub const H_DECODE_ERROR: &str = "tern-decode-error";
 
+/// The most a connect to the cluster (bootstrap and first Metadata) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A connection to the upstream cluster.
 #[derive(Debug)]
 pub struct KafkaUpstream {
-    client: Client,
+    slot: Arc<ClientSlot>,
+    /// Mirror mode's idempotent producer (shared mode produces through rskafka, at least once).
+    producer: Option<Arc<Producer>>,
     bootstrap: String,
     /// The upstream's `bandwidth` cap, shared by every partition produced to through it.
     bandwidth: Arc<Bandwidth>,
@@ -43,17 +54,100 @@ pub struct KafkaUpstream {
     batch_limit: u64,
 }
 
-impl KafkaUpstream {
-    pub async fn connect(config: &UpstreamConfig) -> Result<Self, UpstreamError> {
-        let bootstrap = config.bootstrap.join(",");
+/// The rskafka client of one upstream, connected on first use and dropped as soon as one of its
+/// connections failed: rskafka keeps a failed (poisoned) metadata connection and would hand it
+/// out again, so tern never asks a client again once any request through it lost its
+/// connection. A new client is built on the next request, at most once per [`PROBE_INTERVAL`].
+struct ClientSlot {
+    config: UpstreamConfig,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    state: std::sync::Mutex<SlotState>,
+    /// Held while connecting, so concurrent sessions wait for one connect instead of each
+    /// opening their own.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// The live client and its generation.
+    client: Option<(u64, Arc<Client>)>,
+    generation: u64,
+    /// When and why the last connect failed.
+    failed: Option<(tokio::time::Instant, String)>,
+}
+
+impl std::fmt::Debug for ClientSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientSlot").finish_non_exhaustive()
+    }
+}
+
+impl ClientSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The live client, connecting first if there is none (an error without trying when the
+    /// last attempt failed less than [`PROBE_INTERVAL`] ago).
+    async fn client(&self) -> Result<(u64, Arc<Client>), UpstreamError> {
+        if let Some(client) = self.lock().client.clone() {
+            return Ok(client);
+        }
+        let _connecting = self.connecting.lock().await;
+        let bootstrap = self.config.bootstrap.join(",");
+        {
+            let state = self.lock();
+            if let Some(client) = state.client.clone() {
+                return Ok(client);
+            }
+            if let Some((at, message)) = &state.failed {
+                if at.elapsed() < PROBE_INTERVAL {
+                    return Err(UpstreamError::Connect {
+                        bootstrap,
+                        message: message.clone(),
+                    });
+                }
+            }
+        }
+        let built = tokio::time::timeout(CONNECT_TIMEOUT, self.builder().build()).await;
+        let mut state = self.lock();
+        let message = match built {
+            Ok(Ok(client)) => {
+                state.generation += 1;
+                let client = (state.generation, Arc::new(client));
+                state.client = Some(client.clone());
+                state.failed = None;
+                return Ok(client);
+            }
+            Ok(Err(err)) => err.to_string(),
+            Err(_) => format!("no answer within {CONNECT_TIMEOUT:?}"),
+        };
+        state.failed = Some((tokio::time::Instant::now(), message.clone()));
+        Err(UpstreamError::Connect { bootstrap, message })
+    }
+
+    /// Drops the client of `generation` (if it is still the live one) after one of its
+    /// connections failed.
+    fn drop_client(&self, generation: u64) {
+        let mut state = self.lock();
+        if state.client.as_ref().is_some_and(|(g, _)| *g == generation) {
+            tracing::debug!(
+                generation,
+                "dropping the Kafka client after a lost connection"
+            );
+            state.client = None;
+        }
+    }
+
+    fn builder(&self) -> ClientBuilder {
         let no_retry = BackoffConfig {
             deadline: Some(Duration::ZERO),
             ..BackoffConfig::default()
         };
-        let mut builder = ClientBuilder::new(config.bootstrap.clone())
+        let mut builder = ClientBuilder::new(self.config.bootstrap.clone())
             .client_id("tern")
             .backoff_config(no_retry);
-        if let Some(sasl) = &config.sasl {
+        if let Some(sasl) = &self.config.sasl {
             let credentials = Credentials::new(sasl.username.clone(), sasl.password.clone());
             builder = builder.sasl_config(match sasl.mechanism {
                 SaslMechanism::Plain => SaslConfig::Plain(credentials),
@@ -61,20 +155,64 @@ impl KafkaUpstream {
                 SaslMechanism::ScramSha512 => SaslConfig::ScramSha512(credentials),
             });
         }
-        if let Some(tls) = &config.tls {
-            builder = builder.tls_config(tls_config(tls)?);
+        if let Some(tls) = &self.tls {
+            builder = builder.tls_config(Arc::clone(tls));
         }
-        let client = builder.build().await.map_err(|e| UpstreamError::Connect {
-            bootstrap: bootstrap.clone(),
-            message: e.to_string(),
-        })?;
+        builder
+    }
+
+    /// `err` from the client of `generation` during `op` on `topic`: a broker's answer is
+    /// [`UpstreamError::Kafka`]; anything else means the connection failed, so the client is
+    /// dropped and the error is [`UpstreamError::Unreachable`].
+    fn error(
+        &self,
+        generation: u64,
+        op: &'static str,
+        topic: String,
+        err: ClientError,
+    ) -> UpstreamError {
+        let message = format!("{err} (bootstrap {})", self.config.bootstrap.join(","));
+        if matches!(err, ClientError::ServerError { .. }) {
+            return UpstreamError::Kafka { op, topic, message };
+        }
+        self.drop_client(generation);
+        UpstreamError::Unreachable { op, topic, message }
+    }
+}
+
+impl KafkaUpstream {
+    /// The upstream's cluster handle, not connected yet: the first request connects. Fails only
+    /// on a configuration it cannot use (the TLS CA file).
+    pub fn new(config: &UpstreamConfig) -> Result<Self, UpstreamError> {
+        let tls = config.tls.as_ref().map(tls_config).transpose()?;
         let bandwidth = Arc::new(Bandwidth::new(config.bandwidth.0));
+        let producer = (config.mode == Mode::Mirror).then(|| {
+            Arc::new(Producer::new(
+                config.bootstrap.clone(),
+                tls.clone(),
+                config.sasl.clone(),
+                config.state_dir.clone(),
+            ))
+        });
         Ok(Self {
-            client,
-            bootstrap,
+            producer,
+            slot: Arc::new(ClientSlot {
+                config: config.clone(),
+                tls,
+                state: std::sync::Mutex::default(),
+                connecting: tokio::sync::Mutex::new(()),
+            }),
+            bootstrap: config.bootstrap.join(","),
             batch_limit: bandwidth.batch_limit(config.max_batch_bytes.0),
             bandwidth,
         })
+    }
+
+    /// [`KafkaUpstream::new`], connected: fails when the cluster cannot be reached.
+    pub async fn connect(config: &UpstreamConfig) -> Result<Self, UpstreamError> {
+        let upstream = Self::new(config)?;
+        upstream.slot.client().await?;
+        Ok(upstream)
     }
 
     /// The most bytes one produce request carries: `max_batch_bytes`, or one second of the
@@ -91,19 +229,19 @@ impl KafkaUpstream {
         partitions: u32,
         replication: u16,
     ) -> Result<(), UpstreamError> {
+        let (generation, client) = self.slot.client().await?;
+        let error = |op, err| self.slot.error(generation, op, topic.to_owned(), err);
         let exists = |topics: &[rskafka::topic::Topic]| topics.iter().any(|t| t.name == topic);
-        let listed = self
-            .client
+        let listed = client
             .list_topics()
             .await
-            .map_err(|e| self.error("list topics", topic, e))?;
+            .map_err(|e| error("list topics", e))?;
         if exists(&listed) {
             return Ok(());
         }
-        let controller = self
-            .client
+        let controller = client
             .controller_client()
-            .map_err(|e| self.error("create topic", topic, e))?;
+            .map_err(|e| error("create topic", e))?;
         let (partitions, replication) = (
             i32::try_from(partitions).unwrap_or(i32::MAX),
             i16::try_from(replication).unwrap_or(i16::MAX),
@@ -117,10 +255,11 @@ impl KafkaUpstream {
                 protocol_error: ProtocolError::TopicAlreadyExists,
                 ..
             }) => Ok(()),
-            Err(err) => Err(UpstreamError::MissingTopic {
+            Err(err @ ClientError::ServerError { .. }) => Err(UpstreamError::MissingTopic {
                 topic: topic.to_owned(),
                 reason: err.to_string(),
             }),
+            Err(err) => Err(error("create topic", err)),
         }
     }
 
@@ -130,25 +269,29 @@ impl KafkaUpstream {
         topic: &str,
         partition: u32,
     ) -> Result<UpstreamPartition, UpstreamError> {
+        let (generation, client) = self.slot.client().await?;
         let index = i32::try_from(partition).unwrap_or(i32::MAX);
-        let client = self
-            .client
+        let client = client
             .partition_client(topic, index, UnknownTopicHandling::Error)
             .await
-            .map_err(|e| self.error("find partition leader", topic, e))?;
+            .map_err(|e| {
+                self.slot
+                    .error(generation, "find partition leader", topic.to_owned(), e)
+            })?;
         Ok(UpstreamPartition {
             client,
+            producer: self.producer.clone(),
+            leader: tokio::sync::Mutex::new(None),
+            slot: Arc::clone(&self.slot),
+            generation,
             bandwidth: Arc::clone(&self.bandwidth),
             batch_limit: self.batch_limit,
         })
     }
 
-    fn error(&self, op: &'static str, topic: &str, err: ClientError) -> UpstreamError {
-        UpstreamError::Kafka {
-            op,
-            topic: topic.to_owned(),
-            message: format!("{err} (bootstrap {})", self.bootstrap),
-        }
+    /// The bootstrap servers, comma separated.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
     }
 }
 
@@ -156,6 +299,15 @@ impl KafkaUpstream {
 #[derive(Debug)]
 pub struct UpstreamPartition {
     client: PartitionClient,
+    /// Mirror mode: batches go through the idempotent producer, over `leader`.
+    producer: Option<Arc<Producer>>,
+    /// The producer's connection to the partition leader, opened by the first produce; dropped
+    /// with the handle (every error ends the session).
+    leader: tokio::sync::Mutex<Option<Connection>>,
+    /// The cluster client this partition client came from, dropped when a request fails for
+    /// lack of a connection.
+    slot: Arc<ClientSlot>,
+    generation: u64,
     bandwidth: Arc<Bandwidth>,
     batch_limit: u64,
 }
@@ -170,7 +322,17 @@ impl UpstreamPartition {
     }
 
     fn error(&self, op: &'static str, err: ClientError) -> UpstreamError {
-        self.error_text(op, err.to_string())
+        let topic = format!("{}/{}", self.client.topic(), self.client.partition());
+        self.slot.error(self.generation, op, topic, err)
+    }
+
+    fn producer_error(&self, op: &'static str, source: GroupError) -> UpstreamError {
+        let topic = format!("{}/{}", self.client.topic(), self.client.partition());
+        if source.is_unreachable() {
+            // The leader may be gone: the cluster client's connections may be too.
+            self.slot.drop_client(self.generation);
+        }
+        UpstreamError::Produce { op, topic, source }
     }
 
     fn error_text(&self, op: &'static str, message: String) -> UpstreamError {
@@ -200,11 +362,11 @@ impl Cluster for KafkaUpstream {
 
     /// How many partitions `topic` has upstream (0 when it does not exist).
     async fn partition_count(&self, topic: &str) -> Result<u32, UpstreamError> {
-        let listed = self
-            .client
-            .list_topics()
-            .await
-            .map_err(|e| self.error("list topics", topic, e))?;
+        let (generation, client) = self.slot.client().await?;
+        let listed = client.list_topics().await.map_err(|e| {
+            self.slot
+                .error(generation, "list topics", topic.to_owned(), e)
+        })?;
         let count = listed
             .iter()
             .find(|t| t.name == topic)
@@ -267,14 +429,74 @@ impl Follower for UpstreamPartition {
             .iter()
             .map(|r| upstream_record(r, source, format))
             .collect();
-        for (batch, bytes) in split(batch, self.batch_limit) {
+        let Some(producer) = &self.producer else {
+            for (batch, bytes) in split(batch, self.batch_limit) {
+                self.bandwidth.acquire(bytes).await;
+                self.client
+                    .produce(batch, compression(codec))
+                    .await
+                    .map_err(|e| self.error("produce", e))?;
+            }
+            return Ok(());
+        };
+        let offsets: Vec<u64> = records.iter().map(|r| r.offset).collect();
+        let identity = producer
+            .identity()
+            .await
+            .map_err(|e| self.producer_error("init producer id", e))?;
+        let mut leader = self.leader.lock().await;
+        if leader.as_mut().is_some_and(Connection::is_dead) {
+            // The leader closed it while the forwarder waited for records (a link cut).
+            *leader = None;
+        }
+        let mut first = 0;
+        for (batch, bytes) in split_idempotent(batch, &offsets, self.batch_limit) {
+            let edge_offset = offsets.get(first).copied().unwrap_or(0);
+            first += batch.len();
             self.bandwidth.acquire(bytes).await;
-            self.client
-                .produce(batch, compression(codec))
-                .await
-                .map_err(|e| self.error("produce", e))?;
+            let out = batch.into_iter().map(out_record).collect();
+            let encoded = producer::encode_batch(&identity, edge_offset, out, codec)
+                .map_err(|e| self.producer_error("produce", e))?;
+            let connection = match leader.as_mut() {
+                Some(connection) => connection,
+                None => {
+                    let (topic, partition) = (self.client.topic(), self.client.partition());
+                    let opened = producer
+                        .leader(topic, partition)
+                        .await
+                        .map_err(|e| self.producer_error("find partition leader", e))?;
+                    leader.insert(opened)
+                }
+            };
+            let produced = producer::produce(
+                connection,
+                self.client.topic(),
+                self.client.partition(),
+                encoded,
+            )
+            .await;
+            if let Err(err) = produced {
+                *leader = None;
+                if let GroupError::Kafka { code, .. } = &err {
+                    if producer::needs_new_identity(*code) {
+                        producer.renew(&identity).await;
+                    }
+                }
+                return Err(self.producer_error("produce", err));
+            }
         }
         Ok(())
+    }
+
+    /// The next batch does not follow on from what the partition holds (records left the edge
+    /// log first, or upstream retention removed them all): sequences would not follow either,
+    /// so the producer starts over with a new identity.
+    async fn restart_sequence(&self) {
+        if let Some(producer) = &self.producer {
+            if let Ok(identity) = producer.identity().await {
+                producer.renew(&identity).await;
+            }
+        }
     }
 }
 
@@ -373,6 +595,42 @@ fn split(records: Vec<Record>, max_bytes: u64) -> Vec<(Vec<Record>, u64)> {
         }
     }
     batches
+}
+
+/// [`split`] for the idempotent producer: also cut before a record whose edge offset does not
+/// follow the one before (never in a contiguous edge log) and where the sequence wraps to 0, so
+/// every request is one record batch with consecutive sequence numbers.
+fn split_idempotent(
+    records: Vec<Record>,
+    offsets: &[u64],
+    max_bytes: u64,
+) -> Vec<(Vec<Record>, u64)> {
+    let mut batches: Vec<(Vec<Record>, u64)> = Vec::new();
+    let mut previous: Option<u64> = None;
+    for (record, &offset) in records.into_iter().zip(offsets) {
+        let bytes = produced_bytes(&record);
+        let follows =
+            previous.is_some_and(|p| p + 1 == offset) && offset % producer::SEQUENCE_WRAP != 0;
+        previous = Some(offset);
+        match batches.last_mut() {
+            Some((batch, total)) if follows && *total + bytes <= max_bytes => {
+                batch.push(record);
+                *total += bytes;
+            }
+            _ => batches.push((vec![record], bytes)),
+        }
+    }
+    batches
+}
+
+/// An upstream record as the idempotent producer encodes it.
+fn out_record(record: Record) -> OutRecord {
+    OutRecord {
+        timestamp_ms: record.timestamp.timestamp_millis(),
+        key: record.key,
+        value: record.value.unwrap_or_default(),
+        headers: record.headers,
+    }
 }
 
 fn compression(codec: Codec) -> Compression {

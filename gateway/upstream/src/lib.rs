@@ -18,6 +18,7 @@ mod group;
 mod kafka;
 mod metrics;
 mod mirror;
+mod producer;
 mod provenance;
 mod shared;
 mod supervisor;

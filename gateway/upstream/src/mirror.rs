@@ -141,7 +141,8 @@ impl<L: LogPort, C: Cluster> MirrorForwarder<L, C> {
             .map_err(|e| edge_error("offsets", e))?;
         let cursor = self.log.cursor(&self.cursor_name(), topic, partition);
         self.settle(upstream).await?;
-        let upstream_next = match next_edge_offset(upstream, &self.source).await? {
+        let follower_next = next_edge_offset(upstream, &self.source).await?;
+        let upstream_next = match follower_next {
             Some(next) => next,
             None => {
                 // Upstream retention removed every record: our own cursor is the best record left.
@@ -151,7 +152,7 @@ impl<L: LogPort, C: Cluster> MirrorForwarder<L, C> {
         };
         let name = self.cursor_name();
         let bounds = (start, end);
-        resume_within(
+        let next = resume_within(
             &self.log,
             &name,
             &self.source,
@@ -159,7 +160,12 @@ impl<L: LogPort, C: Cluster> MirrorForwarder<L, C> {
             cursor,
             upstream_next,
         )
-        .await
+        .await?;
+        // An empty follower (Some(0)) is no gap: a new partition has no producer state.
+        if follower_next != Some(next) {
+            upstream.restart_sequence().await;
+        }
+        Ok(next)
     }
 
     /// Waits until the follower's end offset holds still for `catch_up_settle`: a request cut

@@ -1,4 +1,4 @@
-//! One upstream's supervisor ([`run`]): connects to the cluster with backoff, discovers the edge
+//! One upstream's supervisor ([`run`]): makes the cluster handle (which connects on first use), discovers the edge
 //! log's partitions every `discover_interval`, and starts one forwarding task per forwarded
 //! partition — a `mirror::MirrorForwarder`, or a `shared::SharedForwarder` in shared mode — then
 //! waits for them all after shutdown. It forwards nothing itself.
@@ -26,10 +26,9 @@ pub async fn run<L: LogPort>(
     status: StatusMap,
     mut shutdown: Shutdown,
 ) -> Result<(), UpstreamError> {
-    let Some(kafka) = connect(&config, &mut shutdown).await else {
-        return Ok(());
-    };
-    let kafka = Arc::new(kafka);
+    // Not connected yet: every partition's session connects through it, and it probes a link
+    // that is down at a bounded rate (`kafka::PROBE_INTERVAL`).
+    let kafka = Arc::new(KafkaUpstream::new(&config)?);
     let group = group_client(&config, &gateway)?;
     let mut running = HashSet::new();
     let mut tasks = JoinSet::new();
@@ -66,20 +65,4 @@ pub async fn run<L: LogPort>(
     }
     while tasks.join_next().await.is_some() {}
     Ok(())
-}
-
-/// Connects with backoff; `None` when shutdown came first.
-async fn connect(config: &UpstreamConfig, shutdown: &mut Shutdown) -> Option<KafkaUpstream> {
-    let mut backoff = config.backoff_min.0;
-    loop {
-        match KafkaUpstream::connect(config).await {
-            Ok(kafka) => return Some(kafka),
-            Err(err) => tracing::warn!(%err, ?backoff, "upstream unreachable, retrying"),
-        }
-        tokio::select! {
-            () = shutdown.wait() => return None,
-            () = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(config.backoff_max.0);
-    }
 }

@@ -1,9 +1,17 @@
 //! End-to-end suites: each module drives the real `tern` binary as a user would.
 
+mod clock_steps;
 mod foundation;
+mod full_disk;
 mod kafka;
 mod log;
+mod log_damage;
+mod log_format;
 mod mqtt;
+mod mqtt_abuse;
+mod mqtt_abuse_limits;
+mod mqtt_abuse_logins;
+mod mqtt_abuse_retained;
 mod mqtt_auth;
 mod mqtt_delivery;
 mod mqtt_durability;

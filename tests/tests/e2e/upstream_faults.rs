@@ -198,7 +198,8 @@ fn tern_serve_mirrors_mqtt_exactly_once_across_link_cuts_its_own_sigkill_and_lea
         cluster.cut_clients();
         wait_failing(&mut gateway, true, &format!("cut {round} noticed"))
             .with_context(|| format!("cut {round} went unnoticed"))?;
-        cluster.restore_clients();
+        let labels = format!("topic=\"{EDGE_TOPIC}\"");
+        cluster.restore_and_time_resume(&mut gateway, &labels, &format!("cut {round}"))?;
         wait_failing(&mut gateway, false, &format!("recovery from cut {round}"))?;
         wait_forwarded_more(
             &mut gateway,
@@ -221,7 +222,8 @@ fn tern_serve_mirrors_mqtt_exactly_once_across_link_cuts_its_own_sigkill_and_lea
     wait_forwarded_more(&mut gateway, 300, "records forwarded to the new leader")?;
     cluster.cut_clients();
     wait_failing(&mut gateway, true, "the cut after the failover noticed")?;
-    cluster.restore_clients();
+    let labels = format!("topic=\"{EDGE_TOPIC}\"");
+    cluster.restore_and_time_resume(&mut gateway, &labels, "the cut after the failover")?;
     cluster.restart_broker(leader)?;
 
     stop.store(true, Ordering::SeqCst);
@@ -295,7 +297,8 @@ fn a_backlog_of_100k_records_built_while_kafka_is_unreachable_drains_exactly_onc
     );
 
     let drain_started = Instant::now();
-    cluster.restore_clients();
+    let labels = format!("topic=\"{EDGE_TOPIC}\"");
+    cluster.restore_and_time_resume(&mut gateway, &labels, "the backlog's link")?;
     wait_forwarded(&mut gateway, Duration::from_secs(120)).context("draining the backlog")?;
     let drain = drain_started.elapsed();
     gateway.signal(libc::SIGTERM)?;
@@ -304,5 +307,87 @@ fn a_backlog_of_100k_records_built_while_kafka_is_unreachable_drains_exactly_onc
     let compared = assert_mirrors(&cluster, &data_dir)?;
     assert_eq!(compared as u64, RECORDS);
     eprintln!("backlog of {RECORDS}: built in {ingest:?}, drained in {drain:?}");
+    Ok(())
+}
+
+/// The follower flap of issue 14: a follower broker is SIGKILLed, so the leader holds every
+/// acks=all produce until the dead follower leaves the ISR (when the controller fences it,
+/// `broker.session.timeout.ms` = 3 s in the test cluster, at the latest after
+/// `replica.lag.time.max.ms` = 10 s); while tern's produce is held, the link is cut and restored.
+/// tern reconnects within that window (about 1.5 s with the catch-up settle), finds the follower's end offset (the high watermark) settled
+/// without the held batch, and sends it again. Without an idempotent producer the leader stored
+/// both copies (edge offsets twice upstream, out of order); with it the resend carries the same
+/// producer id and sequence and the leader recognises it, so `tern-offset` stays contiguous.
+#[test]
+fn a_batch_held_by_the_leader_while_a_follower_is_dead_and_the_link_flaps_is_not_duplicated()
+-> anyhow::Result<()> {
+    const MINIMUM: u64 = 2_000;
+    let mut cluster = KafkaCluster::start()?;
+    let data_dir = TempDir::new("upstream-follower-flap")?;
+    let options = serve_options(&cluster, free_port()?);
+    let mut gateway = Gateway::start(data_dir.path(), &options)?;
+
+    let addr = Arc::new(Mutex::new(gateway.mqtt));
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked_count = Arc::new(AtomicU64::new(0));
+    let publisher = {
+        let (addr, stop, count) = (addr.clone(), stop.clone(), acked_count.clone());
+        std::thread::spawn(move || publish_until(&addr, &stop, MINIMUM, &count))
+    };
+    wait_count(&acked_count, 300, Duration::from_secs(30))?;
+    wait_forwarded(&mut gateway, Duration::from_secs(60)).context("first records")?;
+
+    // Asked before the kill: Kafka's tools take seconds to start, the window is 10 s.
+    let leader = cluster.leader(UPSTREAM, 0)?;
+    let follower = cluster
+        .node_ids()
+        .into_iter()
+        .find(|&id| id != leader)
+        .context("no follower")?;
+    let labels = format!("topic=\"{EDGE_TOPIC}\"");
+    cluster.kill_broker(follower)?;
+    let killed = Instant::now();
+    // A produce is held: records pile up behind it (about 1,000 a second arrive; a forwarder
+    // that keeps up is a batch or two behind, well under 300).
+    wait_metric(
+        &mut gateway,
+        "tern_upstream_records_behind",
+        "records piling up behind a held produce",
+        Duration::from_secs(8),
+        |n| n.unwrap_or(0) >= 300,
+    )?;
+    let held_after = killed.elapsed();
+    cluster.cut_clients();
+    wait_failing(&mut gateway, true, "the cut while a produce is held")?;
+    // The leader answers the held produce only once the dead follower left the ISR (3 s after
+    // the kill when the controller fences it, 15 s at the latest); then tern needs under 2 s.
+    let resumed = cluster.restore_and_time_resume_within(
+        &mut gateway,
+        &labels,
+        "the flap while a follower is dead",
+        Duration::from_secs(30),
+    )?;
+    eprintln!(
+        "follower {follower} killed; a produce held {held_after:?} later, the link cut and \
+         restored; forwarding resumed {resumed:?} after the restore, {:?} after the kill (the \
+         leader holds produces until the dead follower leaves the ISR)",
+        killed.elapsed()
+    );
+    wait_forwarded_more(&mut gateway, 300, "records forwarded after the ISR shrank")?;
+    cluster.restart_broker(follower)?;
+
+    stop.store(true, Ordering::SeqCst);
+    let acked = publisher
+        .join()
+        .map_err(|_| anyhow::anyhow!("publisher panicked"))?;
+    wait_forwarded(&mut gateway, Duration::from_secs(120)).context("after the flap")?;
+    gateway.signal(libc::SIGTERM)?;
+    gateway.wait_exit(Duration::from_secs(15))?;
+    let compared =
+        assert_mirrors(&cluster, &data_dir).with_context(|| cluster.log_tail(leader, 20))?;
+    eprintln!(
+        "{compared} records ({} acknowledged) mirrored exactly once across the follower flap",
+        acked.len()
+    );
     Ok(())
 }

@@ -18,6 +18,11 @@ use crate::stats;
 /// A backlog must drain at least this many times faster than live MQTT ingest.
 const TARGET_DRAIN_RATIO: f64 = 10.0;
 
+/// The outage backlog whose drain time over a slow uplink is printed per codec: 24 hours of
+/// 100 messages a second, over 1 Mbit/s.
+const DAY_BACKLOG_RECORDS: f64 = 24.0 * 3600.0 * 100.0;
+const UPLINK_BYTES_PER_SEC: f64 = 1e6 / 8.0;
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Shape {
     pub records: u64,
@@ -51,6 +56,10 @@ pub struct Drain {
     pub wire_from_kafka_per_payload_byte: f64,
     /// records_per_sec ÷ the live ingest rate.
     pub drain_over_live: f64,
+    /// Hours a backlog of 24 h at 100 msg/s of records of this size takes over a 1 Mbit/s
+    /// uplink with this codec: its records × payload size × wire/payload ÷ 125,000 B/s (only the
+    /// bytes sent to Kafka count; the link is assumed to be the bound).
+    pub day_backlog_hours_at_1_mbit: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -124,6 +133,11 @@ fn drain<'a>(live_rate: f64, runs: impl Iterator<Item = &'a DrainRun> + Clone) -
     };
     let rate = |r: &DrainRun| r.records as f64 / r.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
     let records_per_sec = median(runs.clone().map(rate));
+    let wire_to_kafka = per_payload(|r| r.wire.to_kafka);
+    let record_size = median(
+        runs.clone()
+            .map(|r| r.payload_bytes as f64 / r.records.max(1) as f64),
+    );
     Drain {
         codec: runs.clone().next().map_or("?", |r| codec_name(r.codec)),
         seconds: median(runs.clone().map(|r| r.elapsed.as_secs_f64())),
@@ -132,9 +146,12 @@ fn drain<'a>(live_rate: f64, runs: impl Iterator<Item = &'a DrainRun> + Clone) -
             runs.clone()
                 .map(|r| rate(r) * r.payload_bytes as f64 / r.records.max(1) as f64 / 1e6),
         ),
-        wire_to_kafka_per_payload_byte: per_payload(|r| r.wire.to_kafka),
+        wire_to_kafka_per_payload_byte: wire_to_kafka,
         wire_from_kafka_per_payload_byte: per_payload(|r| r.wire.from_kafka),
         drain_over_live: records_per_sec / live_rate.max(f64::MIN_POSITIVE),
+        day_backlog_hours_at_1_mbit: DAY_BACKLOG_RECORDS * record_size * wire_to_kafka
+            / UPLINK_BYTES_PER_SEC
+            / 3600.0,
     }
 }
 
@@ -159,6 +176,13 @@ impl std::fmt::Display for Report {
         )?;
         writeln!(f, "backlog built in {:.1} s", self.backlog_build_seconds)?;
         f.write_str(&table(&self.drains))?;
+        for d in &self.drains {
+            writeln!(
+                f,
+                "24 h backlog at 100 msg/s ({} records x {} B) over 1 Mbit/s with {}: {:.1} h",
+                DAY_BACKLOG_RECORDS, s.size, d.codec, d.day_backlog_hours_at_1_mbit
+            )?;
+        }
         for t in &self.targets {
             writeln!(
                 f,
@@ -241,9 +265,16 @@ mod tests {
         assert_eq!(zstd.records_per_sec, 500.0);
         assert_eq!(zstd.wire_to_kafka_per_payload_byte, 0.5);
         assert_eq!(zstd.drain_over_live, 25.0);
+        // 8,640,000 records x 64 B x 0.5 wire bytes per payload byte at 125,000 B/s.
+        let hours = 8_640_000.0 * 64.0 * 0.5 / 125_000.0 / 3600.0;
+        assert!((zstd.day_backlog_hours_at_1_mbit - hours).abs() < 1e-9);
         assert!(report.targets.iter().all(|t| t.met));
         let text = report.to_string();
         assert!(text.contains("measured 25.0x met"), "{text}");
+        assert!(
+            text.contains("(8640000 records x 64 B) over 1 Mbit/s with zstd: 0.6 h"),
+            "{text}"
+        );
         let json = crate::report::to_json(&report).expect("serializes");
         let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
         assert_eq!(json["drains"][0]["records_per_sec"], 500.0);

@@ -82,6 +82,14 @@ fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()
         );
         let ratio = figure(&report, &format!("drains.{i}.drain_over_live"));
         assert!((ratio - rate / live).abs() <= 1e-9 * ratio, "{codec}");
+        // 24 h at 100 msg/s of 64 B records over 1 Mbit/s: 8,640,000 x 64 B x wire/payload at
+        // 125,000 B/s.
+        let hours = figure(&report, &format!("drains.{i}.day_backlog_hours_at_1_mbit"));
+        let expected = 8_640_000.0 * 64.0 * wire(i) / 125_000.0 / 3600.0;
+        assert!(
+            (hours - expected).abs() <= 1e-9 * expected,
+            "{codec}: {hours} h"
+        );
         let target = &report["targets"][i];
         assert_eq!(target["target"].as_f64(), Some(10.0));
         assert_eq!(target["measured"].as_f64(), Some(ratio));

@@ -59,6 +59,8 @@ struct State {
     fail_after: Option<u64>,
     /// Writes fail with ENOSPC while set.
     full: bool,
+    /// Bytes writes may still add before the disk is full (a write crossing it lands in part).
+    room: Option<usize>,
     rng: u64,
     /// How long each file sync takes.
     sync_delay: std::time::Duration,
@@ -244,6 +246,12 @@ impl FaultyFs {
         self.lock().full = full;
     }
 
+    /// The disk fills after `bytes` more written bytes: the write that crosses the limit
+    /// lands in part and fails with ENOSPC, later writes fail until `set_full(false)`.
+    pub fn fill_after(&self, bytes: usize) {
+        self.lock().room = Some(bytes);
+    }
+
     /// Operations performed so far.
     pub fn ops(&self) -> u64 {
         self.lock().ops
@@ -267,6 +275,43 @@ impl FaultyFs {
         state.fail_after = None;
         state.cut = false;
         state.boots += 1;
+    }
+
+    /// Overwrites bytes of a file at `at` (growing it if needed), durably: damage or a
+    /// future writer's bytes, put there while the log is closed.
+    pub fn overwrite(&self, path: &Path, at: u64, bytes: &[u8]) -> io::Result<()> {
+        let mut state = self.lock();
+        let inode = state.inode(path)?;
+        for data in [&mut inode.durable, &mut inode.current] {
+            apply(
+                data,
+                &Op::Write {
+                    pos: at,
+                    data: bytes.to_vec(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Cuts a file to `len` bytes, durably.
+    pub fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        let mut state = self.lock();
+        let inode = state.inode(path)?;
+        for data in [&mut inode.durable, &mut inode.current] {
+            apply(data, &Op::SetLen(len));
+        }
+        Ok(())
+    }
+
+    /// The current content of every file, by path (to show that nothing changed).
+    pub fn contents(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        let state = self.lock();
+        state
+            .names
+            .iter()
+            .filter_map(|(path, id)| Some((path.clone(), state.inodes.get(id)?.current.clone())))
+            .collect()
     }
 
     /// Flips one bit of a file's content, durably (bit rot on a sealed file).
@@ -301,8 +346,24 @@ impl FaultyFile {
     }
 
     fn push(&self, op: Op) -> io::Result<()> {
-        if self.fs.lock().full {
+        // Truncating or extending a file's length needs no free blocks.
+        let needs_room = matches!(op, Op::Write { .. });
+        if needs_room && self.fs.lock().full {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        let mut op = op;
+        let mut filled = false;
+        if let Op::Write { data, .. } = &mut op {
+            let mut state = self.fs.lock();
+            if let Some(room) = state.room {
+                filled = data.len() > room;
+                data.truncate(room);
+                state.room = Some(room - data.len());
+                state.full |= filled;
+                if filled {
+                    state.room = None;
+                }
+            }
         }
         let overlapped = self.with(|inode| {
             apply(&mut inode.current, &op);
@@ -312,6 +373,9 @@ impl FaultyFile {
         })?;
         if overlapped {
             self.fs.lock().writes_during_sync += 1;
+        }
+        if filled {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
         Ok(())
     }

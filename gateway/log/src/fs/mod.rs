@@ -62,6 +62,18 @@ pub trait Fs: Send + Sync + Debug {
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// fsync of a directory: makes created, renamed and removed entries durable.
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Bytes an unprivileged writer may still allocate on the file system holding `path`.
+    /// File systems that cannot tell report no limit.
+    fn available_space(&self, path: &Path) -> io::Result<u64> {
+        let _ = path;
+        Ok(u64::MAX)
+    }
+}
+
+/// Whether an I/O error means the device (or the user's quota) is full.
+pub fn is_no_space(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+        || err.kind() == io::ErrorKind::StorageFull
 }
 
 /// Writes `data` to `path` atomically and durably: temp file, fdatasync, rename, directory fsync.
@@ -69,10 +81,15 @@ pub fn write_atomic(fs: &dyn Fs, path: &Path, data: &[u8]) -> io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = Path::new(&tmp);
-    let file = fs.create(tmp)?;
-    file.write_at(0, data)?;
-    file.sync_data()?;
-    drop(file);
+    let written = fs.create(tmp).and_then(|file| {
+        file.write_at(0, data)?;
+        file.sync_data()
+    });
+    if let Err(err) = written {
+        // A full device must not be left fuller: the partial temp file goes.
+        let _ = fs.remove(tmp);
+        return Err(err);
+    }
     fs.rename(tmp, path)?;
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
     fs.sync_dir(parent.unwrap_or(Path::new(".")))
@@ -103,6 +120,7 @@ impl WriteFile for RealFile {
     }
     fn preallocate(&self, len: u64) -> io::Result<()> {
         use std::os::fd::AsRawFd;
+        let before = self.len()?;
         let len = libc::off_t::try_from(len).map_err(|_| io::Error::other("length too large"))?;
         // SAFETY: fallocate only reads the descriptor number, which `self.0` keeps open.
         let rc = unsafe { libc::fallocate(self.0.as_raw_fd(), 0, 0, len) };
@@ -112,7 +130,11 @@ impl WriteFile for RealFile {
         let err = io::Error::last_os_error();
         match err.raw_os_error() {
             Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
-            _ => Err(err),
+            _ => {
+                // A failed fallocate may keep what it allocated: give it back.
+                let _ = self.0.set_len(before);
+                Err(err)
+            }
         }
     }
 }
@@ -187,5 +209,22 @@ impl Fs for RealFs {
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         File::open(path)?.sync_all()
+    }
+    fn available_space(&self, path: &Path) -> io::Result<u64> {
+        use std::os::unix::ffi::OsStrExt;
+        let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
+        // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `c_path` is NUL-terminated and `stat` is a valid out-pointer for the call.
+        if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        #[allow(
+            clippy::useless_conversion,
+            reason = "fsblkcnt_t and c_ulong are u32 on 32-bit ARM"
+        )]
+        let (blocks, size) = (u64::from(stat.f_bavail), u64::from(stat.f_frsize));
+        Ok(blocks.saturating_mul(size))
     }
 }

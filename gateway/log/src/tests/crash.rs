@@ -2,7 +2,8 @@
 //! concurrent tasks (and commits a cursor) until the simulated power fails at a random file
 //! operation, then the disk keeps only what a real one might (unsynced writes dropped, torn or
 //! bit-flipped), and the log is reopened. Every acknowledged record must read back
-//! byte-identical, offsets must stay dense, nothing unacknowledged may come back damaged, and
+//! byte-identical, offsets must stay dense (but for a counted damaged batch, which a flipped bit
+//! in an unsynced batch followed by whole ones is), nothing unacknowledged may come back damaged, and
 //! the log must accept appends again. Half the runs give each fdatasync some time, so commits
 //! are written while the previous one syncs (the pipeline) and crashes fall between a
 //! pipelined write and its own sync; a deterministic test pins that case.
@@ -42,7 +43,9 @@ fn config_for(seed: u64) -> LogConfig {
 async fn produce(log: Log, producer: u64, outcome: Arc<Mutex<Outcome>>) {
     for b in 0..BATCHES_PER_PRODUCER {
         let records: Vec<Record> = (0..1 + (b + producer) % 3)
-            .map(|i| record(producer, b * 10 + i, (b * 10 + i) as i64))
+            // One timestamp for all: producers interleave, and the log raises a timestamp below
+            // its predecessor's (the comparison below is exact).
+            .map(|i| record(producer, b * 10 + i, 0))
             .collect();
         let key = records.first().map(|r| r.value.clone()).unwrap_or_default();
         outcome
@@ -96,7 +99,15 @@ fn check_recovered(log: &Log, outcome: &Outcome, seed: u64) {
     let (start, end) = log.offsets("t", 0).expect("offsets");
     let offsets: Vec<u64> = all.iter().map(|s| s.offset).collect();
     let dense: Vec<u64> = (start..end).collect();
-    assert_eq!(offsets, dense, "seed {seed}: offsets dense");
+    if offsets != dense {
+        // A flipped bit in an unsynced batch with whole unsynced batches after it looks exactly
+        // like damage to recovery, which keeps what follows and counts the hole; the checks
+        // below make sure no acknowledged record is in it.
+        assert!(
+            log.stats().corrupt_batches > 0,
+            "seed {seed}: offsets dense unless a damaged batch was counted: {offsets:?}"
+        );
+    }
     let by_offset: HashMap<u64, &Record> = all.iter().map(|s| (s.offset, &s.record)).collect();
     for (base, records) in &outcome.acked {
         for (offset, record) in (*base..).zip(records) {

@@ -1,7 +1,9 @@
 //! Tests of the whole log through its public API on the in-memory fault-injecting file system:
 //! model-based round trips and lookups, retention, index rebuild, cursors, and power cuts.
 
+mod clock;
 mod crash;
+mod damage;
 mod model;
 
 use std::path::Path;
@@ -33,6 +35,18 @@ pub fn record(producer: u64, seq: u64, ts: i64) -> Record {
 
 pub async fn open(fs: &FaultyFs, config: &LogConfig) -> Log {
     Log::open_with_fs(Arc::new(fs.clone()), Path::new("/data/log"), config)
+        .await
+        .expect("log opens")
+}
+
+/// Opens the log on `fs` with the clock `clock`.
+pub async fn open_clocked(
+    fs: &FaultyFs,
+    clock: &Arc<super::ManualClock>,
+    config: &LogConfig,
+) -> Log {
+    let clock: Arc<dyn super::Clock> = Arc::clone(clock) as _;
+    Log::open_with_clock(Arc::new(fs.clone()), clock, Path::new("/data/log"), config)
         .await
         .expect("log opens")
 }

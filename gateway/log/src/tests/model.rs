@@ -55,7 +55,13 @@ proptest! {
                             .collect();
                         let offset = log.append("t", 0, records.clone()).await.expect("append");
                         assert_eq!(offset, base, "offsets are dense");
-                        model.extend(records);
+                        // The log raises a timestamp below its predecessor's to it.
+                        let mut floor = model.last().map_or(i64::MIN, |r| r.timestamp_ms);
+                        for mut r in records {
+                            r.timestamp_ms = r.timestamp_ms.max(floor);
+                            floor = r.timestamp_ms;
+                            model.push(r);
+                        }
                     }
                     Op::Read { at, max } => {
                         if model.is_empty() { continue; }
@@ -646,7 +652,8 @@ fn a_full_disk_fails_appends_cleanly_and_reads_keep_working() {
             .append("t", 0, vec![record(4, 99, 0)])
             .await
             .expect_err("disk full");
-        assert!(err.to_string().contains("No space left"), "{err}");
+        assert!(err.is_backpressure(), "a full disk is backpressure: {err}");
+        assert!(err.to_string().contains("no space left"), "{err}");
         assert_eq!(read_all(&log, "t", 0).len(), 5, "reads keep working");
         assert_eq!(log.offsets("t", 0).expect("offsets"), (0, 5));
         fs.set_full(false);
@@ -666,23 +673,66 @@ fn a_full_disk_fails_appends_cleanly_and_reads_keep_working() {
 }
 
 #[test]
+fn a_write_cut_short_by_a_full_disk_leaves_no_unacknowledged_batch_behind() {
+    let rt = runtime();
+    let fs = FaultyFs::new(16);
+    let config = LogConfig::for_tests(1 << 20);
+    let big = |seq: u64| Record {
+        timestamp_ms: 0,
+        key: None,
+        value: vec![b'v'; 40_000 + seq as usize],
+        headers: Vec::new(),
+    };
+    rt.block_on(async {
+        let log = open(&fs, &config).await;
+        log.ensure_topic("t").expect("topic");
+        log.append("t", 0, vec![record(6, 0, 0)])
+            .await
+            .expect("append");
+        // Two appends of one commit: two batches in one write, the disk fills in the second.
+        fs.fill_after(60_000);
+        let first = log.enqueue("t", 0, vec![big(1)]).await.expect("queued");
+        let second = log.enqueue("t", 0, vec![big(2)]).await.expect("queued");
+        for answer in [first, second] {
+            let err = answer.await.expect("answered").expect_err("disk full");
+            assert!(err.is_backpressure(), "{err}");
+        }
+        fs.set_full(false);
+        log.close().await.expect("close");
+        let log = open(&fs, &config).await;
+        assert_eq!(
+            log.offsets("t", 0).expect("offsets"),
+            (0, 1),
+            "nothing refused is stored"
+        );
+        assert_eq!(
+            log.append("t", 0, vec![record(6, 1, 0)])
+                .await
+                .expect("append"),
+            1
+        );
+    });
+}
+
+#[test]
 fn age_retention_deletes_segments_whose_newest_record_is_too_old() {
     let rt = runtime();
     let fs = FaultyFs::new(15);
     let mut config = LogConfig::for_tests(600);
     config.retention.age = tern_core::HumanDuration(std::time::Duration::from_secs(3_600));
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let clock = std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000));
     rt.block_on(async {
-        let log = open(&fs, &config).await;
+        let log = super::open_clocked(&fs, &clock, &config).await;
         log.ensure_topic("t").expect("topic");
         for i in 0..30 {
-            log.append("t", 0, vec![record(5, i, now - 7_200_000)])
+            let now = crate::Clock::wall_ms(&*clock);
+            log.append("t", 0, vec![record(5, i, now)])
                 .await
                 .expect("old");
         }
+        clock.advance(std::time::Duration::from_secs(7_200));
         for i in 30..40 {
+            let now = crate::Clock::wall_ms(&*clock);
             log.append("t", 0, vec![record(5, i, now)])
                 .await
                 .expect("new");

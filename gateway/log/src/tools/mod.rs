@@ -35,6 +35,19 @@ pub enum ToolError {
     Output(#[from] std::io::Error),
 }
 
+/// The tools read only a log this build understands: no log at all, or a newer format, is an
+/// error (the newer tern's files are never shown as damage).
+fn check_format(data_dir: &Path, log_dir: &Path) -> Result<(), ToolError> {
+    if !RealFs.is_dir(log_dir) {
+        return Err(ToolError::NoLog {
+            data_dir: data_dir.to_owned(),
+            log_dir: log_dir.to_owned(),
+        });
+    }
+    super::datadir::check_format(log_dir)?;
+    Ok(())
+}
+
 /// Where `tern log dump` starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum From {
@@ -185,6 +198,7 @@ pub fn dump(
     } = *options;
     let fs = RealFs;
     let log_dir = data_dir.join("log");
+    check_format(data_dir, &log_dir)?;
     let info = meta::list(&fs, &log_dir)?
         .into_iter()
         .find(|t| t.name == topic)
@@ -262,33 +276,27 @@ struct Dumper<'a> {
 impl Dumper<'_> {
     /// Prints the wanted records of one segment's bytes, resyncing past damaged batches.
     fn segment(&mut self, valid: &[u8], base: u64, generation: u32) -> ControlFlow<()> {
-        let mut pos = SEGMENT_HEADER_LEN as u64;
-        let mut next_offset = base;
-        let mut flow = ControlFlow::Continue(());
-        loop {
-            let walked = segment::walk(valid, pos, |_, _, bytes| {
+        let (topic, partition) = (self.topic, self.partition);
+        segment::walk_all(
+            valid,
+            SEGMENT_HEADER_LEN as u64,
+            generation,
+            |_, _, bytes| {
                 let Ok((header, records)) = batch::decode_batch(bytes) else {
                     return ControlFlow::Continue(());
                 };
-                next_offset = header.next_offset();
                 for (offset, record) in (header.base_offset..).zip(records) {
-                    flow = self.record(StoredRecord { offset, record });
-                    if flow.is_break() {
-                        return flow;
-                    }
+                    self.record(StoredRecord { offset, record })?;
                 }
                 ControlFlow::Continue(())
-            });
-            let Err(damage) = walked else { return flow };
-            eprintln!(
-                "damaged batch in segment {base} of {}/{} at byte {}: {}",
-                self.topic, self.partition, damage.position, damage.reason
-            );
-            match segment::resync(valid, damage.position, generation, next_offset) {
-                Some(next) => pos = next,
-                None => return flow,
-            }
-        }
+            },
+            |damage| {
+                eprintln!(
+                    "damaged batch in segment {base} of {topic}/{partition} at byte {}: {}",
+                    damage.position, damage.reason
+                );
+            },
+        )
     }
 
     /// Prints one record if `--from` wants it; breaks at `--count` or when output fails.
@@ -332,6 +340,7 @@ pub struct PartitionSummary {
 pub fn summarize(data_dir: &Path) -> Result<Vec<PartitionSummary>, ToolError> {
     let fs = RealFs;
     let log_dir = data_dir.join("log");
+    check_format(data_dir, &log_dir)?;
     let mut out = Vec::new();
     for info in meta::list(&fs, &log_dir)? {
         for p in 0..info.partitions {

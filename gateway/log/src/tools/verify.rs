@@ -14,7 +14,7 @@ use crate::cursors::CURSORS_FILE;
 use crate::fs::{Fs, RealFs};
 use crate::index::IndexView;
 use crate::meta;
-use crate::segment;
+use crate::segment::{self, End};
 
 struct Report<'a> {
     out: &'a mut dyn Write,
@@ -39,12 +39,7 @@ impl Report<'_> {
 pub fn verify(data_dir: &Path, out: &mut dyn Write) -> Result<usize, ToolError> {
     let fs = RealFs;
     let log_dir = data_dir.join("log");
-    if !fs.is_dir(&log_dir) {
-        return Err(ToolError::NoLog {
-            data_dir: data_dir.to_owned(),
-            log_dir,
-        });
-    }
+    super::check_format(data_dir, &log_dir)?;
     let mut report = Report { out, problems: 0 };
     let topics_dir = meta::topics_dir(&log_dir);
     for name in fs.list_dir(&topics_dir).unwrap_or_default() {
@@ -101,24 +96,39 @@ fn verify_partition(fs: &dyn Fs, log_dir: &Path, topic: &str, p: u32, report: &m
                 continue;
             }
         };
-        records += scan.end_offset - base;
+        let lost: u64 = scan.skipped.iter().map(|s| s.lost.end - s.lost.start).sum();
+        records += scan.end_offset - base - lost;
         expected = Some(scan.end_offset);
-        let tail = bytes.get(scan.valid_len as usize..).unwrap_or_default();
+        for skipped in &scan.skipped {
+            report.damage(
+                &path,
+                skipped.damage.position,
+                &format!(
+                    "{}; valid batches resume at byte {}, offsets {}..{} lost",
+                    skipped.damage.reason, skipped.resume, skipped.lost.start, skipped.lost.end
+                ),
+            );
+        }
         if last {
-            if tail.iter().any(|b| *b != 0) {
+            if let End::Torn(damage) = &scan.end {
                 report.note(&format!(
-                    "{}: torn tail of {} bytes after byte {} (truncated on next start)",
+                    "{}: torn tail of {} bytes after byte {} ({}; truncated on next start)",
                     path.display(),
-                    tail.len(),
-                    scan.valid_len
+                    len - damage.position,
+                    damage.position,
+                    damage.reason
                 ));
             }
             continue;
         }
-        if let Some(damage) = &scan.damage {
-            report.damage(&path, damage.position, &damage.reason);
-        } else if scan.valid_len != len {
-            report.damage(&path, scan.valid_len, "bytes after the last batch");
+        match &scan.end {
+            End::Torn(damage) | End::Stale(damage) => {
+                report.damage(&path, damage.position, &damage.reason);
+            }
+            End::Clean if scan.valid_len != len => {
+                report.damage(&path, scan.valid_len, "bytes after the last batch");
+            }
+            End::Clean => {}
         }
         let next = files.bases.get(i + 1).copied().unwrap_or(scan.end_offset);
         verify_indexes(fs, &files.dir, *base, next, &bytes, len, report);
@@ -140,10 +150,17 @@ fn verify_indexes(
     report: &mut Report<'_>,
 ) {
     let mut starts = BTreeMap::new();
-    let _ = segment::walk(log, SEGMENT_HEADER_LEN as u64, |pos, header, _| {
-        starts.insert(pos, header.base_offset);
-        ControlFlow::Continue(())
-    });
+    let generation = crate::batch::SegmentHeader::decode(log).map_or(0, |h| h.generation);
+    let _ = segment::walk_all(
+        log,
+        SEGMENT_HEADER_LEN as u64,
+        generation,
+        |pos, header, _| {
+            starts.insert(pos, header.base_offset);
+            ControlFlow::Continue(())
+        },
+        |_| {},
+    );
     for time in [false, true] {
         let path = if time {
             segment::time_index_path(dir, base)
@@ -202,13 +219,40 @@ fn verify_cursors(fs: &dyn Fs, log_dir: &Path, report: &mut Report<'_>) {
     let Ok(bytes) = fs.read(&path) else {
         return;
     };
-    let (positions, valid) = crate::cursors::replay_for_tools(&bytes);
-    if valid == 0 {
-        report.damage(&path, 0, "not a tern cursor log");
-    } else if valid < bytes.len() as u64 {
+    let check = crate::cursors::check_for_tools(&bytes);
+    let positions = check.positions;
+    if !check.header_ok {
+        report.damage(
+            &path,
+            0,
+            &format!("not a valid cursor log header; {positions} position(s) salvageable"),
+        );
+    }
+    for range in check.skipped.iter().filter(|r| r.start > 0) {
+        report.damage(
+            &path,
+            range.start,
+            &format!(
+                "{} damaged bytes before the next valid entry",
+                range.end - range.start
+            ),
+        );
+    }
+    if check.valid < bytes.len() as u64 && check.valid > 0 {
         report.note(&format!(
-            "{}: torn tail after byte {valid} (dropped on next start)",
-            path.display()
+            "{}: torn tail after byte {} (dropped on next start)",
+            path.display(),
+            check.valid
+        ));
+    }
+    let kept = fs.list_dir(log_dir).unwrap_or_default();
+    for name in kept
+        .iter()
+        .filter(|n| n.starts_with("cursors.log.damaged-"))
+    {
+        report.note(&format!(
+            "{}: a damaged cursor log kept when its entries were salvaged (remove it when done)",
+            log_dir.join(name).display()
         ));
     }
     let _ = writeln!(report.out, "checked cursors: {positions} position(s)");

@@ -2,28 +2,30 @@
 //! access per listener, TLS client-certificate identity, the will topic's ACL) and the topic
 //! ACL checks connections ask for on PUBLISH, SUBSCRIBE and delivery.
 //!
-//! Password verification (argon2, slow by design) runs on a blocking thread, at most
-//! `MAX_VERIFYING` at a time, never on the reactor. The password file is re-read when it changes,
-//! so `tern passwd` takes effect without a restart. Never logs a password or message contents.
+//! Password verification (argon2, slow by design) runs on the one verifier thread
+//! (`verifier.rs`), one at a time in one reusable buffer, never on the reactor; an address
+//! with repeated failures waits before its next password is checked (`backoff.rs`). The
+//! password file is re-read when it changes, so `tern passwd` takes effect without a restart.
+//! Never logs a password, an attempted username or message contents.
 
 pub mod acl;
+mod backoff;
 pub mod passwd;
+mod verifier;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
-use tokio::sync::Semaphore;
-
 use self::acl::{Acl, Client, Want};
+use self::backoff::Backoff;
 use self::passwd::{PasswdError, PasswordFile};
+use self::verifier::{Memory, Verifier};
 use super::codec::{ConnAckCode, Connect};
 use super::config::auth::{AclConfig, Anonymous, AuthConfig};
-
-/// Password verifications running at once; each holds the hash's memory cost (7 MiB).
-const MAX_VERIFYING: usize = 2;
 
 /// How a connection reached tern, as far as authentication cares.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,6 +34,8 @@ pub struct Origin {
     pub loopback_listener: bool,
     /// The verified client certificate's identity, when the TLS listener uses it as username.
     pub cert_identity: Option<String>,
+    /// The client's address, for the failed-login backoff (`None`: not tracked).
+    pub peer: Option<IpAddr>,
 }
 
 /// Why authentication could not be set up.
@@ -40,30 +44,35 @@ pub struct Origin {
 pub enum AuthError {
     #[error(transparent)]
     Passwd(#[from] PasswdError),
+    #[error("cannot start the password verifier thread: {0}")]
+    Verifier(std::io::Error),
 }
 
 /// The authentication and authorization state shared by all connections.
 #[derive(Debug)]
 pub struct Auth {
     anonymous: Anonymous,
-    passwords: Option<Arc<Passwords>>,
+    passwords: Option<(Arc<Passwords>, Verifier)>,
     /// Replaced whole by [`Auth::set_acl`] (SIGHUP).
     acl: RwLock<Arc<Acl>>,
-    verifying: Semaphore,
+    backoff: Backoff,
 }
 
 impl Auth {
     /// Loads the password file (which must exist and parse when configured).
     pub fn load(config: &AuthConfig, acl: &[AclConfig]) -> Result<Self, AuthError> {
         let passwords = match &config.password_file {
-            Some(path) => Some(Arc::new(Passwords::load(path)?)),
+            Some(path) => {
+                let verifier = Verifier::start().map_err(AuthError::Verifier)?;
+                Some((Arc::new(Passwords::load(path)?), verifier))
+            }
             None => None,
         };
         Ok(Self {
             anonymous: config.allow_anonymous,
             passwords,
             acl: RwLock::new(Arc::new(Acl::new(acl.to_vec()))),
-            verifying: Semaphore::new(MAX_VERIFYING),
+            backoff: Backoff::default(),
         })
     }
 
@@ -87,9 +96,8 @@ impl Auth {
             (Some(identity), _, _) => Some(identity.clone()),
             (None, Some(user), Some(passwords)) => {
                 let password = connect.password.clone().unwrap_or_default();
-                if !self.verify(passwords, user, password).await {
-                    return Err(ConnAckCode::BadUserNamePassword);
-                }
+                self.check_password(passwords, user, password, origin.peer)
+                    .await?;
                 Some(user.clone())
             }
             (None, _, _) if self.anonymous.allows(origin.loopback_listener) => None,
@@ -115,15 +123,32 @@ impl Auth {
         self.acl().is_active()
     }
 
-    async fn verify(&self, passwords: &Arc<Passwords>, user: &str, password: String) -> bool {
-        let Ok(_permit) = self.verifying.acquire().await else {
-            return false;
-        };
+    /// Verifies `password` unless `peer` must wait after failed logins; counts the outcome.
+    async fn check_password(
+        &self,
+        (passwords, verifier): &(Arc<Passwords>, Verifier),
+        user: &str,
+        password: String,
+        peer: Option<IpAddr>,
+    ) -> Result<(), ConnAckCode> {
+        if peer.is_some_and(|peer| self.backoff.admit(peer).is_err()) {
+            return Err(ConnAckCode::ConnectionRateExceeded);
+        }
         let passwords = passwords.clone();
         let user = user.to_owned();
-        tokio::task::spawn_blocking(move || passwords.verify(&user, &password))
-            .await
-            .unwrap_or(false)
+        let ok = verifier
+            .run(move |memory| passwords.verify(&user, &password, memory))
+            .await;
+        match (ok, peer) {
+            (true, Some(peer)) => self.backoff.succeeded(peer),
+            (false, Some(peer)) => self.backoff.failed(peer),
+            (_, None) => {}
+        }
+        if ok {
+            Ok(())
+        } else {
+            Err(ConnAckCode::BadUserNamePassword)
+        }
     }
 }
 
@@ -155,8 +180,8 @@ impl Passwords {
         })
     }
 
-    /// Blocking: may re-read the file, then runs argon2.
-    fn verify(&self, user: &str, password: &str) -> bool {
+    /// Blocking: may re-read the file, then runs argon2 in `memory`.
+    fn verify(&self, user: &str, password: &str, memory: &mut Memory) -> bool {
         let (hash, known) = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             self.refresh(&mut state);
@@ -169,7 +194,7 @@ impl Passwords {
                 },
             }
         };
-        passwd::verify_password(&hash, password) && known
+        memory.verify(&hash, password) && known
     }
 
     fn refresh(&self, state: &mut Loaded) {

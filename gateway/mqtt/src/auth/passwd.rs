@@ -16,12 +16,13 @@ use argon2::{Algorithm, Argon2, Params, Version};
 use password_hash::rand_core::OsRng;
 
 /// Argon2id memory cost of new hashes, in KiB (OWASP's 7 MiB / 5 passes profile: a Pi-class
-/// gateway must not spend tens of MiB per CONNECT).
-const MEMORY_KIB: u32 = 7 * 1024;
+/// gateway must not spend tens of MiB per CONNECT). Verifications run one at a time in one
+/// buffer of this size (`verifier.rs`).
+pub(crate) const MEMORY_KIB: u32 = 7 * 1024;
 /// Argon2id passes of new hashes.
 const PASSES: u32 = 5;
 /// Largest memory cost accepted from a file, in KiB; more could exhaust a small gateway's RAM.
-const MAX_MEMORY_KIB: u32 = 256 * 1024;
+const MAX_MEMORY_KIB: u32 = 64 * 1024;
 
 /// Why a password file could not be read, parsed or written.
 #[derive(Debug, thiserror::Error)]

@@ -30,6 +30,7 @@ fn origin(loopback: bool) -> Origin {
     Origin {
         loopback_listener: loopback,
         cert_identity: None,
+        peer: None,
     }
 }
 
@@ -99,6 +100,7 @@ async fn a_certificate_identity_is_the_username() {
     let via_cert = Origin {
         loopback_listener: false,
         cert_identity: Some("sensor-7".to_owned()),
+        peer: None,
     };
     let result = auth
         .authenticate(&connect(Some("root"), None), &via_cert)

@@ -8,6 +8,7 @@ use std::collections::VecDeque;
 use tokio::io::AsyncWrite;
 use tokio::task::JoinHandle;
 
+use super::super::clip::clip;
 use super::super::codec::{self, Outgoing, Version};
 use super::super::ingest::{self, Ingested, Outcome, Pending, Reply};
 use super::super::metrics::MqttMetrics;
@@ -64,7 +65,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             }
             Outcome::Full => {
                 MqttMetrics::inc(&metrics.publishes_rejected);
-                tracing::warn!(client_id = %self.client_id, "log full: publish refused");
+                tracing::warn!(client_id = %clip(&self.client_id), "log full: publish refused");
                 match self.version {
                     Version::V5 => self.send_ack(pending.ack, true),
                     Version::V4 => Ok(()),
@@ -78,7 +79,9 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         // The Receive Maximum quota of a publish ends with its PUBACK, or with a refusing
         // PUBREC; an accepted QoS 2 publish holds it until PUBCOMP.
         match ack {
-            Reply::PubAck(pkid) | Reply::NotAuthorized { pkid, .. } => self.inbound.release(pkid),
+            Reply::PubAck(pkid)
+            | Reply::NotAuthorized { pkid, .. }
+            | Reply::QuotaExceeded { pkid, .. } => self.inbound.release(pkid),
             Reply::PubRec(pkid) if quota_exceeded => self.inbound.release(pkid),
             Reply::PubRec(_) | Reply::None => {}
         }
@@ -102,6 +105,17 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             }
             Reply::NotAuthorized { pkid, exactly_once } => {
                 self.send_not_authorized(pkid, exactly_once)
+            }
+            Reply::QuotaExceeded {
+                pkid,
+                exactly_once: true,
+            } => {
+                let reason = codec::PubRecReason::QuotaExceeded;
+                self.send(Outgoing::PubRec { pkid, reason })
+            }
+            Reply::QuotaExceeded { pkid, .. } => {
+                let reason = codec::PubAckReason::QuotaExceeded;
+                self.send(Outgoing::PubAck { pkid, reason })
             }
         }
     }

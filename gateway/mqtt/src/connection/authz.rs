@@ -10,10 +10,12 @@ use tokio::io::AsyncWrite;
 use super::super::auth::Origin;
 use super::super::auth::acl::Want;
 use super::super::broker::Broker;
+use super::super::clip::clip;
 use super::super::codec::{
     ConnAckCode, Connect, DisconnectReason, InPublish, Outgoing, PubAckReason, PubRecReason, QoS,
 };
 use super::super::ingest::{Pending, Reply};
+use super::super::metrics::MqttMetrics;
 use super::handshake::Refusal;
 use super::{ConnError, Connection};
 use tern_log::LogPort;
@@ -41,11 +43,15 @@ pub(super) async fn authenticate<S: LogPort>(
             let reason = match code {
                 ConnAckCode::BadUserNamePassword => "bad username or password",
                 ConnAckCode::ServerUnavailable => "password check timed out",
+                ConnAckCode::ConnectionRateExceeded => {
+                    MqttMetrics::inc(&broker.metrics.logins_throttled);
+                    "too many failed logins from this address"
+                }
                 _ => "not authorized",
             };
+            // Never the attempted username: a mistyped password often ends up in it.
             tracing::warn!(
-                client_id = ?connect.client_id,
-                user = ?connect.username.as_deref().unwrap_or(""),
+                client_id = %clip(&connect.client_id),
                 reason,
                 "MQTT authentication failed"
             );
@@ -77,9 +83,9 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             return true;
         }
         tracing::info!(
-            client_id = ?self.client_id,
-            user = ?self.user.as_deref().unwrap_or(""),
-            ?topic,
+            client_id = %clip(&self.client_id),
+            user = %clip(self.user.as_deref().unwrap_or("")),
+            topic = %clip(topic),
             "publish denied by ACL"
         );
         if publish.qos != QoS::AtMostOnce {

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use tokio::io::AsyncWrite;
 
 use super::super::broker::cursor_name;
+use super::super::clip::clip;
 use super::super::codec::{OutPublish, Outgoing, PublishProperties, QoS};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
@@ -24,7 +25,7 @@ use tern_log::{LogError, LogPort, StoredRecord};
 /// connection's read-ahead buffer instead of being read again.
 const READ_BYTES: usize = 32 * 1024;
 /// Outgoing bytes buffered before the socket must take them.
-const OUT_HIGH_WATER: usize = 64 * 1024;
+pub(super) const OUT_HIGH_WATER: usize = 64 * 1024;
 
 impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Resends unacknowledged deliveries (PUBLISH with DUP and its full topic, or PUBREL once
@@ -41,13 +42,21 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             entry.publish.dup = true;
             self.send(Outgoing::Publish(Box::new(entry.publish)))?;
         }
-        self.track_partitions().await?;
+        self.track_partitions_of(true).await?;
         self.wake.notify_one();
         Ok(())
     }
 
     /// Gives every partition a subscription may read a position and a watcher.
     pub(super) async fn track_partitions(&mut self) -> Result<(), ConnError> {
+        self.track_partitions_of(false).await
+    }
+
+    /// [`Self::track_partitions`]; `resumed` when the subscriptions are a stored session's,
+    /// restored at CONNECT: each of their partitions had a cursor (it is committed before the
+    /// subscription is stored), so a missing one was lost (a damaged cursor log) and delivery
+    /// starts at the earliest retained record, redelivering rather than skipping.
+    async fn track_partitions_of(&mut self, resumed: bool) -> Result<(), ConnError> {
         let name = cursor_name(&self.client_id);
         let wanted: Vec<PartitionId> = self
             .session
@@ -67,6 +76,15 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     .filter(|_| self.session.stored);
                 let start = match saved {
                     Some(offset) => offset,
+                    None if resumed && self.session.persistent() => {
+                        let start = self.broker.log.offsets(topic, p)?.0;
+                        tracing::warn!(client_id = %self.client_id, topic, partition = p, start, "the session's cursor is missing (lost with a damaged cursor log?): redelivering from the earliest retained record");
+                        self.broker
+                            .log
+                            .commit_cursor(&name, topic, p, start)
+                            .await?;
+                        start
+                    }
                     None => {
                         let end = self.broker.log.offsets(topic, p)?.1;
                         if self.session.persistent() {
@@ -131,9 +149,18 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 .log
                 .read(&partition.0, partition.1, next, READ_BYTES)
             {
-                Ok(records) => buffer.extend(records),
+                Ok(records) => {
+                    if let Some(first) = records
+                        .first()
+                        .map(|r| r.offset)
+                        .filter(|first| *first > next)
+                    {
+                        self.skip_lost(partition, next, first);
+                    }
+                    buffer.extend(records);
+                }
                 Err(LogError::OffsetOutOfRange { start, .. }) if start > next => {
-                    tracing::warn!(client_id = %self.client_id, ?partition, next, start, "records expired before delivery");
+                    tracing::warn!(client_id = %clip(&self.client_id), ?partition, next, start, "records expired before delivery");
                     self.session.positions.insert(partition.clone(), start);
                     return Ok(true);
                 }
@@ -163,6 +190,18 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             self.readahead.insert(partition.clone(), buffer);
         }
         Ok(moved)
+    }
+
+    /// The log lost `next..first` to damage (it reads on past a damaged batch): counts them,
+    /// says so, and moves the position past them instead of asking for them again.
+    fn skip_lost(&mut self, partition: &PartitionId, next: u64, first: u64) {
+        let lost = first - next;
+        MqttMetrics::add(&self.broker.metrics.records_lost, lost);
+        tracing::warn!(client_id = %self.client_id, ?partition, from = next, to = first, lost, "records lost to log damage skipped");
+        self.session.positions.insert(partition.clone(), first);
+        if self.session.persistent() {
+            self.session.dirty.insert(partition.clone());
+        }
     }
 
     pub(super) fn deliver_record(
@@ -294,8 +333,18 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             };
             let log = &self.broker.log;
             if log.cursor(&name, &partition.0, partition.1) != Some(offset) {
-                log.commit_cursor(&name, &partition.0, partition.1, offset)
-                    .await?;
+                let committed = log
+                    .commit_cursor(&name, &partition.0, partition.1, offset)
+                    .await;
+                match committed {
+                    Ok(()) => {}
+                    // A full disk: the position stays in RAM and is committed at a later tick.
+                    Err(err) if err.is_backpressure() => {
+                        tracing::warn!(client_id = %self.client_id, %err, "cursor not saved: log full");
+                        self.session.dirty.insert(partition);
+                    }
+                    Err(err) => return Err(err.into()),
+                }
             }
         }
         Ok(())

@@ -5,7 +5,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -14,13 +13,19 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::super::admission::Slot;
 use super::super::broker::Broker;
+use super::super::clip::clip;
 use super::super::codec::{
     self, ConnAckCode, ConnAckProperties, Connect, Incoming, Outgoing, Version,
 };
 use super::super::will::Will;
 use super::{ConnError, Connection, InboundQuota, OutboundAliases, RateLimit, client_limits};
 use tern_log::LogPort;
+
+/// Longest client id accepted, in bytes: a session's cursors are named `mqtt:{id}` and
+/// `mqtt-sent:{id}`, and tern-log's cursor names are at most 1,024 bytes.
+pub(crate) const MAX_CLIENT_ID: usize = 1024 - "mqtt-sent:".len();
 
 /// A refusal: the error and, when the client can understand one, the CONNACK to send.
 pub(super) type Refusal = (ConnError, Option<(Version, ConnAckCode)>);
@@ -31,7 +36,7 @@ pub(super) async fn read_connect<S: LogPort, R: AsyncRead>(
     reader: &mut ReadHalf<R>,
     inbuf: &mut BytesMut,
     peer: SocketAddr,
-) -> Result<Box<Connect>, Refusal> {
+) -> Result<(Box<Connect>, Slot), Refusal> {
     let limit = broker.config.connect_timeout.0;
     let frame = tokio::time::timeout(limit, read_frame(broker, reader, inbuf))
         .await
@@ -45,23 +50,49 @@ pub(super) async fn read_connect<S: LogPort, R: AsyncRead>(
         (ConnError::Codec(err), reply)
     })?;
     let Incoming::Connect(connect) =
-        codec::decode(version, &frame).map_err(|e| (e.into(), None))?
+        codec::decode(version, &frame).map_err(|err| refusal(version, err))?
     else {
         return Err((protocol("first packet is not CONNECT"), None));
     };
-    let open = broker.metrics.connections.load(Ordering::Relaxed);
-    if open >= broker.config.max_connections as u64 {
-        tracing::warn!(%peer, open, "connection limit reached");
+    check_connect(version, &connect)?;
+    let Some(slot) = broker.admission.reserve() else {
+        tracing::warn!(%peer, "connection limit reached");
         return Err((
             protocol("connection limit reached"),
             Some((version, ConnAckCode::ServerBusy)),
         ));
-    }
+    };
     if connect.client_id.is_empty() && version == Version::V4 && !connect.clean_start {
         let reply = Some((version, ConnAckCode::ClientIdentifierNotValid));
         return Err((protocol("empty client id needs clean session"), reply));
     }
-    Ok(connect)
+    Ok((connect, slot))
+}
+
+/// A CONNECT that does not decode: MQTT 5 clients are told why (0x81 or 0x82), 3.1.1 clients
+/// are closed without CONNACK, as their spec says.
+fn refusal(version: Version, err: codec::CodecError) -> Refusal {
+    let code = match &err {
+        codec::CodecError::ProtocolViolation { .. } => ConnAckCode::ProtocolError,
+        _ => ConnAckCode::MalformedPacket,
+    };
+    let reply = (version == Version::V5).then_some((version, code));
+    (ConnError::Codec(err), reply)
+}
+
+/// What a decoded CONNECT may not ask for: enhanced authentication (MQTT 5 only, which tern
+/// does not offer) and a client id longer than [`MAX_CLIENT_ID`].
+fn check_connect(version: Version, connect: &Connect) -> Result<(), Refusal> {
+    let properties = connect.properties.as_ref();
+    if properties.is_some_and(|p| p.authentication_method.is_some()) {
+        let reply = Some((version, ConnAckCode::BadAuthenticationMethod));
+        return Err((protocol("enhanced authentication is not supported"), reply));
+    }
+    if connect.client_id.len() > MAX_CLIENT_ID {
+        let reply = Some((version, ConnAckCode::ClientIdentifierNotValid));
+        return Err((protocol("client id too long"), reply));
+    }
+    Ok(())
 }
 
 async fn read_frame<S: LogPort, R: AsyncRead>(
@@ -109,7 +140,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         .take_session(&client_id, kick.clone())
         .await
         .map_err(|_| ConnError::Takeover {
-            client_id: client_id.clone(),
+            client_id: clip(&client_id).to_string(),
         })?;
     if connect.clean_start {
         broker.forget_session(&mut session).await?;
@@ -167,6 +198,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         turn: None,
         rate: RateLimit::new(broker.config.max_publish_rate),
         groups: Default::default(),
+        retained_due: VecDeque::new(),
         writer,
         broker,
     };
@@ -210,7 +242,8 @@ fn session_expiry<S: LogPort>(broker: &Broker<S>, connect: &Connect) -> (u32, bo
     }
 }
 
-/// The enforced keep alive and, for MQTT 5, the Server Keep Alive to announce.
+/// How long the client may stay silent (1.5 times its keep alive; for a 3.1.1 client that
+/// asked for none, `mqtt.idle_timeout`) and, for MQTT 5, the Server Keep Alive to announce.
 fn keep_alive<S: LogPort>(
     broker: &Broker<S>,
     connect: &Connect,
@@ -218,14 +251,16 @@ fn keep_alive<S: LogPort>(
     let max = u16::try_from(broker.config.max_keep_alive.0.as_secs()).unwrap_or(u16::MAX);
     let asked = connect.keep_alive;
     match connect.version {
-        Version::V4 => ((asked > 0).then(|| secs(asked)), None),
+        Version::V4 if asked == 0 => (Some(broker.config.idle_timeout.0), None),
+        Version::V4 => (Some(silence(asked)), None),
         Version::V5 if asked == 0 || asked > max => {
-            (Some(secs(max)).filter(|_| max > 0), Some(max))
+            (Some(silence(max)).filter(|_| max > 0), Some(max))
         }
-        Version::V5 => (Some(secs(asked)), None),
+        Version::V5 => (Some(silence(asked)), None),
     }
 }
 
-fn secs(value: u16) -> Duration {
-    Duration::from_secs(u64::from(value))
+/// 1.5 times a keep alive of `value` seconds.
+fn silence(value: u16) -> Duration {
+    Duration::from_millis(u64::from(value) * 1500)
 }

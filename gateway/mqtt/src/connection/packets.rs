@@ -6,6 +6,7 @@
 use tokio::io::AsyncWrite;
 
 use super::super::auth::acl::Want;
+use super::super::clip::clip;
 use super::super::codec::{
     DisconnectReason, DisconnectReasonCode, InPublish, Outgoing, QoS, RetainHandling, SubAckCode,
     Subscribe,
@@ -14,6 +15,7 @@ use super::super::ingest::{Pending, ack_for};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
 use super::super::session::{Matched, PubRecOutcome, Subscription};
+use super::super::state::StoredSubscription;
 use super::super::topic;
 use super::super::topic::is_shared;
 use super::{ConnError, Connection, Flow};
@@ -59,7 +61,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// 0x80 and above the end of that delivery.
     async fn delivery_received(&mut self, pkid: u16, reason: u8) -> Result<(), ConnError> {
         if reason >= 0x80 {
-            tracing::debug!(client_id = %self.client_id, pkid, reason, "QoS 2 delivery refused");
+            tracing::debug!(client_id = %clip(&self.client_id), pkid, reason, "QoS 2 delivery refused");
             if self.session.refused(pkid) {
                 self.deliver_more().await?;
             }
@@ -73,7 +75,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     .await?;
             }
             PubRecOutcome::Unknown => {
-                tracing::debug!(client_id = %self.client_id, pkid, "PUBREC for an unknown packet id");
+                tracing::debug!(client_id = %clip(&self.client_id), pkid, "PUBREC for an unknown packet id");
             }
             PubRecOutcome::Released(_) | PubRecOutcome::AlreadyReleased => {}
         }
@@ -113,7 +115,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             Ok(name) => name.to_owned(),
             Err(err) => {
                 MqttMetrics::inc(&self.broker.metrics.publishes_rejected);
-                tracing::warn!(client_id = %self.client_id, %err, "invalid topic name");
+                tracing::warn!(client_id = %clip(&self.client_id), %err, "invalid topic name");
                 return Err(ConnError::Protocol {
                     reason: "invalid topic name",
                     code: DisconnectReason::TopicNameInvalid,
@@ -131,7 +133,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
 
     /// Queues a publish whose topic name is known and valid.
     fn publish_named(&mut self, publish: InPublish, name: String) -> Result<(), ConnError> {
-        if !self.admit_publish(&publish, &name) {
+        if !self.admit_publish(&publish, &name) || !self.admit_retained(&publish, &name) {
             return Ok(());
         }
         let ack = ack_for(publish.qos, publish.pkid);
@@ -181,17 +183,23 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     async fn subscribe(&mut self, subscribe: Subscribe) -> Result<(), ConnError> {
         let mut codes = Vec::with_capacity(subscribe.filters.len());
         let mut retained_for = Vec::new();
+        let mut changed = Vec::new();
         for request in subscribe.filters {
             if is_shared(&request.filter) {
-                codes.push(self.subscribe_shared(request, subscribe.id).await?);
+                let filter = request.filter.clone();
+                let code = self.subscribe_shared(request, subscribe.id).await?;
+                if matches!(code, SubAckCode::Granted(_)) {
+                    changed.push(filter);
+                }
+                codes.push(code);
                 continue;
             }
             let filter = request.filter;
             if let Err(err) = topic::validate_filter(&filter, &self.broker.limits) {
-                tracing::info!(client_id = %self.client_id, %filter, %err, "subscription refused");
+                tracing::info!(client_id = %clip(&self.client_id), filter = %clip(&filter), %err, "subscription refused");
                 codes.push(SubAckCode::TopicFilterInvalid);
             } else if !self.may(Want::Subscribe, &filter) {
-                tracing::info!(client_id = ?self.client_id, ?filter, "subscription denied by ACL");
+                tracing::info!(client_id = %clip(&self.client_id), filter = %clip(&filter), "subscription denied by ACL");
                 codes.push(SubAckCode::NotAuthorized);
             } else {
                 let granted = request.qos;
@@ -203,6 +211,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     id: subscribe.id,
                 };
                 let new = self.session.subscribe(subscription);
+                changed.push(filter.clone());
                 codes.push(SubAckCode::Granted(granted));
                 let send_retained = match request.retain_handling {
                     RetainHandling::OnSubscribe => true,
@@ -220,42 +229,67 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             }
         }
         self.track_partitions().await?;
-        self.save_session().await?;
+        let changes = changed
+            .into_iter()
+            .map(|filter| {
+                let now = self
+                    .session
+                    .subscriptions
+                    .iter()
+                    .find(|s| s.filter == filter);
+                let stored = now.map(|s| s.to_stored());
+                (filter, stored)
+            })
+            .collect();
+        self.save_subscriptions(changes).await?;
         self.send(Outgoing::SubAck {
             pkid: subscribe.pkid,
             codes,
         })?;
         for (filter, matched) in retained_for {
-            for message in self.broker.retained.matching(&filter) {
-                self.deliver(message, &matched, None)?;
-            }
+            self.queue_retained(filter, matched);
         }
         self.deliver_more().await
     }
 
     async fn unsubscribe(&mut self, pkid: u16, filters: &[String]) -> Result<(), ConnError> {
+        let mut changes = Vec::new();
         for filter in filters {
-            self.session.unsubscribe(filter);
+            self.retained_due.retain(|(queued, ..)| queued != filter);
+            if self.session.unsubscribe(filter) {
+                changes.push((filter.clone(), None));
+            }
             if is_shared(filter) {
                 self.unsubscribe_shared(filter).await?;
             }
         }
-        self.save_session().await?;
+        self.save_subscriptions(changes).await?;
         self.send(Outgoing::UnsubAck {
             pkid,
             count: filters.len(),
         })
     }
 
-    /// Durably stores a persistent session's subscriptions.
-    async fn save_session(&mut self) -> Result<(), ConnError> {
+    /// Durably stores what changed in a persistent session's subscriptions (the session's
+    /// own record was written at CONNECT).
+    async fn save_subscriptions(
+        &mut self,
+        changes: Vec<(String, Option<StoredSubscription>)>,
+    ) -> Result<(), ConnError> {
         if self.session.persistent() {
-            let stored = self.session.to_stored();
+            if !self.session.stored {
+                let stored = self.session.to_stored();
+                self.broker
+                    .state
+                    .put_session(&self.client_id, Some(&stored))
+                    .await?;
+                self.session.stored = true;
+                return Ok(());
+            }
             self.broker
                 .state
-                .put_session(&self.client_id, Some(&stored))
+                .put_subscriptions(&self.client_id, &changes)
                 .await?;
-            self.session.stored = true;
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 use tokio::io::AsyncWrite;
 
 use super::super::auth::acl::Want;
+use super::super::clip::clip;
 use super::super::codec::{DisconnectReason, QoS, SubAckCode, SubscribeFilter};
 use super::super::session::{Matched, Subscription};
 use super::super::shared::{Delivery, ShareKey};
@@ -53,7 +54,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 self.groups.insert(subscription.filter.clone(), member);
             }
             None => {
-                tracing::warn!(client_id = %self.client_id, filter = %subscription.filter, "shared group is gone");
+                tracing::warn!(client_id = %clip(&self.client_id), filter = %clip(&subscription.filter), "shared group is gone");
             }
         }
     }
@@ -67,7 +68,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let key = match ShareKey::parse(&request.filter, &self.broker.limits) {
             Ok(key) => key,
             Err(err) => {
-                tracing::info!(client_id = %self.client_id, filter = %request.filter, %err, "shared subscription refused");
+                tracing::info!(client_id = %clip(&self.client_id), filter = %clip(&request.filter), %err, "shared subscription refused");
                 return Ok(SubAckCode::TopicFilterInvalid);
             }
         };
@@ -78,7 +79,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             });
         }
         if !self.may(Want::Subscribe, &key.filter) {
-            tracing::info!(client_id = ?self.client_id, filter = ?request.filter, "subscription denied by ACL");
+            tracing::info!(client_id = %clip(&self.client_id), filter = %clip(&request.filter), "subscription denied by ACL");
             return Ok(SubAckCode::NotAuthorized);
         }
         // At most QoS 1: MQTT 5 (4.8.2) makes an interrupted QoS 2 shared delivery stay with

@@ -62,10 +62,14 @@ impl Harness {
             self.broker.clone(),
             server,
             peer,
-            Origin {
-                loopback_listener: true,
-                cert_identity: None,
-            },
+            (
+                Origin {
+                    loopback_listener: true,
+                    cert_identity: None,
+                    peer: None,
+                },
+                self.broker.admission.handshake().0,
+            ),
             self.shutdown.clone(),
         ));
         (client, task)
@@ -259,6 +263,33 @@ async fn subscribers_get_live_records_matching_their_filters() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_cursor_refused_by_a_full_disk_keeps_the_connection_and_is_saved_later() {
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
+    let mut sub = h.connect(Version::V4, "keeper", false).await;
+    sub.send(&client_subscribe(Version::V4, 1, "d/#", QoS::AtLeastOnce))
+        .await;
+    assert!(matches!(sub.packet().await, Packet::SubAck(..)));
+    let mut publisher = h.connect(Version::V4, "pub", true).await;
+    publisher.publish("d/0", b"m", QoS::AtLeastOnce, 1).await;
+    assert_eq!(publisher.frame().await, [0x40, 2, 0, 1]);
+    // PUBLISH d/0 QoS 1: fixed header, topic length 3, "d/0", then the packet id.
+    let frame = sub.frame().await;
+    assert_eq!(frame.get(..7), Some(&[0x32, 8, 0, 3, b'd', b'/', b'0'][..]));
+    let pkid = [frame[7], frame[8]];
+    log.set_no_space("mqtt", true);
+    sub.send(&[0x40, 2, pkid[0], pkid[1]]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    sub.send(&[0xc0, 0]).await;
+    assert_eq!(sub.frame().await, [0xd0, 0], "the connection stays");
+    let cursor = || tern_log::LogPort::cursor(&log, "mqtt:keeper", "mqtt", 0);
+    assert_ne!(cursor(), Some(1), "not saved yet");
+    log.set_no_space("mqtt", false);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(cursor(), Some(1), "saved once space is back");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_persistent_session_resumes_after_reconnect_and_restart() {
     let log = MemoryLog::new(2);
     let h = Harness::new(log.clone()).await;
@@ -288,6 +319,27 @@ async fn a_persistent_session_resumes_after_reconnect_and_restart() {
     }
     topics.sort();
     assert_eq!(topics, ["d/0", "d/1", "d/2", "d/3", "d/4"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retained_update_refused_by_a_full_disk_is_backpressure_not_a_disconnect() {
+    let log = MemoryLog::new(1);
+    let h = Harness::new(log.clone()).await;
+    log.set_no_space(crate::state::STATE_TOPIC, true);
+    let mut c = h.connect(Version::V5, "r5", true).await;
+    let mut retained = client_publish(Version::V5, "r/1", b"kept", QoS::AtLeastOnce, 1);
+    retained[0] |= 1;
+    c.send(&retained).await;
+    assert_eq!(c.frame().await, [0x40, 4, 0, 1, 0x97, 0], "quota exceeded");
+    c.send(&[0xc0, 0]).await;
+    assert_eq!(c.frame().await, [0xd0, 0], "the connection stays");
+    log.set_no_space(crate::state::STATE_TOPIC, false);
+    c.send(&retained).await;
+    assert_eq!(
+        c.frame().await,
+        [0x40, 2, 0, 1],
+        "stored once space is back"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinSet;
 
+use super::super::clip::clip;
 use super::super::config::SharedStrategy;
 use super::super::router::PartitionId;
 use super::ShareKey;
@@ -55,14 +56,14 @@ pub async fn run<S: LogPort>(
     let mut dispatcher = match Dispatcher::start(log, key, strategy, partitions).await {
         Ok(dispatcher) => dispatcher,
         Err((key, err)) => {
-            tracing::error!(group = %key.group, filter = %key.filter, %err, "shared group cannot start");
+            tracing::error!(group = %clip(&key.group), filter = %clip(&key.filter), %err, "shared group cannot start");
             return;
         }
     };
     let mut tick = tokio::time::interval(COMMIT_EVERY);
     loop {
         if let Err(err) = dispatcher.state.dispatch() {
-            tracing::warn!(group = %dispatcher.key.group, %err, "shared group cannot read the log");
+            tracing::warn!(group = %clip(&dispatcher.key.group), %err, "shared group cannot read the log");
         }
         tokio::select! {
             // Commands before wake-ups, so a member that joined before a record was
@@ -188,7 +189,7 @@ impl<S: LogPort> Dispatcher<S> {
                     self.committed.insert(partition, offset);
                 }
                 Err(err) => {
-                    tracing::warn!(group = %self.key.group, %err, "cannot save a shared group cursor");
+                    tracing::warn!(group = %clip(&self.key.group), %err, "cannot save a shared group cursor");
                     return;
                 }
             }

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use tokio::sync::mpsc;
 
+use super::super::clip::clip;
 use super::super::config::SharedStrategy;
 use super::super::message::Message;
 use super::super::router::PartitionId;
@@ -230,7 +231,7 @@ impl<S: LogPort> GroupState<S> {
                 match self.log.read(topic, p, position.next, READ_BYTES) {
                     Ok(records) => position.buffer.extend(records),
                     Err(LogError::OffsetOutOfRange { start, .. }) if start > position.next => {
-                        tracing::warn!(filter = %self.filter, ?partition, next = position.next, start, "records expired before a shared group read them");
+                        tracing::warn!(filter = %clip(&self.filter), ?partition, next = position.next, start, "records expired before a shared group read them");
                         position.next = start;
                         continue;
                     }

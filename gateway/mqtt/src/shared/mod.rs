@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{Mutex, mpsc, oneshot};
 
+use super::clip::clip;
 use super::config::SharedStrategy;
 use super::router::PartitionId;
 use super::topic::{self, TopicError, TopicLimits};
@@ -125,7 +126,7 @@ impl<S: LogPort> SharedGroups<S> {
         let live: HashSet<String> = registry.holders.keys().map(ShareKey::cursor_name).collect();
         for name in self.log.cursor_names() {
             if name.starts_with(CURSOR_PREFIX) && !live.contains(&name) {
-                tracing::info!(cursor = %name, "removing the cursor of an abandoned shared group");
+                tracing::info!(cursor = %clip(&name), "removing the cursor of an abandoned shared group");
                 self.log.remove_cursors(&name).await?;
             }
         }

@@ -52,13 +52,13 @@ mod fold {
             .expect("session");
         log.put_session("gone", None).await.expect("delete");
 
-        let loaded = StateLog::new(store)
-            .expect("reopen")
-            .load()
-            .await
-            .expect("load");
+        let reopened = StateLog::new(store).expect("reopen");
+        let loaded = reopened.load().await.expect("load");
         assert_eq!(loaded.retained.len(), 1);
-        assert_eq!(loaded.retained.get("b"), Some(&retained("b", b"2")));
+        assert_eq!(loaded.retained.get("b"), Some(&1));
+        let record = reopened.get(b"retained/b").expect("reads").expect("kept");
+        assert_eq!(Message::from_record(&record), Some(retained("b", b"2")));
+        assert_eq!(reopened.get(b"retained/a").expect("reads"), None);
         assert_eq!(loaded.sessions.len(), 1);
         let dev = loaded.sessions.get("dev").expect("dev survives");
         assert_eq!(dev.subscriptions, session.subscriptions);
@@ -170,5 +170,93 @@ mod released {
         );
         assert_eq!(at(41).source(), (("mqtt".to_owned(), 1), 41));
         assert!(!loaded.sessions.contains_key("gone"));
+    }
+}
+
+mod subscriptions {
+    use super::super::*;
+    use tern_log::MemoryLog;
+
+    fn sub(filter: &str, qos: u8) -> StoredSubscription {
+        StoredSubscription {
+            filter: filter.to_owned(),
+            qos,
+            ..StoredSubscription::default()
+        }
+    }
+
+    fn session(subscriptions: Vec<StoredSubscription>) -> StoredSession {
+        StoredSession {
+            expiry: 60,
+            subscriptions,
+            ..StoredSession::default()
+        }
+    }
+
+    fn filters(loaded: &Loaded, client: &str) -> Vec<(String, u8)> {
+        let mut found: Vec<(String, u8)> = loaded.sessions[client]
+            .subscriptions
+            .iter()
+            .map(|s| (s.filter.clone(), s.qos))
+            .collect();
+        found.sort();
+        found
+    }
+
+    #[tokio::test]
+    async fn changes_fold_over_the_session_record_and_survive_compaction() {
+        let store = MemoryLog::new(1);
+        let log = StateLog::new(store.clone()).expect("state log");
+        log.put_session("d/1", Some(&session(vec![sub("old", 0)])))
+            .await
+            .expect("session");
+        for i in 0..1500 {
+            let change = vec![(
+                format!("f/{}", i % 600),
+                Some(sub(&format!("f/{}", i % 600), 1)),
+            )];
+            log.put_subscriptions("d/1", &change).await.expect("sub");
+        }
+        log.put_subscriptions("d/1", &[("old".to_owned(), None), ("f/0".to_owned(), None)])
+            .await
+            .expect("unsub");
+        // A later full record holds the changes so far; changes after it still apply.
+        let mut now = vec![sub("f/1", 2)];
+        now.extend((2..600).map(|i| sub(&format!("f/{i}"), 1)));
+        log.put_session("d/1", Some(&session(now)))
+            .await
+            .expect("session");
+        log.put_subscriptions("d/1", &[("f/2".to_owned(), None)])
+            .await
+            .expect("unsub");
+        // A forgotten session's subscriptions do not come back with a new one of its id.
+        log.put_session("gone", Some(&session(Vec::new())))
+            .await
+            .expect("session");
+        log.put_subscriptions("gone", &[("g".to_owned(), Some(sub("g", 1)))])
+            .await
+            .expect("sub");
+        log.delete_session("gone", &["g".to_owned()])
+            .await
+            .expect("delete");
+        log.put_session("gone", Some(&session(Vec::new())))
+            .await
+            .expect("session");
+        let bytes = store.offsets(STATE_TOPIC, 0).expect("offsets");
+        assert!(
+            bytes.1 > MIN_RECORDS_BEFORE_COMPACTION,
+            "compaction had cause to run"
+        );
+
+        let loaded = StateLog::new(store)
+            .expect("reopen")
+            .load()
+            .await
+            .expect("load");
+        let mut expected = vec![("f/1".to_owned(), 2)];
+        expected.extend((3..600).map(|i| (format!("f/{i}"), 1)));
+        expected.sort();
+        assert_eq!(filters(&loaded, "d/1"), expected);
+        assert!(filters(&loaded, "gone").is_empty());
     }
 }

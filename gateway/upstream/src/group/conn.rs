@@ -52,6 +52,23 @@ impl Connection {
         sasl: Option<&SaslSettings>,
         timeout: Duration,
     ) -> Result<Self, GroupError> {
+        let needed = [
+            ("FindCoordinator", wire::API_FIND_COORDINATOR),
+            ("OffsetCommit", wire::API_OFFSET_COMMIT),
+            ("OffsetFetch", wire::API_OFFSET_FETCH),
+        ];
+        Self::open_for(addr, tls, sasl, timeout, &needed).await
+    }
+
+    /// [`Connection::open`] for a client that sends the requests `needed` (name, (api key,
+    /// version)) instead of the group requests.
+    pub async fn open_for(
+        addr: &str,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+        sasl: Option<&SaslSettings>,
+        timeout: Duration,
+        needed: &[(&'static str, (i16, i16))],
+    ) -> Result<Self, GroupError> {
         let io = tokio::time::timeout(timeout, connect(addr, tls))
             .await
             .map_err(|_| GroupError::Timeout {
@@ -71,7 +88,7 @@ impl Connection {
             api: "ApiVersions",
             source,
         })?;
-        check_versions(&versions, sasl.is_some())?;
+        check_versions(&versions, needed, sasl.is_some())?;
         if let Some(settings) = sasl {
             connection.authenticate(settings).await?;
         }
@@ -137,6 +154,19 @@ impl Connection {
         Ok(answer.auth_bytes)
     }
 
+    /// Whether the connection is known dead while idle: a read that does not wait finds the
+    /// peer's end of stream, an error, or bytes nobody asked for. Such a connection is dropped
+    /// before it is used (a link cut closes idle connections, and their first use after the
+    /// link returns would fail).
+    pub fn is_dead(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        let mut buf = tokio::io::ReadBuf::new(&mut byte);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        std::pin::Pin::new(&mut self.io)
+            .poll_read(&mut cx, &mut buf)
+            .is_ready()
+    }
+
     pub fn addr(&self) -> &str {
         &self.addr
     }
@@ -148,9 +178,19 @@ impl Connection {
         api: &'static str,
         build: impl FnOnce(i32) -> Vec<u8>,
     ) -> Result<Vec<u8>, GroupError> {
+        self.try_call(api, |id| Ok(build(id))).await
+    }
+
+    /// [`Connection::call`] with a frame builder that can fail (an encoder's error is returned
+    /// before anything is sent).
+    pub async fn try_call(
+        &mut self,
+        api: &'static str,
+        build: impl FnOnce(i32) -> Result<Vec<u8>, GroupError>,
+    ) -> Result<Vec<u8>, GroupError> {
         self.correlation_id = self.correlation_id.wrapping_add(1);
         let id = self.correlation_id;
-        let frame = build(id);
+        let frame = build(id)?;
         let exchange = async {
             self.io.write_all(&frame).await?;
             self.io.flush().await?;
@@ -228,8 +268,12 @@ fn host_of(addr: &str) -> &str {
     host.trim_start_matches('[').trim_end_matches(']')
 }
 
-/// Fails unless the broker accepts every version tern sends (the SASL ones only with `sasl`).
-fn check_versions(versions: &ApiVersions, sasl: bool) -> Result<(), GroupError> {
+/// Fails unless the broker accepts every version in `needed`, and the SASL ones with `sasl`.
+fn check_versions(
+    versions: &ApiVersions,
+    needed: &[(&'static str, (i16, i16))],
+    sasl: bool,
+) -> Result<(), GroupError> {
     if versions.error_code != 0 {
         return Err(GroupError::kafka(
             "ApiVersions",
@@ -237,14 +281,12 @@ fn check_versions(versions: &ApiVersions, sasl: bool) -> Result<(), GroupError> 
             String::new(),
         ));
     }
-    let needed = [
-        ("FindCoordinator", wire::API_FIND_COORDINATOR),
-        ("OffsetCommit", wire::API_OFFSET_COMMIT),
-        ("OffsetFetch", wire::API_OFFSET_FETCH),
+    let sasl_needed = [
         ("SaslHandshake", wire::API_SASL_HANDSHAKE),
         ("SaslAuthenticate", wire::API_SASL_AUTHENTICATE),
     ];
-    for &(name, (key, version)) in needed.iter().take(if sasl { 5 } else { 3 }) {
+    let sasl_needed = if sasl { &sasl_needed[..] } else { &[] };
+    for &(name, (key, version)) in needed.iter().chain(sasl_needed) {
         let range = versions.range(key);
         if !range.is_some_and(|(min, max)| (min..=max).contains(&version)) {
             return Err(GroupError::Unsupported {
@@ -268,6 +310,12 @@ mod tests {
         assert_eq!(host_of("127.0.0.1:1"), "127.0.0.1");
     }
 
+    const GROUP: [(&str, (i16, i16)); 3] = [
+        ("FindCoordinator", wire::API_FIND_COORDINATOR),
+        ("OffsetCommit", wire::API_OFFSET_COMMIT),
+        ("OffsetFetch", wire::API_OFFSET_FETCH),
+    ];
+
     #[test]
     fn a_broker_without_the_needed_versions_is_refused() {
         // Kafka 4.x ranges: all three accepted.
@@ -275,22 +323,26 @@ mod tests {
             error_code: 0,
             apis: vec![(8, 2, 9), (9, 1, 9), (10, 1, 6), (18, 0, 4)],
         };
-        assert!(check_versions(&kafka4, false).is_ok());
+        assert!(check_versions(&kafka4, &GROUP, false).is_ok());
         // SASL needs SaslHandshake v1 and SaslAuthenticate v1 as well.
-        let err = check_versions(&kafka4, true).err().map(|e| e.to_string());
+        let err = check_versions(&kafka4, &GROUP, true)
+            .err()
+            .map(|e| e.to_string());
         assert!(
             err.as_deref().is_some_and(|e| e.contains("SaslHandshake")),
             "{err:?}"
         );
         let mut with_sasl = kafka4.clone();
         with_sasl.apis.extend([(17, 0, 1), (36, 0, 2)]);
-        assert!(check_versions(&with_sasl, true).is_ok());
+        assert!(check_versions(&with_sasl, &GROUP, true).is_ok());
         // A broker that only speaks flexible OffsetCommit versions.
         let future = ApiVersions {
             error_code: 0,
             apis: vec![(8, 8, 12), (9, 1, 9), (10, 1, 6)],
         };
-        let err = check_versions(&future, false).err().map(|e| e.to_string());
+        let err = check_versions(&future, &GROUP, false)
+            .err()
+            .map(|e| e.to_string());
         assert!(
             err.as_deref().is_some_and(|e| e.contains("OffsetCommit")),
             "{err:?}"

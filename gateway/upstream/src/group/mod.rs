@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
-mod conn;
+pub(crate) mod conn;
 pub mod frame;
 mod sasl;
 pub mod wire;
@@ -59,16 +59,26 @@ pub enum GroupError {
     Sasl { addr: String, source: SaslError },
     #[error("no bootstrap server answered: {tried}")]
     NoBroker { tried: String },
+    #[error("{api}: {message}")]
+    Codec { api: &'static str, message: String },
 }
 
 impl GroupError {
-    fn kafka(api: &'static str, code: i16, context: String) -> Self {
+    pub(crate) fn kafka(api: &'static str, code: i16, context: String) -> Self {
         Self::Kafka {
             api,
             code,
             name: error_name(code),
             context,
         }
+    }
+
+    /// Whether the broker could not be reached or the connection failed (no broker answered).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            Self::Io { .. } | Self::Timeout { .. } | Self::BadFrame { .. } | Self::NoBroker { .. }
+        )
     }
 
     /// Whether the coordinator moved or is not ready: find it again and retry later.
@@ -80,7 +90,14 @@ impl GroupError {
 /// Names of the Kafka error codes the group requests return.
 fn error_name(code: i16) -> &'static str {
     match code {
+        2 => "CORRUPT_MESSAGE",
         3 => "UNKNOWN_TOPIC_OR_PARTITION",
+        5 => "LEADER_NOT_AVAILABLE",
+        6 => "NOT_LEADER_OR_FOLLOWER",
+        7 => "REQUEST_TIMED_OUT",
+        10 => "MESSAGE_TOO_LARGE",
+        19 => "NOT_ENOUGH_REPLICAS",
+        20 => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
         14 => "COORDINATOR_LOAD_IN_PROGRESS",
         15 => "COORDINATOR_NOT_AVAILABLE",
         16 => "NOT_COORDINATOR",
@@ -93,7 +110,12 @@ fn error_name(code: i16) -> &'static str {
         33 => "UNSUPPORTED_SASL_MECHANISM",
         34 => "ILLEGAL_SASL_STATE",
         35 => "UNSUPPORTED_VERSION",
+        45 => "OUT_OF_ORDER_SEQUENCE_NUMBER",
+        46 => "DUPLICATE_SEQUENCE_NUMBER",
+        47 => "INVALID_PRODUCER_EPOCH",
+        49 => "INVALID_PRODUCER_ID_MAPPING",
         58 => "SASL_AUTHENTICATION_FAILED",
+        59 => "UNKNOWN_PRODUCER_ID",
         69 => "GROUP_ID_NOT_FOUND",
         _ => "see Kafka's protocol error codes",
     }
@@ -221,7 +243,8 @@ impl GroupClient {
         build: impl FnOnce(i32) -> Vec<u8>,
     ) -> Result<Vec<u8>, GroupError> {
         let mut guard = self.coordinator.lock().await;
-        let mut connection = match guard.take() {
+        let live = guard.take().and_then(|mut c| (!c.is_dead()).then_some(c));
+        let mut connection = match live {
             Some(connection) => connection,
             None => self.find_coordinator().await?,
         };

@@ -1,5 +1,7 @@
 //! Unit tests of `kafka.rs`: TLS settings and the upstream copy of an edge record.
 
+use kafka_protocol::records::RecordBatchDecoder;
+
 use super::*;
 
 #[test]
@@ -150,4 +152,76 @@ fn batches_are_split_in_order_under_the_byte_limit() {
             (vec![86], 100)
         ]
     );
+}
+
+fn record_of(bytes: usize) -> Record {
+    Record {
+        key: None,
+        value: Some(vec![b'x'; bytes]),
+        headers: BTreeMap::new(),
+        timestamp: DateTime::<Utc>::from_timestamp_millis(0).unwrap_or_default(),
+    }
+}
+
+#[test]
+fn idempotent_batches_hold_consecutive_sequences_only() {
+    let size = produced_bytes(&record_of(10));
+    // A gap in edge offsets and the sequence wrap both start a new request.
+    let wrap = producer::SEQUENCE_WRAP;
+    let offsets = [5, 6, 7, 9, 10, wrap - 1, wrap, wrap + 1];
+    let records: Vec<Record> = offsets.iter().map(|_| record_of(10)).collect();
+    let lengths: Vec<usize> = split_idempotent(records, &offsets, 100 * size)
+        .iter()
+        .map(|(batch, _)| batch.len())
+        .collect();
+    assert_eq!(lengths, [3, 2, 1, 2]);
+    // And the byte limit still applies.
+    let records: Vec<Record> = (0..5).map(|_| record_of(10)).collect();
+    let lengths: Vec<usize> = split_idempotent(records, &[0, 1, 2, 3, 4], 2 * size)
+        .iter()
+        .map(|(batch, _)| batch.len())
+        .collect();
+    assert_eq!(lengths, [2, 2, 1]);
+}
+
+#[test]
+fn an_idempotent_batch_carries_the_producer_and_the_edge_offsets_as_sequences()
+-> Result<(), Box<dyn std::error::Error>> {
+    let identity = producer::Identity {
+        cluster_id: "c".into(),
+        producer_id: 4711,
+        epoch: 2,
+    };
+    let mut records: Vec<OutRecord> = (0..3).map(|_| out_record(record_of(10))).collect();
+    records[1]
+        .headers
+        .insert("tern-offset".into(), b"7985".to_vec());
+    for codec in [
+        Codec::None,
+        Codec::Gzip,
+        Codec::Lz4,
+        Codec::Snappy,
+        Codec::Zstd,
+    ] {
+        let encoded = producer::encode_batch(&identity, 7984, records.clone(), codec)?;
+        let info = RecordBatchDecoder::decode_batch_info(&mut encoded.clone())?;
+        assert_eq!(info.len(), 1, "one batch per request");
+        let mut encoded = encoded;
+        let decoded = RecordBatchDecoder::decode(&mut encoded)?.records;
+        assert_eq!(decoded.len(), 3, "{codec:?}");
+        for (i, record) in decoded.iter().enumerate() {
+            assert_eq!(record.producer_id, 4711);
+            assert_eq!(record.producer_epoch, 2);
+            assert_eq!(record.sequence, 7984 + i as i32, "{codec:?}");
+            assert_eq!(record.offset, i as i64);
+            assert!(!record.transactional);
+        }
+        let header = decoded[1]
+            .headers
+            .iter()
+            .find(|(k, _)| k.as_str() == "tern-offset")
+            .and_then(|(_, v)| v.clone());
+        assert_eq!(header.as_deref(), Some(&b"7985"[..]));
+    }
+    Ok(())
 }

@@ -94,7 +94,7 @@ fn shared_mode_is_at_least_once_across_link_cuts_and_its_own_sigkill() -> anyhow
                 failing,
             )
             .with_context(|| format!("cut {round} went unnoticed"))?;
-        cluster.restore_clients();
+        cluster.restore_and_time_resume(&mut gateway, "", &format!("shared mode, cut {round}"))?;
         let recovered = format!("recovery from cut {round}");
         wait_metric(&mut gateway, "tern_upstream_failing", &recovered, |n| {
             n == Some(0)
