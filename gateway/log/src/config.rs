@@ -142,6 +142,22 @@ pub struct TopicSettings {
 }
 
 impl LogConfig {
+    /// This configuration without its retention limits (`[log.retention]` and the retention
+    /// fields of `[[log.topic]]`, dropping overrides left empty): what a live reload of
+    /// retention ([`crate::Log::set_retention`]) cannot change.
+    pub fn without_retention(&self) -> Self {
+        let mut rest = self.clone();
+        rest.retention = RetentionConfig::default();
+        for o in &mut rest.topic {
+            o.retention_bytes = None;
+            o.retention_age = None;
+            o.on_full = None;
+        }
+        rest.topic
+            .retain(|o| o.partitions.is_some() || o.durability.is_some());
+        rest
+    }
+
     /// The settings that apply to `topic`.
     pub fn topic_settings(&self, topic: &str) -> TopicSettings {
         let o = self.topic.iter().find(|t| t.name == topic);

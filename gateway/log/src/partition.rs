@@ -8,7 +8,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use super::batch::{self, SEGMENT_HEADER_LEN, SegmentHeader};
 use super::cache::FileCache;
 use super::clock::Timekeeper;
-use super::config::{LogConfig, TopicSettings};
+use super::config::{LogConfig, OnFull, TopicSettings};
 use super::cursors::CursorStore;
 use super::error::{LogError, Result};
 use super::fs::{Fs, ReadFile, WriteFile};
@@ -35,6 +35,64 @@ pub struct Shared {
     pub cursors: CursorStore,
     /// Elapsed-time accounting for age retention, and the wall clock.
     pub time: Timekeeper,
+    /// The configuration retention follows: `config` until [`crate::Log::set_retention`]
+    /// (SIGHUP) swaps in a new one; topics created later take their limits from it.
+    pub live: std::sync::RwLock<LogConfig>,
+}
+
+/// A partition's retention limits: read by its writer at every check, swapped live by
+/// [`crate::Log::set_retention`] without stopping the writer.
+#[derive(Debug)]
+pub struct Retention {
+    bytes: AtomicU64,
+    age_ms: AtomicU64,
+    drop_oldest: AtomicBool,
+    /// Wakes the writer so it takes a new `retention.age` tick at once.
+    changed: tokio::sync::Notify,
+}
+
+impl Retention {
+    pub fn new(settings: &TopicSettings) -> Self {
+        let retention = Self {
+            bytes: AtomicU64::new(0),
+            age_ms: AtomicU64::new(0),
+            drop_oldest: AtomicBool::new(false),
+            changed: tokio::sync::Notify::new(),
+        };
+        retention.set(settings);
+        retention
+    }
+
+    /// Takes the retention limits of `settings` (its other fields need a restart).
+    pub fn set(&self, settings: &TopicSettings) {
+        self.bytes
+            .store(settings.retention_bytes, Ordering::Relaxed);
+        self.age_ms
+            .store(settings.retention_age_ms, Ordering::Relaxed);
+        self.drop_oldest
+            .store(settings.on_full == OnFull::DropOldest, Ordering::Relaxed);
+        self.changed.notify_waiters();
+    }
+
+    /// Resolves at the next [`Retention::set`].
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// `retention.bytes` (0: no limit).
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// `retention.age` in ms (0: no limit).
+    pub fn age_ms(&self) -> u64 {
+        self.age_ms.load(Ordering::Relaxed)
+    }
+
+    /// `on_full = "drop-oldest"`.
+    pub fn drop_oldest(&self) -> bool {
+        self.drop_oldest.load(Ordering::Relaxed)
+    }
 }
 
 /// A sealed segment, described by what retention and lookups need.
@@ -84,6 +142,8 @@ pub struct Partition {
     pub id: u32,
     pub dir: PathBuf,
     pub settings: TopicSettings,
+    /// The retention part of `settings`, live (SIGHUP).
+    pub retention: Retention,
     pub shared: Arc<Shared>,
     state: Mutex<PartState>,
     durable: watch::Sender<u64>,
@@ -148,6 +208,7 @@ impl Partition {
             topic,
             id,
             dir,
+            retention: Retention::new(&settings),
             settings,
             shared,
             state: Mutex::new(state),

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::batch::{SEGMENT_HEADER_LEN, SegmentHeader};
-use super::config::OnFull;
 use super::error::{LogError, Result};
 use super::fs::{self, WriteFile};
 use super::index::IndexBuilder;
@@ -142,7 +141,7 @@ impl Partition {
     /// Whether a partition of `active_len` active bytes fits its retention limit, deleting
     /// old segments to make room.
     pub fn make_room(&self, active_len: u64) -> bool {
-        let limit = self.settings.retention_bytes;
+        let limit = self.retention.bytes();
         if limit == 0 {
             return true;
         }
@@ -157,7 +156,7 @@ impl Partition {
             }
             let Some(oldest) = oldest else { return true };
             if !self.deletable(&oldest) {
-                return self.settings.on_full == OnFull::DropOldest;
+                return self.retention.drop_oldest();
             }
             if self.delete_oldest().is_err() {
                 return false;
@@ -167,7 +166,7 @@ impl Partition {
 
     /// Whether every cursor of this partition is past `seg` (or the operator chose drop-oldest).
     fn deletable(&self, seg: &SealedSegment) -> bool {
-        self.settings.on_full == OnFull::DropOldest
+        self.retention.drop_oldest()
             || self
                 .shared
                 .cursors
@@ -178,8 +177,9 @@ impl Partition {
     /// How often the writer checks age retention: every [`RETENTION_TICK`], or a tenth of a
     /// short `retention.age` (at least a second).
     pub fn retention_tick(&self) -> Duration {
-        let tenth = Duration::from_millis(self.settings.retention_age_ms / 10);
-        match self.settings.retention_age_ms {
+        let age_ms = self.retention.age_ms();
+        let tenth = Duration::from_millis(age_ms / 10);
+        match age_ms {
             0 => RETENTION_TICK,
             _ => tenth.clamp(Duration::from_secs(1), RETENTION_TICK),
         }
@@ -190,7 +190,7 @@ impl Partition {
     /// was written (`clock.rs`), never the wall clock: a clock step neither ages a segment nor
     /// keeps it young.
     pub fn enforce_retention(&self, extra: u64) {
-        let age = Duration::from_millis(self.settings.retention_age_ms);
+        let age = Duration::from_millis(self.retention.age_ms());
         if !age.is_zero() {
             self.shared.counters.age_checked();
             loop {

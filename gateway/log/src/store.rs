@@ -73,6 +73,13 @@ fn open_topic(
         let pdir = meta::partition_dir(dir, &info.name, id);
         let part =
             recovery::open_partition(&info.name, id, pdir, settings.clone(), Arc::clone(shared))?;
+        part.retention.set(
+            &shared
+                .live
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .topic_settings(&info.name),
+        );
         let part = Arc::new(part);
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let task = runtime.spawn(writer::run(Arc::clone(&part), rx));
@@ -110,6 +117,7 @@ fn open_blocking(
         time,
         cache: FileCache::new(Arc::clone(&fs), config.max_open_files),
         fs: Arc::clone(&fs),
+        live: std::sync::RwLock::new(config.clone()),
         config,
         counters,
         cursors,
@@ -356,6 +364,22 @@ impl Log {
             .values()
             .flat_map(|t| t.partitions.iter().map(|p| Arc::clone(&p.part)))
             .collect()
+    }
+
+    /// Takes the retention limits (`[log.retention]` and per-topic overrides) of `config` for
+    /// every partition and for topics created from now on, without stopping a writer (SIGHUP).
+    /// Each writer's next retention check applies them ([`Log::enforce_retention`] applies them
+    /// now); the other settings of `config` are ignored.
+    pub fn set_retention(&self, config: &LogConfig) {
+        *self
+            .inner
+            .shared
+            .live
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = config.clone();
+        for part in self.all_partitions() {
+            part.retention.set(&config.topic_settings(&part.topic));
+        }
     }
 
     /// Runs retention on every partition now (normally done after rolls and every 30 s).

@@ -123,9 +123,10 @@ impl Writer {
         let sync_interval = self.part.shared.config.sync_interval.0;
         // Periodic policy: when the written-but-unsynced data must be synced.
         let mut sync_due: Option<Instant> = None;
-        let tick = self.part.retention_tick();
-        let mut retention_due = Instant::now() + tick;
+        let mut retained_at = Instant::now();
         loop {
+            // Read every turn: a live retention change (SIGHUP) changes the tick.
+            let retention_due = retained_at + self.part.retention_tick();
             let wake = sync_due.map_or(retention_due, |due| due.min(retention_due));
             tokio::select! {
                 biased;
@@ -139,9 +140,10 @@ impl Writer {
                         sync_due = None;
                     }
                     if retain {
-                        retention_due = now + tick;
+                        retained_at = now;
                     }
                 }
+                () = self.part.retention.changed() => {}
                 request = self.rx.recv() => {
                     let Some(first) = request else { break };
                     let requests = self.gather(first).await;

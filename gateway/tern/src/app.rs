@@ -205,7 +205,7 @@ pub async fn run(
             () = shutdown.wait() => break,
             Some(()) = hangup => {
                 if let Some((source, _)) = &reload {
-                    apply_reload(source, &mut running, &broker, &mut upstreams, grace).await;
+                    apply_reload(source, &mut running, &broker, &log, &mut upstreams, grace).await;
                 }
             }
         }
@@ -240,6 +240,7 @@ async fn apply_reload(
     source: &Source,
     running: &mut Config,
     broker: &Broker<Log>,
+    log: &Log,
     upstreams: &mut Upstreams,
     grace: Duration,
 ) {
@@ -258,6 +259,10 @@ async fn apply_reload(
             tracing::warn!(%err, "reload of routes and ACLs failed; they stay as they were");
             outcome.applied.retain(|a| !a.starts_with("[[route]]"));
         }
+    }
+    if outcome.retention {
+        log.set_retention(&new.log);
+        log.enforce_retention().await;
     }
     if outcome.restart_upstream {
         upstreams.stop(grace).await;

@@ -1,7 +1,9 @@
 //! SIGHUP: reads the configuration again (same file, same command-line overrides) and applies
 //! what can change live: `[[route]]` and `[[mqtt.acl]]` (through the broker's reload handle;
-//! connections stay up), `[logging] level`, and `[[upstream]]` (its forwarders are restarted
-//! with the new settings). Everything else is logged as not applied: it needs a restart.
+//! connections stay up), `[logging] level`, retention (`[log.retention]` and the retention
+//! fields of `[[log.topic]]`, taken by every partition's next retention check), and
+//! `[[upstream]]` (its forwarders are restarted with the new settings). Everything else is
+//! logged as not applied: it needs a restart.
 //!
 //! A configuration that fails to load or validate changes nothing.
 
@@ -34,6 +36,8 @@ pub struct Outcome {
     pub not_applied: Vec<String>,
     /// The upstream settings changed: the caller restarts the forwarders.
     pub restart_upstream: bool,
+    /// Retention limits changed: the caller hands the new `[log]` to the log.
+    pub retention: bool,
 }
 
 /// Compares the running configuration with the new one: what needs a restart, what the caller
@@ -46,8 +50,8 @@ pub fn plan(old: &Config, new: &Config, level: &LevelHandle) -> Outcome {
         ("[admin]", old.admin != new.admin),
         ("[shutdown]", old.shutdown != new.shutdown),
         (
-            "[log] (segments, flush, durability, retention)",
-            old.log != new.log,
+            "[log] (segments, flush, durability, partitions)",
+            old.log.without_retention() != new.log.without_retention(),
         ),
         ("[health]", old.health != new.health),
         ("[status]", old.status != new.status),
@@ -67,11 +71,36 @@ pub fn plan(old: &Config, new: &Config, level: &LevelHandle) -> Outcome {
     if old.route != new.route || old.mqtt.acl != new.mqtt.acl {
         outcome.applied.push("[[route]] and [[mqtt.acl]]");
     }
+    if old.log.retention != new.log.retention
+        || old
+            .log
+            .topic
+            .iter()
+            .map(retention_of)
+            .ne(new.log.topic.iter().map(retention_of))
+    {
+        outcome.retention = true;
+        outcome
+            .applied
+            .push("[log.retention] and per-topic retention");
+    }
     if old.upstream != new.upstream {
         outcome.restart_upstream = true;
         outcome.applied.push("[[upstream]] (forwarders restarted)");
     }
     outcome
+}
+
+/// The retention part of a `[[log.topic]]` override.
+fn retention_of(
+    o: &tern_log::TopicOverride,
+) -> (
+    &str,
+    Option<tern_core::ByteSize>,
+    Option<tern_core::HumanDuration>,
+    Option<tern_log::OnFull>,
+) {
+    (&o.name, o.retention_bytes, o.retention_age, o.on_full)
 }
 
 #[cfg(test)]
@@ -88,6 +117,10 @@ mod tests {
         new.mqtt.acl.clear();
         let outcome = plan(&old, &new, &level);
         assert!(outcome.restart_upstream);
+        assert!(outcome.retention, "{outcome:?}");
+        assert!(outcome.not_applied.is_empty(), "{outcome:?}");
+        new.log.segment_bytes = tern_core::ByteSize(1 << 20);
+        let outcome = plan(&old, &new, &level);
         assert_eq!(outcome.not_applied.len(), 1, "{outcome:?}");
         assert!(outcome.not_applied[0].contains("[log]"), "{outcome:?}");
         assert_eq!(plan(&old, &old, &level), Outcome::default());

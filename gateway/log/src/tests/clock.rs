@@ -149,3 +149,24 @@ fn a_wall_clock_behind_the_previous_run_is_a_step() {
         );
     });
 }
+
+#[test]
+fn retention_set_live_applies_at_the_next_check_without_a_reopen() {
+    let rt = runtime();
+    let fs = FaultyFs::new(33);
+    let clock = Arc::new(ManualClock::new(BUILD_TIME_MS + 1_000));
+    rt.block_on(async {
+        let mut config = config();
+        config.retention.age = HumanDuration(10 * HOUR);
+        let log = open_clocked(&fs, &clock, &config).await;
+        log.ensure_topic("t").expect("topic");
+        fill(&log, &clock, 0, 40).await;
+        clock.advance(2 * HOUR);
+        log.enforce_retention().await;
+        assert_eq!(start(&log), 0, "held 2 h of a 10 h age: kept");
+        config.retention.age = HumanDuration(HOUR);
+        log.set_retention(&config);
+        log.enforce_retention().await;
+        assert!(start(&log) > 0, "held 2 h of the new 1 h age: deleted");
+    });
+}
