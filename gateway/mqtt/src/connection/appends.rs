@@ -13,6 +13,7 @@ use super::super::codec::{self, Outgoing, Version};
 use super::super::ingest::{self, Ingested, Outcome, Pending, Reply};
 use super::super::metrics::MqttMetrics;
 use super::{ConnError, Connection};
+use tern_core::logging::Throttle;
 use tern_log::LogPort;
 
 /// Batches of publishes one connection may have in flight to the log at once.
@@ -65,7 +66,11 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             }
             Outcome::Full => {
                 MqttMetrics::inc(&metrics.publishes_rejected);
-                tracing::warn!(client_id = %clip(&self.client_id), "log full: publish refused");
+                // A full log refuses every publish: one line per 10 s, not one per message.
+                static FULL: Throttle = Throttle::new(std::time::Duration::from_secs(10));
+                if let Some(left_out) = FULL.due() {
+                    tracing::warn!(client_id = %clip(&self.client_id), left_out, "log full: publish refused (the partition's cursors and readiness: /readyz, tern cursors list)");
+                }
                 match self.version {
                     Version::V5 => self.send_ack(pending.ack, true),
                     Version::V4 => Ok(()),
