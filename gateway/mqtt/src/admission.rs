@@ -21,6 +21,10 @@ const MIN_PENDING: usize = 8;
 
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit; returns (before, after).
 /// Call once at start, before any listener accepts.
+#[allow(
+    clippy::useless_conversion,
+    reason = "rlim_t is u32 on armv7, u64 on aarch64 and x86_64"
+)]
 pub fn raise_fd_limit() -> std::io::Result<(u64, u64)> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -38,10 +42,14 @@ pub fn raise_fd_limit() -> std::io::Result<(u64, u64)> {
             return Err(std::io::Error::last_os_error());
         }
     }
-    Ok((before, limit.rlim_cur))
+    Ok((u64::from(before), u64::from(limit.rlim_cur)))
 }
 
 /// The current soft `RLIMIT_NOFILE` (`u64::MAX` if it cannot be read or is unlimited).
+#[allow(
+    clippy::useless_conversion,
+    reason = "rlim_t is u32 on armv7, u64 on aarch64 and x86_64"
+)]
 fn fd_limit() -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -49,7 +57,7 @@ fn fd_limit() -> u64 {
     };
     // SAFETY: getrlimit writes into the struct we own.
     match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
-        0 => limit.rlim_cur,
+        0 => u64::from(limit.rlim_cur),
         _ => u64::MAX,
     }
 }

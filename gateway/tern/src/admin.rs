@@ -275,24 +275,12 @@ fn livez(state: &AdminState) -> Response {
     }
 }
 
-/// The JSON readiness body (also part of the status page's data).
-pub fn readiness_json(readiness: Option<&Readiness>) -> serde_json::Value {
-    match readiness {
-        Some(r) => json!({
-            "ready": r.is_ready(),
-            "reasons": r.reasons,
-            "checked_ms_ago": u64::try_from(r.age().as_millis()).unwrap_or(u64::MAX),
-        }),
-        None => json!({ "ready": true, "reasons": [] }),
-    }
-}
-
 fn readyz(state: &AdminState) -> Response {
     let readiness = current(state);
     let ready = readiness.as_ref().is_none_or(Readiness::is_ready);
     Response::json(
         if ready { 200 } else { 503 },
-        &readiness_json(readiness.as_ref()),
+        &crate::health::readiness_json(readiness.as_ref()),
     )
 }
 

@@ -155,7 +155,13 @@ pub async fn run(
             log.clone(),
         )));
     }
-    let health = Health::standard(&config, &log, &upstream_status);
+    let health = Health::standard(
+        &config.health,
+        &config.data_dir,
+        !config.upstream.is_empty(),
+        &log,
+        &upstream_status,
+    );
     let readiness = health.subscribe();
     sources.push(Arc::new(crate::health::ReadinessMetrics(readiness.clone())));
     let status = Arc::new(StatusPage::new(

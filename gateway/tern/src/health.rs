@@ -399,17 +399,19 @@ impl Health {
         }
     }
 
-    /// The standard checks for a gateway.
+    /// The standard checks for a gateway on `data_dir`; the upstream check when
+    /// `has_upstream`.
     pub fn standard(
-        config: &crate::config::Config,
+        health: &HealthConfig,
+        data_dir: &Path,
+        has_upstream: bool,
         log: &Log,
         status: &tern_upstream::StatusMap,
     ) -> Self {
-        let health = &config.health;
         let mut checks: Vec<Box<dyn Check>> = vec![
             Box::new(PartitionCheck(log.clone())),
             Box::new(DiskCheck {
-                dir: config.data_dir.clone(),
+                dir: data_dir.to_owned(),
                 min_free_bytes: health.min_free_bytes.0,
                 min_free_percent: health.min_free_percent,
             }),
@@ -418,7 +420,7 @@ impl Health {
                 not_before_ms: health.clock_floor_ms().unwrap_or_else(|_| build_time_ms()),
             }),
         ];
-        if !config.upstream.is_empty() {
+        if has_upstream {
             let after = health.upstream_failed_after.0;
             checks.push(Box::new(UpstreamCheck::new(Arc::clone(status), after)));
         }
@@ -471,6 +473,18 @@ impl Health {
                 interval: this.interval,
             });
         }
+    }
+}
+
+/// The JSON readiness body (also part of the status page's data).
+pub fn readiness_json(readiness: Option<&Readiness>) -> serde_json::Value {
+    match readiness {
+        Some(r) => serde_json::json!({
+            "ready": r.is_ready(),
+            "reasons": r.reasons,
+            "checked_ms_ago": u64::try_from(r.age().as_millis()).unwrap_or(u64::MAX),
+        }),
+        None => serde_json::json!({ "ready": true, "reasons": [] }),
     }
 }
 

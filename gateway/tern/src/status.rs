@@ -269,7 +269,7 @@ impl StatusPage {
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "generated_ms": now_ms(),
-            "readiness": crate::admin::readiness_json(readiness),
+            "readiness": crate::health::readiness_json(readiness),
             "partitions": partitions,
             "cursors": crate::cursors::report_json(&self.log.cursor_report())["cursors"],
             "upstream": self.upstream_json(&samples),
