@@ -186,7 +186,8 @@ impl KafkaUpstream {
     pub fn new(config: &UpstreamConfig) -> Result<Self, UpstreamError> {
         let tls = config.tls.as_ref().map(tls_config).transpose()?;
         let bandwidth = Arc::new(Bandwidth::new(config.bandwidth.0));
-        let producer = (config.mode == Mode::Mirror).then(|| {
+        let idempotent = config.mode == Mode::Mirror && !config.bench_without_idempotence;
+        let producer = idempotent.then(|| {
             Arc::new(Producer::new(
                 config.bootstrap.clone(),
                 tls.clone(),
