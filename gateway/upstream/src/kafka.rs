@@ -186,14 +186,17 @@ impl KafkaUpstream {
     pub fn new(config: &UpstreamConfig) -> Result<Self, UpstreamError> {
         let tls = config.tls.as_ref().map(tls_config).transpose()?;
         let bandwidth = Arc::new(Bandwidth::new(config.bandwidth.0));
-        let idempotent = config.mode == Mode::Mirror && !config.bench_without_idempotence;
-        let producer = idempotent.then(|| {
-            Arc::new(Producer::new(
+        let producer = (config.mode == Mode::Mirror).then(|| {
+            let producer = Producer::new(
                 config.bootstrap.clone(),
                 tls.clone(),
                 config.sasl.clone(),
                 config.state_dir.clone(),
-            ))
+            );
+            match config.bench_without_idempotence {
+                true => Arc::new(producer.without_idempotence()),
+                false => Arc::new(producer),
+            }
         });
         Ok(Self {
             producer,

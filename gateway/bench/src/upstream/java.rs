@@ -1,7 +1,7 @@
 //! Kafka's own producer as the drain's yardstick: `org.apache.kafka.tools.ProducerPerformance`
 //! (what `kafka-producer-perf-test.sh` runs) from the jars on `--kafka-classpath`, one producer
-//! with its defaults except acks=all and the codec, no throttling, to a new topic of the same
-//! cluster. Its values come from a payload file of the backlog's kind of telemetry, each as long
+//! with its defaults except acks=all and the codec (and, for the second yardstick, `batch.size`
+//! as large as tern's batches), no throttling, to a new topic of the same cluster. Its values come from a payload file of the backlog's kind of telemetry, each as long
 //! as one of tern's upstream records with its headers, so both send about the same bytes per
 //! record and compress alike. Its final summary line gives records/s.
 //!
@@ -27,6 +27,8 @@ const PAYLOADS: usize = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct JavaRun {
     pub codec: Codec,
+    /// The `batch.size` it ran with when not Kafka's default.
+    pub batch_size: Option<u64>,
     pub records_per_sec: f64,
 }
 
@@ -69,6 +71,7 @@ pub fn produce(
     records: u64,
     payloads: &Payloads,
     codec: Codec,
+    batch_size: Option<u64>,
 ) -> Result<JavaRun, BenchError> {
     let output = Command::new("java")
         .args(JVM)
@@ -81,6 +84,7 @@ pub fn produce(
         .arg(&payloads.file)
         .args(["--command-property", "acks=all"])
         .arg(format!("compression.type={}", codec_name(codec)))
+        .args(batch_size.map(|bytes| format!("batch.size={bytes}")))
         .stdin(Stdio::null())
         .output()
         .map_err(|source| BenchError::Spawn {
@@ -103,6 +107,7 @@ pub fn produce(
         summary_rate(&stdout, records).ok_or_else(|| failed("printed no summary line"))?;
     Ok(JavaRun {
         codec,
+        batch_size,
         records_per_sec,
     })
 }

@@ -156,24 +156,30 @@ pub fn run(options: &UpstreamBenchOptions) -> Result<Report, BenchError> {
             ))?;
             drains.push(drained);
             if let (Some(classpath), Some(payloads)) = (&options.kafka_classpath, &payloads) {
-                let topic = format!("{TOPIC_PREFIX}{run_id}-java-{name}-{rep}");
-                runtime.block_on(kafka.ensure_topic(&topic, 1, direct.replication_factor))?;
-                runtime.block_on(wait_for_end(&kafka, &topic, 0))?;
-                progress(format_args!(
-                    "Kafka's producer: {} records of {} B with {name}, run {}",
-                    options.records,
-                    payloads.size,
-                    rep + 1
-                ));
-                let bootstrap = options.kafka.join(",");
-                java_runs.push(java::produce(
-                    classpath,
-                    &bootstrap,
-                    &topic,
-                    options.records,
-                    payloads,
-                    codec,
-                )?);
+                let tern_batch = UpstreamConfig::default().max_batch_bytes.0;
+                for batch_size in [None, Some(tern_batch)] {
+                    let sized = batch_size.map_or("", |_| "-big");
+                    let topic = format!("{TOPIC_PREFIX}{run_id}-java-{name}{sized}-{rep}");
+                    runtime.block_on(kafka.ensure_topic(&topic, 1, direct.replication_factor))?;
+                    runtime.block_on(wait_for_end(&kafka, &topic, 0))?;
+                    progress(format_args!(
+                        "Kafka's producer: {} records of {} B with {name}, batch.size {}, run {}",
+                        options.records,
+                        payloads.size,
+                        batch_size.map_or("default".to_owned(), |b| b.to_string()),
+                        rep + 1
+                    ));
+                    let bootstrap = options.kafka.join(",");
+                    java_runs.push(java::produce(
+                        classpath,
+                        &bootstrap,
+                        &topic,
+                        options.records,
+                        payloads,
+                        codec,
+                        batch_size,
+                    )?);
+                }
             }
         }
         let name = codec_name(default_codec);

@@ -27,6 +27,8 @@ const TARGET_CAP_UTILISATION: f64 = 0.95;
 /// 100 messages a second, over 1 Mbit/s.
 const DAY_BACKLOG_RECORDS: f64 = 24.0 * 3600.0 * 100.0;
 const UPLINK_BYTES_PER_SEC: f64 = 1e6 / 8.0;
+/// tern's default `max_batch_bytes`, the second yardstick's `batch.size`.
+const TERN_BATCH: u64 = 512 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Shape {
@@ -91,6 +93,10 @@ pub struct Drain {
     pub kafka_producer_records_per_sec: Option<f64>,
     /// records_per_sec ÷ kafka_producer_records_per_sec.
     pub ratio_vs_kafka_producer: Option<f64>,
+    /// Kafka's producer with `batch.size` = tern's `max_batch_bytes` (median records/s).
+    pub kafka_producer_big_batch_records_per_sec: Option<f64>,
+    /// records_per_sec ÷ kafka_producer_big_batch_records_per_sec.
+    pub ratio_vs_kafka_producer_big_batch: Option<f64>,
     /// Hours a backlog of 24 h at 100 msg/s of records of this size takes over a 1 Mbit/s
     /// uplink with this codec: its records × payload size × wire/payload ÷ 125,000 B/s (only the
     /// bytes sent to Kafka count; the link is assumed to be the bound).
@@ -138,11 +144,15 @@ impl Report {
             .codecs
             .iter()
             .map(|&codec| {
-                let java = java.iter().filter(|j| j.codec == codec);
-                let java = stats::median(java.map(|j| j.records_per_sec));
+                let java_rate = |big: bool| {
+                    let runs = java
+                        .iter()
+                        .filter(|j| j.codec == codec && j.batch_size.is_some() == big);
+                    stats::median(runs.map(|j| j.records_per_sec))
+                };
                 drain(
                     live.ingest_msgs_per_sec,
-                    java,
+                    (java_rate(false), java_rate(true)),
                     drains
                         .iter()
                         .filter(of_kind(DrainKind::Idempotent))
@@ -224,7 +234,7 @@ fn rate(r: &DrainRun) -> f64 {
 /// The medians of one codec's runs.
 fn drain<'a>(
     live_rate: f64,
-    kafka_producer: Option<f64>,
+    (kafka_producer, big_batch): (Option<f64>, Option<f64>),
     runs: impl Iterator<Item = &'a DrainRun> + Clone,
 ) -> Drain {
     let per_payload = |bytes: fn(&DrainRun) -> u64| {
@@ -252,6 +262,9 @@ fn drain<'a>(
         drain_over_live: records_per_sec / live_rate.max(f64::MIN_POSITIVE),
         kafka_producer_records_per_sec: kafka_producer,
         ratio_vs_kafka_producer: kafka_producer
+            .map(|java| records_per_sec / java.max(f64::MIN_POSITIVE)),
+        kafka_producer_big_batch_records_per_sec: big_batch,
+        ratio_vs_kafka_producer_big_batch: big_batch
             .map(|java| records_per_sec / java.max(f64::MIN_POSITIVE)),
         day_backlog_hours_at_1_mbit: DAY_BACKLOG_RECORDS * record_size * wire_to_kafka
             / UPLINK_BYTES_PER_SEC
@@ -302,6 +315,17 @@ impl std::fmt::Display for Report {
                          tern wire/payload {:.3})",
                         d.codec, d.records_per_sec, d.wire_to_kafka_per_payload_byte
                     )?;
+                    if let (Some(ratio), Some(java)) = (
+                        d.ratio_vs_kafka_producer_big_batch,
+                        d.kafka_producer_big_batch_records_per_sec,
+                    ) {
+                        writeln!(
+                            f,
+                            "{}: drain ratio vs kafka producer with batch.size {TERN_BATCH}: \
+                             {ratio:.2} ({java:.0} records/s)",
+                            d.codec
+                        )?;
+                    }
                 }
             }
             None => writeln!(
@@ -312,7 +336,8 @@ impl std::fmt::Display for Report {
         if let Some(i) = &self.idempotence {
             writeln!(
                 f,
-                "idempotent producer cost ({}): {:.0} records/s with it, {:.0} without: {:.1} %",
+                "idempotent producer cost ({}): {:.0} records/s with it, {:.0} without \
+                 (producer id -1): {:.1} %",
                 i.codec,
                 i.idempotent_records_per_sec,
                 i.plain_records_per_sec,
@@ -396,6 +421,7 @@ mod tests {
     fn java(records_per_sec: f64) -> JavaRun {
         JavaRun {
             codec: Codec::Zstd,
+            batch_size: None,
             records_per_sec,
         }
     }
@@ -440,7 +466,11 @@ mod tests {
             run(DrainKind::Plain, Codec::Zstd, 1, 64_000),
             capped,
         ];
-        let javas = vec![java(400.0), java(1000.0), java(100.0)];
+        let big = JavaRun {
+            batch_size: Some(TERN_BATCH),
+            ..java(250.0)
+        };
+        let javas = vec![java(400.0), java(1000.0), big, java(100.0)];
         let report = Report::new(
             &options,
             vec![live],
@@ -462,6 +492,8 @@ mod tests {
         assert_eq!(zstd.drain_over_live, 25.0);
         assert_eq!(zstd.kafka_producer_records_per_sec, Some(400.0));
         assert_eq!(zstd.ratio_vs_kafka_producer, Some(1.25));
+        assert_eq!(zstd.kafka_producer_big_batch_records_per_sec, Some(250.0));
+        assert_eq!(zstd.ratio_vs_kafka_producer_big_batch, Some(2.0));
         // 8,640,000 records x 64 B x 0.5 wire bytes per payload byte at 125,000 B/s.
         let hours = 8_640_000.0 * 64.0 * 0.5 / 125_000.0 / 3600.0;
         assert!((zstd.day_backlog_hours_at_1_mbit - hours).abs() < 1e-9);
@@ -478,7 +510,9 @@ mod tests {
         for line in [
             "zstd: drain ratio vs kafka producer: 1.25 (tern 500 records/s, kafka producer 400 \
              records/s of 150 B, acks=all; tern wire/payload 0.500)",
-            "idempotent producer cost (zstd): 500 records/s with it, 1000 without: 50.0 %",
+            "zstd: drain ratio vs kafka producer with batch.size 524288: 2.00 (250 records/s)",
+            "idempotent producer cost (zstd): 500 records/s with it, 1000 without (producer id \
+             -1): 50.0 %",
             "bandwidth cap 125000 B/s (none, 1000 records, 12.0 s): 120000 B/s as the cap counts \
              them, 96.0 % of the cap; 120000 B/s on the wire",
             "target zstd drain / kafka producer >= 0.8: measured 1.250 met",

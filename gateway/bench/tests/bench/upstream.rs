@@ -56,8 +56,12 @@ fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()
     let (status, table, stderr) = run_bench(&table_args)?;
     assert!(status.success(), "bench failed: {stderr}\n{table}");
     for codec in CODECS {
-        let ratio = format!("{codec}: drain ratio vs kafka producer: ");
-        assert!(table.contains(&ratio), "{ratio} missing in\n{table}");
+        for ratio in [
+            format!("{codec}: drain ratio vs kafka producer: "),
+            format!("{codec}: drain ratio vs kafka producer with batch.size 524288: "),
+        ] {
+            assert!(table.contains(&ratio), "{ratio} missing in\n{table}");
+        }
         let day = format!("over 1 Mbit/s with {codec}: ");
         assert!(table.contains(&day), "{day} missing in\n{table}");
     }
@@ -131,6 +135,8 @@ fn check_report(report: &Value) -> anyhow::Result<()> {
         );
         let vs_java = figure(report, &format!("drains.{i}.ratio_vs_kafka_producer"));
         assert!(java > 0.0, "{codec}");
+        let big = format!("drains.{i}.kafka_producer_big_batch_records_per_sec");
+        assert!(figure(report, &big) > 0.0, "{codec}");
         assert!((vs_java - rate / java).abs() <= 1e-9 * vs_java, "{codec}");
         let target = &report["targets"][i];
         assert_eq!(target["target"].as_f64(), Some(0.8));
