@@ -483,9 +483,8 @@ mod tests {
             epoch: 0,
             ..plain
         };
-        let mut expected = 5i64.to_be_bytes().to_vec();
-        expected.extend(0i16.to_be_bytes());
-        expected.extend(7984i32.to_be_bytes());
+        // Big-endian on the wire: producer id 5, epoch 0, base sequence 7984 = 0x1f30.
+        let expected = [0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0x1f, 0x30];
         assert_eq!(header(&idempotent), expected);
     }
 }
