@@ -156,29 +156,19 @@ pub fn run(options: &UpstreamBenchOptions) -> Result<Report, BenchError> {
             ))?;
             drains.push(drained);
             if let (Some(classpath), Some(payloads)) = (&options.kafka_classpath, &payloads) {
-                let tern_batch = UpstreamConfig::default().max_batch_bytes.0;
-                for batch_size in [None, Some(tern_batch)] {
-                    let sized = batch_size.map_or("", |_| "-big");
-                    let topic = format!("{TOPIC_PREFIX}{run_id}-java-{name}{sized}-{rep}");
-                    runtime.block_on(kafka.ensure_topic(&topic, 1, direct.replication_factor))?;
-                    runtime.block_on(wait_for_end(&kafka, &topic, 0))?;
-                    progress(format_args!(
-                        "Kafka's producer: {} records of {} B with {name}, batch.size {}, run {}",
-                        options.records,
-                        payloads.size,
-                        batch_size.map_or("default".to_owned(), |b| b.to_string()),
-                        rep + 1
-                    ));
-                    let bootstrap = options.kafka.join(",");
-                    java_runs.push(java::produce(
-                        classpath,
-                        &bootstrap,
-                        &topic,
-                        options.records,
-                        payloads,
-                        codec,
-                        batch_size,
-                    )?);
+                let runs = KafkaProducerRuns {
+                    options,
+                    runtime: &runtime,
+                    kafka: &kafka,
+                    classpath,
+                    payloads,
+                };
+                for batch_size in [None, Some(UpstreamConfig::default().max_batch_bytes.0)] {
+                    let topic = format!(
+                        "{TOPIC_PREFIX}{run_id}-java-{name}{}-{rep}",
+                        batch_size.map_or("", |_| "-big")
+                    );
+                    java_runs.push(runs.run(&topic, codec, batch_size, rep)?);
                 }
             }
         }
@@ -211,6 +201,49 @@ pub fn run(options: &UpstreamBenchOptions) -> Result<Report, BenchError> {
         java_runs,
         java_record_bytes,
     ))
+}
+
+/// What every run of Kafka's producer shares.
+struct KafkaProducerRuns<'a> {
+    options: &'a UpstreamBenchOptions,
+    runtime: &'a tokio::runtime::Runtime,
+    kafka: &'a KafkaUpstream,
+    classpath: &'a str,
+    payloads: &'a java::Payloads,
+}
+
+impl KafkaProducerRuns<'_> {
+    /// Creates `topic` (one partition, the forwarder's replication factor) and sends the
+    /// backlog's number of records to it with `codec` and `batch_size` (None: Kafka's default).
+    fn run(
+        &self,
+        topic: &str,
+        codec: Codec,
+        batch_size: Option<u64>,
+        rep: usize,
+    ) -> Result<java::JavaRun, BenchError> {
+        let replication = UpstreamConfig::default().replication_factor;
+        self.runtime
+            .block_on(self.kafka.ensure_topic(topic, 1, replication))?;
+        self.runtime.block_on(wait_for_end(self.kafka, topic, 0))?;
+        progress(format_args!(
+            "Kafka's producer: {} records of {} B with {}, batch.size {}, run {}",
+            self.options.records,
+            self.payloads.size,
+            codec_name(codec),
+            batch_size.map_or("default".to_owned(), |b| b.to_string()),
+            rep + 1
+        ));
+        java::produce(
+            self.classpath,
+            &self.options.kafka.join(","),
+            topic,
+            self.options.records,
+            self.payloads,
+            codec,
+            batch_size,
+        )
+    }
 }
 
 /// One line on stderr saying what the bench does now (the figures go to stdout).

@@ -292,8 +292,11 @@ pub fn encode_batch(
             producer_epoch: identity.epoch,
             timestamp_type: TimestampType::Creation,
             offset,
+            // Without a producer id the batch's base sequence is −1; the codec derives it from
+            // the first record and keeps records in one batch only while offset − sequence stays
+            // the same, so record i gets i − 1.
             sequence: match identity.producer_id {
-                NO_PRODUCER_ID => -1,
+                NO_PRODUCER_ID => i32::try_from(offset).map_or(-1, |i| i.wrapping_sub(1)),
                 _ => sequence_of(edge_offset),
             },
             timestamp: record.timestamp_ms,
@@ -465,8 +468,12 @@ mod tests {
             timestamp_ms: 0,
         };
         let header = |identity: &Identity| {
-            let batch = encode_batch(identity, 7984, vec![record(), record()], Codec::None)
-                .expect("encodes");
+            let records = vec![record(), record(), record()];
+            let batch = encode_batch(identity, 7984, records, Codec::None).expect("encodes");
+            // One batch (Produce takes one per partition): its length field covers the rest.
+            let length = batch.get(8..12).expect("a batch length");
+            let length = u32::from_be_bytes(length.try_into().expect("4 bytes"));
+            assert_eq!(length as usize + 12, batch.len(), "one batch");
             batch
                 .get(43..57)
                 .map(<[u8]>::to_vec)
