@@ -471,8 +471,7 @@ mod tests {
             let records = vec![record(), record(), record()];
             let batch = encode_batch(identity, 7984, records, Codec::None).expect("encodes");
             // One batch (Produce takes one per partition): its length field covers the rest.
-            let length = batch.get(8..12).expect("a batch length");
-            let length = u32::from_be_bytes(length.try_into().expect("4 bytes"));
+            let length = bytes::Buf::get_u32(&mut batch.get(8..12).expect("a batch length"));
             assert_eq!(length as usize + 12, batch.len(), "one batch");
             batch
                 .get(43..57)
