@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `tern-bench upstream` against the three-broker test cluster: builds tern (release profile unless
 # --debug), starts the cluster with scripts/kafka-cluster.sh in a temporary directory, runs the
-# bench with the remaining flags, and stops the cluster by the PIDs it started, also on failure.
+# bench with the remaining flags (and the cluster's jars as --kafka-classpath, so the drain is
+# compared with Kafka's own producer), and stops the cluster by the PIDs it started, also on
+# failure.
 #
 #   scripts/bench-upstream.sh [--debug] [BENCH FLAGS...]
 #   scripts/bench-upstream.sh --records 1000000 --json
@@ -35,4 +37,5 @@ if [ -z "$bootstrap" ]; then
     exit 1
 fi
 echo "kafka cluster: $started" >&2
-"$target/$profile/tern-bench" upstream --kafka "$bootstrap" "$@"
+"$target/$profile/tern-bench" upstream --kafka "$bootstrap" \
+    --kafka-classpath "$root/tests/kafka/cache/*" "$@"

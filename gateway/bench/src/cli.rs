@@ -146,6 +146,13 @@ pub struct UpstreamBenchArgs {
     /// Only these codecs [default: none,gzip,lz4,snappy,zstd].
     #[arg(long, value_name = "CODEC", value_delimiter = ',', value_parser = parse_codec)]
     pub codec: Vec<Codec>,
+    /// `bandwidth` cap of the capped drain, bytes per second [default: 1 Mbit/s].
+    #[arg(long, value_name = "BYTES", default_value_t = 125_000)]
+    pub bandwidth: u64,
+    /// Java classpath with Kafka's tools, e.g. `tests/kafka/cache/*`: the drain is compared with
+    /// Kafka's own producer (`ProducerPerformance`) on the same cluster. Without it, it is not.
+    #[arg(long, value_name = "CLASSPATH")]
+    pub kafka_classpath: Option<String>,
     /// Print one JSON object with every figure instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -163,6 +170,8 @@ impl UpstreamBenchArgs {
             } else {
                 self.codec.clone()
             },
+            bandwidth: self.bandwidth,
+            kafka_classpath: self.kafka_classpath.clone(),
         }
     }
 }

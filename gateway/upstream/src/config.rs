@@ -63,6 +63,12 @@ pub struct UpstreamConfig {
     /// it (library use, the bench) the identity lives only as long as the process.
     #[serde(skip)]
     pub state_dir: Option<PathBuf>,
+    /// Bench only (`tern-bench upstream` prints what the idempotent producer costs): mirror mode's
+    /// producer sends its batches with producer id −1 and no sequence numbers, otherwise the same
+    /// way. Not a setting: a batch resent while a leader still held it can then be stored twice.
+    #[serde(skip)]
+    #[doc(hidden)]
+    pub bench_without_idempotence: bool,
 }
 
 impl Default for UpstreamConfig {
@@ -89,6 +95,7 @@ impl Default for UpstreamConfig {
             sasl: None,
             tls: None,
             state_dir: None,
+            bench_without_idempotence: false,
         }
     }
 }

@@ -187,12 +187,16 @@ impl KafkaUpstream {
         let tls = config.tls.as_ref().map(tls_config).transpose()?;
         let bandwidth = Arc::new(Bandwidth::new(config.bandwidth.0));
         let producer = (config.mode == Mode::Mirror).then(|| {
-            Arc::new(Producer::new(
+            let producer = Producer::new(
                 config.bootstrap.clone(),
                 tls.clone(),
                 config.sasl.clone(),
                 config.state_dir.clone(),
-            ))
+            );
+            match config.bench_without_idempotence {
+                true => Arc::new(producer.without_idempotence()),
+                false => Arc::new(producer),
+            }
         });
         Ok(Self {
             producer,

@@ -3,7 +3,10 @@
 //! walk, cut to the payload size), then drained once per codec and repetition by the forwarder
 //! running in this process, each time to a new upstream topic, through a fresh counting proxy.
 //! A drain is timed from the forwarder's start (connect and catch-up included; the upstream
-//! topic is created beforehand) until the upstream end offset equals the edge end offset.
+//! topic is created beforehand) until the upstream end offset equals the edge end offset. Beside
+//! it, a smaller edge topic (`bench-capped`, about ten seconds' worth at the cap) is drained once
+//! under the `bandwidth` cap, timed from the first upstream batch past a fifth of it to the last,
+//! so that the start-up and the cap's one-second burst stay out of the rate.
 //!
 //! It never writes outside its temporary directory and never judges the figures.
 
@@ -13,8 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::proxy::{Counted, CountingProxy};
-use super::{TOPIC_PREFIX, UpstreamBenchOptions, wait_for_end};
+use super::{FORWARD_TIMEOUT, TOPIC_PREFIX, UpstreamBenchOptions, wait_for_end};
 use crate::BenchError;
+use tern_core::ByteSize;
 use tern_log::{Log, LogConfig, Record};
 use tern_upstream::Codec;
 use tern_upstream::KafkaUpstream;
@@ -23,17 +27,52 @@ use tern_upstream::{self as forwarder, StatusMap};
 
 /// The edge topic of the backlog.
 const EDGE_TOPIC: &str = "bench";
+/// The edge topic drained under the `bandwidth` cap.
+const CAPPED_TOPIC: &str = "bench-capped";
+/// How long the capped drain should take at the cap.
+const CAPPED_SECONDS: u64 = 10;
+/// Bytes Kafka's record format adds to each record beside key, value and header bytes, as the
+/// forwarder counts them against the cap (tern-upstream's `RECORD_FRAMING`).
+const RECORD_FRAMING: u64 = 14;
+/// tern's headers on every upstream record (docs/upstream.md), whose names count against the cap.
+const TERN_HEADERS: [&str; 4] = [
+    "tern-gateway",
+    "tern-topic",
+    "tern-partition",
+    "tern-offset",
+];
+
+/// Which drain: the backlog with the idempotent producer (what tern does), the backlog without
+/// it (the bench-only plain path, for its cost), or the capped topic under `bandwidth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainKind {
+    Idempotent,
+    Plain,
+    Capped { bytes_per_sec: u64 },
+}
+
+/// The part of a capped drain its rate is taken over: from the first upstream end offset past a
+/// fifth of the records (a batch boundary) to the last record.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    /// Bytes of the records in the window as the cap counts them (before compression).
+    pub counted_bytes: u64,
+    pub elapsed: Duration,
+}
 /// Records per append while building the backlog.
 const APPEND_BATCH: u64 = 5_000;
 
 /// Figures of one drain.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DrainRun {
+    pub kind: DrainKind,
     pub codec: Codec,
     pub records: u64,
     pub elapsed: Duration,
     pub payload_bytes: u64,
     pub wire: Counted,
+    /// Capped drains only.
+    pub window: Option<Window>,
 }
 
 /// The edge log holding the backlog; its directory is removed on drop.
@@ -43,6 +82,7 @@ pub struct Backlog {
     dir: PathBuf,
     records: u64,
     size: usize,
+    capped_records: u64,
 }
 
 impl Backlog {
@@ -58,23 +98,26 @@ impl Backlog {
             dir,
             records: options.records,
             size: options.size,
+            capped_records: capped_records(options),
         };
         let started = Instant::now();
-        backlog.fill().await?;
-        Ok((backlog, started.elapsed()))
+        backlog.fill(EDGE_TOPIC, backlog.records).await?;
+        let built = started.elapsed();
+        backlog.fill(CAPPED_TOPIC, backlog.capped_records).await?;
+        Ok((backlog, built))
     }
 
-    async fn fill(&self) -> Result<(), BenchError> {
+    async fn fill(&self, topic: &str, records: u64) -> Result<(), BenchError> {
         let log_error = |op| move |source| BenchError::log(op, source);
         self.log
-            .ensure_topic(EDGE_TOPIC)
+            .ensure_topic(topic)
             .map_err(log_error("create topic"))?;
         let mut values = Telemetry::new(self.size);
         let now_ms = chrono_now_ms();
         let mut appended = 0;
-        while appended < self.records {
-            let count = APPEND_BATCH.min(self.records - appended);
-            let records = (0..count)
+        while appended < records {
+            let count = APPEND_BATCH.min(records - appended);
+            let batch = (0..count)
                 .map(|_| Record {
                     timestamp_ms: now_ms,
                     key: None,
@@ -83,7 +126,7 @@ impl Backlog {
                 })
                 .collect();
             self.log
-                .append(EDGE_TOPIC, 0, records)
+                .append(topic, 0, batch)
                 .await
                 .map_err(log_error("append"))?;
             appended += count;
@@ -91,15 +134,21 @@ impl Backlog {
         Ok(())
     }
 
-    /// Drains the whole backlog with `codec` to a new upstream topic named after `gateway`.
+    /// Drains the backlog (or, capped, the capped topic) with `codec` to a new upstream topic
+    /// named after `gateway`.
     pub async fn drain(
         &self,
         options: &UpstreamBenchOptions,
         kafka: &KafkaUpstream,
         gateway: &str,
         codec: Codec,
+        kind: DrainKind,
     ) -> Result<DrainRun, BenchError> {
-        let topic = upstream_topic(TOPIC_PREFIX, gateway, EDGE_TOPIC);
+        let (edge_topic, records) = match kind {
+            DrainKind::Capped { .. } => (CAPPED_TOPIC, self.capped_records),
+            DrainKind::Idempotent | DrainKind::Plain => (EDGE_TOPIC, self.records),
+        };
+        let topic = upstream_topic(TOPIC_PREFIX, gateway, edge_topic);
         let target = options
             .kafka
             .first()
@@ -112,7 +161,15 @@ impl Backlog {
         wait_for_end(kafka, &topic, 0).await?;
         let proxy = CountingProxy::start(target).await?;
         config.bootstrap = vec![proxy.bootstrap().to_string()];
-        config.topics = vec![EDGE_TOPIC.to_owned()];
+        config.topics = vec![edge_topic.to_owned()];
+        config.bench_without_idempotence = kind == DrainKind::Plain;
+        let window_from = match kind {
+            DrainKind::Capped { bytes_per_sec } => {
+                config.bandwidth = ByteSize(bytes_per_sec);
+                Some(records / 5)
+            }
+            DrainKind::Idempotent | DrainKind::Plain => None,
+        };
         let (trigger, shutdown) = tern_core::shutdown::channel();
         let status = StatusMap::default();
         let started = Instant::now();
@@ -123,17 +180,43 @@ impl Backlog {
             Arc::clone(&status),
             shutdown,
         ));
-        let done = wait_for_end(kafka, &topic, self.records).await;
+        let done = match window_from {
+            None => wait_for_end(kafka, &topic, records)
+                .await
+                .map(|done| (done, None)),
+            Some(from) => wait_for_window(kafka, &topic, from, records).await,
+        };
         trigger.trigger();
         let _ = task.await;
-        let done = done?;
+        let (done, window) = done?;
+        let window = window.map(|(first, at)| Window {
+            counted_bytes: (first..records)
+                .map(|offset| counted_bytes(self.size, gateway, edge_topic, offset))
+                .sum(),
+            elapsed: done.duration_since(at),
+        });
         Ok(DrainRun {
+            kind,
             codec,
-            records: self.records,
+            records,
             elapsed: done.duration_since(started),
-            payload_bytes: self.records * self.size as u64,
+            payload_bytes: records * self.size as u64,
             wire: proxy.counted(),
+            window,
         })
+    }
+
+    /// Records of the capped topic.
+    pub fn capped_records(&self) -> u64 {
+        self.capped_records
+    }
+
+    /// The byte size of one Kafka producer record standing in for one of tern's upstream records
+    /// of this backlog: its value plus tern's headers (names and values, for `gateway` and an
+    /// offset in the middle of the backlog).
+    pub fn record_size_with_headers(&self, gateway: &str) -> usize {
+        let counted = counted_bytes(self.size, gateway, EDGE_TOPIC, self.records / 2);
+        usize::try_from(counted.saturating_sub(RECORD_FRAMING)).unwrap_or(self.size)
     }
 
     pub async fn close(&self) -> Result<(), BenchError> {
@@ -150,6 +233,64 @@ impl Drop for Backlog {
     }
 }
 
+/// Records of the capped topic: about [`CAPPED_SECONDS`] at `options.bandwidth`.
+fn capped_records(options: &UpstreamBenchOptions) -> u64 {
+    let per_record = counted_bytes(
+        options.size,
+        "r0000000000-00000-none-0-capped",
+        CAPPED_TOPIC,
+        9999,
+    );
+    (CAPPED_SECONDS * options.bandwidth / per_record).max(1)
+}
+
+/// The bytes the forwarder charges the cap for the upstream record of the edge record at
+/// `offset` (tern-upstream's `produced_bytes`): value, tern's four headers, record framing.
+fn counted_bytes(size: usize, gateway: &str, edge_topic: &str, offset: u64) -> u64 {
+    let names: usize = TERN_HEADERS.iter().map(|h| h.len()).sum();
+    let values = gateway.len() + edge_topic.len() + "0".len() + offset.to_string().len();
+    (size + names + values) as u64 + RECORD_FRAMING
+}
+
+/// [`wait_for_end`] for a capped drain; also returns when the end offset first passed `from`
+/// (a batch boundary) and the offset it passed it with.
+async fn wait_for_window(
+    kafka: &KafkaUpstream,
+    topic: &str,
+    from: u64,
+    expected: u64,
+) -> Result<(Instant, Option<(u64, Instant)>), BenchError> {
+    let mut partition = None;
+    let deadline = Instant::now() + FORWARD_TIMEOUT;
+    let mut got = 0;
+    while Instant::now() < deadline {
+        if partition.is_none() {
+            partition = kafka.partition(topic, 0).await.ok();
+        }
+        if let Some(upstream) = &partition {
+            match upstream.end_offset().await {
+                Ok(end) => got = u64::try_from(end).unwrap_or(0),
+                Err(err) => {
+                    tracing::debug!(%err, "asking for the end offset again");
+                    partition = None;
+                }
+            }
+            if got >= from {
+                let at = (got, Instant::now());
+                let done = wait_for_end(kafka, topic, expected).await?;
+                return Ok((done, Some(at).filter(|(first, _)| *first < expected)));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err(BenchError::Stalled {
+        topic: topic.to_owned(),
+        expected,
+        got,
+        after: FORWARD_TIMEOUT,
+    })
+}
+
 fn chrono_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -159,7 +300,7 @@ fn chrono_now_ms() -> i64 {
 /// Values like a fleet's telemetry: JSON readings of 1,000 devices whose temperature, humidity
 /// and supply voltage drift randomly, as many per value as fit, cut to exactly `size` bytes.
 #[derive(Debug)]
-struct Telemetry {
+pub struct Telemetry {
     size: usize,
     seed: u64,
     sequence: u64,
@@ -168,7 +309,7 @@ struct Telemetry {
 }
 
 impl Telemetry {
-    fn new(size: usize) -> Self {
+    pub fn new(size: usize) -> Self {
         Self {
             size,
             seed: 0x9e37_79b9_7f4a_7c15,
@@ -186,7 +327,7 @@ impl Telemetry {
         self.seed
     }
 
-    fn next_value(&mut self) -> Vec<u8> {
+    pub fn next_value(&mut self) -> Vec<u8> {
         let mut text = String::with_capacity(self.size + 96);
         while text.len() < self.size {
             self.sequence += 1;

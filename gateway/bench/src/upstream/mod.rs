@@ -3,13 +3,18 @@
 //! generator, QoS 1) — and, while that stream runs, the steady forwarding rate of the child's
 //! forwarder; then, for each compression codec, the drain of a backlog built directly through
 //! the log API, by the forwarder running in this process. Bytes on the wire are counted by a
-//! proxy between that forwarder and Kafka (`proxy.rs`). It owns the options and the
-//! order of measurements; the phases are `live.rs` and `backlog.rs`, the figures `report.rs`.
+//! proxy between that forwarder and Kafka (`proxy.rs`). In the same run, against the same
+//! cluster: Kafka's own producer sends as many records of the same size per codec (`java.rs`),
+//! the yardstick of the drain; the default codec's drain is repeated without the idempotent
+//! producer (its cost); and a smaller backlog is drained under a `bandwidth` cap (how much of the
+//! cap it uses). It owns the options and the order of measurements; the phases are `live.rs`,
+//! `backlog.rs` and `java.rs`, the figures `report.rs`.
 //!
 //! It never starts or stops Kafka, never asserts a target (it prints whether each is met), and
 //! never touches a process or topic it did not create (its topics start with `tern-bench.`).
 
 mod backlog;
+mod java;
 mod live;
 mod proxy;
 mod report;
@@ -17,6 +22,8 @@ mod report;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use report::Report;
+
+use backlog::DrainKind;
 
 use crate::BenchError;
 use tern_upstream::KafkaUpstream;
@@ -38,6 +45,11 @@ pub struct UpstreamBenchOptions {
     pub size: usize,
     pub repetitions: usize,
     pub codecs: Vec<Codec>,
+    /// The `bandwidth` cap of the capped drain, bytes per second.
+    pub bandwidth: u64,
+    /// Java classpath holding Kafka's tools (`tests/kafka/cache/*`); without it the drain is
+    /// not compared with Kafka's producer.
+    pub kafka_classpath: Option<String>,
 }
 
 impl UpstreamBenchOptions {
@@ -62,6 +74,11 @@ impl UpstreamBenchOptions {
                 self.codecs.is_empty(),
                 "--codec",
                 "needs at least one codec",
+            ),
+            (
+                self.bandwidth < 10_000,
+                "--bandwidth",
+                "must be at least 10000 bytes per second",
             ),
             (
                 !(16..=64 * 1024).contains(&self.size),
@@ -116,21 +133,117 @@ pub fn run(options: &UpstreamBenchOptions) -> Result<Report, BenchError> {
         options.records
     ));
     let (backlog, built) = runtime.block_on(backlog::Backlog::build(options))?;
+    let default_codec = UpstreamConfig::default().compression;
+    let payloads = match &options.kafka_classpath {
+        Some(_) => Some(java::Payloads::write(
+            backlog.record_size_with_headers(&format!("{run_id}-none-0")),
+        )?),
+        None => None,
+    };
     let mut drains = Vec::new();
+    let mut java_runs = Vec::new();
     for rep in 0..options.repetitions {
         for &codec in &options.codecs {
-            let gateway = format!("{run_id}-{}-{rep}", codec_name(codec));
-            progress(format_args!(
-                "draining it with {}, run {}",
-                codec_name(codec),
-                rep + 1
-            ));
-            let drained = runtime.block_on(backlog.drain(options, &kafka, &gateway, codec))?;
+            let name = codec_name(codec);
+            let gateway = format!("{run_id}-{name}-{rep}");
+            progress(format_args!("draining it with {name}, run {}", rep + 1));
+            let drained = runtime.block_on(backlog.drain(
+                options,
+                &kafka,
+                &gateway,
+                codec,
+                DrainKind::Idempotent,
+            ))?;
             drains.push(drained);
+            if let (Some(classpath), Some(payloads)) = (&options.kafka_classpath, &payloads) {
+                let runs = KafkaProducerRuns {
+                    options,
+                    runtime: &runtime,
+                    kafka: &kafka,
+                    classpath,
+                    payloads,
+                };
+                for batch_size in [None, Some(UpstreamConfig::default().max_batch_bytes.0)] {
+                    let topic = format!(
+                        "{TOPIC_PREFIX}{run_id}-java-{name}{}-{rep}",
+                        batch_size.map_or("", |_| "-big")
+                    );
+                    java_runs.push(runs.run(&topic, codec, batch_size, rep)?);
+                }
+            }
         }
+        let name = codec_name(default_codec);
+        progress(format_args!(
+            "draining it with {name} without the idempotent producer, run {}",
+            rep + 1
+        ));
+        let gateway = format!("{run_id}-{name}-plain-{rep}");
+        let plain = backlog.drain(options, &kafka, &gateway, default_codec, DrainKind::Plain);
+        drains.push(runtime.block_on(plain)?);
     }
+    progress(format_args!(
+        "draining {} under a bandwidth cap of {} B/s",
+        backlog.capped_records(),
+        options.bandwidth
+    ));
+    let capped = DrainKind::Capped {
+        bytes_per_sec: options.bandwidth,
+    };
+    let gateway = format!("{run_id}-none-capped");
+    drains.push(runtime.block_on(backlog.drain(options, &kafka, &gateway, Codec::None, capped))?);
     runtime.block_on(backlog.close())?;
-    Ok(Report::new(options, live, built, drains))
+    let java_record_bytes = payloads.as_ref().map(|p| p.size);
+    Ok(Report::new(
+        options,
+        live,
+        built,
+        drains,
+        java_runs,
+        java_record_bytes,
+    ))
+}
+
+/// What every run of Kafka's producer shares.
+struct KafkaProducerRuns<'a> {
+    options: &'a UpstreamBenchOptions,
+    runtime: &'a tokio::runtime::Runtime,
+    kafka: &'a KafkaUpstream,
+    classpath: &'a str,
+    payloads: &'a java::Payloads,
+}
+
+impl KafkaProducerRuns<'_> {
+    /// Creates `topic` (one partition, the forwarder's replication factor) and sends the
+    /// backlog's number of records to it with `codec` and `batch_size` (None: Kafka's default).
+    fn run(
+        &self,
+        topic: &str,
+        codec: Codec,
+        batch_size: Option<u64>,
+        rep: usize,
+    ) -> Result<java::JavaRun, BenchError> {
+        let replication = UpstreamConfig::default().replication_factor;
+        self.runtime
+            .block_on(self.kafka.ensure_topic(topic, 1, replication))?;
+        self.runtime.block_on(wait_for_end(self.kafka, topic, 0))?;
+        progress(format_args!(
+            "Kafka's producer: {} records of {} B with {}, batch.size {}, run {}",
+            self.options.records,
+            self.payloads.size,
+            codec_name(codec),
+            batch_size.map_or("default".to_owned(), |b| b.to_string()),
+            rep + 1
+        ));
+        java::produce(
+            self.classpath,
+            &self.options.kafka.join(","),
+            topic,
+            self.options.records,
+            self.payloads,
+            codec,
+            batch_size,
+        )
+    }
 }
 
 /// One line on stderr saying what the bench does now (the figures go to stdout).
@@ -211,6 +324,8 @@ mod tests {
             size: 64,
             repetitions: 3,
             codecs: UpstreamBenchOptions::ALL_CODECS.to_vec(),
+            bandwidth: 125_000,
+            kafka_classpath: None,
         }
     }
 

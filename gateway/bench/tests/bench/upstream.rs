@@ -1,9 +1,12 @@
-//! `tern-bench upstream --json` against the real three-node cluster with a small backlog: the
-//! bench runs its live phase through a `tern serve` child and drains the backlog once per codec.
-//! This checks that every figure is present and sane and that the bench's own arithmetic holds;
-//! it asserts no timing and no performance target.
+//! `tern-bench upstream` against the real three-node cluster with a small backlog: the bench
+//! runs its live phase through a `tern serve` child, drains the backlog once per codec and runs
+//! Kafka's own producer (from the cluster's jars) beside each drain, drains once more without the
+//! idempotent producer and once under a bandwidth cap. This checks that every figure is present
+//! and sane, that the bench's own arithmetic holds and that the table prints the ratio, cost and
+//! cap lines; it asserts no timing and no performance target.
 
 use serde_json::Value;
+use tern_tests::kafka::kafka_classpath;
 use tern_tests::{KafkaCluster, run_bench};
 
 const CODECS: [&str; 5] = ["none", "gzip", "lz4", "snappy", "zstd"];
@@ -26,6 +29,7 @@ fn figure(report: &Value, path: &str) -> f64 {
 fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()> {
     let cluster = KafkaCluster::start()?;
     let bootstrap = cluster.bootstrap();
+    let classpath = kafka_classpath()?;
     let args = [
         "upstream",
         "--kafka",
@@ -34,35 +38,69 @@ fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()
         "20000",
         "--repetitions",
         "1",
+        "--kafka-classpath",
+        &classpath,
         "--json",
     ];
     let (status, stdout, stderr) = run_bench(&args)?;
     assert!(status.success(), "bench failed: {stderr}\n{stdout}");
     let report: Value = serde_json::from_str(&stdout)?;
-    assert_eq!(figure(&report, "shape.records"), 20_000.0);
-    assert_eq!(figure(&report, "shape.size"), 64.0);
+    check_report(&report)?;
+    // The table (a smaller backlog: only the lines are checked): the lines the issue asks for,
+    // one per codec where per codec.
+    let table_args: Vec<&str> = args
+        .iter()
+        .map(|&a| if a == "20000" { "2000" } else { a })
+        .filter(|&a| a != "--json")
+        .collect();
+    let (status, table, stderr) = run_bench(&table_args)?;
+    assert!(status.success(), "bench failed: {stderr}\n{table}");
+    for codec in CODECS {
+        for ratio in [
+            format!("{codec}: drain ratio vs kafka producer: "),
+            format!("{codec}: drain ratio vs kafka producer with batch.size 524288: "),
+        ] {
+            assert!(table.contains(&ratio), "{ratio} missing in\n{table}");
+        }
+        let day = format!("over 1 Mbit/s with {codec}: ");
+        assert!(table.contains(&day), "{day} missing in\n{table}");
+    }
+    for line in [
+        "idempotent producer cost (lz4): ",
+        "bandwidth cap 125000 B/s (none, ",
+        "% of the cap",
+        "target capped drain / bandwidth cap >= 0.95: measured ",
+    ] {
+        assert!(table.contains(line), "{line} missing in\n{table}");
+    }
+    Ok(())
+}
+
+fn check_report(report: &Value) -> anyhow::Result<()> {
+    assert_eq!(figure(report, "shape.records"), 20_000.0);
+    assert_eq!(figure(report, "shape.size"), 64.0);
     // The live run: 20,000 messages over 16 publishers, all forwarded (the bench checks the
     // upstream count exactly and fails on a duplicate).
-    assert_eq!(figure(&report, "live.messages"), 20_000.0);
-    let live = figure(&report, "live.ingest_msgs_per_sec");
+    assert_eq!(figure(report, "live.messages"), 20_000.0);
+    let live = figure(report, "live.ingest_msgs_per_sec");
     assert!(live > 0.0);
-    assert!(figure(&report, "live.forward_records_per_sec") > 0.0);
-    assert!(figure(&report, "live.forward_mb_per_sec") > 0.0);
-    figure(&report, "live.lag_ms");
+    assert!(figure(report, "live.forward_records_per_sec") > 0.0);
+    assert!(figure(report, "live.forward_mb_per_sec") > 0.0);
+    figure(report, "live.lag_ms");
     let drains = report["drains"].as_array().expect("drains");
     let codecs: Vec<&str> = drains.iter().filter_map(|d| d["codec"].as_str()).collect();
     assert_eq!(codecs, CODECS);
     let wire = |codec: usize| {
         figure(
-            &report,
+            report,
             &format!("drains.{codec}.wire_to_kafka_per_payload_byte"),
         )
     };
     // Without compression every payload byte crosses the wire, plus tern's headers.
     assert!(wire(0) > 1.0, "none: {}", wire(0));
     for (i, codec) in CODECS.iter().enumerate() {
-        let rate = figure(&report, &format!("drains.{i}.records_per_sec"));
-        let seconds = figure(&report, &format!("drains.{i}.seconds"));
+        let rate = figure(report, &format!("drains.{i}.records_per_sec"));
+        let seconds = figure(report, &format!("drains.{i}.seconds"));
         assert!(rate > 0.0 && seconds > 0.0, "{codec}");
         assert!(
             (rate * seconds - 20_000.0).abs() < 1.0,
@@ -70,7 +108,7 @@ fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()
         );
         assert!(
             figure(
-                &report,
+                report,
                 &format!("drains.{i}.wire_from_kafka_per_payload_byte")
             ) > 0.0
         );
@@ -80,20 +118,50 @@ fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()
             "{codec}: {}",
             wire(i)
         );
-        let ratio = figure(&report, &format!("drains.{i}.drain_over_live"));
+        let ratio = figure(report, &format!("drains.{i}.drain_over_live"));
         assert!((ratio - rate / live).abs() <= 1e-9 * ratio, "{codec}");
         // 24 h at 100 msg/s of 64 B records over 1 Mbit/s: 8,640,000 x 64 B x wire/payload at
         // 125,000 B/s.
-        let hours = figure(&report, &format!("drains.{i}.day_backlog_hours_at_1_mbit"));
+        let hours = figure(report, &format!("drains.{i}.day_backlog_hours_at_1_mbit"));
         let expected = 8_640_000.0 * 64.0 * wire(i) / 125_000.0 / 3600.0;
         assert!(
             (hours - expected).abs() <= 1e-9 * expected,
             "{codec}: {hours} h"
         );
+        // Kafka's producer sent as many records of tern's size with headers in the same run.
+        let java = figure(
+            report,
+            &format!("drains.{i}.kafka_producer_records_per_sec"),
+        );
+        let vs_java = figure(report, &format!("drains.{i}.ratio_vs_kafka_producer"));
+        assert!(java > 0.0, "{codec}");
+        let big = format!("drains.{i}.kafka_producer_big_batch_records_per_sec");
+        assert!(figure(report, &big) > 0.0, "{codec}");
+        assert!((vs_java - rate / java).abs() <= 1e-9 * vs_java, "{codec}");
         let target = &report["targets"][i];
-        assert_eq!(target["target"].as_f64(), Some(10.0));
-        assert_eq!(target["measured"].as_f64(), Some(ratio));
-        assert_eq!(target["met"].as_bool(), Some(ratio >= 10.0));
+        assert_eq!(target["target"].as_f64(), Some(0.8));
+        assert_eq!(target["measured"].as_f64(), Some(vs_java));
+        assert_eq!(target["met"].as_bool(), Some(vs_java >= 0.8));
     }
+    assert!(figure(report, "kafka_producer_record_bytes") > 64.0);
+    // Without the idempotent producer, the default codec once more.
+    assert_eq!(report["idempotence"]["codec"].as_str(), Some("lz4"));
+    let idempotent = figure(report, "idempotence.idempotent_records_per_sec");
+    let plain = figure(report, "idempotence.plain_records_per_sec");
+    let cost = report["idempotence"]["cost"].as_f64().expect("cost");
+    assert!((cost - (1.0 - idempotent / plain)).abs() < 1e-9, "{cost}");
+    // The capped drain: about ten seconds at 1 Mbit/s, its share of the cap as the target.
+    assert_eq!(figure(report, "capped.cap_bytes_per_sec"), 125_000.0);
+    assert!(figure(report, "capped.records") > 1000.0);
+    let utilisation = figure(report, "capped.utilisation");
+    let counted = figure(report, "capped.counted_bytes_per_sec");
+    assert!((utilisation - counted / 125_000.0).abs() < 1e-9);
+    assert!(figure(report, "capped.wire_bytes_per_sec") > 0.0);
+    let target = &report["targets"][CODECS.len()];
+    assert_eq!(
+        target["name"].as_str(),
+        Some("capped drain / bandwidth cap")
+    );
+    assert_eq!(target["measured"].as_f64(), Some(utilisation));
     Ok(())
 }

@@ -48,6 +48,9 @@ const PRODUCE_TIMEOUT_MS: i32 = 30_000;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const PRODUCE_WAIT: Duration = Duration::from_secs(35);
 
+/// The producer id of a batch without idempotence (and its epoch and sequence are −1 too).
+const NO_PRODUCER_ID: i64 = -1;
+
 /// Kafka's sequence numbers are int32 and wrap from `i32::MAX` to 0.
 pub const SEQUENCE_WRAP: u64 = 1 << 31;
 
@@ -71,6 +74,10 @@ pub struct Producer {
     sasl: Option<SaslSettings>,
     state_dir: Option<PathBuf>,
     identity: Mutex<Option<Identity>>,
+    /// Bench only (`UpstreamConfig::bench_without_idempotence`): batches carry producer id −1
+    /// and no sequence numbers, through this same path, so the bench can print what
+    /// idempotence costs.
+    plain: bool,
 }
 
 impl Producer {
@@ -86,6 +93,16 @@ impl Producer {
             sasl,
             state_dir,
             identity: Mutex::new(None),
+            plain: false,
+        }
+    }
+
+    /// The bench's plain producer: no InitProducerId, producer id −1, no sequence numbers (a
+    /// resent batch is stored twice).
+    pub fn without_idempotence(self) -> Self {
+        Self {
+            plain: true,
+            ..self
         }
     }
 
@@ -122,6 +139,13 @@ impl Producer {
     /// This gateway's producer identity at the cluster: the one in memory, else the one stored
     /// for the cluster's id, else a new one from InitProducerId (stored before it is used).
     pub async fn identity(&self) -> Result<Identity, GroupError> {
+        if self.plain {
+            return Ok(Identity {
+                cluster_id: String::new(),
+                producer_id: NO_PRODUCER_ID,
+                epoch: -1,
+            });
+        }
         let mut guard = self.identity.lock().await;
         if let Some(identity) = guard.as_ref() {
             return Ok(identity.clone());
@@ -268,7 +292,13 @@ pub fn encode_batch(
             producer_epoch: identity.epoch,
             timestamp_type: TimestampType::Creation,
             offset,
-            sequence: sequence_of(edge_offset),
+            // Without a producer id the batch's base sequence is −1; the codec derives it from
+            // the first record and keeps records in one batch only while offset − sequence stays
+            // the same, so record i gets i − 1.
+            sequence: match identity.producer_id {
+                NO_PRODUCER_ID => i32::try_from(offset).map_or(-1, |i| i.wrapping_sub(1)),
+                _ => sequence_of(edge_offset),
+            },
             timestamp: record.timestamp_ms,
             key: record.key.map(Bytes::from),
             value: Some(Bytes::from(record.value)),
@@ -424,5 +454,43 @@ mod tests {
         assert_eq!(sequence_of(SEQUENCE_WRAP - 1), i32::MAX);
         assert_eq!(sequence_of(SEQUENCE_WRAP), 0);
         assert_eq!(sequence_of(3 * SEQUENCE_WRAP + 5), 5);
+    }
+
+    /// The bench's plain producer: producer id, epoch and base sequence −1 in the batch header
+    /// (RecordBatch v2: base offset 8, length 4, leader epoch 4, magic 1, crc 4, attributes 2,
+    /// last offset delta 4, two timestamps 16, then producer id 8, epoch 2, base sequence 4).
+    #[test]
+    fn a_plain_batch_has_no_producer_id_and_no_sequence() {
+        let record = || OutRecord {
+            key: None,
+            value: b"v".to_vec(),
+            headers: Default::default(),
+            timestamp_ms: 0,
+        };
+        let header = |identity: &Identity| {
+            let records = vec![record(), record(), record()];
+            let batch = encode_batch(identity, 7984, records, Codec::None).expect("encodes");
+            // One batch (Produce takes one per partition): its length field covers the rest.
+            let length = bytes::Buf::get_u32(&mut batch.get(8..12).expect("a batch length"));
+            assert_eq!(length as usize + 12, batch.len(), "one batch");
+            batch
+                .get(43..57)
+                .map(<[u8]>::to_vec)
+                .expect("a batch header")
+        };
+        let plain = Identity {
+            cluster_id: String::new(),
+            producer_id: NO_PRODUCER_ID,
+            epoch: -1,
+        };
+        assert_eq!(header(&plain), [0xff; 14]);
+        let idempotent = Identity {
+            producer_id: 5,
+            epoch: 0,
+            ..plain
+        };
+        // Big-endian on the wire: producer id 5, epoch 0, base sequence 7984 = 0x1f30.
+        let expected = [0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0x1f, 0x30];
+        assert_eq!(header(&idempotent), expected);
     }
 }
