@@ -123,6 +123,8 @@ pub struct KafkaCluster {
     _temp: Option<TempDir>,
     nodes: Vec<Node>,
     spawner: Spawner,
+    /// Broker properties appended to every node's configuration (later keys win).
+    extra: String,
     /// How long the last [`KafkaCluster::start`] took, from formatting to all nodes started.
     pub startup: Duration,
 }
@@ -135,8 +137,20 @@ impl KafkaCluster {
         Self::start_in(&dir, Some(temp))
     }
 
+    /// [`KafkaCluster::start`] with `properties` (`key=value` lines) added to every node's
+    /// configuration, overriding the defaults of this harness.
+    pub fn start_with(properties: &str) -> anyhow::Result<Self> {
+        let temp = TempDir::new("kafka")?;
+        let dir = temp.path().to_path_buf();
+        Self::start_configured(&dir, Some(temp), properties)
+    }
+
     /// Same, in `dir` (kept after the cluster stops).
     pub fn start_in(dir: &Path, temp: Option<TempDir>) -> anyhow::Result<Self> {
+        Self::start_configured(dir, temp, "")
+    }
+
+    fn start_configured(dir: &Path, temp: Option<TempDir>, extra: &str) -> anyhow::Result<Self> {
         let started = Instant::now();
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let ports = free_port_block(6 * NODES as usize)?;
@@ -163,6 +177,7 @@ impl KafkaCluster {
             _temp: temp,
             nodes,
             spawner: Spawner::new(),
+            extra: extra.to_owned(),
             startup: Duration::ZERO,
         };
         make_certificates(&cluster.dir.join("tls"))?;
@@ -364,7 +379,11 @@ impl KafkaCluster {
             .map(|n| format!("{}@127.0.0.1:{}", n.id, n.controller_port))
             .collect();
         for node in &self.nodes {
-            let config = node_config(node, &voters.join(","), &self.dir);
+            let mut config = node_config(node, &voters.join(","), &self.dir);
+            config.push_str(&self.extra);
+            if !config.ends_with('\n') {
+                config.push('\n');
+            }
             fs::write(self.config_path(node.id), config)?;
         }
         Ok(())

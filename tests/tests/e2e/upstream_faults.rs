@@ -322,7 +322,12 @@ fn a_backlog_of_100k_records_built_while_kafka_is_unreachable_drains_exactly_onc
 fn a_batch_held_by_the_leader_while_a_follower_is_dead_and_the_link_flaps_is_not_duplicated()
 -> anyhow::Result<()> {
     const MINIMUM: u64 = 2_000;
-    let mut cluster = KafkaCluster::start()?;
+    // The leader holds a produce until the dead follower leaves the ISR: when the controller
+    // fences it (broker.session.timeout.ms, 3 s in the other tests) or it lags
+    // replica.lag.time.max.ms. 12 s and 10 s keep the hold open long enough that tern's
+    // reconnect and catch-up land inside it every run, so a resend the leader cannot
+    // recognise is committed twice (the negative control).
+    let mut cluster = KafkaCluster::start_with("broker.session.timeout.ms=12000\n")?;
     let data_dir = TempDir::new("upstream-follower-flap")?;
     let options = serve_options(&cluster, free_port()?);
     let mut gateway = Gateway::start(data_dir.path(), &options)?;
@@ -359,8 +364,8 @@ fn a_batch_held_by_the_leader_while_a_follower_is_dead_and_the_link_flaps_is_not
     let held_after = killed.elapsed();
     cluster.cut_clients();
     wait_failing(&mut gateway, true, "the cut while a produce is held")?;
-    // The leader answers the held produce only once the dead follower left the ISR (3 s after
-    // the kill when the controller fences it, 15 s at the latest); then tern needs under 2 s.
+    // The leader answers the held produce only once the dead follower left the ISR (10 s after
+    // the kill when it lags, 12 s when the controller fences it); then tern needs under 2 s.
     let resumed = cluster.restore_and_time_resume_within(
         &mut gateway,
         &labels,
