@@ -596,7 +596,9 @@ fn the_status_page_renders_in_a_headless_browser() -> anyhow::Result<()> {
     let url = format!("http://{}/", gateway.admin);
     let profile = dir.path().join("chromium-profile");
     let browser = |extra: &[String]| -> anyhow::Result<std::process::Output> {
-        std::process::Command::new("chromium")
+        // coreutils' timeout: a browser that hangs fails the test instead of the whole run.
+        std::process::Command::new("timeout")
+            .args(["--kill-after=10", "120", "chromium"])
             .args([
                 "--headless",
                 "--no-sandbox",
