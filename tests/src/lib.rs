@@ -635,3 +635,18 @@ fn parse_dump_line(line: &str) -> anyhow::Result<DumpedRecord> {
         headers,
     })
 }
+
+/// Copies the directory tree `from` to `to` (created), files and subdirectories.
+pub fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}

@@ -14,25 +14,11 @@ use tern_tests::{Gateway, ServeOptions, TempDir, TestRng, bench_binary, run_tern
 /// Copies the committed fixture into a fresh temporary directory.
 fn fixture_copy(label: &str) -> anyhow::Result<TempDir> {
     let dir = TempDir::new(label)?;
-    copy_tree(
+    tern_tests::copy_tree(
         &workspace_root().join("tests/fixtures/torn-tail"),
         dir.path(),
     )?;
     Ok(dir)
-}
-
-fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
 }
 
 fn dir_arg(dir: &Path) -> String {

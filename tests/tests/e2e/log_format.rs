@@ -24,20 +24,6 @@ fn options(dir: &Path) -> anyhow::Result<ServeOptions> {
     })
 }
 
-fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
-}
-
 /// Every file under `dir` with its bytes.
 fn contents(dir: &Path) -> anyhow::Result<BTreeMap<PathBuf, Vec<u8>>> {
     let mut out = BTreeMap::new();
@@ -64,7 +50,7 @@ fn mosquitto_sub(gateway: &Gateway, args: &[&str]) -> anyhow::Result<Vec<String>
 fn a_log_of_todays_format_opens_and_gets_its_marker() -> anyhow::Result<()> {
     let dir = TempDir::new("format-1")?;
     let data = dir.path().join("data");
-    copy_tree(&workspace_root().join("tests/fixtures/format-1"), &data)?;
+    tern_tests::copy_tree(&workspace_root().join("tests/fixtures/format-1"), &data)?;
     let marker = data.join("log/FORMAT");
     assert!(!marker.exists(), "the fixture predates the marker");
     let mut gateway = Gateway::start(&data, &options(dir.path())?)?;
@@ -173,7 +159,7 @@ fn a_newer_format_of_any_file_is_refused_and_every_byte_stays() -> anyhow::Resul
     ];
     for (i, (file, edit)) in cases.iter().enumerate() {
         let data = dir.path().join(format!("case-{i}"));
-        copy_tree(&written, &data)?;
+        tern_tests::copy_tree(&written, &data)?;
         let file = data.join(file.strip_prefix(&written)?);
         match edit {
             Edit::Header(crc_at) => make_version_2(&file, *crc_at)?,

@@ -279,13 +279,18 @@ async fn a_cursor_refused_by_a_full_disk_keeps_the_connection_and_is_saved_later
     let pkid = [frame[7], frame[8]];
     log.set_no_space("mqtt", true);
     sub.send(&[0x40, 2, pkid[0], pkid[1]]).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Paused clock: lets the session's cursor ticks run (and be refused) for WAIT of virtual
+    // time; nothing signals a save that did not happen.
+    tokio::time::sleep(WAIT).await;
     sub.send(&[0xc0, 0]).await;
     assert_eq!(sub.frame().await, [0xd0, 0], "the connection stays");
     let cursor = || tern_log::LogPort::cursor(&log, "mqtt:keeper", "mqtt", 0);
     assert_ne!(cursor(), Some(1), "not saved yet");
     log.set_no_space("mqtt", false);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while cursor() != Some(1) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(cursor(), Some(1), "saved once space is back");
 }
 
