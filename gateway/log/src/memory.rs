@@ -323,6 +323,21 @@ impl LogPort for MemoryLog {
         self.with_partition(topic, partition, |part| Ok((0, part.durable_end())))
     }
 
+    fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        ts_ms: i64,
+    ) -> Result<Option<u64>, LogError> {
+        self.with_partition(topic, partition, |part| {
+            Ok(part
+                .durable
+                .iter()
+                .find(|r| r.record.timestamp_ms >= ts_ms)
+                .map(|r| r.offset))
+        })
+    }
+
     fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>, LogError> {
         self.with_partition(topic, partition, |part| Ok(part.end.subscribe()))
     }

@@ -50,6 +50,14 @@ pub trait LogPort: Clone + Send + Sync + 'static {
     ) -> Result<Vec<StoredRecord>, LogError>;
     /// (start offset, end offset = next offset to be written).
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError>;
+    /// The first offset whose record timestamp (ms since the epoch) is at least `ts_ms`,
+    /// through the time index; `None` when no record is that new yet.
+    fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        ts_ms: i64,
+    ) -> Result<Option<u64>, LogError>;
     /// The partition's durable end offset, changing after each commit.
     fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>, LogError>;
     /// Cursor `name`'s next offset to read in a partition, if it has one.
@@ -110,6 +118,15 @@ impl LogPort for Log {
 
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError> {
         Log::offsets(self, topic, partition)
+    }
+
+    fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        ts_ms: i64,
+    ) -> Result<Option<u64>, LogError> {
+        Log::offset_for_timestamp(self, topic, partition, ts_ms)
     }
 
     fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>, LogError> {

@@ -140,7 +140,16 @@ impl<S: LogPort> Broker<S> {
             records = loaded.records,
             "MQTT state loaded"
         );
-        let shared = SharedGroups::new(log.clone(), config.shared_strategy);
+        if let Some(strategy) = config.shared_strategy {
+            let kind = config.shared_types().fallback();
+            tracing::warn!(
+                ?strategy,
+                shared_type = kind.name(),
+                "[mqtt] shared_strategy is deprecated: write shared_type = \"{}\" instead",
+                kind.name()
+            );
+        }
+        let shared = SharedGroups::new(log.clone(), config.shared_types());
         let held = loaded.sessions.iter().flat_map(|(id, stored)| {
             let filters = stored.subscriptions.iter().map(|s| s.filter.clone());
             filters.map(move |filter| (id.clone(), filter))

@@ -169,12 +169,13 @@ pub struct InPublish {
     pub properties: Option<PublishProperties>,
 }
 
-/// SUBSCRIBE with its filters and the MQTT 5 subscription identifier.
+/// SUBSCRIBE with its filters, the MQTT 5 subscription identifier and user properties.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subscribe {
     pub pkid: u16,
     pub filters: Vec<SubscribeFilter>,
     pub id: Option<usize>,
+    pub user_properties: Vec<(String, String)>,
 }
 
 /// One filter of a SUBSCRIBE with its options (MQTT 3.1.1 clients get the defaults).
@@ -290,7 +291,8 @@ fn convert(version: Version, packet: Packet, frame: &[u8]) -> Result<Incoming, C
                     },
                 })
                 .collect(),
-            id: properties.and_then(|p| p.id),
+            id: properties.as_ref().and_then(|p| p.id),
+            user_properties: properties.map(|p| p.user_properties).unwrap_or_default(),
         }),
         Packet::Unsubscribe(unsub, _) => Incoming::Unsubscribe {
             pkid: unsub.pkid,
@@ -394,6 +396,8 @@ pub enum Outgoing {
     SubAck {
         pkid: u16,
         codes: Vec<SubAckCode>,
+        /// MQTT 5 Reason String (dropped for MQTT 3.1.1).
+        reason: Option<String>,
     },
     UnsubAck {
         pkid: u16,
@@ -449,12 +453,18 @@ pub enum ConnAckCode {
     ServerBusy,
 }
 
-/// SUBACK outcome per filter.
+/// SUBACK outcome per filter; every refusal is 0x80 for MQTT 3.1.1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SubAckCode {
     Granted(QoS),
     TopicFilterInvalid,
     NotAuthorized,
+    /// MQTT 5 0x80: the group could not start.
+    Unspecified,
+    /// MQTT 5 0x83: a `tern-start` value tern cannot serve.
+    ImplementationSpecific,
+    /// MQTT 5 0x97: an exclusive shared group already has its session.
+    QuotaExceeded,
 }
 
 /// Appends the encoding of `packet` for `version` to `out`.
@@ -518,12 +528,21 @@ fn to_rumqttd(version: Version, packet: Outgoing) -> Packet {
             },
             None,
         ),
-        Outgoing::SubAck { pkid, codes } => Packet::SubAck(
+        Outgoing::SubAck {
+            pkid,
+            codes,
+            reason,
+        } => Packet::SubAck(
             protocol::SubAck {
                 pkid,
                 return_codes: codes.into_iter().map(|c| suback_code(version, c)).collect(),
             },
-            None,
+            reason
+                .filter(|_| v5)
+                .map(|reason| protocol::SubAckProperties {
+                    reason_string: Some(reason),
+                    user_properties: Vec::new(),
+                }),
         ),
         Outgoing::UnsubAck { pkid, count } => Packet::UnsubAck(
             protocol::UnsubAck {
@@ -580,6 +599,11 @@ fn suback_code(version: Version, code: SubAckCode) -> SubscribeReasonCode {
         (Version::V4, _) => SubscribeReasonCode::Failure,
         (Version::V5, SubAckCode::TopicFilterInvalid) => SubscribeReasonCode::TopicFilterInvalid,
         (Version::V5, SubAckCode::NotAuthorized) => SubscribeReasonCode::NotAuthorized,
+        (Version::V5, SubAckCode::Unspecified) => SubscribeReasonCode::Unspecified,
+        (Version::V5, SubAckCode::ImplementationSpecific) => {
+            SubscribeReasonCode::ImplementationSpecific
+        }
+        (Version::V5, SubAckCode::QuotaExceeded) => SubscribeReasonCode::QuotaExceeded,
     }
 }
 

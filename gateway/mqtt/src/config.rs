@@ -1,5 +1,6 @@
 //! `[mqtt]` and `[[route]]` settings: the listener, its limits (all with safe defaults for a
-//! Pi-class gateway), the shared-subscription strategy, the `[mqtt.tls]` listener and the
+//! Pi-class gateway), the shared-subscription types (`shared_type`, `[[mqtt.shared_group]]`),
+//! the `[mqtt.tls]` listener and the
 //! routing rules from MQTT topics to log topics; `[mqtt.auth]` and `[[mqtt.acl]]` are in
 //! `config/auth.rs`. Describes settings only; the validation pass names the offending key.
 //! A leaf: imports no module that runs the server. Never opens sockets or files.
@@ -63,9 +64,16 @@ pub struct MqttConfig {
     pub max_session_expiry: HumanDuration,
     /// Log topic for publishes that no `[[route]]` matches.
     pub default_log_topic: String,
-    /// How a shared subscription (`$share/{group}/{filter}`) picks the member for a record:
-    /// "round-robin" or "key-sticky" (by record key).
-    pub shared_strategy: SharedStrategy,
+    /// The subscription type of shared groups (`$share/{group}/{filter}`) that no
+    /// `[[mqtt.shared_group]]` names: "shared", "key_shared", "failover" or "exclusive".
+    pub shared_type: SharedType,
+    /// Deprecated spelling of `shared_type` ("round-robin" = "shared", "key-sticky" =
+    /// "key_shared"); accepted alone, refused beside a `shared_type` other than "shared".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_strategy: Option<SharedStrategy>,
+    /// `[[mqtt.shared_group]]`: the type of the groups whose share name matches; first match wins.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shared_group: Vec<SharedGroupConfig>,
     /// `[mqtt.auth]`: password file and anonymous access.
     pub auth: AuthConfig,
     /// `[[mqtt.acl]]`: topic access rules; none = everything allowed.
@@ -97,7 +105,9 @@ impl Default for MqttConfig {
             max_retained_bytes: ByteSize(16 * 1024 * 1024),
             max_session_expiry: HumanDuration(std::time::Duration::from_secs(7 * 24 * 3600)),
             default_log_topic: "mqtt".to_owned(),
-            shared_strategy: SharedStrategy::RoundRobin,
+            shared_type: SharedType::Shared,
+            shared_strategy: None,
+            shared_group: Vec::new(),
             auth: AuthConfig::default(),
             acl: Vec::new(),
             tls: None,
@@ -150,6 +160,7 @@ impl MqttConfig {
             return Err(invalid("mqtt.max_keep_alive", "must be at most 65535s"));
         }
         validate_log_topic("mqtt.default_log_topic", &self.default_log_topic)?;
+        self.validate_shared()?;
         self.auth.validate(&self.acl, &self.topic_limits())?;
         if let Some(tls) = &self.tls {
             tls.validate(self.listen)?;
@@ -159,6 +170,134 @@ impl MqttConfig {
         }
         Ok(())
     }
+}
+
+impl MqttConfig {
+    fn validate_shared(&self) -> Result<(), InvalidConfig> {
+        if self.shared_strategy.is_some() && self.shared_type != SharedType::Shared {
+            return Err(invalid(
+                "mqtt.shared_strategy",
+                "is deprecated and replaced by mqtt.shared_type: remove it (\"round-robin\" is shared_type = \"shared\", \"key-sticky\" is \"key_shared\")",
+            ));
+        }
+        for (i, group) in self.shared_group.iter().enumerate() {
+            let name = &group.name;
+            if name.is_empty() || name.contains(['+', '#', '/']) {
+                return Err(invalid(
+                    &format!("mqtt.shared_group[{i}].name"),
+                    "must be a share name or a pattern with `*`, not empty and without `+`, `#` or `/`",
+                ));
+            }
+            if self.shared_group.iter().take(i).any(|g| g.name == *name) {
+                return Err(invalid(
+                    &format!("mqtt.shared_group[{i}].name"),
+                    format!("{name:?} is already named by an earlier [[mqtt.shared_group]]"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Which subscription type each shared group gets.
+    pub fn shared_types(&self) -> SharedTypes {
+        let default = match self.shared_strategy {
+            Some(SharedStrategy::RoundRobin) => SharedType::Shared,
+            Some(SharedStrategy::KeySticky) => SharedType::KeyShared,
+            None => self.shared_type,
+        };
+        SharedTypes {
+            default,
+            rules: self
+                .shared_group
+                .iter()
+                .map(|g| (g.name.clone(), g.kind))
+                .collect(),
+        }
+    }
+}
+
+/// One `[[mqtt.shared_group]]`: the subscription type of the groups a share-name pattern matches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedGroupConfig {
+    /// A share name, or a pattern where `*` stands for any characters (also none).
+    pub name: String,
+    /// The groups' subscription type.
+    #[serde(rename = "type")]
+    pub kind: SharedType,
+}
+
+/// A shared group's subscription type, after Pulsar's four (docs/consumer-model.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SharedType {
+    /// Each record to the next member with room in its window (round robin).
+    #[default]
+    Shared,
+    /// Each record to the live member its key hashes to; a key that moves to another member
+    /// waits until its previous member acknowledged what it had of that key.
+    KeyShared,
+    /// Every record to one active member (the longest joined); the next takes over when it leaves.
+    Failover,
+    /// One session holds the group; another session's SUBSCRIBE is refused.
+    Exclusive,
+}
+
+impl SharedType {
+    /// The name used in the configuration and in log lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Shared => "shared",
+            Self::KeyShared => "key_shared",
+            Self::Failover => "failover",
+            Self::Exclusive => "exclusive",
+        }
+    }
+}
+
+/// The subscription type of every shared group: the first `[[mqtt.shared_group]]` whose
+/// pattern matches the share name, else `[mqtt] shared_type`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SharedTypes {
+    default: SharedType,
+    rules: Vec<(String, SharedType)>,
+}
+
+impl SharedTypes {
+    /// The type of groups no `[[mqtt.shared_group]]` names.
+    pub fn fallback(&self) -> SharedType {
+        self.default
+    }
+
+    /// The type of the group with share name `group`.
+    pub fn type_for(&self, group: &str) -> SharedType {
+        self.rules
+            .iter()
+            .find(|(pattern, _)| glob_matches(pattern, group))
+            .map_or(self.default, |(_, kind)| *kind)
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters.
+fn glob_matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let Some(first) = parts.next() else {
+        return false;
+    };
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// One `[[route]]`: publishes whose MQTT topic matches `filter` go to log topic `topic`.
@@ -240,14 +379,13 @@ fn validate_log_topic(key: &str, name: &str) -> Result<(), InvalidConfig> {
     Ok(())
 }
 
-/// `[mqtt] shared_strategy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// `[mqtt] shared_strategy`, deprecated: the `shared_type` it stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SharedStrategy {
-    /// Each record to the next member with room in its window.
-    #[default]
+    /// `shared_type = "shared"`.
     RoundRobin,
-    /// Each record to the member its key hashes to; a busy member holds its keys back.
+    /// `shared_type = "key_shared"`.
     KeySticky,
 }
 
@@ -340,5 +478,69 @@ mod tests {
         };
         let err = zero.validate(&[]).expect_err("zero");
         assert!(err.to_string().contains("mqtt.inflight"), "{err}");
+    }
+
+    fn shared(text: &str) -> MqttConfig {
+        toml::from_str(text).expect("parses")
+    }
+
+    #[test]
+    fn shared_groups_get_the_type_of_the_first_matching_pattern() {
+        let config = shared(
+            r#"
+            shared_type = "key_shared"
+            [[shared_group]]
+            name = "hist-*"
+            type = "failover"
+            [[shared_group]]
+            name = "hist-main"
+            type = "exclusive"
+            [[shared_group]]
+            name = "*-x-*"
+            type = "shared"
+            "#,
+        );
+        assert!(config.validate(&[]).is_ok());
+        let types = config.shared_types();
+        let cases = [
+            ("hist-main", SharedType::Failover),
+            ("hist-", SharedType::Failover),
+            ("hist", SharedType::KeyShared),
+            ("a-x-b", SharedType::Shared),
+            ("-x-", SharedType::Shared),
+            ("a-x", SharedType::KeyShared),
+            ("dash", SharedType::KeyShared),
+        ];
+        for (group, kind) in cases {
+            assert_eq!(types.type_for(group), kind, "{group}");
+        }
+        assert!(glob_matches("*", "") && glob_matches("a*a", "aa") && !glob_matches("a*a", "a"));
+        assert!(glob_matches("a**b", "ab") && !glob_matches("exact", "exactly"));
+    }
+
+    #[test]
+    fn the_deprecated_strategy_key_still_works_alone() {
+        let old = shared("shared_strategy = \"key-sticky\"");
+        assert!(old.validate(&[]).is_ok());
+        assert_eq!(old.shared_types().type_for("any"), SharedType::KeyShared);
+        let both = shared("shared_strategy = \"round-robin\"\nshared_type = \"failover\"");
+        let err = both.validate(&[]).expect_err("both");
+        assert!(err.to_string().contains("mqtt.shared_strategy"), "{err}");
+        assert!(err.to_string().contains("shared_type"), "{err}");
+        let bad = shared("[[shared_group]]\nname = \"a/b\"\ntype = \"shared\"");
+        let err = bad.validate(&[]).expect_err("slash");
+        assert!(
+            err.to_string().contains("mqtt.shared_group[0].name"),
+            "{err}"
+        );
+        let twice = shared(
+            "[[shared_group]]\nname = \"a\"\ntype = \"shared\"\n[[shared_group]]\nname = \"a\"\ntype = \"failover\"",
+        );
+        let err = twice.validate(&[]).expect_err("twice");
+        assert!(
+            err.to_string().contains("mqtt.shared_group[1].name"),
+            "{err}"
+        );
+        assert!(toml::from_str::<MqttConfig>("shared_type = \"round-robin\"").is_err());
     }
 }

@@ -164,6 +164,8 @@ pub struct Connection<S: LogPort, W> {
     client_receive_max: usize,
     /// The client's Maximum Packet Size.
     client_max_packet: usize,
+    /// MQTT 5 Request Problem Information: whether a SUBACK may carry a Reason String.
+    client_problem_info: bool,
     will: Option<Will>,
     /// MQTT 5 topic aliases the client set up for its publishes.
     aliases: HashMap<u16, String>,

@@ -328,12 +328,32 @@ fn acks_encode_per_version() {
             SubAckCode::Granted(QoS::AtLeastOnce),
             SubAckCode::TopicFilterInvalid,
         ],
+        reason: None,
     };
     assert_eq!(
         encoded(Version::V4, suback.clone()),
         [0x90, 4, 0, 2, 1, 0x80]
     );
     assert_eq!(encoded(Version::V5, suback), [0x90, 5, 0, 2, 0, 1, 0x8f]);
+    let refused = Outgoing::SubAck {
+        pkid: 3,
+        codes: vec![
+            SubAckCode::QuotaExceeded,
+            SubAckCode::ImplementationSpecific,
+            SubAckCode::Unspecified,
+        ],
+        reason: Some("no".to_owned()),
+    };
+    assert_eq!(
+        encoded(Version::V4, refused.clone()),
+        [0x90, 5, 0, 3, 0x80, 0x80, 0x80],
+        "3.1.1: every refusal is 0x80 and there is no reason string"
+    );
+    assert_eq!(
+        encoded(Version::V5, refused),
+        [0x90, 11, 0, 3, 5, 0x1f, 0, 2, b'n', b'o', 0x97, 0x83, 0x80],
+        "MQTT 5: reason codes and the Reason String property (0x1F)"
+    );
 }
 
 #[test]
@@ -352,6 +372,7 @@ fn subscribe_decodes() {
                     retain_handling: RetainHandling::OnSubscribe,
                 }],
                 id: None,
+                user_properties: Vec::new(),
             }))
         );
     }
@@ -371,7 +392,7 @@ fn v5_subscription_options_and_identifier_decode() {
     };
     let properties = protocol::SubscribeProperties {
         id: Some(42),
-        user_properties: Vec::new(),
+        user_properties: vec![("tern-start".to_owned(), "earliest".to_owned())],
     };
     let mut frame = BytesMut::new();
     protocol::v5::V5
@@ -381,6 +402,10 @@ fn v5_subscription_options_and_identifier_decode() {
         panic!("not a subscribe");
     };
     assert_eq!(decoded.id, Some(42));
+    assert_eq!(
+        decoded.user_properties,
+        [("tern-start".to_owned(), "earliest".to_owned())]
+    );
     let filter = &decoded.filters[0];
     assert!(filter.no_local && filter.retain_as_published);
     assert_eq!(filter.retain_handling, RetainHandling::Never);

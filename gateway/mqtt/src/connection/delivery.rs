@@ -6,6 +6,8 @@
 //! hidden an earlier send (`lease.rs`); persistent sessions commit their cursors (the oldest
 //! unacknowledged offset) durably. Never acknowledges publishes and never writes records.
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
 
@@ -42,21 +44,41 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             entry.publish.dup = true;
             self.send(Outgoing::Publish(Box::new(entry.publish)))?;
         }
-        self.track_partitions_of(true).await?;
+        self.track_partitions_of(true, &BTreeMap::new()).await?;
         self.wake.notify_one();
         Ok(())
     }
 
-    /// Gives every partition a subscription may read a position and a watcher.
-    pub(super) async fn track_partitions(&mut self) -> Result<(), ConnError> {
-        self.track_partitions_of(false).await
+    /// Gives every partition a subscription may read a position and a watcher; a partition
+    /// without one starts at `starts` (a `tern-start`), else at the log end.
+    pub(super) async fn track_partitions(
+        &mut self,
+        starts: &BTreeMap<PartitionId, u64>,
+    ) -> Result<(), ConnError> {
+        self.track_partitions_of(false, starts).await
+    }
+
+    /// Whether the session already reads `partition` or has a stored cursor there (which a
+    /// new subscription continues from, whatever `tern-start` it names).
+    pub(super) fn has_position(&self, partition: &PartitionId) -> bool {
+        self.session.positions.contains_key(partition)
+            || (self.session.stored
+                && self
+                    .broker
+                    .log
+                    .cursor(&cursor_name(&self.client_id), &partition.0, partition.1)
+                    .is_some())
     }
 
     /// [`Self::track_partitions`]; `resumed` when the subscriptions are a stored session's,
     /// restored at CONNECT: each of their partitions had a cursor (it is committed before the
     /// subscription is stored), so a missing one was lost (a damaged cursor log) and delivery
     /// starts at the earliest retained record, redelivering rather than skipping.
-    async fn track_partitions_of(&mut self, resumed: bool) -> Result<(), ConnError> {
+    async fn track_partitions_of(
+        &mut self,
+        resumed: bool,
+        starts: &BTreeMap<PartitionId, u64>,
+    ) -> Result<(), ConnError> {
         let name = cursor_name(&self.client_id);
         let wanted: Vec<PartitionId> = self
             .session
@@ -86,11 +108,17 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                         start
                     }
                     None => {
-                        let end = self.broker.log.offsets(topic, p)?.1;
+                        let start = match starts.get(&partition) {
+                            Some(start) => *start,
+                            None => self.broker.log.offsets(topic, p)?.1,
+                        };
                         if self.session.persistent() {
-                            self.broker.log.commit_cursor(&name, topic, p, end).await?;
+                            self.broker
+                                .log
+                                .commit_cursor(&name, topic, p, start)
+                                .await?;
                         }
-                        end
+                        start
                     }
                 };
                 self.session.positions.insert(partition.clone(), start);

@@ -187,6 +187,11 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         last_packet: Instant::now(),
         client_receive_max,
         client_max_packet,
+        client_problem_info: connect
+            .properties
+            .as_ref()
+            .and_then(|p| p.request_problem_info)
+            != Some(0),
         will,
         aliases: HashMap::new(),
         out_aliases: OutboundAliases::new(outbound_aliases(&broker, &connect)),

@@ -1,7 +1,10 @@
 //! The connected client's packets: PUBLISH into the append queue (Receive Maximum, topic
 //! aliases, ACLs), PUBREL, the acknowledgements of deliveries (PUBACK; PUBREC → PUBREL →
-//! PUBCOMP), SUBSCRIBE/UNSUBSCRIBE with options and retained messages, PINGREQ and DISCONNECT.
+//! PUBCOMP), SUBSCRIBE/UNSUBSCRIBE with options, retained messages and a `tern-start`
+//! (`replay.rs`; refused per filter with 0x83 and a reason string), PINGREQ and DISCONNECT.
 //! Delivery itself lives in `delivery.rs`, shared subscriptions in `share.rs`.
+
+use std::collections::BTreeMap;
 
 use tokio::io::AsyncWrite;
 
@@ -14,6 +17,8 @@ use super::super::codec::{
 use super::super::ingest::{Pending, ack_for};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
+use super::super::replay::{self, Start, StartError};
+use super::super::router::PartitionId;
 use super::super::session::{Matched, PubRecOutcome, Subscription};
 use super::super::state::StoredSubscription;
 use super::super::topic;
@@ -182,12 +187,24 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
 
     async fn subscribe(&mut self, subscribe: Subscribe) -> Result<(), ConnError> {
         let mut codes = Vec::with_capacity(subscribe.filters.len());
+        let mut reasons = Vec::new();
+        let start = match replay::from_properties(&subscribe.user_properties, message::now_ms()) {
+            Ok(start) => start,
+            Err(err) => {
+                tracing::info!(client_id = %clip(&self.client_id), %err, "subscription start refused");
+                let codes = vec![SubAckCode::ImplementationSpecific; subscribe.filters.len()];
+                return self.send_suback(subscribe.pkid, codes, &[err.to_string()]);
+            }
+        };
+        let mut starts = BTreeMap::new();
         let mut retained_for = Vec::new();
         let mut changed = Vec::new();
         for request in subscribe.filters {
             if is_shared(&request.filter) {
                 let filter = request.filter.clone();
-                let code = self.subscribe_shared(request, subscribe.id).await?;
+                let code = self
+                    .subscribe_shared(request, subscribe.id, start.as_ref(), &mut reasons)
+                    .await?;
                 if matches!(code, SubAckCode::Granted(_)) {
                     changed.push(filter);
                 }
@@ -201,6 +218,12 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             } else if !self.may(Want::Subscribe, &filter) {
                 tracing::info!(client_id = %clip(&self.client_id), filter = %clip(&filter), "subscription denied by ACL");
                 codes.push(SubAckCode::NotAuthorized);
+            } else if let Err(err) =
+                self.replay_starts(start.as_ref(), &filter, &mut starts, &mut reasons)
+            {
+                tracing::info!(client_id = %clip(&self.client_id), filter = %clip(&filter), %err, "subscription start refused");
+                reasons.push(err.to_string());
+                codes.push(SubAckCode::ImplementationSpecific);
             } else {
                 let granted = request.qos;
                 let subscription = Subscription {
@@ -228,7 +251,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 }
             }
         }
-        self.track_partitions().await?;
+        self.track_partitions(&starts).await?;
         let changes = changed
             .into_iter()
             .map(|filter| {
@@ -242,14 +265,65 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             })
             .collect();
         self.save_subscriptions(changes).await?;
-        self.send(Outgoing::SubAck {
-            pkid: subscribe.pkid,
-            codes,
-        })?;
+        self.send_suback(subscribe.pkid, codes, &reasons)?;
         for (filter, matched) in retained_for {
             self.queue_retained(filter, matched);
         }
         self.deliver_more().await
+    }
+
+    /// Where `start` puts each partition `filter` reads that the session does not read yet
+    /// (added to `starts`); partitions it already reads keep their position (said in
+    /// `reasons`).
+    fn replay_starts(
+        &self,
+        start: Option<&Start>,
+        filter: &str,
+        starts: &mut BTreeMap<PartitionId, u64>,
+        reasons: &mut Vec<String>,
+    ) -> Result<(), StartError> {
+        let Some(start) = start else {
+            return Ok(());
+        };
+        let partitions = self.broker.partitions_for(filter);
+        let resolved = replay::resolve(start, &self.broker.log, &partitions)?;
+        let mut ignored = Vec::new();
+        for (partition, offset) in resolved {
+            if self.has_position(&partition) {
+                ignored.push(partition);
+            } else {
+                starts.entry(partition).or_insert(offset);
+            }
+        }
+        if !ignored.is_empty() {
+            reasons.push(replay::ignored_reason(filter, &ignored));
+        }
+        Ok(())
+    }
+
+    /// SUBACK with `reasons` as its MQTT 5 Reason String, unless the client asked for no
+    /// problem information or it would not fit the client's Maximum Packet Size.
+    fn send_suback(
+        &mut self,
+        pkid: u16,
+        codes: Vec<SubAckCode>,
+        reasons: &[String],
+    ) -> Result<(), ConnError> {
+        let mut reason = reasons.join("; ");
+        if reason.len() > MAX_REASON {
+            let mut end = MAX_REASON;
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            reason.truncate(end);
+        }
+        let fits = reason.len() + codes.len() + 16 <= self.client_max_packet;
+        let reason = (!reason.is_empty() && self.client_problem_info && fits).then_some(reason);
+        self.send(Outgoing::SubAck {
+            pkid,
+            codes,
+            reason,
+        })
     }
 
     async fn unsubscribe(&mut self, pkid: u16, filters: &[String]) -> Result<(), ConnError> {
@@ -294,6 +368,9 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(())
     }
 }
+
+/// Longest SUBACK Reason String sent.
+const MAX_REASON: usize = 1024;
 
 fn alias_error(reason: &'static str) -> ConnError {
     ConnError::Protocol {

@@ -1,5 +1,6 @@
 //! The connection's part in shared subscriptions (`mqtt/shared/`): SUBSCRIBE and UNSUBSCRIBE of
-//! `$share/{group}/{filter}` (no retained messages, No Local refused as the MQTT 5 spec asks),
+//! `$share/{group}/{filter}` (no retained messages, No Local refused as the MQTT 5 spec asks,
+//! an exclusive group's second session refused with 0x97, a `tern-start` for a new group),
 //! joining the groups of a resumed session, delivering what a group hands over through the
 //! ordinary delivery path, and acknowledging back to the group. Never reads the log itself.
 
@@ -8,8 +9,10 @@ use tokio::io::AsyncWrite;
 use super::super::auth::acl::Want;
 use super::super::clip::clip;
 use super::super::codec::{DisconnectReason, QoS, SubAckCode, SubscribeFilter};
+use super::super::replay::{self, Start};
+use super::super::router::PartitionId;
 use super::super::session::{Matched, Subscription};
-use super::super::shared::{Delivery, ShareKey};
+use super::super::shared::{Delivery, JoinError, ShareKey};
 use super::super::topic::is_shared;
 use super::{ConnError, Connection};
 use tern_log::LogPort;
@@ -28,42 +31,55 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             .cloned()
             .collect();
         for subscription in held {
-            self.join_group(&subscription).await;
+            if let Err(err) = self.join_group(&subscription, None).await {
+                tracing::warn!(client_id = %clip(&self.client_id), filter = %clip(&subscription.filter), %err, "cannot rejoin a shared group");
+            }
         }
     }
 
-    async fn join_group(&mut self, subscription: &Subscription) {
+    /// Joins (or updates the membership of) the group of `subscription`; returns the
+    /// partitions where `start` was not applied because the group's cursor continues.
+    async fn join_group(
+        &mut self,
+        subscription: &Subscription,
+        start: Option<&Start>,
+    ) -> Result<Vec<PartitionId>, JoinError> {
         let matched = Matched {
             qos: subscription.qos,
             retain_as_published: subscription.retain_as_published,
             ids: subscription.id.into_iter().collect(),
         };
-        if let Some(member) = self.groups.get_mut(&subscription.filter) {
-            member.matched = Some(matched);
-            return;
-        }
         let Ok(key) = ShareKey::parse(&subscription.filter, &self.broker.limits) else {
-            return;
+            return Ok(Vec::new());
         };
         let partitions = self.broker.partitions_for(&key.filter);
+        if let Some(member) = self.groups.get_mut(&subscription.filter) {
+            member.matched = Some(matched);
+            return Ok(if start.is_some() {
+                partitions
+            } else {
+                Vec::new()
+            });
+        }
         let window = usize::from(self.broker.config.inflight).min(self.client_receive_max);
         let shared = &self.broker.shared;
-        match shared.join(&key, &self.client_id, partitions, window).await {
-            Some(mut member) => {
-                member.matched = Some(matched);
-                self.groups.insert(subscription.filter.clone(), member);
-            }
-            None => {
-                tracing::warn!(client_id = %clip(&self.client_id), filter = %clip(&subscription.filter), "shared group is gone");
-            }
-        }
+        let joined = shared
+            .join(&key, &self.client_id, partitions, window, start)
+            .await?;
+        let mut member = joined.member;
+        member.matched = Some(matched);
+        self.groups.insert(subscription.filter.clone(), member);
+        Ok(joined.ignored)
     }
 
-    /// One `$share/…` filter of a SUBSCRIBE; the SUBACK code, or a protocol error.
+    /// One `$share/…` filter of a SUBSCRIBE, starting a new group at `start`; the SUBACK code
+    /// (with what its reason string should say pushed to `reasons`), or a protocol error.
     pub(super) async fn subscribe_shared(
         &mut self,
         request: SubscribeFilter,
         id: Option<usize>,
+        start: Option<&Start>,
+        reasons: &mut Vec<String>,
     ) -> Result<SubAckCode, ConnError> {
         let key = match ShareKey::parse(&request.filter, &self.broker.limits) {
             Ok(key) => key,
@@ -95,8 +111,23 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             retain_as_published: request.retain_as_published,
             id,
         };
-        self.session.subscribe(subscription.clone());
-        self.join_group(&subscription).await;
+        match self.join_group(&subscription, start).await {
+            Ok(ignored) => {
+                if !ignored.is_empty() {
+                    reasons.push(replay::ignored_reason(&subscription.filter, &ignored));
+                }
+            }
+            Err(err) => {
+                tracing::info!(client_id = %clip(&self.client_id), filter = %clip(&subscription.filter), %err, "shared subscription refused");
+                reasons.push(err.to_string());
+                return Ok(match err {
+                    JoinError::Exclusive(_) => SubAckCode::QuotaExceeded,
+                    JoinError::Start(_) => SubAckCode::ImplementationSpecific,
+                    _ => SubAckCode::Unspecified,
+                });
+            }
+        }
+        self.session.subscribe(subscription);
         Ok(SubAckCode::Granted(granted))
     }
 

@@ -1,5 +1,5 @@
-//! The task of one shared group: it starts from the group cursor (or the log end for a new
-//! group), wakes on the durable end offset of every partition it reads (no polling), applies
+//! The task of one shared group: it starts from the offsets its registry resolved and made
+//! durable (the group cursor, or where a new group starts: `mod.rs`), wakes on the durable end offset of every partition it reads (no polling), applies
 //! the members' commands (join, acknowledge, leave) and hands records out after each; the
 //! cursor is committed every second when it moved, when a member leaves and when the group
 //! closes. It never awaits a member: deliveries go through `try_send` into channels no larger
@@ -13,7 +13,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::super::clip::clip;
-use super::super::config::SharedStrategy;
+use super::super::config::SharedType;
 use super::super::router::PartitionId;
 use super::ShareKey;
 use super::group::{Delivery, GroupState};
@@ -45,15 +45,16 @@ pub enum Command {
     Close { done: oneshot::Sender<()> },
 }
 
-/// Runs the group of `key` over `partitions` until it is closed or every sender is gone.
+/// Runs the group of `key` of type `kind` from `starts` (partition → first offset to read, the
+/// group cursor already committed there) until it is closed or every sender is gone.
 pub async fn run<S: LogPort>(
     log: S,
     key: ShareKey,
-    strategy: SharedStrategy,
-    partitions: Vec<PartitionId>,
+    kind: SharedType,
+    starts: BTreeMap<PartitionId, u64>,
     mut inbox: mpsc::Receiver<Command>,
 ) {
-    let mut dispatcher = match Dispatcher::start(log, key, strategy, partitions).await {
+    let mut dispatcher = match Dispatcher::start(log, key, kind, starts) {
         Ok(dispatcher) => dispatcher,
         Err((key, err)) => {
             tracing::error!(group = %clip(&key.group), filter = %clip(&key.filter), %err, "shared group cannot start");
@@ -97,42 +98,25 @@ struct Dispatcher<S> {
 }
 
 impl<S: LogPort> Dispatcher<S> {
-    async fn start(
+    fn start(
         log: S,
         key: ShareKey,
-        strategy: SharedStrategy,
-        partitions: Vec<PartitionId>,
+        kind: SharedType,
+        starts: BTreeMap<PartitionId, u64>,
     ) -> Result<Self, (ShareKey, LogError)> {
         let cursor_name = key.cursor_name();
         let wake = Arc::new(Notify::new());
         let mut watchers = JoinSet::new();
-        let mut starts = BTreeMap::new();
-        let mut fresh = Vec::new();
-        for partition in partitions {
-            let (topic, p) = (&partition.0, partition.1);
-            let saved = log.cursor(&cursor_name, topic, p);
-            let start = match saved {
-                Some(offset) => offset,
-                None => {
-                    let end = log.offsets(topic, p).map_err(|e| (key.clone(), e))?.1;
-                    fresh.push((partition.clone(), end));
-                    end
-                }
-            };
-            let mut end = log.subscribe(topic, p).map_err(|e| (key.clone(), e))?;
+        for (topic, p) in starts.keys() {
+            let mut end = log.subscribe(topic, *p).map_err(|e| (key.clone(), e))?;
             let wake = wake.clone();
             watchers.spawn(async move {
                 while end.changed().await.is_ok() {
                     wake.notify_one();
                 }
             });
-            starts.insert(partition, start);
         }
-        for ((topic, p), offset) in &fresh {
-            let committed = log.commit_cursor(&cursor_name, topic, *p, *offset).await;
-            committed.map_err(|e| (key.clone(), e))?;
-        }
-        let state = GroupState::new(log.clone(), key.filter.clone(), strategy, starts.clone());
+        let state = GroupState::new(log.clone(), key.filter.clone(), kind, starts.clone());
         Ok(Self {
             log,
             key,

@@ -4,16 +4,16 @@
 //! `dispatch` hands records out until no member can take the next one; the group cursor of a
 //! partition is its oldest unacknowledged offset. Never awaits and never blocks on a member.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use tokio::sync::mpsc;
 
 use super::super::clip::clip;
-use super::super::config::SharedStrategy;
+use super::super::config::SharedType;
 use super::super::message::Message;
 use super::super::router::PartitionId;
 use super::super::topic;
-use super::strategy::{Candidate, Picker};
+use super::strategy::{Candidate, Picker, key_hash};
 use tern_log::{LogError, LogPort, StoredRecord};
 
 /// A record handed to a member.
@@ -56,6 +56,22 @@ pub(super) struct Slot {
     window: usize,
     tx: mpsc::Sender<Delivery>,
     outstanding: BTreeMap<(PartitionId, u64), Handed>,
+    /// How many of `outstanding` have each key hash (`key_shared`'s draining check).
+    keys: HashMap<u64, usize>,
+}
+
+impl Slot {
+    fn take(&mut self, token: &(PartitionId, u64)) -> Option<Handed> {
+        let handed = self.outstanding.remove(token)?;
+        let hash = key_hash(&handed.key);
+        if let Some(count) = self.keys.get_mut(&hash) {
+            *count -= 1;
+            if *count == 0 {
+                self.keys.remove(&hash);
+            }
+        }
+        Some(handed)
+    }
 }
 
 impl Candidate for Slot {
@@ -65,6 +81,9 @@ impl Candidate for Slot {
     fn has_room(&self) -> bool {
         self.outstanding.len() < self.window && !self.tx.is_closed()
     }
+    fn holds_key(&self, hash: u64) -> bool {
+        self.keys.contains_key(&hash)
+    }
 }
 
 /// One shared group's positions and members.
@@ -72,7 +91,7 @@ impl Candidate for Slot {
 pub(super) struct GroupState<S> {
     log: S,
     filter: String,
-    strategy: SharedStrategy,
+    kind: SharedType,
     positions: BTreeMap<PartitionId, Position>,
     members: Vec<Slot>,
     redeliver: VecDeque<Handed>,
@@ -84,7 +103,7 @@ impl<S: LogPort> GroupState<S> {
     pub fn new(
         log: S,
         filter: String,
-        strategy: SharedStrategy,
+        kind: SharedType,
         starts: BTreeMap<PartitionId, u64>,
     ) -> Self {
         let positions = starts
@@ -100,7 +119,7 @@ impl<S: LogPort> GroupState<S> {
         Self {
             log,
             filter,
-            strategy,
+            kind,
             positions,
             members: Vec::new(),
             redeliver: VecDeque::new(),
@@ -115,6 +134,7 @@ impl<S: LogPort> GroupState<S> {
             window,
             tx,
             outstanding: BTreeMap::new(),
+            keys: HashMap::new(),
         });
     }
 
@@ -134,11 +154,7 @@ impl<S: LogPort> GroupState<S> {
         let Some(slot) = self.members.iter_mut().find(|m| m.id == id) else {
             return;
         };
-        if slot
-            .outstanding
-            .remove(&(partition.clone(), offset))
-            .is_some()
-        {
+        if slot.take(&(partition.clone(), offset)).is_some() {
             if let Some(position) = self.positions.get_mut(&partition) {
                 position.outstanding.remove(&offset);
             }
@@ -261,7 +277,7 @@ impl<S: LogPort> GroupState<S> {
 
     /// Gives `handed` to the member the strategy picks; returns it when none can take it.
     fn hand(&mut self, handed: Handed, dup: bool) -> Result<(), Handed> {
-        let Some(index) = self.picker.pick(self.strategy, &self.members, &handed.key) else {
+        let Some(index) = self.picker.pick(self.kind, &self.members, &handed.key) else {
             return Err(handed);
         };
         let Some(slot) = self.members.get_mut(index) else {
@@ -277,6 +293,7 @@ impl<S: LogPort> GroupState<S> {
             return Err(handed);
         }
         let token = (handed.partition.clone(), handed.offset);
+        *slot.keys.entry(key_hash(&handed.key)).or_default() += 1;
         slot.outstanding.insert(token, handed);
         Ok(())
     }

@@ -1,12 +1,15 @@
-//! MQTT shared subscriptions (`$share/{group}/{filter}`), served like a Pulsar Shared or
-//! Key_Shared subscription over the log. A group — one (group name, filter) pair — lives in the
-//! broker, not in a connection: its dispatcher task (`dispatcher.rs`) owns the read positions of
-//! the partitions the filter can match and a durable group cursor `mqtt.share:{group}/{filter}`
+//! MQTT shared subscriptions (`$share/{group}/{filter}`), served like Pulsar's subscription
+//! types over the log (`shared`, `key_shared`, `failover`, `exclusive`, chosen per group by
+//! `config::SharedTypes`). A group — one (group name, filter) pair — lives in the broker, not
+//! in a connection: its dispatcher task (`dispatcher.rs`) owns the read positions of the
+//! partitions the filter can match and a durable group cursor `mqtt.share:{group}/{filter}`
 //! (the oldest unacknowledged offset), and hands each matching record to exactly one connected
-//! member (`strategy.rs`: round robin or key-sticky) through a bounded channel; members
-//! acknowledge back (`member.rs`). The registry here tracks which sessions hold a group's
-//! subscription, starts dispatchers on the first join and removes a group, cursor included,
-//! when no session holds it any more.
+//! member (`strategy.rs`) through a bounded channel; members acknowledge back (`member.rs`).
+//! The registry here tracks which sessions hold a group's subscription, refuses a second
+//! session of an exclusive group, resolves where a group starts (its cursor; a `tern-start`
+//! for a new group; the earliest record when a restored group's cursor was lost; else the log
+//! end) and makes that durable before the first member is told, starts dispatchers on the
+//! first join and removes a group, cursor included, when no session holds it any more.
 //!
 //! It never writes records and never touches a socket; connections deliver what they are handed.
 
@@ -17,13 +20,14 @@ mod strategy;
 #[cfg(test)]
 mod test;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::clip::clip;
-use super::config::SharedStrategy;
+use super::config::{SharedType, SharedTypes};
+use super::replay::{self, Start, StartError};
 use super::router::PartitionId;
 use super::topic::{self, TopicError, TopicLimits};
 pub use dispatcher::Command;
@@ -90,22 +94,47 @@ struct Registry {
     groups: HashMap<ShareKey, Group>,
     /// Client ids of the sessions (connected or stored) holding each group's subscription.
     holders: HashMap<ShareKey, HashSet<String>>,
+    /// Groups held by sessions restored at startup and not started since: each of their
+    /// partitions had a cursor, so a missing one was lost.
+    restored: HashSet<ShareKey>,
+}
+
+/// Why a session could not join a group; the text is the SUBACK's reason string.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JoinError {
+    #[error("exclusive shared group {0:?} is held by another session")]
+    Exclusive(String),
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error("the shared group cannot start: {0}")]
+    Log(#[from] LogError),
+    #[error("the shared group stopped")]
+    Gone,
+}
+
+/// A session's new membership of a group.
+#[derive(Debug)]
+pub struct Joined {
+    pub member: Member,
+    /// Partitions where a requested start was not applied: the group's cursor continues.
+    pub ignored: Vec<PartitionId>,
 }
 
 /// Every shared group of the broker.
 #[derive(Debug)]
 pub struct SharedGroups<S> {
     log: S,
-    strategy: SharedStrategy,
+    types: SharedTypes,
     registry: Mutex<Registry>,
     next_member: AtomicU64,
 }
 
 impl<S: LogPort> SharedGroups<S> {
-    pub fn new(log: S, strategy: SharedStrategy) -> Self {
+    pub fn new(log: S, types: SharedTypes) -> Self {
         Self {
             log,
-            strategy,
+            types,
             registry: Mutex::default(),
             next_member: AtomicU64::new(1),
         }
@@ -120,6 +149,7 @@ impl<S: LogPort> SharedGroups<S> {
         let mut registry = self.registry.lock().await;
         for (client_id, filter) in held {
             if let Some(key) = parse_stored(&filter) {
+                registry.restored.insert(key.clone());
                 registry.holders.entry(key).or_default().insert(client_id);
             }
         }
@@ -133,29 +163,55 @@ impl<S: LogPort> SharedGroups<S> {
         Ok(())
     }
 
-    /// Joins a connection to the group of `key` (starting its dispatcher over `partitions` if
-    /// it is not running) with at most `window` records outstanding at a time.
+    /// Joins a connection of `client_id` to the group of `key` with at most `window` records
+    /// outstanding at a time, starting its dispatcher over `partitions` if it is not running
+    /// (from `start` where the group has no cursor yet).
     pub async fn join(
         &self,
         key: &ShareKey,
         client_id: &str,
         partitions: Vec<PartitionId>,
         window: usize,
-    ) -> Option<Member> {
+        start: Option<&Start>,
+    ) -> Result<Joined, JoinError> {
         let id = self.next_member.fetch_add(1, Ordering::Relaxed);
+        let kind = self.types.type_for(&key.group);
         let (tx, rx) = mpsc::channel(window.max(1));
-        let commands = {
+        let mut ignored = Vec::new();
+        let (commands, new_holder) = {
             let mut registry = self.registry.lock().await;
+            let holders = registry.holders.get(key);
+            if kind == SharedType::Exclusive
+                && holders.is_some_and(|h| !h.is_empty() && !h.contains(client_id))
+            {
+                return Err(JoinError::Exclusive(key.group.clone()));
+            }
+            let new_holder = !holders.is_some_and(|h| h.contains(client_id));
+            let commands = match registry.groups.get(key) {
+                Some(group) => {
+                    if start.is_some() {
+                        ignored = partitions;
+                    }
+                    group.commands.clone()
+                }
+                None => {
+                    let restored = registry.restored.remove(key);
+                    let starts = self
+                        .starts(key, &partitions, start, restored, &mut ignored)
+                        .await?;
+                    let (commands, inbox) = mpsc::channel(COMMANDS);
+                    let task = dispatcher::run(self.log.clone(), key.clone(), kind, starts, inbox);
+                    tokio::spawn(task);
+                    let group = Group {
+                        commands: commands.clone(),
+                    };
+                    registry.groups.insert(key.clone(), group);
+                    commands
+                }
+            };
             let holders = registry.holders.entry(key.clone()).or_default();
             holders.insert(client_id.to_owned());
-            let group = registry.groups.entry(key.clone()).or_insert_with(|| {
-                let (commands, inbox) = mpsc::channel(COMMANDS);
-                let log = self.log.clone();
-                let task = dispatcher::run(log, key.clone(), self.strategy, partitions, inbox);
-                tokio::spawn(task);
-                Group { commands }
-            });
-            group.commands.clone()
+            (commands, new_holder)
         };
         let join = Command::Join {
             member: id,
@@ -173,9 +229,55 @@ impl<S: LogPort> SharedGroups<S> {
             {
                 registry.groups.remove(key);
             }
-            return None;
+            if let Some(holders) = registry.holders.get_mut(key).filter(|_| new_holder) {
+                holders.remove(client_id);
+            }
+            return Err(JoinError::Gone);
         }
-        Some(Member::new(id, commands, rx))
+        let member = Member::new(id, commands, rx);
+        Ok(Joined { member, ignored })
+    }
+
+    /// Where a group that is not running starts in each partition, made durable as its cursor:
+    /// the cursor it has (a requested start is then `ignored` there), else the requested start,
+    /// else for a `restored` group (whose cursor was lost) the earliest retained record, else
+    /// the log end.
+    async fn starts(
+        &self,
+        key: &ShareKey,
+        partitions: &[PartitionId],
+        start: Option<&Start>,
+        restored: bool,
+        ignored: &mut Vec<PartitionId>,
+    ) -> Result<BTreeMap<PartitionId, u64>, JoinError> {
+        let name = key.cursor_name();
+        let requested = match start {
+            Some(start) => replay::resolve(start, &self.log, partitions)?,
+            None => BTreeMap::new(),
+        };
+        let mut starts = BTreeMap::new();
+        for partition in partitions {
+            let (topic, p) = (&partition.0, partition.1);
+            if let Some(offset) = self.log.cursor(&name, topic, p) {
+                if start.is_some() {
+                    ignored.push(partition.clone());
+                }
+                starts.insert(partition.clone(), offset);
+                continue;
+            }
+            let (first, end) = self.log.offsets(topic, p)?;
+            let offset = match requested.get(partition) {
+                Some(offset) => *offset,
+                None if restored => {
+                    tracing::warn!(group = %clip(&key.group), filter = %clip(&key.filter), topic, partition = p, first, "the shared group's cursor is missing (lost with a damaged cursor log?): redelivering from the earliest retained record");
+                    first
+                }
+                None => end,
+            };
+            self.log.commit_cursor(&name, topic, p, offset).await?;
+            starts.insert(partition.clone(), offset);
+        }
+        Ok(starts)
     }
 
     /// Records that `client_id`'s session no longer holds `key`; the last holder's departure
@@ -190,6 +292,7 @@ impl<S: LogPort> SharedGroups<S> {
             return Ok(());
         }
         registry.holders.remove(key);
+        registry.restored.remove(key);
         if let Some(group) = registry.groups.remove(key) {
             let (done, closed) = oneshot::channel();
             if group.commands.send(Command::Close { done }).await.is_ok() {

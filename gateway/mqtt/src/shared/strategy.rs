@@ -1,10 +1,13 @@
-//! How a shared group picks the member for a record: round robin over the members with room in
-//! their window, or key-sticky, where rendezvous hashing of (member client id, record key) picks
-//! the member so one key always reaches the same member while the member set is unchanged (and
-//! only the keys of a member that leaves move); the setting itself is `config::SharedStrategy`.
-//! Pure functions; never blocks and never sends.
+//! How a shared group picks the member for a record, per subscription type
+//! (`config::SharedType`): `shared` is round robin over the members with room in their window;
+//! `key_shared` picks by rendezvous hashing of (member client id, record key), so one key always
+//! reaches the same live member and only the keys of a member that joins or leaves move, and a
+//! key that moved waits until its previous member has acknowledged what it holds of it (Pulsar's
+//! "draining hashes": per-key order survives a rebalance); `failover` and `exclusive` give
+//! everything to the active member, the one joined longest. Pure functions; never blocks and
+//! never sends.
 
-use super::super::config::SharedStrategy;
+use super::super::config::SharedType;
 
 /// What the picker needs to know of a member.
 pub trait Candidate {
@@ -12,6 +15,8 @@ pub trait Candidate {
     fn name(&self) -> &str;
     /// Whether the member can take one more record now.
     fn has_room(&self) -> bool;
+    /// Whether the member holds unacknowledged records whose key hashes to `hash`.
+    fn holds_key(&self, hash: u64) -> bool;
 }
 
 /// Round-robin state of one group.
@@ -22,17 +27,26 @@ pub struct Picker {
 
 impl Picker {
     /// The index of the member to receive a record with `key`, if one can take it now.
+    /// `members` are in join order.
     pub fn pick<C: Candidate>(
         &mut self,
-        strategy: SharedStrategy,
+        kind: SharedType,
         members: &[C],
         key: &[u8],
     ) -> Option<usize> {
-        match strategy {
-            SharedStrategy::RoundRobin => self.round_robin(members),
-            SharedStrategy::KeySticky => {
-                rendezvous(members, key).filter(|i| members.get(*i).is_some_and(C::has_room))
+        let can_take = |i: &usize| members.get(*i).is_some_and(C::has_room);
+        match kind {
+            SharedType::Shared => self.round_robin(members),
+            SharedType::KeyShared => {
+                let owner = rendezvous(members, key)?;
+                let hash = key_hash(key);
+                let draining = members
+                    .iter()
+                    .enumerate()
+                    .any(|(i, m)| i != owner && m.holds_key(hash));
+                Some(owner).filter(|i| !draining && can_take(i))
             }
+            SharedType::Failover | SharedType::Exclusive => Some(0).filter(can_take),
         }
     }
 
@@ -44,6 +58,11 @@ impl Picker {
         self.next = (found + 1) % count;
         Some(found)
     }
+}
+
+/// The hash a member's outstanding keys are counted by (`Candidate::holds_key`).
+pub fn key_hash(key: &[u8]) -> u64 {
+    score(&[], key)
 }
 
 /// The member with the highest score for `key`, whether or not it has room.
@@ -74,12 +93,30 @@ mod tests {
 
     struct M(&'static str, bool);
 
+    /// A member holding unacknowledged records of key `k`.
+    struct Holding(&'static str, &'static [u8]);
+
+    impl Candidate for Holding {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn has_room(&self) -> bool {
+            true
+        }
+        fn holds_key(&self, hash: u64) -> bool {
+            !self.1.is_empty() && key_hash(self.1) == hash
+        }
+    }
+
     impl Candidate for M {
         fn name(&self) -> &str {
             self.0
         }
         fn has_room(&self) -> bool {
             self.1
+        }
+        fn holds_key(&self, _: u64) -> bool {
+            false
         }
     }
 
@@ -88,15 +125,12 @@ mod tests {
         let mut picker = Picker::default();
         let members = [M("a", true), M("b", false), M("c", true)];
         let picks: Vec<Option<usize>> = (0..4)
-            .map(|_| picker.pick(SharedStrategy::RoundRobin, &members, b"k"))
+            .map(|_| picker.pick(SharedType::Shared, &members, b"k"))
             .collect();
         assert_eq!(picks, [Some(0), Some(2), Some(0), Some(2)]);
         let busy = [M("a", false)];
-        assert_eq!(picker.pick(SharedStrategy::RoundRobin, &busy, b"k"), None);
-        assert_eq!(
-            picker.pick::<M>(SharedStrategy::RoundRobin, &[], b"k"),
-            None
-        );
+        assert_eq!(picker.pick(SharedType::Shared, &busy, b"k"), None);
+        assert_eq!(picker.pick::<M>(SharedType::Shared, &[], b"k"), None);
     }
 
     #[test]
@@ -121,18 +155,58 @@ mod tests {
             }
         }
         let busy = [M("a", false), M("b", false), M("c", false)];
-        assert_eq!(picker.pick(SharedStrategy::KeySticky, &busy, b"k"), None);
-        let again = picker.pick(SharedStrategy::KeySticky, &three, b"dev-7");
+        assert_eq!(picker.pick(SharedType::KeyShared, &busy, b"k"), None);
+        let again = picker.pick(SharedType::KeyShared, &three, b"dev-7");
         assert_eq!(again, rendezvous(&three, b"dev-7"));
     }
 
     #[test]
-    fn strategy_names_parse() {
-        let parsed: SharedStrategy = serde_json::from_str("\"key-sticky\"").expect("parses");
-        assert_eq!(parsed, SharedStrategy::KeySticky);
+    fn a_key_that_moved_waits_for_its_previous_member() {
+        let mut picker = Picker::default();
+        let key = (0..100)
+            .map(|i| format!("k{i}"))
+            .find(|k| {
+                let two = [M("a", true), M("b", true)];
+                rendezvous(&two, k.as_bytes()) == Some(1)
+            })
+            .expect("some key hashes to b");
+        let key: &'static [u8] = Box::leak(key.into_bytes().into_boxed_slice());
+        let draining = [Holding("a", key), Holding("b", b"")];
+        assert_eq!(picker.pick(SharedType::KeyShared, &draining, key), None);
+        let drained = [Holding("a", b""), Holding("b", b"")];
+        assert_eq!(picker.pick(SharedType::KeyShared, &drained, key), Some(1));
+        let owner_holds = [Holding("a", b""), Holding("b", key)];
         assert_eq!(
-            serde_json::to_string(&SharedStrategy::RoundRobin).expect("prints"),
-            "\"round-robin\""
+            picker.pick(SharedType::KeyShared, &owner_holds, key),
+            Some(1)
         );
+    }
+
+    #[test]
+    fn failover_and_exclusive_give_everything_to_the_first_member() {
+        let mut picker = Picker::default();
+        for kind in [SharedType::Failover, SharedType::Exclusive] {
+            let members = [M("a", true), M("b", true)];
+            for key in [b"x".as_slice(), b"y", b"z"] {
+                assert_eq!(picker.pick(kind, &members, key), Some(0));
+            }
+            let busy = [M("a", false), M("b", true)];
+            assert_eq!(picker.pick(kind, &busy, b"x"), None, "the standby waits");
+        }
+    }
+
+    #[test]
+    fn type_names_parse() {
+        let parsed: SharedType = serde_json::from_str("\"key_shared\"").expect("parses");
+        assert_eq!(parsed, SharedType::KeyShared);
+        for kind in [
+            SharedType::Shared,
+            SharedType::KeyShared,
+            SharedType::Failover,
+            SharedType::Exclusive,
+        ] {
+            let printed = serde_json::to_string(&kind).expect("prints");
+            assert_eq!(printed, format!("\"{}\"", kind.name()));
+        }
     }
 }

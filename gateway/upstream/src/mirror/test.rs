@@ -274,6 +274,16 @@ impl LogPort for Trimmed {
         Ok((self.start, end))
     }
 
+    fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        ts_ms: i64,
+    ) -> Result<Option<u64>, LogError> {
+        let found = self.log.offset_for_timestamp(topic, partition, ts_ms)?;
+        Ok(found.map(|offset| offset.max(self.start)))
+    }
+
     fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>, LogError> {
         self.log.subscribe(topic, partition)
     }
