@@ -13,6 +13,7 @@ mod mqtt_abuse_limits;
 mod mqtt_abuse_logins;
 mod mqtt_abuse_retained;
 mod mqtt_auth;
+mod mqtt_consumer;
 mod mqtt_delivery;
 mod mqtt_durability;
 mod mqtt_shared;
