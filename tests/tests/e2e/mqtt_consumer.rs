@@ -3,7 +3,8 @@
 //! Pulsar's subscription types for shared groups (failover takeover without loss, exclusive
 //! refusal with SUBACK 0x97 / 0x80, key_shared keys staying put when a member leaves) and replay
 //! with the `tern-start` user property (earliest, an offset, a time; bad values refused with
-//! 0x83 and a reason string; a persistent session's cursor wins).
+//! 0x83 and a reason string, left out when the client asked for no problem information; a
+//! persistent session's cursor wins).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -553,5 +554,53 @@ fn a_persistent_session_keeps_its_cursor_whatever_tern_start_says() -> anyhow::R
         names(5..8),
         "on from the cursor, not from the earliest record"
     );
+    gateway.stop()
+}
+
+/// A raw MQTT 5 SUBSCRIBE of `filter` at QoS 1 with the user property `tern-start` = `start`;
+/// the SUBACK's body.
+fn raw_subscribe_with_start(
+    client: &mut RawClient,
+    pkid: u16,
+    filter: &str,
+    start: &str,
+) -> anyhow::Result<Vec<u8>> {
+    let text = |out: &mut Vec<u8>, s: &str| {
+        out.extend_from_slice(&u16::try_from(s.len()).unwrap_or(u16::MAX).to_be_bytes());
+        out.extend_from_slice(s.as_bytes());
+    };
+    let mut properties = vec![0x26];
+    text(&mut properties, "tern-start");
+    text(&mut properties, start);
+    let mut body = pkid.to_be_bytes().to_vec();
+    body.push(u8::try_from(properties.len())?);
+    body.extend_from_slice(&properties);
+    text(&mut body, filter);
+    body.push(1);
+    client.write_packet(0x82, &body)?;
+    let (kind, suback) = client.read_packet()?;
+    assert_eq!(kind, 0x90, "SUBACK");
+    Ok(suback)
+}
+
+#[test]
+fn the_reason_string_is_left_out_when_the_client_asked_for_no_problem_information()
+-> anyhow::Result<()> {
+    let dir = TempDir::new("replay-quiet")?;
+    let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
+    // Request Problem Information (0x17) = 0.
+    let (mut quiet, _) =
+        RawClient::connect_with(gateway.mqtt, "rq-quiet", 60, true, Some(&[0x17, 0]))?;
+    let suback = raw_subscribe_with_start(&mut quiet, 7, "rq/#", "bogus")?;
+    assert_eq!(suback, [0, 7, 0, 0x83], "0x83 and no properties");
+    let mut told = RawClient::connect(gateway.mqtt, "rq-told", 60, true, true)?;
+    let suback = raw_subscribe_with_start(&mut told, 8, "rq/#", "bogus")?;
+    assert_eq!(suback.get(..2), Some(&[0, 8][..]));
+    let text = String::from_utf8_lossy(&suback);
+    assert!(
+        text.contains("expected earliest"),
+        "a Reason String: {text:?}"
+    );
+    assert_eq!(suback.last(), Some(&0x83));
     gateway.stop()
 }
