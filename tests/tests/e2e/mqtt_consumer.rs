@@ -565,14 +565,16 @@ fn raw_subscribe_with_start(
     filter: &str,
     start: &str,
 ) -> anyhow::Result<Vec<u8>> {
+    // MQTT's two-byte lengths are big-endian on the wire.
+    let pair = |value: u16| [(value >> 8) as u8, value as u8];
     let text = |out: &mut Vec<u8>, s: &str| {
-        out.extend_from_slice(&u16::try_from(s.len()).unwrap_or(u16::MAX).to_be_bytes());
+        out.extend_from_slice(&pair(u16::try_from(s.len()).unwrap_or(u16::MAX)));
         out.extend_from_slice(s.as_bytes());
     };
     let mut properties = vec![0x26];
     text(&mut properties, "tern-start");
     text(&mut properties, start);
-    let mut body = pkid.to_be_bytes().to_vec();
+    let mut body = pair(pkid).to_vec();
     body.push(u8::try_from(properties.len())?);
     body.extend_from_slice(&properties);
     text(&mut body, filter);
