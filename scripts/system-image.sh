@@ -157,6 +157,7 @@ while read -r command; do
 done
 wait "$tern"
 echo "tern-guest: tern exited with $?"
+cd /
 sync
 umount /sd && echo "tern-guest: SD card unmounted"
 poweroff -f

@@ -491,20 +491,18 @@ impl Drop for Gateway {
 /// [`Gateway::metric_sum`] against any admin endpoint (a QEMU gateway's forwarded one too).
 pub fn metric_sum_at(admin: SocketAddr, name: &str, labels: &str) -> anyhow::Result<Option<u64>> {
     let (status, body) = http_get(admin, "/metrics")?;
-        if status != 200 {
-            bail!("/metrics answered {status}");
-        }
-        let labelled = format!("{name}{{{labels}");
-        let bare = format!("{name} ");
-        let values: Vec<u64> = body
-            .lines()
-            .filter(|line| {
-                line.starts_with(&labelled) || labels.is_empty() && line.starts_with(&bare)
-            })
-            .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
-            .collect();
-        Ok((!values.is_empty()).then(|| values.iter().sum()))
+    if status != 200 {
+        bail!("/metrics answered {status}");
     }
+    let labelled = format!("{name}{{{labels}");
+    let bare = format!("{name} ");
+    let values: Vec<u64> = body
+        .lines()
+        .filter(|line| line.starts_with(&labelled) || labels.is_empty() && line.starts_with(&bare))
+        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
+        .collect();
+    Ok((!values.is_empty()).then(|| values.iter().sum()))
+}
 
 /// Runs `tern ARGS…` to completion: (exit status, stdout, stderr).
 pub fn run_tern(args: &[&str]) -> anyhow::Result<(ExitStatus, String, String)> {

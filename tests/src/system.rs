@@ -333,7 +333,12 @@ impl Guest {
                 card.path.display()
             ))
             .args(["-device", "virtio-blk-device,drive=sd"])
-            .args(["-netdev", &netdev, "-device", "virtio-net-device,netdev=net"])
+            .args([
+                "-netdev",
+                &netdev,
+                "-device",
+                "virtio-net-device,netdev=net",
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -345,8 +350,14 @@ impl Guest {
             .append(true)
             .open(console_log)?;
         for stream in [
-            child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
         ]
         .into_iter()
         .flatten()

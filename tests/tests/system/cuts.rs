@@ -111,7 +111,13 @@ impl Publishers {
     }
 }
 
-fn publish(n: usize, label: &str, target: &Target, running: &AtomicBool, acked: &Mutex<Vec<String>>) {
+fn publish(
+    n: usize,
+    label: &str,
+    target: &Target,
+    running: &AtomicBool,
+    acked: &Mutex<Vec<String>>,
+) {
     let mut sequence = 0u64;
     let topic = format!("{label}/{n}");
     while running.load(Ordering::SeqCst) {
@@ -265,7 +271,9 @@ pub fn negative_control_periodic_sync_loses_acknowledged_messages(
 ) -> anyhow::Result<()> {
     let config = guest_config("durability = \"periodic\"\nsync_interval = \"1h\"", "");
     let dir = TempDir::new("system-control")?;
-    let outcome = run_cuts(arch, "control", &config, CONTROL_CUTS, dir.path(), |_| Ok(()))?;
+    let outcome = run_cuts(arch, "control", &config, CONTROL_CUTS, dir.path(), |_| {
+        Ok(())
+    })?;
     eprintln!(
         "system {} negative control (durability = \"periodic\", sync_interval = \"1h\"): power cuts {}, acknowledged {}, lost {}",
         arch.name(),

@@ -63,9 +63,14 @@ pub fn upstream_is_exactly_once_across_power_cuts(arch: Arch) -> anyhow::Result<
     let cluster = KafkaCluster::start()?;
     let dir = TempDir::new("system-upstream")?;
     let config = guest_config("", &upstream_section(&cluster));
-    let outcome = run_cuts(arch, "upstream", &config, UPSTREAM_CUTS, dir.path(), |guest| {
-        wait_forwarded(guest, Duration::from_secs(180))
-    })?;
+    let outcome = run_cuts(
+        arch,
+        "upstream",
+        &config,
+        UPSTREAM_CUTS,
+        dir.path(),
+        |guest| wait_forwarded(guest, Duration::from_secs(180)),
+    )?;
     assert_eq!(outcome.lost, 0, "acknowledged messages lost: {outcome:?}");
     assert_eq!(outcome.duplicated, 0, "messages stored twice: {outcome:?}");
     let mirrored = assert_follower_mirrors(&cluster, &outcome.data)?;
