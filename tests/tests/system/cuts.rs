@@ -145,6 +145,15 @@ fn publish(
     }
 }
 
+/// When [`run_cuts`] hands the running guest to the test's own step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Each boot, just before its power cut (the publishers are publishing).
+    BeforeCut,
+    /// The last boot, after the publishers stopped, before the clean shutdown.
+    BeforeShutdown,
+}
+
 /// What a run of power cuts found.
 #[derive(Debug)]
 pub struct Outcome {
@@ -162,15 +171,15 @@ pub struct Outcome {
 
 /// Boots `arch` on a fresh card with `config`, cuts the power `cuts` times at seeded random
 /// moments (after a random number of further acknowledged publishes), checks the card after
-/// each cut, boots once more, runs `before_shutdown` on the last boot, shuts down cleanly and
-/// reads the log back on the host (into `dir`).
+/// each cut, boots once more, shuts down cleanly and reads the log back on the host (into
+/// `dir`). `step` runs at each [`Stage`].
 pub fn run_cuts(
     arch: Arch,
     label: &str,
     config: &str,
     cuts: usize,
     dir: &Path,
-    before_shutdown: impl FnOnce(&mut Guest) -> anyhow::Result<()>,
+    mut step: impl FnMut(Stage, &mut Guest) -> anyhow::Result<()>,
 ) -> anyhow::Result<Outcome> {
     let test = format!("system {} {label}", arch.name());
     let mut rng = TestRng::from_env(&test)?;
@@ -185,6 +194,7 @@ pub fn run_cuts(
     for cut in 1..=cuts {
         let more = 40 + rng.below(400);
         publishers.wait_for_more(more)?;
+        step(Stage::BeforeCut, &mut guest)?;
         publishers.target.set(None);
         guest.power_cut()?;
         eprintln!(
@@ -198,7 +208,7 @@ pub fn run_cuts(
     }
     publishers.wait_for_more(50)?;
     let acked = publishers.stop();
-    before_shutdown(&mut guest)?;
+    step(Stage::BeforeShutdown, &mut guest)?;
     guest.shutdown()?;
     card.check_clean()?;
     let data = SdCard::extract(&card.path, "/data", &dir.join("read-back"))?;
@@ -242,7 +252,7 @@ pub fn power_cuts_lose_no_acknowledged_message(arch: Arch) -> anyhow::Result<()>
     let started = Instant::now();
     let dir = TempDir::new("system-cuts")?;
     let config = guest_config("", "");
-    let outcome = run_cuts(arch, "cuts", &config, CUTS, dir.path(), |_| Ok(()))?;
+    let outcome = run_cuts(arch, "cuts", &config, CUTS, dir.path(), |_, _| Ok(()))?;
     eprintln!(
         "system {}: power cuts {}, acknowledged {}, lost {}, duplicated {}, stored {}; {}; {:.0?} in all",
         arch.name(),
@@ -271,9 +281,14 @@ pub fn negative_control_periodic_sync_loses_acknowledged_messages(
 ) -> anyhow::Result<()> {
     let config = guest_config("durability = \"periodic\"\nsync_interval = \"1h\"", "");
     let dir = TempDir::new("system-control")?;
-    let outcome = run_cuts(arch, "control", &config, CONTROL_CUTS, dir.path(), |_| {
-        Ok(())
-    })?;
+    let outcome = run_cuts(
+        arch,
+        "control",
+        &config,
+        CONTROL_CUTS,
+        dir.path(),
+        |_, _| Ok(()),
+    )?;
     eprintln!(
         "system {} negative control (durability = \"periodic\", sync_interval = \"1h\"): power cuts {}, acknowledged {}, lost {}",
         arch.name(),

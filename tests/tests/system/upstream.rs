@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tern_tests::system::{Arch, Guest, guest_config};
 use tern_tests::{KafkaCluster, TempDir, read_log, wait_until};
 
-use crate::cuts::run_cuts;
+use crate::cuts::{Stage, run_cuts};
 
 const GATEWAY_ID: &str = "gw-qemu";
 const UPSTREAM: &str = "tern.gw-qemu.mqtt";
@@ -38,6 +38,13 @@ pub fn wait_forwarded(guest: &mut Guest, timeout: Duration) -> anyhow::Result<()
     })
 }
 
+/// `tern_upstream_forwarded_records_total` of the running boot (the counter starts at 0 each boot).
+pub fn forwarded_in_this_boot(guest: &Guest) -> anyhow::Result<u64> {
+    Ok(guest
+        .metric_sum("tern_upstream_forwarded_records_total", "topic=\"mqtt\"")?
+        .unwrap_or(0))
+}
+
 /// The follower holds exactly the edge log's records of `mqtt` partition 0, in edge order with
 /// `tern-offset` contiguous from 0; returns how many.
 pub fn assert_follower_mirrors(
@@ -63,19 +70,30 @@ pub fn upstream_is_exactly_once_across_power_cuts(arch: Arch) -> anyhow::Result<
     let cluster = KafkaCluster::start()?;
     let dir = TempDir::new("system-upstream")?;
     let config = guest_config("", &upstream_section(&cluster));
-    let outcome = run_cuts(
-        arch,
-        "upstream",
-        &config,
-        UPSTREAM_CUTS,
-        dir.path(),
-        |guest| wait_forwarded(guest, Duration::from_secs(180)),
-    )?;
+    let mut forwarded_at_cuts = Vec::new();
+    let step = |stage, guest: &mut Guest| match stage {
+        // The cut lands while the forwarder is producing: this boot has forwarded records.
+        Stage::BeforeCut => {
+            let mut forwarded = 0;
+            wait_until(
+                Duration::from_secs(120),
+                "records forwarded in this boot",
+                || {
+                    forwarded = forwarded_in_this_boot(guest)?;
+                    Ok(forwarded >= 20)
+                },
+            )?;
+            forwarded_at_cuts.push(forwarded);
+            Ok(())
+        }
+        Stage::BeforeShutdown => wait_forwarded(guest, Duration::from_secs(180)),
+    };
+    let outcome = run_cuts(arch, "upstream", &config, UPSTREAM_CUTS, dir.path(), step)?;
     assert_eq!(outcome.lost, 0, "acknowledged messages lost: {outcome:?}");
     assert_eq!(outcome.duplicated, 0, "messages stored twice: {outcome:?}");
     let mirrored = assert_follower_mirrors(&cluster, &outcome.data)?;
     eprintln!(
-        "system {} upstream: power cuts {}, acknowledged {}, lost {}, {mirrored} records in {UPSTREAM} exactly once and in order; Kafka started in {:.1?}; {:.0?} in all",
+        "system {} upstream: power cuts {} (records forwarded in each boot before its cut: {forwarded_at_cuts:?}), acknowledged {}, lost {}, {mirrored} records in {UPSTREAM} exactly once and in order; Kafka started in {:.1?}; {:.0?} in all",
         arch.name(),
         outcome.cuts,
         outcome.acked,
