@@ -5,6 +5,10 @@
 //! `cargo test -p tern-tests --test system -- aarch64::` by hand. See docs/system-tests.md.
 
 mod cuts;
+mod field;
+// The firmware suite's reading checks (gap-free from 0, values of the simulated sensor).
+#[path = "../firmware/readings.rs"]
+mod readings;
 mod upstream;
 
 use tern_tests::system::Arch;
@@ -30,7 +34,7 @@ mod aarch64 {
     }
 }
 
-/// The 32-bit ARMv7 gateway: power cuts with their negative control.
+/// The 32-bit ARMv7 gateway: power cuts with their negative control, and the field in a box.
 mod armv7 {
     use super::*;
 
@@ -42,5 +46,11 @@ mod armv7 {
     #[test]
     fn negative_control_periodic_sync_loses_acknowledged_messages() -> anyhow::Result<()> {
         cuts::negative_control_periodic_sync_loses_acknowledged_messages(Arch::Armv7)
+    }
+
+    #[test]
+    fn field_in_a_box_devices_log_in_and_their_readings_reach_kafka_across_power_cuts()
+    -> anyhow::Result<()> {
+        field::field_in_a_box(Arch::Armv7)
     }
 }
