@@ -1,14 +1,10 @@
 //! The gateway as it is flashed, in system QEMU (`tern_tests::system`): real power cuts of an
-//! ARM Linux gateway with its log on an ext4 SD card, with and without Kafka upstream, and the
-//! firmware boards logging in through the host. Not part of `cargo test --workspace`
-//! (`test = false`): `tests/run system-aarch64` / `system-armv7` run one architecture each,
-//! `cargo test -p tern-tests --test system -- aarch64::` by hand. See docs/system-tests.md.
+//! ARM Linux gateway with its log on an ext4 SD card, with and without Kafka upstream. Not part
+//! of `cargo test --workspace` (`test = false`): `tests/run system-aarch64` / `system-armv7`
+//! run one architecture each, `cargo test -p tern-tests --test system -- aarch64::` by hand.
+//! See docs/system-tests.md.
 
 mod cuts;
-mod field;
-// The firmware suite's reading checks (gap-free from 0, values of the simulated sensor).
-#[path = "../firmware/readings.rs"]
-mod readings;
 mod upstream;
 
 use tern_tests::system::Arch;
@@ -34,7 +30,7 @@ mod aarch64 {
     }
 }
 
-/// The 32-bit ARMv7 gateway: power cuts with their negative control, and the field in a box.
+/// The 32-bit ARMv7 gateway: power cuts with their negative control.
 mod armv7 {
     use super::*;
 
@@ -46,11 +42,5 @@ mod armv7 {
     #[test]
     fn negative_control_periodic_sync_loses_acknowledged_messages() -> anyhow::Result<()> {
         cuts::negative_control_periodic_sync_loses_acknowledged_messages(Arch::Armv7)
-    }
-
-    #[test]
-    fn field_in_a_box_devices_log_in_and_their_readings_reach_kafka_across_power_cuts()
-    -> anyhow::Result<()> {
-        field::field_in_a_box(Arch::Armv7)
     }
 }
