@@ -21,7 +21,7 @@ const PUBLISHERS: usize = 6;
 /// Power cuts of the main test, per architecture.
 pub const CUTS: usize = 5;
 /// Power cuts of the negative control.
-const CONTROL_CUTS: usize = 2;
+const CONTROL_CUTS: usize = 1;
 
 /// Where the publishers connect: the current boot's forwarded MQTT port, or none while the
 /// gateway is down. A new boot wakes every publisher waiting for one.
@@ -192,7 +192,7 @@ pub fn run_cuts(
     let publishers = Publishers::start(PUBLISHERS, label, Arc::new(Target::default()));
     publishers.target.set(Some(guest.mqtt));
     for cut in 1..=cuts {
-        let more = 40 + rng.below(400);
+        let more = 20 + rng.below(300);
         publishers.wait_for_more(more)?;
         step(Stage::BeforeCut, &mut guest)?;
         publishers.target.set(None);
