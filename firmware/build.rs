@@ -1,7 +1,7 @@
 //! Puts the chosen board's `memory.x` on the linker's search path and links with cortex-m-rt's
 //! `link.x` and defmt's `defmt.x`, and writes the build-time device settings (`TERN_DEVICE_ID`,
-//! `TERN_PERIOD_MS`) into `config.rs`. It must never pick a board silently: exactly one board
-//! feature, and a setting that does not parse fails the build.
+//! `TERN_PERIOD_MS`, `TERN_DEVICE_PASSWORD`) into `config.rs`. It must never pick a board
+//! silently: exactly one board feature, and a setting that does not parse fails the build.
 
 use std::path::PathBuf;
 
@@ -39,8 +39,15 @@ fn main() {
     }
 }
 
+/// Longest `TERN_DEVICE_PASSWORD`: with the longest client id and username, CONNECT stays
+/// inside the node's 128-byte transmit buffer (2 + 10 + 17 + 12 + 2 + 64 = 107 bytes).
+const MAX_PASSWORD_LEN: usize = 64;
+
 /// Writes `config.rs`: the device id (default 1 on lm3s6965evb, 2 on mps2-an385, so two boards
-/// on one gateway differ) and the sampling period in milliseconds (default 200).
+/// on one gateway differ), the sampling period in milliseconds (default 200) and the MQTT
+/// password (`TERN_DEVICE_PASSWORD`; unset = anonymous CONNECT). The username is always the
+/// device id in decimal, the segment the device publishes under (`sensors/{id}/reading`), so a
+/// gateway's `sensors/%u/#` ACL holds each device to its own topics.
 fn write_config(out: &std::path::Path, board: &str) {
     let default_id = if board == "lm3s6965evb" { 1 } else { 2 };
     let device_id = setting("TERN_DEVICE_ID", default_id);
@@ -48,15 +55,42 @@ fn write_config(out: &std::path::Path, board: &str) {
     if period_ms == 0 {
         panic!("TERN_PERIOD_MS must be at least 1");
     }
+    let password = match password() {
+        Some(password) => format!("Some({password:?})"),
+        None => "None".to_owned(),
+    };
     let config = format!(
-        "/// Device id (TERN_DEVICE_ID at build time).\n\
+        "/// Device id (TERN_DEVICE_ID at build time); also the MQTT username.\n\
          pub const DEVICE_ID: u32 = {device_id};\n\
          /// Sampling period in milliseconds (TERN_PERIOD_MS at build time).\n\
-         pub const PERIOD_MS: u32 = {period_ms};\n"
+         pub const PERIOD_MS: u32 = {period_ms};\n\
+         /// MQTT password (TERN_DEVICE_PASSWORD at build time); None connects anonymously.\n\
+         pub const PASSWORD: Option<&str> = {password};\n"
     );
     if let Err(err) = std::fs::write(out.join("config.rs"), config) {
         panic!("cannot write config.rs: {err}");
     }
+}
+
+/// `TERN_DEVICE_PASSWORD`: 1 to 64 bytes of printable ASCII (what `tern passwd` reads from a
+/// line and a shell passes unmangled), or unset.
+fn password() -> Option<String> {
+    const NAME: &str = "TERN_DEVICE_PASSWORD";
+    println!("cargo:rerun-if-env-changed={NAME}");
+    let value = std::env::var_os(NAME)?;
+    let Some(text) = value.to_str() else {
+        panic!("{NAME} is not UTF-8");
+    };
+    if text.is_empty() || text.len() > MAX_PASSWORD_LEN {
+        panic!(
+            "{NAME} must be 1 to {MAX_PASSWORD_LEN} bytes, got {}",
+            text.len()
+        );
+    }
+    if !text.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+        panic!("{NAME} must be printable ASCII");
+    }
+    Some(text.to_owned())
 }
 
 fn setting(name: &str, default: u32) -> u32 {

@@ -11,8 +11,12 @@ packages=(
   rust-web-clippy
   gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross
   qemu-user
-  # Firmware: lld links thumbv7m binaries; qemu-system-arm runs them.
+  # Firmware: lld links thumbv7m binaries; qemu-system-arm runs them (and, with
+  # qemu-system-aarch64 from the same package, the system-QEMU gateways).
   lld qemu-system-arm
+  # The system-QEMU gateway's initramfs (scripts/system-image.sh): depmod for the kernel's
+  # modules.dep, cpio for the archive; debugfs and e2fsck (e2fsprogs, below) read the SD card.
+  kmod cpio
   # Independent MQTT clients and a reference broker for tests and benchmarks.
   mosquitto-clients mosquitto
   # Test helpers (firmware responder, ELF size reader).
@@ -30,6 +34,19 @@ packages=(
   # A real headless browser for the status page test (e2e/operations.rs: --dump-dom, --screenshot).
   chromium
 )
+
+# Debian's ARM kernels and busybox for the system-QEMU gateways are fetched with
+# `apt-get download PKG:arm64|armhf` (scripts/system-image.sh), so dpkg must know the
+# architectures.
+for arch in arm64 armhf; do
+  if ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
+    echo "ensure-deps: adding dpkg architecture $arch"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO dpkg --add-architecture "$arch"
+    $SUDO apt-get update -qq
+  fi
+done
 
 missing=()
 for pkg in "${packages[@]}"; do

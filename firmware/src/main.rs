@@ -37,24 +37,25 @@ fn main() -> ! {
     };
     let clock = clock::Millis::start(core.SYST, board::CORE_CLOCK_HZ);
     info!(
-        "tern firmware {=str} on {=str}: device {=u32}, period {=u32} ms",
+        "tern firmware {=str} on {=str}: device {=u32}, period {=u32} ms, {=str}",
         env!("CARGO_PKG_VERSION"),
         board::NAME,
         config::DEVICE_ID,
-        config::PERIOD_MS
+        config::PERIOD_MS,
+        if config::PASSWORD.is_some() {
+            "logs in as its device id"
+        } else {
+            "anonymous"
+        }
     );
-    let (Some(uart), Some(client_id)) = (board::take_uart(), node::client_id(config::DEVICE_ID))
-    else {
+    let (Some(uart), Some(identity)) = (
+        board::take_uart(),
+        node::Identity::new(config::DEVICE_ID, config::PASSWORD),
+    ) else {
         error!("cannot set up the UART");
         finish(Exit::Failure)
     };
-    let mut node = node::Node::new(
-        uart,
-        clock,
-        &client_id,
-        config::DEVICE_ID,
-        config::PERIOD_MS,
-    );
+    let mut node = node::Node::new(uart, clock, &identity, config::DEVICE_ID, config::PERIOD_MS);
     let stop = node.run();
     info!(
         "stack high-water mark {=u32} bytes",

@@ -8,7 +8,7 @@
 
 use heapless::String;
 use tern_shared::device::{Backlog, simulate};
-use tern_shared::mqtt::{self, Client, ClientConfig, QoS};
+use tern_shared::mqtt::{self, Client, ClientConfig, Credentials, QoS};
 use tern_shared::{READING_MAX_ENCODED_LEN, Reading};
 
 use crate::board::Uart;
@@ -19,16 +19,6 @@ pub const BACKLOG: usize = 64;
 const FIRST_BACKOFF_MS: u32 = 250;
 const MAX_BACKOFF_MS: u32 = 4_000;
 const TOPIC_LEN: usize = 40;
-
-/// Connection timing handed to the MQTT client.
-pub fn client_config(client_id: &str) -> ClientConfig<'_> {
-    ClientConfig {
-        client_id,
-        keep_alive_s: 30,
-        ack_timeout_ms: 500,
-        max_retries: 2,
-    }
-}
 
 /// Why `Node::run` returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,12 +45,12 @@ impl<'a> Node<'a> {
     pub fn new(
         link: Uart,
         clock: Millis,
-        client_id: &'a str,
+        identity: &'a Identity,
         device_id: u32,
         period_ms: u32,
     ) -> Self {
         Node {
-            client: Client::new(link, clock, client_config(client_id)),
+            client: Client::new(link, clock, identity.client_config()),
             device_id,
             period_ms,
             backlog: Backlog::new(),
@@ -213,9 +203,49 @@ impl<'a> Node<'a> {
     }
 }
 
-/// The client id, `tern-{device_id}`.
-pub fn client_id(device_id: u32) -> Option<String<16>> {
-    let mut id = String::new();
-    core::fmt::write(&mut id, format_args!("tern-{device_id}")).ok()?;
-    Some(id)
+/// Who the node is to the broker: client id `tern-{device_id}`, and with a password, username
+/// `{device_id}` (the segment of its topics, so `sensors/%u/#` ACLs match). Its Debug output
+/// hides the password.
+pub struct Identity {
+    client_id: String<16>,
+    username: String<10>,
+    password: Option<&'static str>,
+}
+
+impl core::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Identity")
+            .field("client_id", &self.client_id)
+            .field("username", &self.username)
+            .field("password", &self.password.map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Identity {
+    pub fn new(device_id: u32, password: Option<&'static str>) -> Option<Self> {
+        let mut client_id = String::new();
+        core::fmt::write(&mut client_id, format_args!("tern-{device_id}")).ok()?;
+        let mut username = String::new();
+        core::fmt::write(&mut username, format_args!("{device_id}")).ok()?;
+        Some(Identity {
+            client_id,
+            username,
+            password,
+        })
+    }
+
+    /// The client id, login and connection timing handed to the MQTT client.
+    fn client_config(&self) -> ClientConfig<'_> {
+        ClientConfig {
+            client_id: &self.client_id,
+            credentials: self.password.map(|password| Credentials {
+                username: &self.username,
+                password: password.as_bytes(),
+            }),
+            keep_alive_s: 30,
+            ack_timeout_ms: 500,
+            max_retries: 2,
+        }
+    }
 }

@@ -1,8 +1,12 @@
 //! Harness for the sensor firmware: builds it for a board with the distro toolchain (the same
 //! commands as `scripts/firmware.sh`), boots it in `qemu-system-arm` with its UART on a TCP
-//! connection to an MQTT server, and decodes its defmt log with `defmt-print`.
+//! connection to an MQTT server, and decodes its defmt log with `defmt-print`. A [`Device`] is
+//! what a build is provisioned with (device id, password) and writes its login into a gateway's
+//! password file with `tern passwd`.
 //! Every QEMU it starts is ended by its own PID when the handle drops.
 
+use std::hash::{Hash, Hasher};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -40,14 +44,113 @@ impl Board {
     }
 }
 
-/// Builds the release firmware for `board` (semihosting logging) and returns a copy of its ELF
-/// at `firmware/target/elf/<board>.elf`. Builds are serialised: both boards share one target dir.
+/// The build-time provisioning of one device (`firmware/build.rs`): `TERN_DEVICE_ID` and
+/// `TERN_DEVICE_PASSWORD`. The device's client id is `tern-{id}`, its topics `sensors/{id}/…`
+/// and, with a password, its MQTT username `{id}`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Device {
+    pub id: u32,
+    /// `None` builds a device that connects anonymously.
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("id", &self.id)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Device {
+    /// A device that connects without credentials.
+    pub fn anonymous(id: u32) -> Self {
+        Self { id, password: None }
+    }
+
+    /// A device that logs in as `{id}` with `password`.
+    pub fn provisioned(id: u32, password: &str) -> Self {
+        Self {
+            id,
+            password: Some(password.to_owned()),
+        }
+    }
+
+    /// The MQTT username the firmware sends: the device id in decimal.
+    pub fn username(&self) -> String {
+        self.id.to_string()
+    }
+
+    /// Adds (or replaces) this device's login in `passwd_file` with `tern passwd FILE USER`,
+    /// the command an operator runs on the gateway. Fails for an anonymous device.
+    pub fn provision(&self, passwd_file: &Path) -> anyhow::Result<()> {
+        let password = self
+            .password
+            .as_deref()
+            .context("an anonymous device has no login to provision")?;
+        let mut child = Command::new(crate::tern_binary()?)
+            .arg("passwd")
+            .arg(passwd_file)
+            .arg(self.username())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot run tern passwd")?;
+        let mut stdin = child.stdin.take().context("no stdin pipe")?;
+        writeln!(stdin, "{password}")?;
+        drop(stdin);
+        let output = child.wait_with_output()?;
+        if !output.status.success() {
+            bail!(
+                "tern passwd failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// Where [`build_device`] keeps this device's ELF: the board's default device (anonymous,
+    /// default id) at `<board>.elf` as before, any other at a name unique to its settings.
+    fn elf_name(&self, board: Board) -> String {
+        if *self == Device::anonymous(board.device_id()) {
+            return format!("{}.elf", board.name());
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.hash(&mut hasher);
+        format!(
+            "{}-device{}-{:016x}.elf",
+            board.name(),
+            self.id,
+            hasher.finish()
+        )
+    }
+}
+
+/// Builds the release firmware for `board` (semihosting logging) as the board's default device
+/// (its [`Board::device_id`], anonymous) and returns a copy of its ELF at
+/// `firmware/target/elf/<board>.elf`.
 pub fn build(board: Board) -> anyhow::Result<PathBuf> {
+    build_device(board, &Device::anonymous(board.device_id()))
+}
+
+/// Builds the release firmware for `board` (semihosting logging) provisioned as `device` and
+/// returns a copy of its ELF under `firmware/target/elf/`, one file per board and device
+/// settings. Builds are serialised: every build shares one target dir (a change of settings
+/// reruns the build script and relinks the firmware, a few seconds).
+pub fn build_device(board: Board, device: &Device) -> anyhow::Result<PathBuf> {
     static BUILD: Mutex<()> = Mutex::new(());
     let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     let firmware = workspace_root().join("firmware");
     let path = format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default());
-    let status = Command::new("/usr/bin/cargo")
+    let mut command = Command::new("/usr/bin/cargo");
+    command.env("TERN_DEVICE_ID", device.id.to_string());
+    match &device.password {
+        Some(password) => command.env("TERN_DEVICE_PASSWORD", password),
+        None => command.env_remove("TERN_DEVICE_PASSWORD"),
+    };
+    let status = command
         .args([
             "build",
             "--release",
@@ -78,7 +181,7 @@ pub fn build(board: Board) -> anyhow::Result<PathBuf> {
     let built = firmware.join("target/thumbv7m-none-eabi/release/tern-firmware");
     let elf_dir = firmware.join("target/elf");
     std::fs::create_dir_all(&elf_dir)?;
-    let elf = elf_dir.join(format!("{}.elf", board.name()));
+    let elf = elf_dir.join(device.elf_name(board));
     std::fs::copy(&built, &elf).with_context(|| format!("copying {}", built.display()))?;
     Ok(elf)
 }

@@ -106,6 +106,10 @@ struct Node {
     sasl_port: u16,
     /// SSL listener with a certificate from the cluster's own CA ([`KafkaCluster::tls_ca`]).
     tls_port: u16,
+    /// PLAINTEXT listener for a gateway in system QEMU: bound on 127.0.0.1, advertised as
+    /// 10.0.2.2 (the address under which QEMU's user network forwards the guest to the host's
+    /// loopback).
+    qemu_guest_port: u16,
     proxy: TcpProxy,
     child: Option<Child>,
 }
@@ -153,7 +157,7 @@ impl KafkaCluster {
     fn start_configured(dir: &Path, temp: Option<TempDir>, extra: &str) -> anyhow::Result<Self> {
         let started = Instant::now();
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let ports = free_port_block(6 * NODES as usize)?;
+        let ports = free_port_block(7 * NODES as usize)?;
         let port = |block: u32, i: u32| ports[(block * NODES + i) as usize];
         let nodes = (0..NODES)
             .map(|i| {
@@ -167,6 +171,7 @@ impl KafkaCluster {
                     client_port: port(2, i),
                     sasl_port: port(4, i),
                     tls_port: port(5, i),
+                    qemu_guest_port: port(6, i),
                     proxy,
                     child: None,
                 })
@@ -206,6 +211,18 @@ impl KafkaCluster {
             .nodes
             .iter()
             .map(|n| n.proxy.addr().to_string())
+            .collect();
+        addrs.join(",")
+    }
+
+    /// `10.0.2.2:port,…` of every broker's listener for a gateway in system QEMU
+    /// ([`crate::system`]): the guest reaches the host's loopback at 10.0.2.2, and the brokers
+    /// advertise that address on this listener, so Metadata answers stay reachable from the guest.
+    pub fn qemu_guest_bootstrap(&self) -> String {
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("10.0.2.2:{}", n.qemu_guest_port))
             .collect();
         addrs.join(",")
     }
@@ -465,10 +482,10 @@ fn node_config(node: &Node, voters: &str, dir: &Path) -> String {
         "process.roles=broker,controller\n\
          node.id={id}\n\
          controller.quorum.voters={voters}\n\
-         listeners=PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},CLIENT://127.0.0.1:{client},SASL://127.0.0.1:{sasl},SSL://127.0.0.1:{tls}\n\
-         advertised.listeners=PLAINTEXT://127.0.0.1:{broker},CLIENT://{proxy},SASL://127.0.0.1:{sasl},SSL://127.0.0.1:{tls}\n\
+         listeners=PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},CLIENT://127.0.0.1:{client},SASL://127.0.0.1:{sasl},SSL://127.0.0.1:{tls},QEMU_GUEST://127.0.0.1:{guest}\n\
+         advertised.listeners=PLAINTEXT://127.0.0.1:{broker},CLIENT://{proxy},SASL://127.0.0.1:{sasl},SSL://127.0.0.1:{tls},QEMU_GUEST://10.0.2.2:{guest}\n\
          controller.listener.names=CONTROLLER\n\
-         listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT,SASL:SASL_PLAINTEXT,SSL:SSL\n\
+         listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT,SASL:SASL_PLAINTEXT,SSL:SSL,QEMU_GUEST:PLAINTEXT\n\
          listener.name.ssl.ssl.keystore.type=PEM\n\
          listener.name.ssl.ssl.keystore.location={keystore}\n\
          sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\n\
@@ -502,6 +519,7 @@ fn node_config(node: &Node, voters: &str, dir: &Path) -> String {
         client = node.client_port,
         sasl = node.sasl_port,
         tls = node.tls_port,
+        guest = node.qemu_guest_port,
         keystore = dir.join("tls").join("broker.pem").display(),
         user = SASL_USER,
         password = SASL_PASSWORD,

@@ -23,6 +23,7 @@ use anyhow::{Context, bail};
 
 pub mod firmware;
 pub mod raw_mqtt;
+pub mod system;
 
 /// Path of the `tern` binary, built once per test process with the same cargo that runs the tests.
 pub fn tern_binary() -> anyhow::Result<PathBuf> {
@@ -425,20 +426,7 @@ impl Gateway {
     /// The sum of the samples of metric `name` on `/metrics` whose labels start with `labels`
     /// (e.g. `topic="mqtt"`, or "" for every sample, labelled or not); `None` when there is none.
     pub fn metric_sum(&self, name: &str, labels: &str) -> anyhow::Result<Option<u64>> {
-        let (status, body) = self.admin_get("/metrics")?;
-        if status != 200 {
-            bail!("/metrics answered {status}");
-        }
-        let labelled = format!("{name}{{{labels}");
-        let bare = format!("{name} ");
-        let values: Vec<u64> = body
-            .lines()
-            .filter(|line| {
-                line.starts_with(&labelled) || labels.is_empty() && line.starts_with(&bare)
-            })
-            .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
-            .collect();
-        Ok((!values.is_empty()).then(|| values.iter().sum()))
+        metric_sum_at(self.admin, name, labels)
     }
 
     /// Waits until [`Gateway::metric_sum`] of `name`/`labels` satisfies `holds`; on timeout the
@@ -498,6 +486,22 @@ impl Drop for Gateway {
             let _ = child.wait();
         }
     }
+}
+
+/// [`Gateway::metric_sum`] against any admin endpoint (a QEMU gateway's forwarded one too).
+pub fn metric_sum_at(admin: SocketAddr, name: &str, labels: &str) -> anyhow::Result<Option<u64>> {
+    let (status, body) = http_get(admin, "/metrics")?;
+    if status != 200 {
+        bail!("/metrics answered {status}");
+    }
+    let labelled = format!("{name}{{{labels}");
+    let bare = format!("{name} ");
+    let values: Vec<u64> = body
+        .lines()
+        .filter(|line| line.starts_with(&labelled) || labels.is_empty() && line.starts_with(&bare))
+        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
+        .collect();
+    Ok((!values.is_empty()).then(|| values.iter().sum()))
 }
 
 /// Runs `tern ARGS…` to completion: (exit status, stdout, stderr).

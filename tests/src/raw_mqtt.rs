@@ -127,6 +127,7 @@ impl RawClient {
             client_id: id,
             keep_alive_s: keep_alive,
             clean_session: clean,
+            credentials: None,
         });
         let mut packet = Vec::new();
         if !v5 && push_shared(&mut packet, &connect) {
@@ -461,6 +462,7 @@ mod tests {
             client_id: "c1",
             keep_alive_s: 60,
             clean_session: false,
+            credentials: None,
         };
         assert!(push_shared(&mut shared, &Packet::Connect(connect)));
         let publish = shared_publish("a/b", b"xy", 1, 7, true).expect("QoS 1");

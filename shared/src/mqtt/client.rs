@@ -8,7 +8,7 @@
 
 use embedded_io::{Read, ReadReady, Write};
 
-use super::packet::{self, Connect, Packet, Publish, QoS};
+use super::packet::{self, Connect, Credentials, Packet, Publish, QoS};
 
 /// A monotonic millisecond clock (SysTick on the device, `Instant` on a host).
 pub trait Clock {
@@ -19,6 +19,8 @@ pub trait Clock {
 #[derive(Debug, Clone, Copy)]
 pub struct ClientConfig<'a> {
     pub client_id: &'a str,
+    /// Username and password sent in every CONNECT; `None` connects anonymously.
+    pub credentials: Option<Credentials<'a>>,
     /// Keep alive announced in CONNECT; a PINGREQ goes out after half of it without traffic.
     pub keep_alive_s: u16,
     /// How long to wait for CONNACK, PUBACK, SUBACK or PINGRESP before giving up or resending.
@@ -139,6 +141,7 @@ where
             client_id: self.config.client_id,
             keep_alive_s: self.config.keep_alive_s,
             clean_session: true,
+            credentials: self.config.credentials,
         });
         self.send(&connect)?;
         match self.wait_for(Awaiting::ConnAck)? {

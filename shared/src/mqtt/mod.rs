@@ -1,15 +1,17 @@
 //! MQTT 3.1.1 for constrained devices: the packet codec and a blocking client over
 //! `embedded-io`.
 //!
-//! This module owns the device's side of MQTT only (QoS 0 and 1, one subscription, no will, no
-//! credentials). It must never allocate and never depend on an operating system; the gateway's
+//! This module owns the device's side of MQTT only (QoS 0 and 1, one subscription, no will, an optional
+//! username and password). It must never allocate and never depend on an operating system; the gateway's
 //! server side lives in the gateway and is checked against these bytes by a host test.
 
 pub mod client;
 pub mod packet;
 
 pub use client::{Awaiting, Client, ClientConfig, ClientError, Clock};
-pub use packet::{Connect, DecodeError, EncodeError, Frame, Packet, Publish, QoS, decode, frame};
+pub use packet::{
+    Connect, Credentials, DecodeError, EncodeError, Frame, Packet, Publish, QoS, decode, frame,
+};
 
 /// Topic a device publishes its readings to.
 pub fn reading_topic<const N: usize>(device_id: u32) -> Option<heapless::String<N>> {

@@ -16,7 +16,7 @@ pub enum QoS {
     AtLeastOnce = 1,
 }
 
-/// A CONNECT packet (protocol level 4, no will, no credentials).
+/// A CONNECT packet (protocol level 4, no will; a username and password, or neither).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Connect<'a> {
@@ -24,6 +24,37 @@ pub struct Connect<'a> {
     /// Seconds; 0 disables keep alive.
     pub keep_alive_s: u16,
     pub clean_session: bool,
+    /// The login; `None` connects anonymously.
+    pub credentials: Option<Credentials<'a>>,
+}
+
+/// A CONNECT's username and password (both flags set; this codec never sends one alone).
+/// Debug and defmt output show the username and hide the password.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Credentials<'a> {
+    pub username: &'a str,
+    /// MQTT calls it binary data; the gateway's password file compares it as UTF-8.
+    pub password: &'a [u8],
+}
+
+impl core::fmt::Debug for Credentials<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Credentials<'_> {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(
+            f,
+            "Credentials {{ username: {=str}, password: <redacted> }}",
+            self.username
+        );
+    }
 }
 
 /// A PUBLISH packet. `packet_id` is present exactly when `qos` is not [`QoS::AtMostOnce`].

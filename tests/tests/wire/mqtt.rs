@@ -11,7 +11,7 @@ use rumqttd::protocol::{
     ConnAck, ConnectReturnCode, Packet as Rumqttd, PingResp, Protocol, PubAck, PubAckReason,
     Publish as RumqttdPublish, QoS as RumqttdQoS, SubAck, SubscribeReasonCode,
 };
-use tern_shared::mqtt::{Client, ClientConfig, Clock, Packet, QoS, decode};
+use tern_shared::mqtt::{Client, ClientConfig, Clock, Credentials, Packet, QoS, decode};
 
 const MAX_PACKET: usize = 1024;
 
@@ -145,6 +145,7 @@ fn reencoded(packet: &Rumqttd) -> Vec<u8> {
 fn config() -> ClientConfig<'static> {
     ClientConfig {
         client_id: "tern-7",
+        credentials: None,
         keep_alive_s: 1,
         ack_timeout_ms: 50,
         max_retries: 2,
@@ -231,6 +232,41 @@ fn every_client_packet_decodes_in_rumqttd_and_reencodes_byte_for_byte() {
     assert!(format!("{:?}", publishes[0]).contains("dup: false"));
     assert_eq!(&publishes[2].topic[..], b"sensors/7/status");
     assert_eq!(publish_pkid(publishes[2]), None);
+}
+
+#[test]
+fn a_device_login_decodes_in_rumqttd_and_reencodes_byte_for_byte() {
+    let login = Credentials {
+        username: "7",
+        password: b"correct horse",
+    };
+    let config = ClientConfig {
+        credentials: Some(login),
+        ..config()
+    };
+    let mut client: Client<'_, _, _> =
+        Client::new(RumqttdEnd::default(), StepClock::default(), config);
+    client.connect().expect("CONNACK from rumqttd's encoder");
+    let broker = client.into_transport();
+    let [(packet, bytes)] = &broker.received[..] else {
+        panic!("expected one CONNECT, got {:?}", broker.received);
+    };
+    assert_eq!(
+        &reencoded(packet),
+        bytes,
+        "rumqttd re-encodes {packet:?} differently"
+    );
+    let Rumqttd::Connect(connect, None, None, None, Some(rumqttd_login)) = packet else {
+        panic!("not a CONNECT with a login and no will: {packet:?}");
+    };
+    assert_eq!(connect.client_id, "tern-7");
+    assert_eq!(
+        (
+            rumqttd_login.username.as_str(),
+            rumqttd_login.password.as_str()
+        ),
+        ("7", "correct horse")
+    );
 }
 
 #[test]

@@ -161,6 +161,7 @@ pub async fn connect(broker: SocketAddr, id: &str) -> Result<(TcpStream, BytesMu
         client_id: id,
         keep_alive_s: KEEP_ALIVE_SECS,
         clean_session: true,
+        credentials: None,
     };
     put(&mut out, &Packet::Connect(connect))?;
     stream.write_all(&out).await.map_err(io)?;
@@ -311,6 +312,7 @@ mod tests {
             client_id: "b1",
             keep_alive_s: 60,
             clean_session: true,
+            credentials: None,
         };
         put(&mut out, &Packet::Connect(connect)).expect("encodes");
         put(&mut out, &publish("b/3", true, 513, &[7, 7])).expect("encodes");

@@ -107,6 +107,7 @@ impl Peer {
 fn config() -> ClientConfig<'static> {
     ClientConfig {
         client_id: "tern-7",
+        credentials: None,
         keep_alive_s: 2,
         ack_timeout_ms: 50,
         max_retries: 2,
@@ -132,6 +133,30 @@ fn connect_then_qos1_publish_is_acknowledged() {
     assert!(c.is_connected());
     let peer = c.into_transport();
     assert_eq!(first_byte_of_each(&peer), vec![0x10, 0x32]);
+}
+
+#[test]
+fn every_connect_carries_the_configured_login() {
+    let login = Credentials {
+        username: "7",
+        password: b"s3cret",
+    };
+    let config = ClientConfig {
+        credentials: Some(login),
+        ..config()
+    };
+    let mut c: Client<'static, Peer, StepClock> =
+        Client::new(Peer::default(), StepClock::default(), config);
+    assert_eq!(c.connect(), Ok(()));
+    assert_eq!(c.connect(), Ok(()));
+    let peer = c.into_transport();
+    assert_eq!(peer.sent.len(), 2);
+    for bytes in &peer.sent {
+        let Ok((Packet::Connect(connect), _)) = decode(bytes) else {
+            panic!("not a CONNECT: {bytes:?}");
+        };
+        assert_eq!(connect.credentials, Some(login));
+    }
 }
 
 #[test]

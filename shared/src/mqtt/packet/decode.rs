@@ -5,8 +5,8 @@
 //! merely cut short ([`DecodeError::Incomplete`]) from one that can never become valid.
 
 use super::{
-    CONNACK, CONNECT, Connect, DISCONNECT, DecodeError, Frame, PINGREQ, PINGRESP, PUBACK, PUBLISH,
-    Packet, Publish, QoS, SUBACK, SUBSCRIBE,
+    CONNACK, CONNECT, Connect, Credentials, DISCONNECT, DecodeError, Frame, PINGREQ, PINGRESP,
+    PUBACK, PUBLISH, Packet, Publish, QoS, SUBACK, SUBSCRIBE,
 };
 
 /// Reads the fixed header of the packet at the front of `bytes` once the whole packet is there,
@@ -133,6 +133,11 @@ impl<'a> Reader<'a> {
         core::str::from_utf8(bytes).map_err(|_| DecodeError::InvalidUtf8)
     }
 
+    fn binary(&mut self) -> Result<&'a [u8], DecodeError> {
+        let len = self.u16()?;
+        self.take(usize::from(len))
+    }
+
     fn rest(&mut self) -> &'a [u8] {
         core::mem::take(&mut self.body)
     }
@@ -225,14 +230,26 @@ fn connect<'a>(r: &mut Reader<'a>) -> Result<Connect<'a>, DecodeError> {
         return Err(DecodeError::UnsupportedProtocol);
     }
     let connect_flags = r.u8()?;
-    // Only the clean-session bit: no will, no username, no password, reserved bit clear.
-    if connect_flags & !0b0000_0010 != 0 {
-        return Err(r.malformed());
-    }
+    // The clean-session bit and either both login bits or neither: no will, reserved bit clear.
+    let login = match connect_flags & !0b0000_0010 {
+        0 => false,
+        0b1100_0000 => true,
+        _ => return Err(r.malformed()),
+    };
     let keep_alive_s = r.u16()?;
+    let client_id = r.str()?;
+    let credentials = if login {
+        Some(Credentials {
+            username: r.str()?,
+            password: r.binary()?,
+        })
+    } else {
+        None
+    };
     Ok(Connect {
-        client_id: r.str()?,
+        client_id,
         keep_alive_s,
-        clean_session: connect_flags != 0,
+        clean_session: connect_flags & 0b0000_0010 != 0,
+        credentials,
     })
 }

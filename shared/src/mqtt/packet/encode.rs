@@ -108,7 +108,7 @@ impl Packet<'_> {
     /// The first byte of the fixed header and the remaining length.
     fn header_and_body_len(&self) -> Result<(u8, usize), EncodeError> {
         Ok(match self {
-            Packet::Connect(c) => (CONNECT << 4, 10 + field_len(c.client_id.as_bytes())?),
+            Packet::Connect(c) => (CONNECT << 4, connect_body_len(c)?),
             Packet::ConnAck { .. } => (CONNACK << 4, 2),
             Packet::Publish(p) => publish_header(p)?,
             Packet::PubAck { .. } => (PUBACK << 4, 2),
@@ -172,10 +172,36 @@ fn publish_header(p: &Publish<'_>) -> Result<(u8, usize), EncodeError> {
     ))
 }
 
+/// Protocol name and level, flags, keep alive, then the payload's fields.
+fn connect_body_len(c: &Connect<'_>) -> Result<usize, EncodeError> {
+    let login = match c.credentials {
+        Some(login) => field_len(login.username.as_bytes())? + field_len(login.password)?,
+        None => 0,
+    };
+    Ok(10 + field_len(c.client_id.as_bytes())? + login)
+}
+
+/// CONNECT flag bits: username (7), password (6), clean session (1).
+const USERNAME_FLAG: u8 = 0b1000_0000;
+const PASSWORD_FLAG: u8 = 0b0100_0000;
+const CLEAN_SESSION_FLAG: u8 = 0b0000_0010;
+
 fn write_connect(w: &mut Writer<'_>, c: &Connect<'_>) {
     w.field(b"MQTT");
     w.u8(4);
-    w.u8(if c.clean_session { 0b0000_0010 } else { 0 });
+    let mut flags = if c.clean_session {
+        CLEAN_SESSION_FLAG
+    } else {
+        0
+    };
+    if c.credentials.is_some() {
+        flags |= USERNAME_FLAG | PASSWORD_FLAG;
+    }
+    w.u8(flags);
     w.u16(c.keep_alive_s);
     w.field(c.client_id.as_bytes());
+    if let Some(login) = c.credentials {
+        w.field(login.username.as_bytes());
+        w.field(login.password);
+    }
 }

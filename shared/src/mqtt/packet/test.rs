@@ -18,10 +18,54 @@ fn connect_golden_bytes() {
         client_id: "tern-7",
         keep_alive_s: 30,
         clean_session: true,
+        credentials: None,
     });
     let mut golden = vec![0x10, 18, 0, 4, b'M', b'Q', b'T', b'T', 4, 0x02, 0, 30, 0, 6];
     golden.extend_from_slice(b"tern-7");
     assert_eq!(encode_vec(&packet), golden);
+}
+
+#[test]
+fn connect_with_login_golden_bytes() {
+    let packet = Packet::Connect(Connect {
+        client_id: "tern-7",
+        keep_alive_s: 30,
+        clean_session: true,
+        credentials: Some(Credentials {
+            username: "7",
+            password: b"pw",
+        }),
+    });
+    // Flags 0xc2: username, password, clean session; then client id, username, password.
+    let mut golden = vec![0x10, 25, 0, 4, b'M', b'Q', b'T', b'T', 4, 0xc2, 0, 30, 0, 6];
+    golden.extend_from_slice(b"tern-7");
+    golden.extend_from_slice(&[0, 1, b'7', 0, 2, b'p', b'w']);
+    assert_eq!(encode_vec(&packet), golden);
+}
+
+#[test]
+fn a_username_or_password_alone_is_refused_and_the_password_never_printed() {
+    for flags in [0x82, 0x42, 0x80, 0x40] {
+        let mut bytes = vec![
+            0x10, 0, 0, 4, b'M', b'Q', b'T', b'T', 4, flags, 0, 30, 0, 1, b'c',
+        ];
+        bytes.extend_from_slice(&[0, 1, b'u']);
+        bytes[1] = u8::try_from(bytes.len() - 2).unwrap();
+        assert_eq!(
+            decode(&bytes),
+            Err(DecodeError::MalformedBody { packet_type: 1 }),
+            "flags {flags:#x}"
+        );
+    }
+    let login = Credentials {
+        username: "7",
+        password: b"hunter2",
+    };
+    let shown = format!("{login:?}");
+    assert!(
+        shown.contains("\"7\"") && !shown.contains("hunter2"),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -194,7 +238,7 @@ fn payloads_past_64_kib_encode_with_a_three_byte_length() {
 /// An owned packet, so proptest can generate and shrink it.
 #[derive(Debug, Clone)]
 enum Case {
-    Connect(String, u16, bool),
+    Connect(String, u16, bool, Option<(String, Vec<u8>)>),
     ConnAck(bool, u8),
     Publish(String, Vec<u8>, Option<u16>, bool, bool),
     PubAck(u16),
@@ -208,10 +252,13 @@ enum Case {
 impl Case {
     fn packet(&self) -> Packet<'_> {
         match self {
-            Case::Connect(id, keep_alive_s, clean) => Packet::Connect(Connect {
+            Case::Connect(id, keep_alive_s, clean, login) => Packet::Connect(Connect {
                 client_id: id,
                 keep_alive_s: *keep_alive_s,
                 clean_session: *clean,
+                credentials: login
+                    .as_ref()
+                    .map(|(username, password)| Credentials { username, password }),
             }),
             Case::ConnAck(session_present, code) => Packet::ConnAck {
                 session_present: *session_present,
@@ -251,7 +298,13 @@ impl Case {
 fn any_case() -> impl Strategy<Value = Case> {
     let id = 1..=u16::MAX;
     prop_oneof![
-        (".{0,40}", any::<u16>(), any::<bool>()).prop_map(|(c, k, s)| Case::Connect(c, k, s)),
+        (
+            ".{0,40}",
+            any::<u16>(),
+            any::<bool>(),
+            proptest::option::of((".{0,20}", proptest::collection::vec(any::<u8>(), 0..40)))
+        )
+            .prop_map(|(c, k, s, l)| Case::Connect(c, k, s, l)),
         (any::<bool>(), any::<u8>()).prop_map(|(s, c)| Case::ConnAck(s, c)),
         (
             ".{0,40}",
