@@ -33,6 +33,9 @@ packages=(
   faketime
   # A real headless browser for the status page test (e2e/operations.rs: --dump-dom, --screenshot).
   chromium
+  # The package suite (scripts/package.sh): Debian's package checker, systemd-analyze verify of
+  # the unit, readelf for the binary's glibc needs and ELF machine.
+  lintian systemd binutils
 )
 
 # Debian's ARM kernels and busybox for the system-QEMU gateways are fetched with

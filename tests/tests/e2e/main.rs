@@ -1,5 +1,6 @@
 //! End-to-end suites: each module drives the real `tern` binary as a user would.
 
+mod boards;
 mod clock_steps;
 mod foundation;
 mod full_disk;

@@ -1,7 +1,7 @@
 //! The password file: one `user:$argon2id$v=19$m=..,t=..,p=..$salt$hash` line per user (PHC
 //! strings), `#` comments and blank lines kept as they are. Parsing, argon2 hashing and
 //! verification, and the atomic rewrite behind `tern passwd` (temp file, fsync, rename, fsync of
-//! the directory, mode 0600).
+//! the directory; mode 0600 for a new file, an existing file's owner, group and mode kept).
 //!
 //! Verifying is slow and memory-hungry by design: callers must run it on a blocking thread,
 //! never on the async reactor. Never logs or stores a plain password.
@@ -167,7 +167,9 @@ impl PasswordFile {
     }
 
     /// Replaces `path` atomically: temp file (mode 0600) in the same directory, fsync, rename,
-    /// fsync of the directory. A crash leaves either the old or the new file, never a mix.
+    /// fsync of the directory. A crash leaves either the old or the new file, never a mix. When
+    /// `path` exists, the new file gets its owner, group and mode first (a packaged
+    /// `root:tern 0640` file stays readable by the service after `sudo tern passwd`).
     pub fn save(&self, path: &Path) -> Result<(), PasswdError> {
         let failed = |source| PasswdError::Write {
             path: path.to_owned(),
@@ -181,7 +183,12 @@ impl PasswordFile {
             .file_name()
             .map_or_else(|| "passwd".into(), |n| n.to_string_lossy().into_owned());
         let temp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-        let result = write_synced(&temp, self.render().as_bytes())
+        let keep = match std::fs::metadata(path) {
+            Ok(meta) => Some(meta),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+            Err(err) => return Err(failed(err)),
+        };
+        let result = write_synced(&temp, self.render().as_bytes(), keep.as_ref())
             .and_then(|()| std::fs::rename(&temp, path))
             .and_then(|()| std::fs::File::open(&dir)?.sync_all());
         if result.is_err() {
@@ -191,12 +198,23 @@ impl PasswordFile {
     }
 }
 
-fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes a new file (mode 0600, or `keep`'s owner, group and mode) and fsyncs it.
+fn write_synced(
+    path: &Path,
+    bytes: &[u8],
+    keep: Option<&std::fs::Metadata>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path)?;
+    if let Some(old) = keep {
+        // Owner before mode: a chown may clear set-id bits.
+        std::os::unix::fs::fchown(&file, Some(old.uid()), Some(old.gid()))?;
+        file.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o7777))?;
+    }
     file.write_all(bytes)?;
     file.sync_all()
 }

@@ -72,6 +72,35 @@ fn update_creates_replaces_and_deletes_with_mode_0600() {
 }
 
 #[test]
+fn a_rewrite_keeps_the_existing_files_owner_group_and_mode() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = temp_dir("keep");
+    let path = dir.join("passwd");
+    update(&path, "alice", Some("one")).expect("creates");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let created = std::fs::metadata(&path).expect("stat");
+    // As root (a packaged gateway), hand the file to another owner and group as the package
+    // does (root:tern); otherwise keep our own, which fchown accepts too.
+    let (uid, gid) = if created.uid() == 0 {
+        (65_534, 65_534)
+    } else {
+        (created.uid(), created.gid())
+    };
+    std::os::unix::fs::chown(&path, Some(uid), Some(gid)).expect("chown");
+    update(&path, "bob", Some("two")).expect("adds");
+    let after = std::fs::metadata(&path).expect("stat");
+    assert_eq!(after.permissions().mode() & 0o7777, 0o640);
+    assert_eq!((after.uid(), after.gid()), (uid, gid));
+    assert!(
+        PasswordFile::load(&path)
+            .expect("loads")
+            .users()
+            .contains_key("bob")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn bad_users_and_passwords_are_refused() {
     let dir = temp_dir("bad");
     let path = dir.join("passwd");
