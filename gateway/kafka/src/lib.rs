@@ -14,6 +14,7 @@ mod error;
 mod frame;
 mod header;
 mod listener;
+mod records;
 mod topics;
 
 pub use config::KafkaListenerConfig;

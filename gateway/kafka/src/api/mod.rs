@@ -9,7 +9,10 @@
 //! until all three agree.
 
 mod api_versions;
+mod fetch;
+mod list_offsets;
 mod metadata;
+mod produce;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -43,6 +46,9 @@ impl Versions {
 pub const SERVED: &[(ApiKey, Versions)] = &[
     (ApiKey::ApiVersions, api_versions::VERSIONS),
     (ApiKey::Metadata, metadata::VERSIONS),
+    (ApiKey::Produce, produce::VERSIONS),
+    (ApiKey::Fetch, fetch::VERSIONS),
+    (ApiKey::ListOffsets, list_offsets::VERSIONS),
 ];
 
 /// The versions served for `api`, if it is served at all.
@@ -74,10 +80,6 @@ pub type Pending = Pin<Box<dyn Future<Output = Result<Bytes, ApiError>> + Send>>
 
 /// A handler's answer. The connection writes answers in request order.
 #[derive(Debug)]
-#[expect(
-    dead_code,
-    reason = "Produce (acks=0, acks>=1) and Fetch construct these next"
-)]
 pub enum Reply {
     /// The encoded response body.
     Now(Bytes),
@@ -145,6 +147,9 @@ pub async fn dispatch<L: LogPort>(
     match api {
         ApiKey::ApiVersions => api_versions::handle(request),
         ApiKey::Metadata => metadata::handle(ctx, conn, request),
+        ApiKey::Produce => produce::handle(ctx, request).await,
+        ApiKey::Fetch => fetch::handle(ctx, request).await,
+        ApiKey::ListOffsets => list_offsets::handle(ctx, request),
         _ => Err(ApiError::NotServed { api }),
     }
 }
