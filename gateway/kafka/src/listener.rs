@@ -48,6 +48,7 @@ impl<L: LogPort> KafkaListener<L> {
             log: self.log,
             config: self.config,
             shutdown: shutdown.clone(),
+            producers: Default::default(),
         });
         let mut connections = JoinSet::new();
         let mut stop = shutdown;

@@ -10,6 +10,7 @@
 
 mod api_versions;
 mod fetch;
+mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod produce;
@@ -49,6 +50,7 @@ pub const SERVED: &[(ApiKey, Versions)] = &[
     (ApiKey::Produce, produce::VERSIONS),
     (ApiKey::Fetch, fetch::VERSIONS),
     (ApiKey::ListOffsets, list_offsets::VERSIONS),
+    (ApiKey::InitProducerId, init_producer_id::VERSIONS),
 ];
 
 /// The versions served for `api`, if it is served at all.
@@ -59,12 +61,13 @@ pub fn served(api: ApiKey) -> Option<Versions> {
         .map(|(_, versions)| *versions)
 }
 
-/// What every handler may use: the log, the settings, the shutdown signal.
+/// What every handler may use: the log, the settings, the shutdown signal, producer ids.
 #[derive(Debug)]
 pub struct Ctx<L> {
     pub log: L,
     pub config: Arc<KafkaListenerConfig>,
     pub shutdown: Shutdown,
+    pub producers: init_producer_id::ProducerIds,
 }
 
 /// One client connection as handlers see it.
@@ -150,6 +153,7 @@ pub async fn dispatch<L: LogPort>(
         ApiKey::Produce => produce::handle(ctx, request).await,
         ApiKey::Fetch => fetch::handle(ctx, request).await,
         ApiKey::ListOffsets => list_offsets::handle(ctx, request),
+        ApiKey::InitProducerId => init_producer_id::handle(ctx, request),
         _ => Err(ApiError::NotServed { api }),
     }
 }

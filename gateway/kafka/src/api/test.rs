@@ -22,6 +22,7 @@ pub(crate) fn ctx() -> Ctx<MemoryLog> {
         log: MemoryLog::new(2),
         config: Arc::new(KafkaListenerConfig::default()),
         shutdown,
+        producers: Default::default(),
     }
 }
 
@@ -97,6 +98,7 @@ fn default_request(api: ApiKey, version: i16) -> Bytes {
         Produce => kafka_protocol::messages::ProduceRequest,
         Fetch => kafka_protocol::messages::FetchRequest,
         ListOffsets => kafka_protocol::messages::ListOffsetsRequest,
+        InitProducerId => kafka_protocol::messages::InitProducerIdRequest,
     }
 }
 
