@@ -1,5 +1,5 @@
 //! The one port through which the other layers use the log: create topics, queue appends that
-//! resolve once durable, read durable records from an offset, watch a partition's durable end,
+//! resolve once durable, read durable records from an offset or a time, watch a partition's durable end,
 //! and keep named durable cursors. The MQTT server and the upstream forwarder are written
 //! against [`LogPort`]; the gateway passes them a [`Log`], unit tests the in-memory
 //! [`MemoryLog`](crate::memory::MemoryLog), which keeps the same promise: nothing is visible
