@@ -15,6 +15,7 @@ mod mqtt_abuse_retained;
 mod mqtt_auth;
 mod mqtt_delivery;
 mod mqtt_durability;
+mod mqtt_rate;
 mod mqtt_shared;
 mod operations;
 mod readings;
