@@ -14,39 +14,66 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tern_log::MemoryLog;
 use tern_mqtt::{Broker, MqttConfig, MqttListener, MqttMetrics};
 
-/// Allocations (including reallocations) made by threads whose `COUNTING` flag is set.
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
 thread_local! {
+    /// Whether this thread's allocations are counted (the broker's thread only).
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    /// Allocations (including reallocations) this thread made while counting.
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    /// Bytes this thread allocated minus bytes it freed while counting (wrapping).
+    static LIVE_BYTES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// This thread's counters: (allocations, live bytes).
+fn counters() -> (u64, u64) {
+    (ALLOCATIONS.with(Cell::get), LIVE_BYTES.with(Cell::get))
+}
+
+fn add(cell: &'static std::thread::LocalKey<Cell<u64>>, delta: u64, subtract: bool) {
+    let _ = cell.try_with(|c| {
+        let value = if subtract {
+            c.get().wrapping_sub(delta)
+        } else {
+            c.get().wrapping_add(delta)
+        };
+        c.set(value);
+    });
 }
 
 struct Counting;
 
-// SAFETY: every call is forwarded to the system allocator unchanged; counting only reads a
-// thread-local flag (no allocation) and bumps an atomic.
+// SAFETY: every call is forwarded to the system allocator unchanged; counting only touches
+// const-initialised thread-locals (no allocation).
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
+        count(layout.size(), 0);
         // SAFETY: the caller's contract for `alloc` is passed on.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        freed(layout.size());
         // SAFETY: the caller's contract for `dealloc` is passed on.
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
+        count(new_size, layout.size());
         // SAFETY: the caller's contract for `realloc` is passed on.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
 
-fn count() {
+fn count(size: usize, replaced: usize) {
     if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        add(&ALLOCATIONS, 1, false);
+        add(&LIVE_BYTES, size as u64, false);
+        add(&LIVE_BYTES, replaced as u64, true);
+    }
+}
+
+fn freed(size: usize) {
+    if COUNTING.try_with(Cell::get).unwrap_or(false) {
+        add(&LIVE_BYTES, size as u64, true);
     }
 }
 
@@ -104,12 +131,25 @@ fn publish_all(stream: &mut TcpStream, count: usize, first_pkid: usize) {
 }
 
 fn client(addr: std::net::SocketAddr) -> TcpStream {
+    connect(addr, "alloc-counter")
+}
+
+/// A client with a fresh id.
+fn client_with_id(addr: std::net::SocketAddr) -> TcpStream {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    connect(
+        addr,
+        &format!("idle-{}", NEXT.fetch_add(1, Ordering::Relaxed)),
+    )
+}
+
+fn connect(addr: std::net::SocketAddr, id: &str) -> TcpStream {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.set_nodelay(true).expect("nodelay");
     let mut body = Vec::new();
     field(&mut body, b"MQTT");
     body.extend_from_slice(&[4, 0x02, 0, 60]);
-    field(&mut body, b"alloc-counter");
+    field(&mut body, id.as_bytes());
     stream.write_all(&packet(0x10, &body)).expect("CONNECT");
     let mut connack = [0u8; 4];
     stream.read_exact(&mut connack).expect("CONNACK");
@@ -117,14 +157,12 @@ fn client(addr: std::net::SocketAddr) -> TcpStream {
     stream
 }
 
-#[test]
-fn a_durable_qos1_publish_takes_few_allocations() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let (trigger, shutdown) = tern_core::shutdown::channel();
-    let (addr, server) = runtime.block_on(async {
+/// A broker over the in-memory log on `runtime`, listening on loopback.
+fn broker(
+    runtime: &tokio::runtime::Runtime,
+    shutdown: tern_core::shutdown::Shutdown,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    runtime.block_on(async {
         let log = MemoryLog::new(1);
         let metrics = Arc::new(MqttMetrics::default());
         let broker = Broker::open(log, MqttConfig::default(), Vec::new(), metrics)
@@ -135,7 +173,17 @@ fn a_durable_qos1_publish_takes_few_allocations() {
             .expect("bind");
         let addr = listener.local_addr().expect("address");
         (addr, tokio::spawn(listener.run(shutdown)))
-    });
+    })
+}
+
+#[test]
+fn a_durable_qos1_publish_takes_few_allocations() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (trigger, shutdown) = tern_core::shutdown::channel();
+    let (addr, server) = broker(&runtime, shutdown);
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<u64>();
     let (warm_tx, warm_rx) = tokio::sync::oneshot::channel::<()>();
     let publisher = std::thread::spawn(move || {
@@ -148,9 +196,9 @@ fn a_durable_qos1_publish_takes_few_allocations() {
     let allocations = runtime.block_on(async {
         warm_rx.await.expect("warm-up done");
         COUNTING.with(|c| c.set(true));
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let (before, _) = counters();
         done_rx.await.expect("measured run done");
-        let counted = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let counted = counters().0 - before;
         COUNTING.with(|c| c.set(false));
         counted
     });
@@ -162,5 +210,45 @@ fn a_durable_qos1_publish_takes_few_allocations() {
     assert!(
         per_publish <= 20.0,
         "{per_publish:.2} allocations per publish"
+    );
+}
+
+/// Idle clients whose memory is measured.
+const IDLE: usize = 200;
+
+#[test]
+fn an_idle_connection_holds_little_memory() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (trigger, shutdown) = tern_core::shutdown::channel();
+    let (addr, server) = broker(&runtime, shutdown);
+    let (connected_tx, connected_rx) = tokio::sync::oneshot::channel::<Vec<TcpStream>>();
+    let before = runtime.block_on(async {
+        COUNTING.with(|c| c.set(true));
+        counters().1
+    });
+    std::thread::spawn(move || {
+        let clients: Vec<TcpStream> = (0..IDLE).map(|_| client_with_id(addr)).collect();
+        let _ = connected_tx.send(clients);
+    });
+    let (held, clients) = runtime.block_on(async {
+        let clients = connected_rx.await.expect("clients connected");
+        // Every CONNACK was read, so every connection task is in its packet loop; one more
+        // turn of the runtime lets each settle its read buffer.
+        tokio::task::yield_now().await;
+        let held = counters().1.wrapping_sub(before);
+        COUNTING.with(|c| c.set(false));
+        (held, clients)
+    });
+    drop(clients);
+    trigger.trigger();
+    runtime.block_on(server).expect("listener stops");
+    let per_client = held as f64 / IDLE as f64;
+    println!("heap bytes per idle connection: {per_client:.0}");
+    assert!(
+        per_client <= 16_384.0,
+        "{per_client:.0} bytes per idle connection"
     );
 }
