@@ -85,9 +85,14 @@ const PUBLISHES: usize = 20_000;
 /// Unacknowledged publishes the client keeps in flight.
 const WINDOW: usize = 64;
 
+/// A two-byte integer as MQTT writes it (most significant byte first).
+fn wire_u16(value: u16) -> [u8; 2] {
+    [(value >> 8) as u8, value as u8]
+}
+
 /// A length-prefixed MQTT string.
 fn field(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&u16::try_from(bytes.len()).unwrap_or(0).to_be_bytes());
+    out.extend_from_slice(&wire_u16(u16::try_from(bytes.len()).unwrap_or(0)));
     out.extend_from_slice(bytes);
 }
 
@@ -101,7 +106,7 @@ fn packet(first: u8, body: &[u8]) -> Vec<u8> {
 fn publish(pkid: u16) -> Vec<u8> {
     let mut body = Vec::new();
     field(&mut body, b"bench/1");
-    body.extend_from_slice(&pkid.to_be_bytes());
+    body.extend_from_slice(&wire_u16(pkid));
     body.extend_from_slice(&[0x5a; 64]);
     packet(0x32, &body)
 }
