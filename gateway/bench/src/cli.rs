@@ -230,9 +230,15 @@ pub struct MqttBenchArgs {
     /// Runs per figure; the median is printed [default: 3; quick: 1].
     #[arg(long, value_name = "R")]
     pub repetitions: Option<usize>,
-    /// Idle clients connected for tern's memory figure [default: 1000; quick: 100].
+    /// Idle clients connected for each broker's memory figure [default: 1000; quick: 100].
     #[arg(long, value_name = "K")]
     pub idle_clients: Option<usize>,
+    /// Publisher connections of the deep QoS 1 run, 0 for none [default: 64; quick: 8].
+    #[arg(long, value_name = "N")]
+    pub deep_publishers: Option<usize>,
+    /// Unacknowledged QoS 1 publishes per connection in the deep run [default: 256; quick: 128].
+    #[arg(long, value_name = "W")]
+    pub deep_window: Option<usize>,
     /// A few seconds' run that checks the bench works (smaller defaults).
     #[arg(long)]
     pub quick: bool,
@@ -255,6 +261,8 @@ impl MqttBenchArgs {
             window: self.window.unwrap_or(base.window),
             repetitions: self.repetitions.unwrap_or(base.repetitions),
             idle_clients: self.idle_clients.unwrap_or(base.idle_clients),
+            deep_publishers: self.deep_publishers.unwrap_or(base.deep_publishers),
+            deep_window: self.deep_window.unwrap_or(base.deep_window),
         }
     }
 }

@@ -200,20 +200,59 @@ pub enum RetainHandling {
 
 /// Decodes one complete frame (as measured by [`frame_len`]) sent by a client.
 pub fn decode(version: Version, frame: &[u8]) -> Result<Incoming, CodecError> {
+    decode_frame(version, BytesMut::from(frame))
+}
+
+/// [`decode`] of a frame the caller gives up (split off its read buffer): the payload and
+/// topic of a PUBLISH stay in the frame's buffer instead of being copied.
+pub fn decode_frame(version: Version, frame: BytesMut) -> Result<Incoming, CodecError> {
     let byte1 = *frame.first().ok_or_else(|| malformed("empty frame"))?;
     check_fixed_flags(byte1)?;
-    validate::check(version, frame)?;
-    let mut stream = BytesMut::from(frame);
-    if let (Version::V5, [0xe0, 0x01, reason]) = (version, frame) {
+    validate::check(version, &frame)?;
+    // What rumqttd keeps private is read from the bytes before its reader consumes them.
+    let hidden = Hidden::of(version, &frame)?;
+    let len = frame.len();
+    let short_disconnect = match (version, &frame[..]) {
+        (Version::V5, &[0xe0, 0x01, reason]) => Some(reason),
+        _ => None,
+    };
+    let mut stream = match short_disconnect {
         // rumqttd's v5 DISCONNECT reader requires a property length after the reason code, which
         // the spec makes optional: append the empty one.
-        stream = BytesMut::from(&[0xe0, 0x02, *reason, 0x00][..]);
-    }
-    let packet = match version {
-        Version::V4 => protocol::v4::V4.read_mut(&mut stream, frame.len())?,
-        Version::V5 => protocol::v5::V5.read_mut(&mut stream, frame.len())?,
+        Some(reason) => BytesMut::from(&[0xe0, 0x02, reason, 0x00][..]),
+        None => frame,
     };
-    convert(version, packet, frame)
+    let packet = match version {
+        Version::V4 => protocol::v4::V4.read_mut(&mut stream, len)?,
+        Version::V5 => protocol::v5::V5.read_mut(&mut stream, len)?,
+    };
+    convert(version, packet, hidden)
+}
+
+/// The fields of a client frame rumqttd hides: its first byte, a PUBLISH's QoS, packet id and
+/// DUP, and an MQTT 5 PUBREC's reason code.
+struct Hidden {
+    byte1: u8,
+    publish: Option<(QoS, u16, bool)>,
+    reason: u8,
+}
+
+impl Hidden {
+    fn of(version: Version, frame: &[u8]) -> Result<Self, CodecError> {
+        let byte1 = *frame.first().ok_or_else(|| malformed("empty frame"))?;
+        let packet_type = byte1 >> 4;
+        Ok(Self {
+            byte1,
+            publish: (packet_type == 3)
+                .then(|| publish_header(frame))
+                .transpose()?,
+            reason: if packet_type == 5 {
+                ack_reason(version, frame)?
+            } else {
+                0
+            },
+        })
+    }
 }
 
 /// Rejects packet types a server never receives and fixed-header flags the spec forbids.
@@ -233,7 +272,7 @@ fn check_fixed_flags(byte1: u8) -> Result<(), CodecError> {
     }
 }
 
-fn convert(version: Version, packet: Packet, frame: &[u8]) -> Result<Incoming, CodecError> {
+fn convert(version: Version, packet: Packet, hidden: Hidden) -> Result<Incoming, CodecError> {
     Ok(match packet {
         Packet::Connect(connect, properties, will, will_properties, login) => {
             Incoming::Connect(Box::new(Connect {
@@ -252,7 +291,7 @@ fn convert(version: Version, packet: Packet, frame: &[u8]) -> Result<Incoming, C
             }))
         }
         Packet::Publish(publish, properties) => {
-            let (qos, pkid, dup) = publish_header(frame)?;
+            let (qos, pkid, dup) = hidden.publish.ok_or_else(|| malformed("not a PUBLISH"))?;
             Incoming::Publish(Box::new(InPublish {
                 qos,
                 pkid,
@@ -266,7 +305,7 @@ fn convert(version: Version, packet: Packet, frame: &[u8]) -> Result<Incoming, C
         Packet::PubAck(ack, _) => Incoming::PubAck { pkid: ack.pkid },
         Packet::PubRec(ack, _) => Incoming::PubRec {
             pkid: ack.pkid,
-            reason: ack_reason(version, frame)?,
+            reason: hidden.reason,
         },
         Packet::PubRel(ack, _) => Incoming::PubRel { pkid: ack.pkid },
         Packet::PubComp(ack, _) => Incoming::PubComp { pkid: ack.pkid },
@@ -305,7 +344,7 @@ fn convert(version: Version, packet: Packet, frame: &[u8]) -> Result<Incoming, C
         },
         Packet::ConnAck(..) | Packet::SubAck(..) | Packet::UnsubAck(..) | Packet::PingResp(_) => {
             return Err(CodecError::Protocol {
-                packet_type: frame.first().map_or(0, |b| b >> 4),
+                packet_type: hidden.byte1 >> 4,
             });
         }
     })

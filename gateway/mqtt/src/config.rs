@@ -44,7 +44,9 @@ pub struct MqttConfig {
     /// Topic aliases tern uses for deliveries to an MQTT 5 client, per connection (capped by
     /// the client's Topic Alias Maximum; least recently used ones are reassigned). 0 = none.
     pub outbound_topic_aliases: u16,
-    /// Publishes per second a single client may send; reading pauses beyond it. 0 = unlimited.
+    /// Publishes per second a single client may send; reading from it pauses beyond it
+    /// (counted in `tern_mqtt_rate_limited_total`, logged). 0 = unlimited, the default (as in
+    /// Mosquitto, NanoMQ and EMQX): backpressure comes from the durable acks and `inflight`.
     pub max_publish_rate: u32,
     /// Largest keep alive granted; MQTT 5 clients asking for more are told this value.
     pub max_keep_alive: HumanDuration,
@@ -97,7 +99,7 @@ impl Default for MqttConfig {
             max_topic_levels: 16,
             topic_alias_maximum: 16,
             outbound_topic_aliases: 16,
-            max_publish_rate: 1000,
+            max_publish_rate: 0,
             max_keep_alive: HumanDuration(std::time::Duration::from_secs(3600)),
             connect_timeout: HumanDuration(std::time::Duration::from_secs(10)),
             idle_timeout: HumanDuration(std::time::Duration::from_secs(3600)),

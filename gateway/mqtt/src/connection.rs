@@ -28,6 +28,7 @@ use super::router::PartitionId;
 use super::session::{Matched, Session};
 use super::shared::{Delivery, Memberships};
 use super::will::Will;
+use inbuf::ReadBuffer;
 use out_alias::OutboundAliases;
 use quota::InboundQuota;
 use rate::RateLimit;
@@ -36,11 +37,14 @@ use tern_log::{LogPort, StoredRecord};
 
 /// How long a write to a client may take before the connection is given up.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most output buffer a connection keeps once everything was written.
+const OUT_KEPT: usize = 16 * 1024;
 
 mod appends;
 mod authz;
 mod delivery;
 mod handshake;
+mod inbuf;
 mod lease;
 mod out_alias;
 mod packets;
@@ -74,7 +78,8 @@ pub async fn serve<S, IO>(
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (mut reader, writer) = tokio::io::split(io);
-    let mut inbuf = BytesMut::with_capacity(4096);
+    // Grown by the reads as the client needs it (`inbuf.rs`); a CONNECT is small.
+    let mut inbuf = BytesMut::new();
     let read = tokio::select! {
         read = handshake::read_connect(&broker, &mut reader, &mut inbuf, peer) => read,
         () = pending.evicted() => {
@@ -211,9 +216,13 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     async fn run<R: AsyncRead>(
         &mut self,
         reader: &mut ReadHalf<R>,
-        mut inbuf: BytesMut,
+        inbuf: BytesMut,
         mut shutdown: Shutdown,
     ) -> Result<Flow, ConnError> {
+        let mut inbuf = ReadBuffer::new(inbuf);
+        let mut room = 0;
+        // Only a persistent session has cursors to commit: other connections never wake for it.
+        let persistent = self.session.persistent();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         self.resume().await?;
         self.join_groups().await;
@@ -227,8 +236,12 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             };
             let can_read = throttled.is_none()
                 && self.pending.len() < usize::from(self.broker.config.inflight) * 2;
+            if can_read {
+                inbuf.reserve();
+                room = inbuf.room();
+            }
             let event = tokio::select! {
-                read = reader.read_buf(&mut inbuf), if can_read => Event::Read(read),
+                read = reader.read_buf(&mut inbuf.bytes), if can_read => Event::Read(read),
                 stored = appends::join_oldest(&mut self.appending) => Event::Stored(stored),
                 () = self.wake.notified() => Event::Wake,
                 (filter, delivery) = self.groups.recv(), if !self.window_full() => {
@@ -238,16 +251,19 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 () = sleep_until(deadline) => Event::KeepAliveExpired,
                 () = sleep_until(throttled) => Event::Throttled,
                 () = shutdown.wait() => Event::Shutdown,
-                _ = tick.tick() => Event::Tick,
+                _ = tick.tick(), if persistent => Event::Tick,
             };
             match event {
                 Event::Read(read) => {
-                    if read? == 0 {
+                    let read = read?;
+                    if read == 0 {
                         return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
                     }
-                    if let Flow::Disconnect { will } = self.process(&mut inbuf).await? {
+                    inbuf.read(read, room);
+                    if let Flow::Disconnect { will } = self.process(&mut inbuf.bytes).await? {
                         return Ok(Flow::Disconnect { will });
                     }
+                    inbuf.settle();
                 }
                 Event::Stored(done) => self.stored(done)?,
                 Event::Wake => self.deliver_more().await?,
@@ -277,17 +293,35 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
 
     /// Decodes and handles every complete frame in `inbuf`.
     async fn process(&mut self, inbuf: &mut BytesMut) -> Result<Flow, ConnError> {
+        let mut publishes = 0;
+        let flow = self.process_frames(inbuf, &mut publishes).await;
+        // One shared counter update per read, not per message.
+        MqttMetrics::add(&self.broker.metrics.publishes_in, publishes);
+        if let Ok(Flow::Continue) = flow {
+            self.start_append();
+        }
+        flow
+    }
+
+    /// Handles the frames of [`Connection::process`], counting PUBLISH packets in `publishes`.
+    async fn process_frames(
+        &mut self,
+        inbuf: &mut BytesMut,
+        publishes: &mut u64,
+    ) -> Result<Flow, ConnError> {
         let max = self.broker.config.max_packet_size.0 as usize;
+        if codec::frame_len(inbuf, max)?.is_some() {
+            self.last_packet = Instant::now();
+        }
         while let Some(len) = codec::frame_len(inbuf, max)? {
             let frame = inbuf.split_to(len);
-            self.last_packet = Instant::now();
-            let packet = codec::decode(self.version, &frame)?;
+            let packet = codec::decode_frame(self.version, frame)?;
+            *publishes += u64::from(matches!(packet, codec::Incoming::Publish(_)));
             let flow = self.handle(packet).await?;
             if flow != Flow::Continue {
                 return Ok(flow);
             }
         }
-        self.start_append();
         Ok(Flow::Continue)
     }
 
@@ -311,7 +345,12 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 return Err(err.into());
             }
         }
-        self.out.clear();
+        if self.out.capacity() > OUT_KEPT {
+            // A burst is over: an idle connection does not keep its high-water mark.
+            self.out = BytesMut::new();
+        } else {
+            self.out.clear();
+        }
         Ok(())
     }
 

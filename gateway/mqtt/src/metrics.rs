@@ -24,6 +24,8 @@ pub struct MqttMetrics {
     pub(crate) retained_messages: AtomicU64,
     pub(crate) retained_bytes: AtomicU64,
     pub(crate) retained_refused: AtomicU64,
+    /// Times a client's reading was paused by `mqtt.max_publish_rate`.
+    pub(crate) rate_limited: AtomicU64,
 }
 
 impl MqttMetrics {
@@ -138,6 +140,13 @@ impl MetricsSource for MqttMetrics {
             "Log records a subscriber skipped because the log lost them to damage.",
             self.records_lost.load(Ordering::Relaxed),
         );
+        write_single(
+            out,
+            "tern_mqtt_rate_limited_total",
+            "counter",
+            "Times reading from a client was paused because it published faster than mqtt.max_publish_rate.",
+            self.rate_limited.load(Ordering::Relaxed),
+        );
     }
 }
 
@@ -155,6 +164,6 @@ mod tests {
             out.contains("tern_mqtt_publishes_received_total 1\n"),
             "{out}"
         );
-        assert_eq!(out.matches("# TYPE").count(), 15);
+        assert_eq!(out.matches("# TYPE").count(), 16);
     }
 }

@@ -18,6 +18,7 @@ mod mqtt_auth;
 mod mqtt_consumer;
 mod mqtt_delivery;
 mod mqtt_durability;
+mod mqtt_rate;
 mod mqtt_shared;
 mod operations;
 mod readings;

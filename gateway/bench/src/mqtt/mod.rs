@@ -1,6 +1,8 @@
-//! `tern bench mqtt`: a lean MQTT 3.1.1 load generator and the run that puts tern (durable QoS 1
-//! acks at the default commit window) next to Debian's Mosquitto under the same load, plus
-//! tern's memory with many idle clients. It owns the bench's options and the order of
+//! `tern bench mqtt`: a lean MQTT 3.1.1 load generator and the run that puts tern (its defaults:
+//! durable QoS 1 acks at the default commit window) next to Debian's Mosquitto under the same
+//! load: throughput, PUBACK latency, CPU seconds per 100,000 messages (from `/proc`), a deep run
+//! with so many publishes in flight that the commit window is not the bound, and each broker's
+//! memory with many idle clients. It owns the bench's options and the order of
 //! measurements (`tern bench upstream` reuses its load and its tern child); the load, speaking
 //! MQTT through tern-shared's packet codec, is in `load.rs`, the child brokers in `servers.rs`
 //! and the figures in `report.rs`.
@@ -18,7 +20,7 @@ use std::time::Duration;
 pub use report::Report;
 
 use load::Load;
-use report::{BrokerFigures, Memory, Run};
+use report::{BrokerFigures, Kind, Memory, Run};
 use servers::Server;
 
 use crate::BenchError;
@@ -36,8 +38,12 @@ pub struct BenchOptions {
     /// Unacknowledged QoS 1 publishes per connection.
     pub window: usize,
     pub repetitions: usize,
-    /// Idle clients connected for tern's memory figure.
+    /// Idle clients connected for each broker's memory figure.
     pub idle_clients: usize,
+    /// Publisher connections of the deep QoS 1 run (0: no deep run).
+    pub deep_publishers: usize,
+    /// Unacknowledged QoS 1 publishes per connection in the deep run.
+    pub deep_window: usize,
 }
 
 impl BenchOptions {
@@ -52,6 +58,8 @@ impl BenchOptions {
             window: 64,
             repetitions: 3,
             idle_clients: 1_000,
+            deep_publishers: 64,
+            deep_window: 256,
         }
     }
 
@@ -62,6 +70,8 @@ impl BenchOptions {
             messages: 500,
             repetitions: 1,
             idle_clients: 100,
+            deep_publishers: 8,
+            deep_window: 128,
             ..Self::full()
         }
     }
@@ -77,6 +87,11 @@ impl BenchOptions {
                 "must be between 1 and 65535",
             ),
             (
+                !(1..=65_535).contains(&self.deep_window),
+                "--deep-window",
+                "must be between 1 and 65535",
+            ),
+            (
                 self.size > 256 * 1024 - 64,
                 "--size",
                 "must fit tern's default 256KiB packet limit",
@@ -89,29 +104,51 @@ impl BenchOptions {
         }
     }
 
-    /// QoS levels to run, QoS 1 first.
-    fn qos_levels(&self) -> Vec<bool> {
-        match self.qos {
-            Some(q) => vec![q == 1],
-            None => vec![true, false],
-        }
-    }
-
-    fn load(&self, qos1: bool) -> Load {
-        Load {
+    /// The loads to run, in order: QoS 1, the deep QoS 1 run, QoS 0 (as chosen).
+    fn loads(&self) -> Vec<(Kind, Load)> {
+        let base = Load {
             publishers: self.publishers,
             messages: self.messages,
             size: self.size,
-            qos1,
+            qos1: true,
             window: self.window,
+        };
+        let mut loads = Vec::new();
+        if self.qos != Some(0) {
+            loads.push((Kind::Qos1, base));
+            if self.deep_publishers > 0 {
+                let deep = Load {
+                    publishers: self.deep_publishers,
+                    window: self.deep_window,
+                    ..base
+                };
+                loads.push((Kind::Deep, deep));
+            }
         }
+        if self.qos != Some(1) {
+            loads.push((
+                Kind::Qos0,
+                Load {
+                    qos1: false,
+                    ..base
+                },
+            ));
+        }
+        loads
+    }
+
+    /// The most clients connected to a broker at once.
+    fn connections(&self) -> usize {
+        self.idle_clients
+            .max(self.publishers)
+            .max(self.deep_publishers)
     }
 }
 
 /// Runs the bench described by `options` and returns every figure.
 pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     options.validate()?;
-    raise_open_files_limit(options.idle_clients + options.publishers + 256);
+    raise_open_files_limit(options.connections() + 256);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -142,9 +179,9 @@ fn resolve(broker: &str) -> Result<SocketAddr, BenchError> {
 async fn one_broker(options: &BenchOptions, addr: SocketAddr) -> Result<Report, BenchError> {
     let mut figures = BrokerFigures::default();
     for rep in 0..options.repetitions {
-        for qos1 in options.qos_levels() {
-            let measured = load::run(addr, options.load(qos1), &format!("b{rep}")).await?;
-            figures.add(qos1, Run::from(measured));
+        for (kind, load) in options.loads() {
+            let measured = load::run(addr, load, &format!("b{rep}")).await?;
+            figures.add(kind, Run::new(measured, None));
         }
     }
     Ok(Report::single(options, addr, figures))
@@ -155,37 +192,57 @@ fn side_by_side(
     options: &BenchOptions,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<Report, BenchError> {
-    let tern = Server::tern()?;
-    let memory = runtime.block_on(idle_memory(&tern, options.idle_clients))?;
+    let settings = servers::mqtt_overrides(options.connections());
+    let tern = Server::tern(&settings)?;
+    let tern_memory = runtime.block_on(idle_memory(&tern, options.idle_clients))?;
     let mosquitto = Server::mosquitto()?;
+    let mosquitto_memory = runtime.block_on(idle_memory(&mosquitto, options.idle_clients))?;
     let mut tern_figures = BrokerFigures::default();
     let mut mosquitto_figures = BrokerFigures::default();
     for rep in 0..options.repetitions {
-        for qos1 in options.qos_levels() {
-            let load = options.load(qos1);
-            let run = runtime.block_on(load::run(tern.addr, load, &format!("t{rep}")))?;
-            tern_figures.add(qos1, Run::from(run));
-            let run = runtime.block_on(load::run(mosquitto.addr, load, &format!("m{rep}")))?;
-            mosquitto_figures.add(qos1, Run::from(run));
+        for (kind, load) in options.loads() {
+            let run = runtime.block_on(measure(&tern, load, &format!("t{rep}")))?;
+            tern_figures.add(kind, run);
+            let run = runtime.block_on(measure(&mosquitto, load, &format!("m{rep}")))?;
+            mosquitto_figures.add(kind, run);
         }
     }
-    let (_, peak_kib) = tern.rss_kib()?;
-    let memory = Memory { peak_kib, ..memory };
+    let with_peak = |server: &Server, memory: Memory| -> Result<Memory, BenchError> {
+        let (_, peak_kib) = server.rss_kib()?;
+        Ok(Memory { peak_kib, ..memory })
+    };
+    let memory = [
+        with_peak(&tern, tern_memory)?,
+        with_peak(&mosquitto, mosquitto_memory)?,
+    ];
+    let settings = settings.iter().map(|line| format!("mqtt.{line}")).collect();
     Ok(Report::side_by_side(
         options,
-        tern_figures,
-        mosquitto_figures,
+        [tern_figures, mosquitto_figures],
         memory,
+        settings,
     ))
 }
 
-/// tern's RSS before and with `count` connected idle clients.
-async fn idle_memory(tern: &Server, count: usize) -> Result<Memory, BenchError> {
-    let (start_kib, _) = tern.rss_kib()?;
-    let clients = load::idle_clients(tern.addr, count).await?;
+/// One load run against a child broker, with the CPU time the broker spent on it.
+async fn measure(server: &Server, load: Load, label: &str) -> Result<Run, BenchError> {
+    let before = server.cpu_seconds()?;
+    let measured = load::run(server.addr, load, label).await?;
+    // The last acknowledgement (or PINGRESP) was sent, so the broker's work for the run is done
+    // but for closing the connections, which is counted too: wait until they are closed.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cpu = server.cpu_seconds()? - before;
+    let messages = (load.publishers * load.messages) as f64;
+    Ok(Run::new(measured, Some(cpu / messages * 100_000.0)))
+}
+
+/// A broker's RSS before and with `count` connected idle clients.
+async fn idle_memory(server: &Server, count: usize) -> Result<Memory, BenchError> {
+    let (start_kib, _) = server.rss_kib()?;
+    let clients = load::idle_clients(server.addr, count).await?;
     // Let every connection task settle before reading the figure.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (idle_kib, _) = tern.rss_kib()?;
+    let (idle_kib, _) = server.rss_kib()?;
     drop(clients);
     tokio::time::sleep(Duration::from_millis(200)).await;
     Ok(Memory {
@@ -236,12 +293,24 @@ mod tests {
     }
 
     #[test]
-    fn both_qos_levels_run_unless_one_is_chosen() {
-        assert_eq!(BenchOptions::full().qos_levels(), vec![true, false]);
-        let options = BenchOptions {
+    fn every_load_runs_unless_a_qos_level_is_chosen() {
+        let kinds = |options: &BenchOptions| -> Vec<Kind> {
+            options.loads().iter().map(|(kind, _)| *kind).collect()
+        };
+        let full = BenchOptions::full();
+        assert_eq!(kinds(&full), vec![Kind::Qos1, Kind::Deep, Kind::Qos0]);
+        let deep = full.loads()[1].1;
+        assert_eq!((deep.publishers, deep.window, deep.qos1), (64, 256, true));
+        let qos0 = BenchOptions {
             qos: Some(0),
             ..BenchOptions::full()
         };
-        assert_eq!(options.qos_levels(), vec![false]);
+        assert_eq!(kinds(&qos0), vec![Kind::Qos0]);
+        let shallow = BenchOptions {
+            qos: Some(1),
+            deep_publishers: 0,
+            ..BenchOptions::full()
+        };
+        assert_eq!(kinds(&shallow), vec![Kind::Qos1]);
     }
 }

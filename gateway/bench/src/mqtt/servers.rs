@@ -28,15 +28,32 @@ pub struct Server {
     stderr: mpsc::Receiver<String>,
 }
 
-/// The tern settings of the bench: defaults, except that the per-client publish rate limit is
-/// off (it would cap every publisher at 1,000 msgs/s) and the listeners are on loopback port 0.
-fn tern_config(data_dir: &Path) -> String {
+/// tern's default `mqtt.max_connections` (a test checks it against tern-mqtt's).
+const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// The `[mqtt]` settings the bench changes from tern's defaults so that `connections` clients
+/// fit (`max_connections`, only when the default is too small), as `key = value` lines. Every
+/// one is printed beside the figures.
+pub fn mqtt_overrides(connections: usize) -> Vec<String> {
+    if connections <= DEFAULT_MAX_CONNECTIONS {
+        return Vec::new();
+    }
+    vec![format!("max_connections = {connections}")]
+}
+
+/// The tern settings of the bench: the defaults, with the data directory in a temporary
+/// directory, the MQTT, admin and Kafka listeners on loopback port 0, and `mqtt` (lines of
+/// `[mqtt]`) on top.
+fn tern_config(data_dir: &Path, mqtt: &[String]) -> String {
+    let mut mqtt = mqtt.join("\n");
+    if !mqtt.is_empty() {
+        mqtt.push('\n');
+    }
     format!(
         "data_dir = {data_dir:?}\n\
-         [mqtt]\nlisten = \"127.0.0.1:0\"\nmax_publish_rate = 0\nmax_connections = 2048\n\
+         [mqtt]\nlisten = \"127.0.0.1:0\"\n{mqtt}\
          [admin]\nlisten = \"127.0.0.1:0\"\n\
-         [kafka_listener]\nlisten = \"127.0.0.1:0\"\n\
-         [logging]\nlevel = \"info\"\n",
+         [kafka_listener]\nlisten = \"127.0.0.1:0\"\n",
         data_dir = data_dir.display().to_string()
     )
 }
@@ -51,21 +68,22 @@ fn mosquitto_config(port: u16) -> String {
 }
 
 impl Server {
-    /// Starts `tern serve` (the running binary) and waits for its MQTT listener.
-    pub fn tern() -> Result<Self, BenchError> {
-        Self::tern_with("")
+    /// Starts `tern serve` (the running binary) with `mqtt` (lines of `[mqtt]`, see
+    /// [`mqtt_overrides`]) over its defaults and waits for its MQTT listener.
+    pub fn tern(mqtt: &[String]) -> Result<Self, BenchError> {
+        Self::tern_with(mqtt, "")
     }
 
     /// The same, with `extra` (whole TOML tables such as `[[upstream]]`) added to its config.
-    pub fn tern_with(extra: &str) -> Result<Self, BenchError> {
+    pub fn tern_with(mqtt: &[String], extra: &str) -> Result<Self, BenchError> {
         let dir = TempDir::new("tern")?;
         let data_dir = dir.path().join("data");
         let config = dir.path().join("tern.toml");
-        write_file(&config, &format!("{}{extra}", tern_config(&data_dir)))?;
+        write_file(&config, &format!("{}{extra}", tern_config(&data_dir, mqtt)))?;
         let exe = crate::tern_binary()?;
         let mut command = Command::new(exe);
         command.arg("serve").arg("--config").arg(&config);
-        command.env("RUST_LOG", "info");
+        command.env_remove("RUST_LOG");
         let (child, stderr) = spawn(command, "tern")?;
         let mut server = Self {
             child,
@@ -139,6 +157,20 @@ impl Server {
         })
     }
 
+    /// CPU seconds the child has used so far, user plus system, all threads (`utime` and
+    /// `stime` of `/proc/<pid>/stat`, in clock ticks).
+    pub fn cpu_seconds(&self) -> Result<f64, BenchError> {
+        let path = format!("/proc/{}/stat", self.pid());
+        let stat = std::fs::read_to_string(&path).map_err(|source| BenchError::Io {
+            what: "reading the broker's /proc stat",
+            source,
+        })?;
+        let ticks = cpu_ticks(&stat).ok_or(BenchError::Proc { path })?;
+        // SAFETY: sysconf only reads a constant of the system.
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        Ok(ticks as f64 / per_second.max(1) as f64)
+    }
+
     /// The child's resident set (`VmRSS`) and its peak (`VmHWM`), in KiB.
     pub fn rss_kib(&self) -> Result<(u64, u64), BenchError> {
         let path = format!("/proc/{}/status", self.pid());
@@ -165,6 +197,17 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `utime + stime` of a `/proc/<pid>/stat` line. The command name (field 2) is in parentheses
+/// and may hold spaces, so fields are counted after its closing parenthesis: field 3 (state)
+/// comes first, utime and stime are fields 14 and 15.
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
 }
 
 /// Spawns `command` with stderr drained by a thread (so the child never blocks on a full pipe).
@@ -251,8 +294,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_tern_config_parses_and_lifts_only_the_rate_limit() {
-        let text = tern_config(Path::new("/tmp/x"));
+    fn the_tern_config_is_the_defaults_but_for_the_listeners_and_what_is_printed() {
+        let default = tern_mqtt::MqttConfig::default().max_connections;
+        assert_eq!(DEFAULT_MAX_CONNECTIONS, default);
+        assert_eq!(mqtt_overrides(1_016), Vec::<String>::new());
+        let overrides = mqtt_overrides(4_000);
+        assert_eq!(overrides, vec!["max_connections = 4000".to_owned()]);
+        let text = tern_config(Path::new("/tmp/x"), &[]);
         #[derive(serde::Deserialize)]
         struct Sections {
             data_dir: std::path::PathBuf,
@@ -262,8 +310,22 @@ mod tests {
         }
         let config: Sections = toml::from_str(&text).expect("valid config");
         assert_eq!(config.data_dir, Path::new("/tmp/x"));
-        assert_eq!(config.mqtt.max_publish_rate, 0);
+        let loopback = tern_mqtt::MqttConfig {
+            listen: "127.0.0.1:0".parse().expect("address"),
+            ..tern_mqtt::MqttConfig::default()
+        };
+        assert_eq!(config.mqtt, loopback);
         assert_eq!(config.log, tern_log::LogConfig::default());
+        let text = tern_config(Path::new("/tmp/x"), &overrides);
+        let config: Sections = toml::from_str(&text).expect("valid config");
+        assert_eq!(config.mqtt.max_connections, 4000);
+    }
+
+    #[test]
+    fn cpu_time_is_read_after_the_command_name() {
+        let stat = "4242 (tern serve) S 1 4242 4242 0 -1 4194560 905 0 0 0 137 21 0 0 20 0 5 0";
+        assert_eq!(cpu_ticks(stat), Some(158));
+        assert_eq!(cpu_ticks("4242 (x) S 1"), None);
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub fn measure(
     run_id: &str,
 ) -> Result<Vec<LiveRun>, BenchError> {
     let gateway = format!("{run_id}-live");
-    let server = Server::tern_with(&upstream_section(&options.kafka, &gateway))?;
+    let server = Server::tern_with(&[], &upstream_section(&options.kafka, &gateway))?;
     let topic = upstream_topic(TOPIC_PREFIX, &gateway, "mqtt");
     runtime.block_on(async {
         let warm_up = load(options, 1, WARM_UP);

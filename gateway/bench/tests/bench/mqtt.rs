@@ -30,10 +30,21 @@ fn quick_bench_prints_every_figure_side_by_side() -> anyhow::Result<()> {
             "qos1.p50_ms",
             "qos1.p99_ms",
             "qos1.max_ms",
+            "deep.msgs_per_sec",
+            "deep.p99_ms",
         ] {
             figure(&report, &format!("{broker}.{name}"));
         }
         figure(&report, &format!("{broker}.qos0.msgs_per_sec"));
+        // A quick run may take less CPU than one clock tick of /proc: zero is sane.
+        for load in ["qos1", "deep", "qos0"] {
+            let path = format!("{broker}.{load}.cpu_s_per_100k");
+            let cpu = report[broker][load]["cpu_s_per_100k"].as_f64();
+            assert!(
+                cpu.is_some_and(|s| s.is_finite() && s >= 0.0),
+                "{path}: {cpu:?}"
+            );
+        }
         let p50 = figure(&report, &format!("{broker}.qos1.p50_ms"));
         let max = figure(&report, &format!("{broker}.qos1.max_ms"));
         assert!(p50 <= max, "{broker}: p50 {p50} ms above max {max} ms");
@@ -43,15 +54,20 @@ fn quick_bench_prints_every_figure_side_by_side() -> anyhow::Result<()> {
     let mosquitto = figure(&report, "mosquitto.qos1.msgs_per_sec");
     assert!((ratio - tern / mosquitto).abs() < 1e-9 * ratio);
     figure(&report, "ratio.qos0_msgs_per_sec");
-    for name in ["idle_clients", "start_kib", "idle_kib", "peak_kib"] {
-        figure(&report, &format!("tern_memory.{name}"));
+    figure(&report, "ratio.idle_rss");
+    for broker in ["tern", "mosquitto"] {
+        for name in ["idle_clients", "start_kib", "idle_kib", "peak_kib"] {
+            figure(&report, &format!("{broker}_memory.{name}"));
+        }
     }
+    // The quick run fits tern's default connection limit: tern runs with its defaults.
+    assert_eq!(report["tern_settings"], serde_json::json!([]), "{report:#}");
     let targets = report["targets"]
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
     let names: Vec<&str> = targets.iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names.len(), 3, "{report:#}");
+    assert_eq!(names.len(), 5, "{report:#}");
     for target in targets {
         assert!(target["met"].is_boolean(), "{target}");
         assert!(

@@ -45,36 +45,38 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     ) -> Result<(), ConnError> {
         self.appending.pop_front();
         let (batch, outcomes) = done?;
+        let mut acks = 0;
         for (pending, outcome) in batch.iter().zip(outcomes) {
-            self.settle(pending, outcome)?;
+            acks += u64::from(self.settle(pending, outcome)?);
         }
+        // One shared counter update per batch, not per message.
+        MqttMetrics::add(&self.broker.metrics.acks_sent, acks);
         self.start_append();
         Ok(())
     }
 
-    fn settle(&mut self, pending: &Pending, outcome: Outcome) -> Result<(), ConnError> {
-        let metrics = self.broker.metrics.clone();
+    /// Acknowledges (or refuses) one publish; `true` if it was acknowledged as stored.
+    fn settle(&mut self, pending: &Pending, outcome: Outcome) -> Result<bool, ConnError> {
         match outcome {
             Outcome::Stored => {
                 if let Reply::PubRec(pkid) = pending.ack {
                     self.session.pending_qos2.insert(pkid);
                 }
-                if pending.ack != Reply::None {
-                    MqttMetrics::inc(&metrics.acks_sent);
-                }
-                self.send_ack(pending.ack, false)
+                self.send_ack(pending.ack, false)?;
+                Ok(pending.ack != Reply::None)
             }
             Outcome::Full => {
-                MqttMetrics::inc(&metrics.publishes_rejected);
+                MqttMetrics::inc(&self.broker.metrics.publishes_rejected);
                 // A full log refuses every publish: one line per 10 s, not one per message.
                 static FULL: Throttle = Throttle::new(std::time::Duration::from_secs(10));
                 if let Some(left_out) = FULL.due() {
                     tracing::warn!(client_id = %clip(&self.client_id), left_out, "log full: publish refused (the partition's cursors and readiness: /readyz, tern cursors list)");
                 }
                 match self.version {
-                    Version::V5 => self.send_ack(pending.ack, true),
-                    Version::V4 => Ok(()),
+                    Version::V5 => self.send_ack(pending.ack, true)?,
+                    Version::V4 => {}
                 }
+                Ok(false)
             }
             Outcome::Failed(err) => Err(ConnError::Ingest(err)),
         }

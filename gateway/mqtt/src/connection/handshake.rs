@@ -171,7 +171,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         ..ConnAckProperties::default()
     });
     let mut conn = Connection {
-        out: BytesMut::with_capacity(256),
+        out: BytesMut::new(),
         version: connect.version,
         client_id,
         user: connect.username.clone(),

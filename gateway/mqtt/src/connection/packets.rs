@@ -102,8 +102,9 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     }
 
     async fn publish(&mut self, publish: InPublish) -> Result<(), ConnError> {
-        self.rate.take();
-        MqttMetrics::inc(&self.broker.metrics.publishes_in);
+        if self.rate.take() {
+            self.rate_limited();
+        }
         if publish.qos != QoS::AtMostOnce && !self.inbound.admit(publish.pkid) {
             return Err(ConnError::Protocol {
                 reason: "more unacknowledged publishes than the Receive Maximum",

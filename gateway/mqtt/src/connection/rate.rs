@@ -1,11 +1,42 @@
-//! The per-client publish rate limit: a token bucket refilled at `max_publish_rate` per second.
-//! Each publish takes a token (the bucket may go into debt); while it is in debt the connection
-//! stops reading from that client, but keeps acknowledging and delivering. It never drops or
-//! refuses a message.
+//! The per-client publish rate limit (`mqtt.max_publish_rate`, off by default): a token bucket
+//! refilled at that many publishes per second. Each publish takes a token (the bucket may go
+//! into debt); while it is in debt the connection stops reading from that client, but keeps
+//! acknowledging and delivering. Each time a publish puts the bucket into debt is a pause, which
+//! the connection counts and logs. It never drops or refuses a message.
 
 use std::time::Duration;
 
+use tokio::io::AsyncWrite;
 use tokio::time::Instant;
+
+use super::super::clip::clip;
+use super::super::metrics::MqttMetrics;
+use super::Connection;
+use tern_core::logging::Throttle;
+use tern_log::LogPort;
+
+/// At most one log line per this interval for all clients paused by the limit.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
+    /// A publish put the client over `mqtt.max_publish_rate`: reading pauses (by the packet
+    /// loop). Counted, and logged at most once per [`LOG_EVERY`] for every client together.
+    /// MQTT has no reason code for a pause (0x96 "message rate too high" exists only in
+    /// DISCONNECT, and tern does not disconnect for rate), so the client sees slower acks only.
+    pub(super) fn rate_limited(&mut self) {
+        MqttMetrics::inc(&self.broker.metrics.rate_limited);
+        static PAUSED: Throttle = Throttle::new(LOG_EVERY);
+        if let Some(left_out) = PAUSED.due() {
+            tracing::warn!(
+                client_id = %clip(&self.client_id),
+                limit = self.rate.per_second(),
+                left_out,
+                "client over mqtt.max_publish_rate: reading from it paused \
+                 (tern_mqtt_rate_limited_total counts pauses)"
+            );
+        }
+    }
+}
 
 /// A token bucket of publishes per second.
 #[derive(Debug)]
@@ -24,12 +55,21 @@ impl RateLimit {
         }
     }
 
-    /// Takes one token, possibly into debt.
-    pub(super) fn take(&mut self) {
-        if self.per_second > 0 {
-            self.refill();
-            self.tokens -= 1.0;
+    /// Takes one token, possibly into debt; `true` when this publish starts a pause (the
+    /// bucket was not in debt before it).
+    pub(super) fn take(&mut self) -> bool {
+        if self.per_second == 0 {
+            return false;
         }
+        self.refill();
+        let was_in_debt = self.tokens < 0.0;
+        self.tokens -= 1.0;
+        !was_in_debt && self.tokens < 0.0
+    }
+
+    /// The limit, publishes per second (0: none).
+    pub(super) fn per_second(&self) -> u32 {
+        self.per_second
     }
 
     /// When reading may resume, if the bucket is in debt.
@@ -57,31 +97,35 @@ mod tests {
     use super::*;
 
     /// Takes `n` tokens the way the connection does: waiting whenever the bucket is in debt.
-    async fn publish(rate: &mut RateLimit, n: usize) {
+    /// Returns how many pauses began.
+    async fn publish(rate: &mut RateLimit, n: usize) -> usize {
+        let mut pauses = 0;
         for _ in 0..n {
             if let Some(at) = rate.resume_at() {
                 tokio::time::sleep_until(at).await;
             }
-            rate.take();
+            pauses += usize::from(rate.take());
         }
+        pauses
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_publish_rate_is_held_to_its_limit() {
         let mut rate = RateLimit::new(10);
         let started = Instant::now();
-        publish(&mut rate, 10).await;
+        assert_eq!(publish(&mut rate, 10).await, 0, "a full bucket is no pause");
         assert!(
             started.elapsed() < Duration::from_millis(10),
             "a full bucket bursts"
         );
-        publish(&mut rate, 15).await;
+        let pauses = publish(&mut rate, 15).await;
         let waited = started.elapsed();
         assert!(waited >= Duration::from_millis(1300), "{waited:?}");
         assert!(waited <= Duration::from_millis(1700), "{waited:?}");
+        assert!((1..=15).contains(&pauses), "{pauses} pauses");
         let mut unlimited = RateLimit::new(0);
         let before = Instant::now();
-        publish(&mut unlimited, 1000).await;
+        assert_eq!(publish(&mut unlimited, 1000).await, 0);
         assert_eq!(before.elapsed(), Duration::ZERO);
         assert_eq!(unlimited.resume_at(), None);
     }
