@@ -208,10 +208,6 @@ impl Group {
         self.state
     }
 
-    pub fn generation(&self) -> i32 {
-        self.generation
-    }
-
     pub fn protocol_type(&self) -> Option<&str> {
         self.protocol_type.as_deref()
     }
@@ -224,6 +220,7 @@ impl Group {
         }
     }
 
+    #[cfg(test)]
     pub fn is_member(&self, member_id: &str) -> bool {
         self.members.contains_key(member_id)
     }

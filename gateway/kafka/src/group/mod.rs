@@ -22,6 +22,11 @@ use tokio::time::Instant;
 use coordinator::{Group, GroupError, Join, Joined, Limits, MemberView, Reply, State, Token};
 use tern_core::shutdown::Shutdown;
 
+/// Kafka's error code of a group answer (0 when it succeeded).
+pub fn result_code<T>(result: &Result<T, GroupError>) -> i16 {
+    result.as_ref().map_or_else(GroupError::code, |_| 0)
+}
+
 /// A group as DescribeGroups and ListGroups show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupView {
