@@ -35,7 +35,6 @@ pub fn lookup<L: LogPort>(log: &L, name: &str, create: bool) -> Lookup {
 }
 
 /// The partition `index` of a topic with `partitions`, or `UNKNOWN_TOPIC_OR_PARTITION`.
-#[cfg_attr(not(test), expect(dead_code, reason = "Produce and Fetch use it next"))]
 pub fn partition(index: i32, partitions: u32) -> Result<u32, ResponseError> {
     u32::try_from(index)
         .ok()

@@ -36,7 +36,11 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiE
                     }
                 }
             };
-            results.push(DeletableGroupResult::default().with_group_id(id).with_error_code(code));
+            results.push(
+                DeletableGroupResult::default()
+                    .with_group_id(id)
+                    .with_error_code(code),
+            );
         }
         let response = DeleteGroupsResponse::default().with_results(results);
         encode(ApiKey::DeleteGroups, version, &response)

@@ -25,7 +25,11 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiE
         .map(|id| describe(ctx, version, id))
         .collect();
     let response = DescribeGroupsResponse::default().with_groups(groups);
-    Ok(Reply::Now(encode(ApiKey::DescribeGroups, version, &response)?))
+    Ok(Reply::Now(encode(
+        ApiKey::DescribeGroups,
+        version,
+        &response,
+    )?))
 }
 
 fn text(s: String) -> StrBytes {

@@ -57,5 +57,9 @@ pub fn handle<L>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Result<Reply, 
             response = response.with_error_message(message);
         }
     }
-    Ok(Reply::Now(encode(ApiKey::FindCoordinator, version, &response)?))
+    Ok(Reply::Now(encode(
+        ApiKey::FindCoordinator,
+        version,
+        &response,
+    )?))
 }

@@ -9,7 +9,18 @@
 //! until all three agree.
 
 mod api_versions;
+mod delete_groups;
+mod describe_groups;
+mod find_coordinator;
+mod heartbeat;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
+mod sync_group;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -21,6 +32,7 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::config::KafkaListenerConfig;
+use crate::group::Groups;
 use crate::header::Request;
 use tern_core::shutdown::Shutdown;
 use tern_log::LogPort;
@@ -43,6 +55,17 @@ impl Versions {
 pub const SERVED: &[(ApiKey, Versions)] = &[
     (ApiKey::ApiVersions, api_versions::VERSIONS),
     (ApiKey::Metadata, metadata::VERSIONS),
+    (ApiKey::OffsetCommit, offset_commit::VERSIONS),
+    (ApiKey::OffsetFetch, offset_fetch::VERSIONS),
+    (ApiKey::FindCoordinator, find_coordinator::VERSIONS),
+    (ApiKey::JoinGroup, join_group::VERSIONS),
+    (ApiKey::Heartbeat, heartbeat::VERSIONS),
+    (ApiKey::LeaveGroup, leave_group::VERSIONS),
+    (ApiKey::SyncGroup, sync_group::VERSIONS),
+    (ApiKey::DescribeGroups, describe_groups::VERSIONS),
+    (ApiKey::ListGroups, list_groups::VERSIONS),
+    (ApiKey::DeleteGroups, delete_groups::VERSIONS),
+    (ApiKey::OffsetDelete, offset_delete::VERSIONS),
 ];
 
 /// The versions served for `api`, if it is served at all.
@@ -59,6 +82,8 @@ pub struct Ctx<L> {
     pub log: L,
     pub config: Arc<KafkaListenerConfig>,
     pub shutdown: Shutdown,
+    /// Every consumer group (tern is their coordinator).
+    pub groups: Groups,
 }
 
 /// One client connection as handlers see it.
@@ -145,6 +170,17 @@ pub async fn dispatch<L: LogPort>(
     match api {
         ApiKey::ApiVersions => api_versions::handle(request),
         ApiKey::Metadata => metadata::handle(ctx, conn, request),
+        ApiKey::OffsetCommit => offset_commit::handle(ctx, request),
+        ApiKey::OffsetFetch => offset_fetch::handle(ctx, request),
+        ApiKey::FindCoordinator => find_coordinator::handle(ctx, conn, request),
+        ApiKey::JoinGroup => join_group::handle(ctx, conn, request),
+        ApiKey::Heartbeat => heartbeat::handle(ctx, request),
+        ApiKey::LeaveGroup => leave_group::handle(ctx, request),
+        ApiKey::SyncGroup => sync_group::handle(ctx, request),
+        ApiKey::DescribeGroups => describe_groups::handle(ctx, request),
+        ApiKey::ListGroups => list_groups::handle(ctx, request),
+        ApiKey::DeleteGroups => delete_groups::handle(ctx, request),
+        ApiKey::OffsetDelete => offset_delete::handle(ctx, request),
         _ => Err(ApiError::NotServed { api }),
     }
 }

@@ -2,6 +2,7 @@
 //! (`kafka-consumer-groups --delete-offsets`). Refused per partition with
 //! `GROUP_SUBSCRIBED_TO_TOPIC` while a member's subscription names the topic.
 
+use bytes::Buf;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::offset_delete_response::{
     OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
@@ -9,7 +10,6 @@ use kafka_protocol::messages::offset_delete_response::{
 use kafka_protocol::messages::{
     ApiKey, ConsumerProtocolSubscription, OffsetDeleteRequest, OffsetDeleteResponse,
 };
-use bytes::Buf;
 use kafka_protocol::protocol::Decodable;
 use tern_log::LogPort;
 
@@ -28,7 +28,11 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiE
     if !known {
         let response =
             OffsetDeleteResponse::default().with_error_code(ResponseError::GroupIdNotFound.code());
-        return Ok(Reply::Now(encode(ApiKey::OffsetDelete, version, &response)?));
+        return Ok(Reply::Now(encode(
+            ApiKey::OffsetDelete,
+            version,
+            &response,
+        )?));
     }
     let subscribed = subscribed_topics(&ctx.groups.subscriptions(&group));
     let mut doomed = Vec::new();
@@ -74,7 +78,9 @@ struct OffsetDeletePartition(i32, i16);
 
 impl From<OffsetDeletePartition> for OffsetDeleteResponsePartition {
     fn from(OffsetDeletePartition(index, code): OffsetDeletePartition) -> Self {
-        Self::default().with_partition_index(index).with_error_code(code)
+        Self::default()
+            .with_partition_index(index)
+            .with_error_code(code)
     }
 }
 

@@ -22,6 +22,7 @@ pub(crate) fn ctx() -> Ctx<MemoryLog> {
         log: MemoryLog::new(2),
         config: Arc::new(KafkaListenerConfig::default()),
         shutdown,
+        groups: crate::group::Groups::new(crate::group::coordinator::Limits::default()),
     }
 }
 
@@ -94,6 +95,17 @@ fn default_request(api: ApiKey, version: i16) -> Bytes {
     frame! {
         ApiVersions => ApiVersionsRequest,
         Metadata => MetadataRequest,
+        OffsetCommit => kafka_protocol::messages::OffsetCommitRequest,
+        OffsetFetch => kafka_protocol::messages::OffsetFetchRequest,
+        FindCoordinator => kafka_protocol::messages::FindCoordinatorRequest,
+        JoinGroup => kafka_protocol::messages::JoinGroupRequest,
+        Heartbeat => kafka_protocol::messages::HeartbeatRequest,
+        LeaveGroup => kafka_protocol::messages::LeaveGroupRequest,
+        SyncGroup => kafka_protocol::messages::SyncGroupRequest,
+        DescribeGroups => kafka_protocol::messages::DescribeGroupsRequest,
+        ListGroups => kafka_protocol::messages::ListGroupsRequest,
+        DeleteGroups => kafka_protocol::messages::DeleteGroupsRequest,
+        OffsetDelete => kafka_protocol::messages::OffsetDeleteRequest,
     }
 }
 
@@ -192,3 +204,5 @@ async fn metadata_names_one_broker_leading_every_partition_and_creates_when_allo
     assert!(ctx.log.topics().iter().any(|t| t.name == "made"));
     assert!(!ctx.log.topics().iter().any(|t| t.name == "missing"));
 }
+
+mod groups;

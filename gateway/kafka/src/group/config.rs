@@ -73,6 +73,9 @@ mod tests {
             toml::from_str("min_session_timeout = \"1m\"\nmax_session_timeout = \"30s\"")
                 .expect("parses");
         let err = parsed.validate().expect_err("min above max");
-        assert!(err.to_string().contains("groups.min_session_timeout"), "{err}");
+        assert!(
+            err.to_string().contains("groups.min_session_timeout"),
+            "{err}"
+        );
     }
 }

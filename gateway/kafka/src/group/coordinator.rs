@@ -241,8 +241,16 @@ impl Group {
                 member_id: id.clone(),
                 client_id: m.client_id.clone(),
                 client_host: m.client_host.clone(),
-                metadata: if stable { m.metadata(protocol) } else { Bytes::new() },
-                assignment: if stable { m.assignment.clone() } else { Bytes::new() },
+                metadata: if stable {
+                    m.metadata(protocol)
+                } else {
+                    Bytes::new()
+                },
+                assignment: if stable {
+                    m.assignment.clone()
+                } else {
+                    Bytes::new()
+                },
             })
             .collect()
     }
@@ -450,7 +458,11 @@ impl Group {
                 protocol: protocol.clone(),
                 leader: leader.clone(),
                 member_id: id.clone(),
-                members: if *id == leader { everyone.clone() } else { Vec::new() },
+                members: if *id == leader {
+                    everyone.clone()
+                } else {
+                    Vec::new()
+                },
             };
             replies.push(Reply::Join(token, Ok(joined)));
         }
@@ -561,10 +573,18 @@ impl Group {
     }
 
     /// Handles a Heartbeat.
-    pub fn heartbeat(&mut self, now: Instant, member_id: &str, generation: i32) -> Result<(), GroupError> {
+    pub fn heartbeat(
+        &mut self,
+        now: Instant,
+        member_id: &str,
+        generation: i32,
+    ) -> Result<(), GroupError> {
         let state = self.state;
         let current = self.generation;
-        let member = self.members.get_mut(member_id).ok_or(GroupError::UnknownMember)?;
+        let member = self
+            .members
+            .get_mut(member_id)
+            .ok_or(GroupError::UnknownMember)?;
         if generation != current {
             return Err(GroupError::IllegalGeneration);
         }
@@ -613,7 +633,12 @@ impl Group {
     /// Whether `member_id` in `generation` may commit offsets now (an empty group accepts the
     /// commits of tools and of consumers assigning partitions themselves: generation -1, no
     /// member id).
-    pub fn check_commit(&mut self, now: Instant, member_id: &str, generation: i32) -> Result<(), GroupError> {
+    pub fn check_commit(
+        &mut self,
+        now: Instant,
+        member_id: &str,
+        generation: i32,
+    ) -> Result<(), GroupError> {
         if generation < 0 && member_id.is_empty() {
             return match self.state {
                 State::Empty => Ok(()),
@@ -622,7 +647,10 @@ impl Group {
         }
         let state = self.state;
         let current = self.generation;
-        let member = self.members.get_mut(member_id).ok_or(GroupError::UnknownMember)?;
+        let member = self
+            .members
+            .get_mut(member_id)
+            .ok_or(GroupError::UnknownMember)?;
         if generation != current {
             return Err(GroupError::IllegalGeneration);
         }
@@ -644,7 +672,10 @@ impl Group {
     /// Topics the members' consumer-protocol subscriptions name (for OffsetDelete).
     pub fn members_metadata(&self) -> Vec<Bytes> {
         let protocol = self.protocol.as_deref().unwrap_or_default();
-        self.members.values().map(|m| m.metadata(protocol)).collect()
+        self.members
+            .values()
+            .map(|m| m.metadata(protocol))
+            .collect()
     }
 
     /// A token's request was abandoned (its connection closed): forget it, so a later reply

@@ -164,7 +164,10 @@ impl Groups {
 
     /// JoinGroup: answers when the join phase ends.
     pub async fn join(&self, id: &str, join: Join) -> Result<Joined, GroupError> {
-        match self.park(id, |g, now, token| g.join(now, join, token)).await {
+        match self
+            .park(id, |g, now, token| g.join(now, join, token))
+            .await
+        {
             Some(Reply::Join(_, answer)) => answer,
             _ => Err(GroupError::RebalanceInProgress),
         }
@@ -201,7 +204,9 @@ impl Groups {
 
     /// Whether an OffsetCommit of `member` in `generation` is accepted now.
     pub fn check_commit(&self, id: &str, member: &str, generation: i32) -> Result<(), GroupError> {
-        self.with_group(id, |g, _| g.check_commit(Instant::now(), member, generation))
+        self.with_group(id, |g, _| {
+            g.check_commit(Instant::now(), member, generation)
+        })
     }
 
     /// The group as DescribeGroups shows it, if it has ever had a member since the start.

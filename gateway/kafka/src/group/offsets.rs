@@ -59,7 +59,7 @@ pub fn committed_all<L: LogPort>(log: &L, group: &str) -> Vec<(String, u32, u64)
 /// Whether `group` has any committed offset.
 pub fn has_offsets<L: LogPort>(log: &L, group: &str) -> bool {
     let name = cursor_name(group);
-    log.cursor_names().iter().any(|n| *n == name)
+    log.cursor_names().contains(&name)
 }
 
 /// Durably commits `offset` (the next offset to read) for `group` in a partition.
@@ -108,19 +108,29 @@ mod tests {
     async fn offsets_are_cursors_named_by_the_group() {
         let log = MemoryLog::new(2);
         log.ensure_topic("mqtt").expect("topic");
-        commit(&log, "analytics", "mqtt", 0, 5).await.expect("commit");
-        commit(&log, "analytics", "mqtt", 1, 7).await.expect("commit");
+        commit(&log, "analytics", "mqtt", 0, 5)
+            .await
+            .expect("commit");
+        commit(&log, "analytics", "mqtt", 1, 7)
+            .await
+            .expect("commit");
         commit(&log, "other", "mqtt", 1, 1).await.expect("commit");
         assert_eq!(log.cursor("kafka.group:analytics", "mqtt", 1), Some(7));
         assert_eq!(committed(&log, "analytics", "mqtt", 0), Some(5));
         assert_eq!(groups_with_offsets(&log), vec!["analytics", "other"]);
         let all = committed_all(&log, "analytics");
-        assert_eq!(all, vec![("mqtt".to_owned(), 0, 5), ("mqtt".to_owned(), 1, 7)]);
+        assert_eq!(
+            all,
+            vec![("mqtt".to_owned(), 0, 5), ("mqtt".to_owned(), 1, 7)]
+        );
 
         delete_offsets(&log, "analytics", &[("mqtt".to_owned(), 0)])
             .await
             .expect("delete offsets");
-        assert_eq!(committed_all(&log, "analytics"), vec![("mqtt".to_owned(), 1, 7)]);
+        assert_eq!(
+            committed_all(&log, "analytics"),
+            vec![("mqtt".to_owned(), 1, 7)]
+        );
         delete_group(&log, "analytics").await.expect("delete");
         assert!(!has_offsets(&log, "analytics"));
         assert!(has_offsets(&log, "other"));
