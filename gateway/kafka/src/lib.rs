@@ -15,6 +15,7 @@ mod frame;
 mod group;
 mod header;
 mod listener;
+mod records;
 mod topics;
 
 pub use config::KafkaListenerConfig;

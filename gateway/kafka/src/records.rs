@@ -72,7 +72,10 @@ fn check_batches(bytes: &[u8]) -> Result<(), RecordsError> {
             .checked_add(12)
             .filter(|&total| total <= rest.len())
             .ok_or_else(|| corrupt("batch longer than its record set"))?;
-        let magic = rest.get(MAGIC_AT).copied().ok_or_else(|| corrupt("no magic byte"))?;
+        let magic = rest
+            .get(MAGIC_AT)
+            .copied()
+            .ok_or_else(|| corrupt("no magic byte"))?;
         let magic = i8::from_be_bytes([magic]);
         if magic != 2 {
             return Err(RecordsError::OldFormat(magic));
@@ -114,7 +117,12 @@ fn to_log(record: KafkaRecord, now_ms: i64) -> Record {
         headers: record
             .headers
             .into_iter()
-            .map(|(name, value)| (name.to_string(), value.map(|v| v.to_vec()).unwrap_or_default()))
+            .map(|(name, value)| {
+                (
+                    name.to_string(),
+                    value.map(|v| v.to_vec()).unwrap_or_default(),
+                )
+            })
             .collect(),
     }
 }

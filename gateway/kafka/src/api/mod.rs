@@ -11,15 +11,18 @@
 mod api_versions;
 mod delete_groups;
 mod describe_groups;
+mod fetch;
 mod find_coordinator;
 mod heartbeat;
 mod join_group;
 mod leave_group;
 mod list_groups;
+mod list_offsets;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
+mod produce;
 mod sync_group;
 
 use std::future::Future;
@@ -55,6 +58,9 @@ impl Versions {
 pub const SERVED: &[(ApiKey, Versions)] = &[
     (ApiKey::ApiVersions, api_versions::VERSIONS),
     (ApiKey::Metadata, metadata::VERSIONS),
+    (ApiKey::Produce, produce::VERSIONS),
+    (ApiKey::Fetch, fetch::VERSIONS),
+    (ApiKey::ListOffsets, list_offsets::VERSIONS),
     (ApiKey::OffsetCommit, offset_commit::VERSIONS),
     (ApiKey::OffsetFetch, offset_fetch::VERSIONS),
     (ApiKey::FindCoordinator, find_coordinator::VERSIONS),
@@ -99,10 +105,6 @@ pub type Pending = Pin<Box<dyn Future<Output = Result<Bytes, ApiError>> + Send>>
 
 /// A handler's answer. The connection writes answers in request order.
 #[derive(Debug)]
-#[expect(
-    dead_code,
-    reason = "Produce (acks=0, acks>=1) and Fetch construct these next"
-)]
 pub enum Reply {
     /// The encoded response body.
     Now(Bytes),
@@ -170,6 +172,9 @@ pub async fn dispatch<L: LogPort>(
     match api {
         ApiKey::ApiVersions => api_versions::handle(request),
         ApiKey::Metadata => metadata::handle(ctx, conn, request),
+        ApiKey::Produce => produce::handle(ctx, request).await,
+        ApiKey::Fetch => fetch::handle(ctx, request).await,
+        ApiKey::ListOffsets => list_offsets::handle(ctx, request),
         ApiKey::OffsetCommit => offset_commit::handle(ctx, request),
         ApiKey::OffsetFetch => offset_fetch::handle(ctx, request),
         ApiKey::FindCoordinator => find_coordinator::handle(ctx, conn, request),

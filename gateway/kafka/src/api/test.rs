@@ -16,8 +16,8 @@ use crate::header::{self, Request};
 
 pub(crate) fn ctx() -> Ctx<MemoryLog> {
     let (trigger, shutdown) = tern_core::shutdown::channel();
-    // The trigger is dropped: the shutdown never fires in these tests.
-    drop(trigger);
+    // Kept for the whole test run: a dropped trigger reads as a shutdown.
+    Box::leak(Box::new(trigger));
     Ctx {
         log: MemoryLog::new(2),
         config: Arc::new(KafkaListenerConfig::default()),
@@ -95,6 +95,9 @@ fn default_request(api: ApiKey, version: i16) -> Bytes {
     frame! {
         ApiVersions => ApiVersionsRequest,
         Metadata => MetadataRequest,
+        Produce => kafka_protocol::messages::ProduceRequest,
+        Fetch => kafka_protocol::messages::FetchRequest,
+        ListOffsets => kafka_protocol::messages::ListOffsetsRequest,
         OffsetCommit => kafka_protocol::messages::OffsetCommitRequest,
         OffsetFetch => kafka_protocol::messages::OffsetFetchRequest,
         FindCoordinator => kafka_protocol::messages::FindCoordinatorRequest,
@@ -205,4 +208,277 @@ async fn metadata_names_one_broker_leading_every_partition_and_creates_when_allo
     assert!(!ctx.log.topics().iter().any(|t| t.name == "missing"));
 }
 
+mod data_path {
+    use std::time::Duration;
+
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+        ProduceRequest, ProduceResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
+        RecordEncodeOptions, TimestampType,
+    };
+    use tern_log::{LogPort, Record};
+
+    use super::{body, conn, ctx, decode_as, request};
+    use crate::api::{Reply, dispatch};
+
+    fn batch(values: &[(&str, i64)], headers: &[(&str, &str)]) -> Bytes {
+        let records: Vec<KafkaRecord> = values
+            .iter()
+            .enumerate()
+            .map(|(i, (value, ts))| KafkaRecord {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: -1,
+                timestamp: *ts,
+                key: None,
+                value: Some(Bytes::copy_from_slice(value.as_bytes())),
+                headers: headers
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            StrBytes::from_string((*k).to_owned()),
+                            Some(Bytes::copy_from_slice(v.as_bytes())),
+                        )
+                    })
+                    .collect::<IndexMap<_, _>>(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, records.iter(), &options).expect("encode");
+        buf.freeze()
+    }
+
+    /// `batch` with its last byte changed: the CRC no longer matches.
+    fn flipped(batch: Bytes) -> Bytes {
+        let mut bytes = batch.to_vec();
+        if let Some(last) = bytes.last_mut() {
+            *last ^= 0xff;
+        }
+        Bytes::from(bytes)
+    }
+
+    fn name(topic: &str) -> TopicName {
+        TopicName(StrBytes::from_string(topic.to_owned()))
+    }
+
+    fn produce(topic: &str, acks: i16, records: Bytes) -> ProduceRequest {
+        ProduceRequest::default()
+            .with_acks(acks)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(name(topic))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(0)
+                            .with_records(Some(records)),
+                    ]),
+            ])
+    }
+
+    fn fetch(topic: &str, offset: i64, max_wait_ms: i32, min_bytes: i32) -> FetchRequest {
+        FetchRequest::default()
+            .with_max_wait_ms(max_wait_ms)
+            .with_min_bytes(min_bytes)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic(name(topic))
+                    .with_partitions(vec![
+                        FetchPartition::default()
+                            .with_partition(0)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(1 << 20),
+                    ]),
+            ])
+    }
+
+    fn values(response: &FetchResponse) -> Vec<(i64, String)> {
+        let mut records = response.responses[0].partitions[0]
+            .records
+            .clone()
+            .unwrap_or_default();
+        let sets = RecordBatchDecoder::decode_all(&mut records).expect("batches");
+        sets.iter()
+            .flat_map(|s| s.records.iter())
+            .map(|r| {
+                let value = r.value.clone().unwrap_or_default();
+                (r.offset, String::from_utf8_lossy(&value).into_owned())
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn acks_1_answers_only_once_the_append_is_durable_and_acks_0_not_at_all() {
+        let ctx = ctx();
+        ctx.log.ensure_topic("t").expect("topic");
+        ctx.log.hold_answers([Duration::from_secs(5)]);
+        let started = tokio::time::Instant::now();
+        let request = request(
+            ApiKey::Produce,
+            9,
+            &produce("t", 1, batch(&[("a", 1), ("b", 2)], &[("h", "1")])),
+        );
+        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        assert!(matches!(reply, Reply::Later(_)), "{reply:?}");
+        let response: ProduceResponse = decode_as(body(reply).await.expect("answered"), 9);
+        assert!(
+            started.elapsed() >= Duration::from_secs(5),
+            "answered before the commit"
+        );
+        let partition = &response.responses[0].partition_responses[0];
+        assert_eq!((partition.error_code, partition.base_offset), (0, 0));
+        let stored = ctx.log.read("t", 0, 0, 1 << 20).expect("read");
+        assert_eq!(stored.len(), 2);
+        assert_eq!(stored[1].record.header("h"), Some(&b"1"[..]));
+
+        let request = request_acks0(&ctx);
+        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        assert!(matches!(reply, Reply::Nothing), "{reply:?}");
+    }
+
+    fn request_acks0(_ctx: &crate::api::Ctx<tern_log::MemoryLog>) -> crate::header::Request {
+        request(
+            ApiKey::Produce,
+            9,
+            &produce("t", 0, batch(&[("c", 3)], &[])),
+        )
+    }
+
+    #[tokio::test]
+    async fn produce_refuses_internal_topics_bad_mqtt_topics_and_corrupt_batches() {
+        let ctx = ctx();
+        let cases = [
+            (produce("__mqtt_state", -1, batch(&[("a", 1)], &[])), 17),
+            (
+                produce("t", -1, batch(&[("a", 1)], &[("mqtt.topic", "a/+/c")])),
+                87,
+            ),
+            (produce("t", -1, flipped(batch(&[("a", 1)], &[]))), 2),
+            (
+                produce("t", -1, batch(&[("a", 1)], &[("mqtt.topic", "a/b/c")])),
+                0,
+            ),
+        ];
+        for (body_in, code) in cases {
+            let request = request(ApiKey::Produce, 9, &body_in);
+            let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+            let response: ProduceResponse = decode_as(body(reply).await.expect("answered"), 9);
+            let partition = &response.responses[0].partition_responses[0];
+            assert_eq!(partition.error_code, code, "{partition:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_poll_is_woken_by_a_durable_append_and_times_out_otherwise() {
+        let ctx = ctx();
+        ctx.log.ensure_topic("t").expect("topic");
+        // Nothing there: waits the whole max_wait, then answers empty.
+        let started = tokio::time::Instant::now();
+        let request = request(ApiKey::Fetch, 12, &fetch("t", 0, 2_000, 1));
+        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
+        assert!(started.elapsed() >= Duration::from_secs(2));
+        assert!(values(&response).is_empty());
+
+        // An append during the wait answers at once with it.
+        let started = tokio::time::Instant::now();
+        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        let log = ctx.log.clone();
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let record = Record {
+                timestamp_ms: 5,
+                key: None,
+                value: b"woke".to_vec(),
+                headers: vec![("mqtt.topic".into(), b"a/b".to_vec())],
+            };
+            log.append("t", 0, vec![record]).await.expect("append");
+        });
+        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
+        writer.await.expect("writer");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(values(&response), vec![(0, "woke".to_owned())]);
+        assert_eq!(response.responses[0].partitions[0].high_watermark, 1);
+
+        // Past the end: OFFSET_OUT_OF_RANGE at once; min_bytes 0: an empty answer at once.
+        let request = request_fetch(5, 10_000, 1);
+        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        assert!(matches!(reply, Reply::Now(_)));
+        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
+        assert_eq!(response.responses[0].partitions[0].error_code, 1);
+        let reply = dispatch(&ctx, &conn(), &request_fetch(1, 10_000, 0))
+            .await
+            .expect("reply");
+        assert!(matches!(reply, Reply::Now(_)));
+    }
+
+    fn request_fetch(offset: i64, wait: i32, min: i32) -> crate::header::Request {
+        request(ApiKey::Fetch, 12, &fetch("t", offset, wait, min))
+    }
+
+    #[tokio::test]
+    async fn list_offsets_answers_earliest_latest_max_and_by_time() {
+        let ctx = ctx();
+        ctx.log.ensure_topic("t").expect("topic");
+        let records = (0..5)
+            .map(|i| Record {
+                timestamp_ms: 1_000 * (i + 1),
+                key: None,
+                value: vec![],
+                headers: vec![],
+            })
+            .collect();
+        ctx.log.append("t", 0, records).await.expect("append");
+        for (query, expected) in [
+            (-2, (0, -1)),
+            (-1, (5, -1)),
+            (-3, (4, 5_000)),
+            (2_500, (2, 3_000)),
+            (3_000, (2, 3_000)),
+            (9_000, (-1, -1)),
+        ] {
+            let body_in = ListOffsetsRequest::default().with_topics(vec![
+                ListOffsetsTopic::default()
+                    .with_name(name("t"))
+                    .with_partitions(vec![
+                        ListOffsetsPartition::default()
+                            .with_partition_index(0)
+                            .with_timestamp(query),
+                    ]),
+            ]);
+            let request = request(ApiKey::ListOffsets, 7, &body_in);
+            let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+            let response: ListOffsetsResponse = decode_as(body(reply).await.expect("answered"), 7);
+            let p = &response.topics[0].partitions[0];
+            assert_eq!(
+                (p.error_code, p.offset, p.timestamp),
+                (0, expected.0, expected.1),
+                "{query}"
+            );
+        }
+    }
+}
 mod groups;
