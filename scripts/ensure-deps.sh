@@ -27,6 +27,10 @@ packages=(
   openssl
   # libfaketime: the clock-step tests run `tern serve` with a faked wall clock (LD_PRELOAD).
   faketime
+  # librdkafka's command-line client: the Kafka listener's e2e tests (e2e/kafka_listener.rs).
+  kcat
+  # A venv for kafka-python, the Python client of the Kafka listener's e2e tests.
+  python3-venv
   # A real headless browser for the status page test (e2e/operations.rs: --dump-dom, --screenshot).
   chromium
 )
@@ -52,6 +56,13 @@ done
 if ! command -v defmt-print >/dev/null; then
   echo "ensure-deps: installing defmt-print"
   cargo install --quiet --locked defmt-print
+fi
+# kafka-python (the Kafka listener's scripted checks) in tests/.venv, kept there (git ignores it).
+venv="$(dirname "${BASH_SOURCE[0]}")/../tests/.venv"
+if ! "$venv/bin/python" -c 'import kafka' 2>/dev/null; then
+  echo "ensure-deps: installing kafka-python into tests/.venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet 'kafka-python>=3,<4'
 fi
 # The Kafka jars (tests/kafka/pom.xml), copied into tests/kafka/cache once and kept there.
 "$(dirname "${BASH_SOURCE[0]}")/kafka-cluster.sh" fetch

@@ -610,7 +610,7 @@ fn scram_credentials() -> Vec<String> {
 
 /// Logs to stderr (tools print records on stdout): warnings, plus the broker lifecycle lines the
 /// harness waits for.
-const LOG4J2: &str = "status = warn
+pub(crate) const LOG4J2: &str = "status = warn
 appender.console.type = Console
 appender.console.name = STDOUT
 appender.console.target = SYSTEM_ERR

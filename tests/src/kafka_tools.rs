@@ -3,12 +3,66 @@
 //! the independent check of tern's forwarding, so it must never use tern's code or its Kafka
 //! client; it only parses the tools' text output.
 
-use std::process::Output;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::kafka::{KafkaCluster, java};
+use crate::kafka::{KafkaCluster, LOG4J2, java};
+
+/// Runs a Kafka tool class against `bootstrap`, any Kafka-protocol server (tern's listener, a
+/// cluster), with `stdin` as its input; `dir` holds the tool's log configuration.
+pub fn run_tool_at(
+    dir: &Path,
+    bootstrap: &str,
+    main_class: &str,
+    args: &[&str],
+    stdin: &[u8],
+) -> anyhow::Result<Output> {
+    std::fs::write(dir.join("log4j2.properties"), LOG4J2)?;
+    let mut command = java(dir, TOOL_JVM, main_class)?;
+    command
+        .arg("--bootstrap-server")
+        .arg(bootstrap)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("cannot run {main_class}"))?;
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin)?;
+    }
+    let output = child.wait_with_output()?;
+    if !output.status.success() {
+        bail!(
+            "{main_class} {args:?} failed ({}):\n{}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(output)
+}
+
+/// The console consumer's output lines as records (the format `consume` asks for).
+pub fn parse_console_records(stdout: &[u8]) -> anyhow::Result<Vec<ConsumedRecord>> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(parse_record_line)
+        .collect()
+}
+
+/// The `--formatter-property` arguments that print what [`parse_console_records`] reads.
+pub fn console_format_args() -> Vec<&'static str> {
+    FORMAT
+        .iter()
+        .flat_map(|property| ["--formatter-property", property])
+        .collect()
+}
 
 /// JVM flags for short-lived tools: quick start, small heap.
 pub(crate) const TOOL_JVM: &[&str] = &["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"];

@@ -51,6 +51,7 @@ impl<L: LogPort> KafkaListener<L> {
             log: self.log,
             config: self.config,
             shutdown: shutdown.clone(),
+            producers: Default::default(),
             groups,
         });
         let mut connections = JoinSet::new();

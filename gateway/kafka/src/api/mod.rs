@@ -14,6 +14,7 @@ mod describe_groups;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
+mod init_producer_id;
 mod join_group;
 mod leave_group;
 mod list_groups;
@@ -61,6 +62,7 @@ pub const SERVED: &[(ApiKey, Versions)] = &[
     (ApiKey::Produce, produce::VERSIONS),
     (ApiKey::Fetch, fetch::VERSIONS),
     (ApiKey::ListOffsets, list_offsets::VERSIONS),
+    (ApiKey::InitProducerId, init_producer_id::VERSIONS),
     (ApiKey::OffsetCommit, offset_commit::VERSIONS),
     (ApiKey::OffsetFetch, offset_fetch::VERSIONS),
     (ApiKey::FindCoordinator, find_coordinator::VERSIONS),
@@ -82,12 +84,13 @@ pub fn served(api: ApiKey) -> Option<Versions> {
         .map(|(_, versions)| *versions)
 }
 
-/// What every handler may use: the log, the settings, the shutdown signal.
+/// What every handler may use: the log, the settings, the shutdown signal, producer ids.
 #[derive(Debug)]
 pub struct Ctx<L> {
     pub log: L,
     pub config: Arc<KafkaListenerConfig>,
     pub shutdown: Shutdown,
+    pub producers: init_producer_id::ProducerIds,
     /// Every consumer group (tern is their coordinator).
     pub groups: Groups,
 }
@@ -175,6 +178,7 @@ pub async fn dispatch<L: LogPort>(
         ApiKey::Produce => produce::handle(ctx, request).await,
         ApiKey::Fetch => fetch::handle(ctx, request).await,
         ApiKey::ListOffsets => list_offsets::handle(ctx, request),
+        ApiKey::InitProducerId => init_producer_id::handle(ctx, request),
         ApiKey::OffsetCommit => offset_commit::handle(ctx, request),
         ApiKey::OffsetFetch => offset_fetch::handle(ctx, request),
         ApiKey::FindCoordinator => find_coordinator::handle(ctx, conn, request),

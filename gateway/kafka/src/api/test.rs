@@ -18,11 +18,17 @@ pub(crate) fn ctx() -> Ctx<MemoryLog> {
     let (trigger, shutdown) = tern_core::shutdown::channel();
     // Kept for the whole test run: a dropped trigger reads as a shutdown.
     Box::leak(Box::new(trigger));
+    let groups = crate::group::Groups::new(crate::group::coordinator::Limits::default());
+    // Inside a runtime, the groups' timer runs, so parked JoinGroups are answered.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(groups.clone().run_timer(shutdown.clone()));
+    }
     Ctx {
         log: MemoryLog::new(2),
         config: Arc::new(KafkaListenerConfig::default()),
         shutdown,
-        groups: crate::group::Groups::new(crate::group::coordinator::Limits::default()),
+        producers: Default::default(),
+        groups,
     }
 }
 
@@ -76,7 +82,7 @@ async fn every_served_api_is_dispatched_at_every_version() {
 }
 
 /// A frame of `api`'s default request: kafka-protocol's types with their defaults.
-fn default_request(api: ApiKey, version: i16) -> Bytes {
+pub(crate) fn default_request(api: ApiKey, version: i16) -> Bytes {
     macro_rules! frame {
         ($($key:ident => $ty:ty),* $(,)?) => {
             match api {
@@ -98,6 +104,7 @@ fn default_request(api: ApiKey, version: i16) -> Bytes {
         Produce => kafka_protocol::messages::ProduceRequest,
         Fetch => kafka_protocol::messages::FetchRequest,
         ListOffsets => kafka_protocol::messages::ListOffsetsRequest,
+        InitProducerId => kafka_protocol::messages::InitProducerIdRequest,
         OffsetCommit => kafka_protocol::messages::OffsetCommitRequest,
         OffsetFetch => kafka_protocol::messages::OffsetFetchRequest,
         FindCoordinator => kafka_protocol::messages::FindCoordinatorRequest,
@@ -478,6 +485,119 @@ mod data_path {
                 (0, expected.0, expected.1),
                 "{query}"
             );
+        }
+    }
+}
+
+mod fuzz {
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::messages::RequestHeader;
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    use proptest::prelude::*;
+
+    use super::{body, conn, ctx, default_request};
+    use crate::api::{SERVED, dispatch};
+    use crate::header;
+
+    /// A valid header of `SERVED[which]` at a served version, then `body`.
+    fn frame(which: prop::sample::Index, version: prop::sample::Index, body: &[u8]) -> Bytes {
+        let (api, versions) = SERVED[which.index(SERVED.len())];
+        let span = usize::try_from(versions.max - versions.min).unwrap_or(0) + 1;
+        let version = versions.min + i16::try_from(version.index(span)).unwrap_or(0);
+        let header = RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(1)
+            .with_client_id(Some(StrBytes::from_static_str("fuzz")));
+        let mut buf = BytesMut::new();
+        header
+            .encode(&mut buf, api.request_header_version(version))
+            .expect("header");
+        buf.extend_from_slice(body);
+        buf.freeze()
+    }
+
+    /// Decodes and answers `frame` as a connection does, waiting out any long poll on the
+    /// paused clock. Any outcome but a panic or an abort is fine.
+    fn answer(frame: Bytes) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let ctx = ctx();
+            let Ok(request) = header::decode(frame) else {
+                return;
+            };
+            if let Ok(reply) = dispatch(&ctx, &conn(), &request).await {
+                let _ = body(reply).await;
+            }
+        });
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Any body under any served API and version: an answer or a closed connection.
+        #[test]
+        fn any_body_of_a_served_request_is_answered_or_refused(
+            which in any::<prop::sample::Index>(),
+            version in any::<prop::sample::Index>(),
+            body in proptest::collection::vec(any::<u8>(), 0..512),
+        ) {
+            answer(frame(which, version, &body));
+        }
+
+        /// A valid request with bytes changed: the same.
+        #[test]
+        fn a_mutated_valid_request_is_answered_or_refused(
+            which in any::<prop::sample::Index>(),
+            version in any::<prop::sample::Index>(),
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+        ) {
+            let valid = frame(which, version, &[]);
+            let request = header::decode(valid).expect("header");
+            let mut bytes = default_request(request.api, request.version()).to_vec();
+            for (at, byte) in flips {
+                let i = at.index(bytes.len());
+                bytes[i] ^= byte;
+            }
+            answer(Bytes::from(bytes));
+        }
+
+        /// Arbitrary frames, header included.
+        #[test]
+        fn any_frame_is_answered_or_refused(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            answer(Bytes::from(bytes));
+        }
+    }
+
+    /// The inputs that abort an unpatched kafka-protocol 0.18: a Metadata v0 topic count of
+    /// 54,265,856 in 4 bytes (upstream PR #152's reproduction), and a compact array of u32::MAX.
+    #[test]
+    fn huge_array_counts_are_refused_before_anything_is_sized() {
+        use kafka_protocol::messages::ApiKey;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        for (api, version, body) in [
+            (ApiKey::Metadata, 0, &[0x03, 0x3c, 0x0c, 0x00][..]),
+            (ApiKey::Metadata, 12, &[0xff, 0xff, 0xff, 0xff, 0x0f][..]),
+            (ApiKey::Fetch, 12, &[0, 0, 0, 0][..]),
+        ] {
+            let header = RequestHeader::default()
+                .with_request_api_key(api as i16)
+                .with_request_api_version(version)
+                .with_correlation_id(1);
+            let mut buf = BytesMut::new();
+            header
+                .encode(&mut buf, api.request_header_version(version))
+                .expect("header");
+            buf.extend_from_slice(body);
+            let request = header::decode(buf.freeze()).expect("header");
+            let reply = runtime.block_on(dispatch(&ctx(), &conn(), &request));
+            assert!(reply.is_err(), "{api:?} v{version}: {reply:?}");
         }
     }
 }
