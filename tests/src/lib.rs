@@ -218,6 +218,9 @@ pub struct Gateway {
     pub admin: SocketAddr,
     /// The MQTT listener's address, learnt from the `mqtt listener on ADDR` log line.
     pub mqtt: SocketAddr,
+    /// The Kafka listener's address, learnt from the `kafka listener on ADDR` log line (port 0
+    /// while none was seen: the listener is disabled).
+    pub kafka: SocketAddr,
     stderr: mpsc::Receiver<String>,
     log: Vec<String>,
 }
@@ -283,6 +286,7 @@ impl Gateway {
             .arg("--mqtt-listen")
             .arg(mqtt.to_string())
             .args(["--admin-listen", "127.0.0.1:0"])
+            .args(["--kafka-listen", "127.0.0.1:0"])
             .args(&options.args)
             .envs(env.iter().copied());
         if let Some(nofile) = nofile {
@@ -335,6 +339,7 @@ impl Gateway {
             child: Some(child),
             admin: SocketAddr::from(([127, 0, 0, 1], 0)),
             mqtt: SocketAddr::from(([127, 0, 0, 1], 0)),
+            kafka: SocketAddr::from(([127, 0, 0, 1], 0)),
             stderr: rx,
             log: Vec::new(),
         })
@@ -349,6 +354,9 @@ impl Gateway {
             }
             if let Some(addr) = line.split("mqtt listener on ").nth(1) {
                 self.mqtt = addr.trim().parse().context("MQTT address in log line")?;
+            }
+            if let Some(addr) = line.split("kafka listener on ").nth(1) {
+                self.kafka = addr.trim().parse().context("Kafka address in log line")?;
             }
             if line.contains(" ready") && self.admin.port() != 0 && self.mqtt.port() != 0 {
                 return Ok(());

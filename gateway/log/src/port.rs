@@ -1,5 +1,5 @@
 //! The one port through which the other layers use the log: create topics, queue appends that
-//! resolve once durable, read durable records from an offset, watch a partition's durable end,
+//! resolve once durable, read durable records from an offset or a time, watch a partition's durable end,
 //! and keep named durable cursors. The MQTT server and the upstream forwarder are written
 //! against [`LogPort`]; the gateway passes them a [`Log`], unit tests the in-memory
 //! [`MemoryLog`](crate::memory::MemoryLog), which keeps the same promise: nothing is visible
@@ -50,6 +50,27 @@ pub trait LogPort: Clone + Send + Sync + 'static {
     ) -> Result<Vec<StoredRecord>, LogError>;
     /// (start offset, end offset = next offset to be written).
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError>;
+    /// The first durable offset whose timestamp is >= `ts_ms`, `None` past the end. [`Log`]
+    /// answers through its time index; this default scans the records.
+    fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        ts_ms: i64,
+    ) -> Result<Option<u64>, LogError> {
+        let (mut next, end) = self.offsets(topic, partition)?;
+        while next < end {
+            let batch = self.read(topic, partition, next, 64 << 10)?;
+            if let Some(found) = batch.iter().find(|r| r.record.timestamp_ms >= ts_ms) {
+                return Ok(Some(found.offset));
+            }
+            match batch.last() {
+                Some(last) => next = last.offset + 1,
+                None => break,
+            }
+        }
+        Ok(None)
+    }
     /// The partition's durable end offset, changing after each commit.
     fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>, LogError>;
     /// Cursor `name`'s next offset to read in a partition, if it has one.
@@ -110,6 +131,15 @@ impl LogPort for Log {
 
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError> {
         Log::offsets(self, topic, partition)
+    }
+
+    fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        ts_ms: i64,
+    ) -> Result<Option<u64>, LogError> {
+        Log::offset_for_timestamp(self, topic, partition, ts_ms)
     }
 
     fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>, LogError> {

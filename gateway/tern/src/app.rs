@@ -17,6 +17,7 @@ use crate::reload::Source;
 use crate::status::StatusPage;
 use tern_core::metrics::{MetricsSource, ProcessMetrics};
 use tern_core::shutdown::{self, Shutdown, ShutdownTrigger, Signals};
+use tern_kafka::KafkaListener;
 use tern_log::datadir::{self, DataDirLock};
 use tern_log::{Log, LogMetrics};
 use tern_mqtt::{Broker, MqttListener, MqttMetrics};
@@ -142,6 +143,19 @@ pub async fn run(
         tracing::info!("mqtt tls listener on {addr}");
     }
 
+    let kafka = if config.kafka_listener.enabled {
+        let kafka = KafkaListener::bind(config.kafka_listener.clone(), log.clone()).await?;
+        tracing::info!(
+            "kafka listener on {}",
+            kafka
+                .local_addr()
+                .context("Kafka listener has no address")?
+        );
+        Some(kafka)
+    } else {
+        None
+    };
+
     let upstream_status = upstream::StatusMap::default();
     let mut sources: Vec<Arc<dyn MetricsSource>> = vec![
         Arc::new(ProcessMetrics::new()),
@@ -188,6 +202,7 @@ pub async fn run(
     let health_task = tokio::spawn(health.run(shutdown.clone()));
     let status_task = tokio::spawn(status.run(shutdown.clone()));
     let mqtt_task = tokio::spawn(mqtt.run(shutdown.clone()));
+    let kafka_task = kafka.map(|kafka| tokio::spawn(kafka.run(shutdown.clone())));
     let mut upstreams = Upstreams {
         log: log.clone(),
         status: Arc::clone(&upstream_status),
@@ -220,6 +235,9 @@ pub async fn run(
     let drained = async {
         let _ = mqtt_task.await;
         if let Some(task) = mqtt_tls_task {
+            let _ = task.await;
+        }
+        if let Some(task) = kafka_task {
             let _ = task.await;
         }
         upstreams.stop(grace).await;

@@ -146,6 +146,9 @@ pub struct ServeArgs {
     /// Address of the admin HTTP endpoint (/healthz, /metrics) [default: 127.0.0.1:9090].
     #[arg(long, value_name = "ADDR")]
     pub admin_listen: Option<SocketAddr>,
+    /// Address of the Kafka-protocol listener for local Kafka clients [default: 127.0.0.1:9092].
+    #[arg(long, value_name = "ADDR")]
+    pub kafka_listen: Option<SocketAddr>,
     /// Forward every topic to this Kafka cluster in mirror mode with default settings
     /// (replaces the file's [[upstream]]).
     #[arg(long, value_name = "BOOTSTRAP[,BOOTSTRAP...]", value_delimiter = ',')]
@@ -162,6 +165,7 @@ impl ServeArgs {
             data_dir: self.data_dir.clone(),
             mqtt_listen: self.mqtt_listen,
             admin_listen: self.admin_listen,
+            kafka_listen: self.kafka_listen,
             kafka: self.kafka.clone(),
             gateway_id: self.gateway_id.clone(),
         }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use tern_core::{HumanDuration, InvalidConfig, invalid};
 
+use tern_kafka::KafkaListenerConfig;
 use tern_mqtt::{MqttConfig, RouteConfig};
 use tern_upstream::UpstreamConfig;
 
@@ -50,6 +51,9 @@ pub struct Config {
     /// Directory holding the log, cursors and the lock file.
     pub data_dir: PathBuf,
     pub mqtt: MqttConfig,
+    /// `[kafka_listener]`: Kafka clients on the gateway (not `[[upstream]]`, the cluster tern
+    /// forwards to).
+    pub kafka_listener: KafkaListenerConfig,
     pub admin: AdminConfig,
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
@@ -71,6 +75,7 @@ impl Default for Config {
         Self {
             data_dir: PathBuf::from("./tern-data"),
             mqtt: MqttConfig::default(),
+            kafka_listener: KafkaListenerConfig::default(),
             admin: AdminConfig::default(),
             logging: LoggingConfig::default(),
             shutdown: ShutdownConfig::default(),
@@ -158,6 +163,8 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     pub mqtt_listen: Option<SocketAddr>,
     pub admin_listen: Option<SocketAddr>,
+    /// `--kafka-listen`: the Kafka-protocol listener's address.
+    pub kafka_listen: Option<SocketAddr>,
     /// `--kafka`: forward to these bootstrap servers with default settings (replaces the file's
     /// `[[upstream]]`).
     pub kafka: Option<Vec<String>>,
@@ -215,6 +222,9 @@ impl Config {
         if let Some(addr) = overrides.admin_listen {
             self.admin.listen = addr;
         }
+        if let Some(addr) = overrides.kafka_listen {
+            self.kafka_listener.listen = addr;
+        }
         if let Some(bootstrap) = &overrides.kafka {
             self.upstream = vec![UpstreamConfig {
                 bootstrap: bootstrap.clone(),
@@ -241,6 +251,19 @@ impl Config {
             return Err(invalid(
                 "admin.listen",
                 format!("{} is already the MQTT listener", self.admin.listen),
+            ));
+        }
+        self.kafka_listener.validate()?;
+        if self.kafka_listener.enabled
+            && self.kafka_listener.listen.port() != 0
+            && [self.mqtt.listen, self.admin.listen].contains(&self.kafka_listener.listen)
+        {
+            return Err(invalid(
+                "kafka_listener.listen",
+                format!(
+                    "{} is already the MQTT or admin listener",
+                    self.kafka_listener.listen
+                ),
             ));
         }
         if self.shutdown.grace.0.is_zero() {

@@ -45,8 +45,9 @@ pub struct Outcome {
 pub fn plan(old: &Config, new: &Config, level: &LevelHandle) -> Outcome {
     let mut outcome = Outcome::default();
     let restart = |name: &str| format!("{name} changed: needs a restart to apply");
-    let sections: [(&str, bool); 7] = [
+    let sections: [(&str, bool); 8] = [
         ("data_dir", old.data_dir != new.data_dir),
+        ("[kafka_listener]", old.kafka_listener != new.kafka_listener),
         ("[admin]", old.admin != new.admin),
         ("[shutdown]", old.shutdown != new.shutdown),
         (

@@ -31,6 +31,7 @@ fn serve_with_no_arguments_uses_the_embedded_defaults() -> anyhow::Result<()> {
     let cwd = TempDir::new("defaults")?;
     let mut gateway = Gateway::start_exact(cwd.path(), &["serve"])?;
     assert_eq!(gateway.admin.to_string(), "127.0.0.1:9090");
+    assert_eq!(gateway.kafka.to_string(), "127.0.0.1:9092");
     let (status, body) = gateway.admin_get("/healthz")?;
     assert_eq!((status, body.as_str()), (200, "ok\n"));
     let (status, body) = gateway.admin_get("/metrics")?;

@@ -35,6 +35,7 @@ fn tern_config(data_dir: &Path) -> String {
         "data_dir = {data_dir:?}\n\
          [mqtt]\nlisten = \"127.0.0.1:0\"\nmax_publish_rate = 0\nmax_connections = 2048\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [kafka_listener]\nlisten = \"127.0.0.1:0\"\n\
          [logging]\nlevel = \"info\"\n",
         data_dir = data_dir.display().to_string()
     )

@@ -1,0 +1,228 @@
+//! Fetch: durable records from each requested offset, as v2 record batches whose offsets are the
+//! log's offsets, with their headers. When fewer than `min_bytes` are there, the answer waits up
+//! to `max_wait_ms` for any requested partition's durable end to move (the same watch MQTT
+//! delivery waits on), or for shutdown, then answers with what it has. A partition error
+//! (unknown topic or partition, offset out of range) answers at once, as Kafka does.
+//!
+//! tern keeps no fetch sessions: every answer has session id 0, so clients send full requests;
+//! a request naming a session gets `FETCH_SESSION_ID_NOT_FOUND`.
+
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use tern_log::LogPort;
+use tokio::sync::watch;
+
+use super::{ApiError, Ctx, PendingReply, Reply, Versions, decode, encode};
+use crate::header::Request;
+use crate::records;
+use crate::topics;
+
+/// v4-v12, the versions that name topics (v13 names them by id, which tern does not have).
+/// Kafka 4.x Java consumers use v12, librdkafka 2.x v11, kafka-python up to v10 or higher.
+pub const VERSIONS: Versions = Versions { min: 4, max: 12 };
+
+/// The longest a fetch waits, whatever the client asks.
+const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// One requested partition, resolved.
+#[derive(Debug, Clone)]
+struct Wanted {
+    index: i32,
+    /// The log partition, or why it cannot be read.
+    target: Result<u32, ResponseError>,
+    offset: i64,
+    max_bytes: usize,
+}
+
+/// The partitions of one requested topic.
+#[derive(Debug, Clone)]
+struct Plan {
+    name: TopicName,
+    topic: String,
+    partitions: Vec<Wanted>,
+}
+
+pub async fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiError> {
+    let version = request.version();
+    let body: FetchRequest = decode(request)?;
+    if body.session_id != 0 {
+        let response =
+            FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
+        return Ok(Reply::Now(encode(ApiKey::Fetch, version, &response)?));
+    }
+    let plans = plan(ctx, &body);
+    let max_bytes = usize::try_from(body.max_bytes).unwrap_or(0);
+    let min_bytes = usize::try_from(body.min_bytes).unwrap_or(0);
+    let first = collect(ctx, &plans, max_bytes);
+    let wait = Duration::from_millis(u64::try_from(body.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
+    if first.bytes >= min_bytes || first.failed || wait.is_zero() {
+        return Ok(Reply::Now(encode(ApiKey::Fetch, version, &first.response)?));
+    }
+    let mut watches: Vec<watch::Receiver<u64>> = plans
+        .iter()
+        .flat_map(|plan| {
+            plan.partitions
+                .iter()
+                .filter_map(|w| w.target.ok())
+                .filter_map(|p| ctx.log.subscribe(&plan.topic, p).ok())
+        })
+        .collect();
+    let log = ctx.log.clone();
+    let mut shutdown = ctx.shutdown.clone();
+    let answer = async move {
+        let deadline = tokio::time::Instant::now() + wait;
+        let ctx_log = log;
+        loop {
+            let stop = tokio::select! {
+                () = any_changed(&mut watches) => false,
+                () = tokio::time::sleep_until(deadline) => true,
+                () = shutdown.wait() => true,
+            };
+            let now = collect_from(&ctx_log, &plans, max_bytes);
+            if stop || now.failed || now.bytes >= min_bytes {
+                return encode(ApiKey::Fetch, version, &now.response);
+            }
+        }
+    };
+    Ok(Reply::Later(PendingReply(Box::pin(answer))))
+}
+
+/// Resolves every requested topic and partition (never creating a topic).
+fn plan<L: LogPort>(ctx: &Ctx<L>, body: &FetchRequest) -> Vec<Plan> {
+    body.topics
+        .iter()
+        .map(|topic| {
+            let name = topic.topic.0.to_string();
+            let found = topics::lookup(&ctx.log, &name, false);
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|p| Wanted {
+                    index: p.partition,
+                    target: found.and_then(|count| topics::partition(p.partition, count)),
+                    offset: p.fetch_offset,
+                    max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
+                })
+                .collect();
+            Plan {
+                name: topic.topic.clone(),
+                topic: name,
+                partitions,
+            }
+        })
+        .collect()
+}
+
+/// A response as it stands, with the record bytes it carries.
+struct Collected {
+    response: FetchResponse,
+    bytes: usize,
+    failed: bool,
+}
+
+fn collect<L: LogPort>(ctx: &Ctx<L>, plans: &[Plan], max_bytes: usize) -> Collected {
+    collect_from(&ctx.log, plans, max_bytes)
+}
+
+fn collect_from<L: LogPort>(log: &L, plans: &[Plan], max_bytes: usize) -> Collected {
+    let mut bytes = 0;
+    let mut failed = false;
+    let mut responses = Vec::with_capacity(plans.len());
+    for plan in plans {
+        let mut partitions = Vec::with_capacity(plan.partitions.len());
+        for wanted in &plan.partitions {
+            // Past the request's byte budget, partitions answer without records (the first
+            // non-empty one always gets at least one record, as KIP-74 asks).
+            let budget = if bytes == 0 {
+                wanted.max_bytes
+            } else {
+                wanted.max_bytes.min(max_bytes.saturating_sub(bytes))
+            };
+            let data = read_partition(log, &plan.topic, wanted, budget);
+            failed |= data.error_code != 0;
+            bytes += data.records.as_ref().map_or(0, |r| r.len());
+            partitions.push(data);
+        }
+        responses.push(
+            FetchableTopicResponse::default()
+                .with_topic(plan.name.clone())
+                .with_partitions(partitions),
+        );
+    }
+    Collected {
+        response: FetchResponse::default().with_responses(responses),
+        bytes,
+        failed,
+    }
+}
+
+fn read_partition<L: LogPort>(
+    log: &L,
+    topic: &str,
+    wanted: &Wanted,
+    budget: usize,
+) -> PartitionData {
+    let answer = PartitionData::default().with_partition_index(wanted.index);
+    let failure = |code: ResponseError| answer.clone().with_error_code(code.code());
+    let partition = match wanted.target {
+        Ok(partition) => partition,
+        Err(code) => return failure(code),
+    };
+    let Ok((start, end)) = log.offsets(topic, partition) else {
+        return failure(ResponseError::UnknownTopicOrPartition);
+    };
+    let answer = answer
+        .with_high_watermark(to_i64(end))
+        .with_last_stable_offset(to_i64(end))
+        .with_log_start_offset(to_i64(start));
+    let offset = match u64::try_from(wanted.offset) {
+        Ok(offset) if (start..=end).contains(&offset) => offset,
+        _ => return answer.with_error_code(ResponseError::OffsetOutOfRange.code()),
+    };
+    if offset == end || budget == 0 {
+        return answer.with_records(Some(Default::default()));
+    }
+    let stored = match log.read(topic, partition, offset, budget) {
+        Ok(stored) => stored,
+        Err(tern_log::LogError::OffsetOutOfRange { .. }) => {
+            return answer.with_error_code(ResponseError::OffsetOutOfRange.code());
+        }
+        Err(err) => {
+            tracing::warn!(topic, partition, %err, "kafka fetch cannot read the log");
+            return answer.with_error_code(ResponseError::KafkaStorageError.code());
+        }
+    };
+    match records::encode(&stored) {
+        Ok(batch) => answer.with_records(Some(batch)),
+        Err(err) => {
+            tracing::warn!(topic, partition, %err, "kafka fetch cannot encode records");
+            answer.with_error_code(ResponseError::UnknownServerError.code())
+        }
+    }
+}
+
+fn to_i64(offset: u64) -> i64 {
+    i64::try_from(offset).unwrap_or(i64::MAX)
+}
+
+/// Resolves when any of `watches` reports a new durable end (never, for none).
+async fn any_changed(watches: &mut [watch::Receiver<u64>]) {
+    let mut changes: Vec<Pin<Box<_>>> = watches.iter_mut().map(|w| Box::pin(w.changed())).collect();
+    poll_fn(|cx| {
+        for change in &mut changes {
+            match change.as_mut().poll(cx) {
+                Poll::Ready(Ok(())) => return Poll::Ready(()),
+                // The partition is gone (the log is closing): wait for the others or the end.
+                Poll::Ready(Err(_)) | Poll::Pending => {}
+            }
+        }
+        Poll::Pending
+    })
+    .await;
+}

@@ -1,0 +1,182 @@
+//! Dispatch by API key: [`SERVED`] lists every API this listener answers with its versions
+//! (ApiVersions advertises exactly this table), and [`dispatch`] has one match arm per API that
+//! calls its module's `handle`. Each module under `api/` owns one API: it decodes its request with
+//! kafka-protocol, answers from the log, and encodes its response; none of them touches the socket.
+//!
+//! Adding an API: a module `api/<name>.rs` with `pub const VERSIONS: Versions` and
+//! `pub async fn handle(ctx, conn, request) -> Result<Reply, ApiError>`, one row in [`SERVED`],
+//! one arm in [`dispatch`]. The `every_served_api_is_dispatched_at_every_version` test fails
+//! until all three agree.
+
+mod api_versions;
+mod fetch;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use crate::config::KafkaListenerConfig;
+use crate::header::Request;
+use tern_core::shutdown::Shutdown;
+use tern_log::LogPort;
+
+/// The inclusive range of versions served for one API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Versions {
+    pub min: i16,
+    pub max: i16,
+}
+
+impl Versions {
+    pub fn contains(self, version: i16) -> bool {
+        (self.min..=self.max).contains(&version)
+    }
+}
+
+/// Every API the listener answers, with the versions it serves (see `docs/kafka.md` for why
+/// these ranges).
+pub const SERVED: &[(ApiKey, Versions)] = &[
+    (ApiKey::ApiVersions, api_versions::VERSIONS),
+    (ApiKey::Metadata, metadata::VERSIONS),
+    (ApiKey::Produce, produce::VERSIONS),
+    (ApiKey::Fetch, fetch::VERSIONS),
+    (ApiKey::ListOffsets, list_offsets::VERSIONS),
+];
+
+/// The versions served for `api`, if it is served at all.
+pub fn served(api: ApiKey) -> Option<Versions> {
+    SERVED
+        .iter()
+        .find(|(key, _)| *key == api)
+        .map(|(_, versions)| *versions)
+}
+
+/// What every handler may use: the log, the settings, the shutdown signal.
+#[derive(Debug)]
+pub struct Ctx<L> {
+    pub log: L,
+    pub config: Arc<KafkaListenerConfig>,
+    pub shutdown: Shutdown,
+}
+
+/// One client connection as handlers see it.
+#[derive(Debug, Clone)]
+pub struct Conn {
+    /// The address the client connected to (advertised in Metadata unless configured).
+    pub local: SocketAddr,
+    pub peer: SocketAddr,
+}
+
+/// A response that is answered later: a produce waiting for fdatasync, a long-polling fetch.
+pub type Pending = Pin<Box<dyn Future<Output = Result<Bytes, ApiError>> + Send>>;
+
+/// A handler's answer. The connection writes answers in request order.
+#[derive(Debug)]
+pub enum Reply {
+    /// The encoded response body.
+    Now(Bytes),
+    /// A response body that completes later.
+    Later(PendingReply),
+    /// No response at all (Produce with `acks=0`).
+    Nothing,
+}
+
+/// [`Pending`] with a `Debug` implementation.
+pub struct PendingReply(pub Pending);
+
+impl std::fmt::Debug for PendingReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PendingReply")
+    }
+}
+
+/// Why a request got no answer; each closes the connection, as Apache Kafka does when it
+/// cannot build a response the client could read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    #[error("{api:?} is not served")]
+    NotServed { api: ApiKey },
+    #[error("{api:?} v{version} is not served (versions {min}-{max} are)")]
+    UnsupportedVersion {
+        api: ApiKey,
+        version: i16,
+        min: i16,
+        max: i16,
+    },
+    #[error("malformed {api:?} v{version} request: {message}")]
+    Decode {
+        api: ApiKey,
+        version: i16,
+        message: String,
+    },
+    #[error("cannot encode the {api:?} v{version} response: {message}")]
+    Encode {
+        api: ApiKey,
+        version: i16,
+        message: String,
+    },
+}
+
+/// Answers one request.
+pub async fn dispatch<L: LogPort>(
+    ctx: &Ctx<L>,
+    conn: &Conn,
+    request: &Request,
+) -> Result<Reply, ApiError> {
+    let api = request.api;
+    let versions = served(api).ok_or(ApiError::NotServed { api })?;
+    // ApiVersions answers an unknown version itself (with v0 and UNSUPPORTED_VERSION), so the
+    // client can learn what is served.
+    if api != ApiKey::ApiVersions && !versions.contains(request.version()) {
+        return Err(ApiError::UnsupportedVersion {
+            api,
+            version: request.version(),
+            min: versions.min,
+            max: versions.max,
+        });
+    }
+    match api {
+        ApiKey::ApiVersions => api_versions::handle(request),
+        ApiKey::Metadata => metadata::handle(ctx, conn, request),
+        ApiKey::Produce => produce::handle(ctx, request).await,
+        ApiKey::Fetch => fetch::handle(ctx, request).await,
+        ApiKey::ListOffsets => list_offsets::handle(ctx, request),
+        _ => Err(ApiError::NotServed { api }),
+    }
+}
+
+/// Decodes `request`'s body as `R` at its version.
+pub fn decode<R: Decodable>(request: &Request) -> Result<R, ApiError> {
+    let mut body = request.body.clone();
+    let decoded = R::decode(&mut body, request.version()).map_err(|err| ApiError::Decode {
+        api: request.api,
+        version: request.version(),
+        message: err.to_string(),
+    })?;
+    Ok(decoded)
+}
+
+/// Encodes a response body at `version`.
+pub fn encode<R: Encodable>(api: ApiKey, version: i16, response: &R) -> Result<Bytes, ApiError> {
+    let mut buf = BytesMut::new();
+    response
+        .encode(&mut buf, version)
+        .map_err(|err| ApiError::Encode {
+            api,
+            version,
+            message: err.to_string(),
+        })?;
+    Ok(buf.freeze())
+}
+
+#[cfg(test)]
+pub(crate) mod test;

@@ -1,0 +1,194 @@
+//! Produce: each partition's v2 record batches become log records (headers kept as record
+//! headers) queued in request order. `acks=0` gets no answer; `acks=1` and `acks=all` are
+//! answered once every partition's append is durable under the topic's policy, which is the
+//! group-committed fdatasync an MQTT QoS 1 PUBACK waits for (tern has one replica, so `all` is
+//! `1`). Kafka offsets are log offsets: `base_offset` is the first record's offset.
+//!
+//! A record carrying the MQTT topic header (`mqtt.topic`) must name a valid MQTT topic (no
+//! wildcards): MQTT subscribers receive it (see `docs/kafka.md`, "The MQTT route"). Writes to
+//! tern's internal `__…` topics are refused.
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+use tern_log::{LogError, LogPort, Queued, Record};
+
+use super::{ApiError, Ctx, PendingReply, Reply, Versions, decode, encode};
+use crate::header::Request;
+use crate::records::{self, RecordsError};
+use crate::topics;
+
+/// v3-v12, the versions that name topics (v13 names them by id). Kafka 4.x Java producers use
+/// v12, librdkafka 2.x up to v10 or v11, kafka-python up to v8 or higher.
+pub const VERSIONS: Versions = Versions { min: 3, max: 12 };
+
+/// The header whose value is the MQTT topic of a record (the name tern-mqtt writes).
+pub const MQTT_TOPIC_HEADER: &str = "mqtt.topic";
+
+/// One partition's outcome while the appends are in flight.
+enum Outcome {
+    Refused(ResponseError, Option<String>),
+    Queued(Queued),
+}
+
+pub async fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiError> {
+    let version = request.version();
+    let body: ProduceRequest = decode(request)?;
+    let now = now_ms();
+    let mut topics_out = Vec::with_capacity(body.topic_data.len());
+    for topic in body.topic_data {
+        let name = topic.name.0.to_string();
+        let found = if topics::is_internal(&name) {
+            Err(ResponseError::InvalidTopicException)
+        } else {
+            topics::lookup(&ctx.log, &name, ctx.config.auto_create_topics)
+        };
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for data in topic.partition_data {
+            let outcome = match found.and_then(|count| topics::partition(data.index, count)) {
+                Err(error) => Outcome::Refused(error, None),
+                Ok(partition) => append(ctx, &name, partition, data.records, now).await,
+            };
+            partitions.push((data.index, outcome));
+        }
+        topics_out.push((topic.name, partitions));
+    }
+    if body.acks == 0 {
+        // No answer is wanted; the appends proceed without anyone waiting for them.
+        return Ok(Reply::Nothing);
+    }
+    let answer = async move {
+        let mut responses = Vec::with_capacity(topics_out.len());
+        for (name, partitions) in topics_out {
+            let mut partition_responses = Vec::with_capacity(partitions.len());
+            for (index, outcome) in partitions {
+                partition_responses.push(settle(index, outcome, version).await);
+            }
+            responses.push(
+                TopicProduceResponse::default()
+                    .with_name(name)
+                    .with_partition_responses(partition_responses),
+            );
+        }
+        let response = ProduceResponse::default().with_responses(responses);
+        encode(ApiKey::Produce, version, &response)
+    };
+    Ok(Reply::Later(PendingReply(Box::pin(answer))))
+}
+
+/// Decodes and queues one partition's records.
+async fn append<L: LogPort>(
+    ctx: &Ctx<L>,
+    topic: &str,
+    partition: u32,
+    data: Option<Bytes>,
+    now: i64,
+) -> Outcome {
+    let records = match data.map(|bytes| records::decode(&bytes, now)) {
+        None => Ok(Vec::new()),
+        Some(decoded) => decoded,
+    };
+    let records = match records {
+        Ok(records) => records,
+        Err(err @ RecordsError::OldFormat(_)) => {
+            return Outcome::Refused(
+                ResponseError::UnsupportedForMessageFormat,
+                Some(err.to_string()),
+            );
+        }
+        Err(err) => return Outcome::Refused(ResponseError::CorruptMessage, Some(err.to_string())),
+    };
+    if records.is_empty() {
+        return Outcome::Refused(ResponseError::CorruptMessage, Some("no records".to_owned()));
+    }
+    if let Some((at, why)) = records
+        .iter()
+        .enumerate()
+        .find_map(|(i, r)| bad_mqtt_topic(r).map(|w| (i, w)))
+    {
+        return Outcome::Refused(
+            ResponseError::InvalidRecord,
+            Some(format!("record {at}: {why}")),
+        );
+    }
+    match ctx.log.enqueue(topic, partition, records).await {
+        Ok(queued) => Outcome::Queued(queued),
+        Err(err) => {
+            let (code, message) = log_error(&err);
+            Outcome::Refused(code, Some(message))
+        }
+    }
+}
+
+/// Why a record's MQTT topic header cannot be delivered to MQTT subscribers, if it cannot.
+fn bad_mqtt_topic(record: &Record) -> Option<&'static str> {
+    let topic = record.header(MQTT_TOPIC_HEADER)?;
+    let Ok(topic) = std::str::from_utf8(topic) else {
+        return Some("the mqtt.topic header is not UTF-8");
+    };
+    if topic.is_empty() || topic.len() > usize::from(u16::MAX) {
+        return Some("the mqtt.topic header must be 1 to 65535 bytes");
+    }
+    if topic.contains(['+', '#', '\0']) {
+        return Some("the mqtt.topic header must not contain +, # or NUL");
+    }
+    None
+}
+
+/// Waits for one partition's append and builds its answer.
+async fn settle(index: i32, outcome: Outcome, version: i16) -> PartitionProduceResponse {
+    let answer = PartitionProduceResponse::default().with_index(index);
+    let (code, message) = match outcome {
+        Outcome::Queued(queued) => match queued.await {
+            Ok(base) => {
+                let base = i64::try_from(base).unwrap_or(i64::MAX);
+                return answer.with_base_offset(base);
+            }
+            Err(err) => {
+                let (code, message) = log_error(&err);
+                (code, Some(message))
+            }
+        },
+        Outcome::Refused(code, message) => (code, message),
+    };
+    let answer = answer.with_error_code(code.code()).with_base_offset(-1);
+    if version < 8 {
+        return answer;
+    }
+    let message = message.map(StrBytes::from_string);
+    let record_errors = if code == ResponseError::InvalidRecord {
+        vec![BatchIndexAndErrorMessage::default().with_batch_index_error_message(message.clone())]
+    } else {
+        Vec::new()
+    };
+    answer
+        .with_error_message(message)
+        .with_record_errors(record_errors)
+}
+
+/// The Kafka error code a failed append answers with.
+pub fn log_error(err: &LogError) -> (ResponseError, String) {
+    let code = match err {
+        LogError::UnknownTopic { .. } | LogError::UnknownPartition { .. } => {
+            ResponseError::UnknownTopicOrPartition
+        }
+        LogError::InvalidTopicName { .. } => ResponseError::InvalidTopicException,
+        LogError::InvalidAppend { .. } => ResponseError::InvalidRecord,
+        LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        // Full, no space, I/O, a stopped partition, shutdown: the client may retry later.
+        _ => ResponseError::KafkaStorageError,
+    };
+    (code, err.to_string())
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

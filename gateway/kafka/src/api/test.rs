@@ -1,0 +1,471 @@
+//! Unit tests of dispatch and of each API on the in-memory log.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
+    RequestHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tern_log::{LogPort, MemoryLog};
+
+use super::{ApiError, Conn, Ctx, Reply, SERVED, dispatch};
+use crate::config::KafkaListenerConfig;
+use crate::header::{self, Request};
+
+pub(crate) fn ctx() -> Ctx<MemoryLog> {
+    let (trigger, shutdown) = tern_core::shutdown::channel();
+    // Kept for the whole test run: a dropped trigger reads as a shutdown.
+    Box::leak(Box::new(trigger));
+    Ctx {
+        log: MemoryLog::new(2),
+        config: Arc::new(KafkaListenerConfig::default()),
+        shutdown,
+    }
+}
+
+pub(crate) fn conn() -> Conn {
+    Conn {
+        local: "127.0.0.1:9092".parse().expect("addr"),
+        peer: "127.0.0.1:40000".parse().expect("addr"),
+    }
+}
+
+/// A request frame of `api` at `version` with `body`, decoded as the connection does.
+pub(crate) fn request<B: Encodable>(api: ApiKey, version: i16, body: &B) -> Request {
+    let header = RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("test")));
+    let mut buf = BytesMut::new();
+    header
+        .encode(&mut buf, api.request_header_version(version))
+        .expect("header");
+    body.encode(&mut buf, version).expect("body");
+    header::decode(buf.freeze()).expect("decode")
+}
+
+/// The body a reply resolves to.
+pub(crate) async fn body(reply: Reply) -> Option<Bytes> {
+    match reply {
+        Reply::Now(body) => Some(body),
+        Reply::Later(pending) => Some(pending.0.await.expect("pending reply")),
+        Reply::Nothing => None,
+    }
+}
+
+pub(crate) fn decode_as<R: Decodable>(body: Bytes, version: i16) -> R {
+    let mut body = body;
+    R::decode(&mut body, version).expect("response decodes")
+}
+
+#[tokio::test]
+async fn every_served_api_is_dispatched_at_every_version() {
+    let ctx = ctx();
+    for (api, versions) in SERVED {
+        for version in versions.min..=versions.max {
+            let frame = default_request(*api, version);
+            let request = header::decode(frame).expect("header");
+            let reply = dispatch(&ctx, &conn(), &request).await;
+            assert!(reply.is_ok(), "{api:?} v{version}: {reply:?}");
+        }
+    }
+}
+
+/// A frame of `api`'s default request: kafka-protocol's types with their defaults.
+fn default_request(api: ApiKey, version: i16) -> Bytes {
+    macro_rules! frame {
+        ($($key:ident => $ty:ty),* $(,)?) => {
+            match api {
+                $(ApiKey::$key => {
+                    let r = request(api, version, &<$ty>::default());
+                    let mut buf = BytesMut::new();
+                    let h = r.header.clone();
+                    h.encode(&mut buf, api.request_header_version(version)).expect("header");
+                    buf.extend_from_slice(&r.body);
+                    buf.freeze()
+                })*
+                other => panic!("add {other:?} to default_request"),
+            }
+        };
+    }
+    frame! {
+        ApiVersions => ApiVersionsRequest,
+        Metadata => MetadataRequest,
+        Produce => kafka_protocol::messages::ProduceRequest,
+        Fetch => kafka_protocol::messages::FetchRequest,
+        ListOffsets => kafka_protocol::messages::ListOffsetsRequest,
+    }
+}
+
+#[tokio::test]
+async fn api_versions_advertises_the_served_table_and_refuses_unknown_versions() {
+    let ctx = ctx();
+    let request = request(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
+    let reply = body(dispatch(&ctx, &conn(), &request).await.expect("reply")).await;
+    let response: ApiVersionsResponse = decode_as(reply.expect("answered"), 3);
+    assert_eq!(response.error_code, 0);
+    let table: Vec<(i16, i16, i16)> = response
+        .api_keys
+        .iter()
+        .map(|k| (k.api_key, k.min_version, k.max_version))
+        .collect();
+    let expected: Vec<(i16, i16, i16)> = SERVED
+        .iter()
+        .map(|(api, v)| (*api as i16, v.min, v.max))
+        .collect();
+    assert_eq!(table, expected);
+
+    // v9 does not exist: the answer is v0 with UNSUPPORTED_VERSION and the table.
+    let mut unknown = request.clone();
+    unknown.header.request_api_version = 9;
+    let reply = body(dispatch(&ctx, &conn(), &unknown).await.expect("reply")).await;
+    let response: ApiVersionsResponse = decode_as(reply.expect("answered"), 0);
+    assert_eq!(response.error_code, 35);
+    assert_eq!(response.api_keys.len(), SERVED.len());
+}
+
+#[tokio::test]
+async fn unserved_apis_and_versions_close_the_connection() {
+    let ctx = ctx();
+    let mut request = request(ApiKey::Metadata, 12, &MetadataRequest::default());
+    request.header.request_api_version = 13;
+    let err = dispatch(&ctx, &conn(), &request).await.expect_err("v13");
+    assert!(
+        matches!(err, ApiError::UnsupportedVersion { version: 13, .. }),
+        "{err}"
+    );
+    request.api = ApiKey::DescribeAcls;
+    let err = dispatch(&ctx, &conn(), &request)
+        .await
+        .expect_err("not served");
+    assert_eq!(
+        err,
+        ApiError::NotServed {
+            api: ApiKey::DescribeAcls
+        }
+    );
+}
+
+#[tokio::test]
+async fn metadata_names_one_broker_leading_every_partition_and_creates_when_allowed() {
+    use kafka_protocol::messages::TopicName;
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    let ctx = ctx();
+    ctx.log.ensure_topic("mqtt").expect("topic");
+    let all = request(
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(None),
+    );
+    let reply = body(dispatch(&ctx, &conn(), &all).await.expect("reply")).await;
+    let response: MetadataResponse = decode_as(reply.expect("answered"), 12);
+    assert_eq!(response.brokers.len(), 1);
+    assert_eq!(response.brokers[0].host.as_str(), "127.0.0.1");
+    assert_eq!(response.brokers[0].port, 9092);
+    assert_eq!(response.topics.len(), 1);
+    assert_eq!(response.topics[0].partitions.len(), 2);
+    assert!(
+        response.topics[0]
+            .partitions
+            .iter()
+            .all(|p| p.leader_id.0 == 0)
+    );
+
+    let named = |name: &str, create: bool| {
+        MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(name.to_owned())))),
+            ]))
+            .with_allow_auto_topic_creation(create)
+    };
+    for (name, create, code) in [
+        ("missing", false, 3),
+        ("made", true, 0),
+        ("bad/name", true, 17),
+    ] {
+        let request = request(ApiKey::Metadata, 12, &named(name, create));
+        let reply = body(dispatch(&ctx, &conn(), &request).await.expect("reply")).await;
+        let response: MetadataResponse = decode_as(reply.expect("answered"), 12);
+        assert_eq!(response.topics[0].error_code, code, "{name}");
+    }
+    assert!(ctx.log.topics().iter().any(|t| t.name == "made"));
+    assert!(!ctx.log.topics().iter().any(|t| t.name == "missing"));
+}
+
+mod data_path {
+    use std::time::Duration;
+
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+        ProduceRequest, ProduceResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
+        RecordEncodeOptions, TimestampType,
+    };
+    use tern_log::{LogPort, Record};
+
+    use super::{body, conn, ctx, decode_as, request};
+    use crate::api::{Reply, dispatch};
+
+    fn batch(values: &[(&str, i64)], headers: &[(&str, &str)]) -> Bytes {
+        let records: Vec<KafkaRecord> = values
+            .iter()
+            .enumerate()
+            .map(|(i, (value, ts))| KafkaRecord {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: -1,
+                timestamp: *ts,
+                key: None,
+                value: Some(Bytes::copy_from_slice(value.as_bytes())),
+                headers: headers
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            StrBytes::from_string((*k).to_owned()),
+                            Some(Bytes::copy_from_slice(v.as_bytes())),
+                        )
+                    })
+                    .collect::<IndexMap<_, _>>(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, records.iter(), &options).expect("encode");
+        buf.freeze()
+    }
+
+    /// `batch` with its last byte changed: the CRC no longer matches.
+    fn flipped(batch: Bytes) -> Bytes {
+        let mut bytes = batch.to_vec();
+        if let Some(last) = bytes.last_mut() {
+            *last ^= 0xff;
+        }
+        Bytes::from(bytes)
+    }
+
+    fn name(topic: &str) -> TopicName {
+        TopicName(StrBytes::from_string(topic.to_owned()))
+    }
+
+    fn produce(topic: &str, acks: i16, records: Bytes) -> ProduceRequest {
+        ProduceRequest::default()
+            .with_acks(acks)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(name(topic))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(0)
+                            .with_records(Some(records)),
+                    ]),
+            ])
+    }
+
+    fn fetch(topic: &str, offset: i64, max_wait_ms: i32, min_bytes: i32) -> FetchRequest {
+        FetchRequest::default()
+            .with_max_wait_ms(max_wait_ms)
+            .with_min_bytes(min_bytes)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic(name(topic))
+                    .with_partitions(vec![
+                        FetchPartition::default()
+                            .with_partition(0)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(1 << 20),
+                    ]),
+            ])
+    }
+
+    fn values(response: &FetchResponse) -> Vec<(i64, String)> {
+        let mut records = response.responses[0].partitions[0]
+            .records
+            .clone()
+            .unwrap_or_default();
+        let sets = RecordBatchDecoder::decode_all(&mut records).expect("batches");
+        sets.iter()
+            .flat_map(|s| s.records.iter())
+            .map(|r| {
+                let value = r.value.clone().unwrap_or_default();
+                (r.offset, String::from_utf8_lossy(&value).into_owned())
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn acks_1_answers_only_once_the_append_is_durable_and_acks_0_not_at_all() {
+        let ctx = ctx();
+        ctx.log.ensure_topic("t").expect("topic");
+        ctx.log.hold_answers([Duration::from_secs(5)]);
+        let started = tokio::time::Instant::now();
+        let request = request(
+            ApiKey::Produce,
+            9,
+            &produce("t", 1, batch(&[("a", 1), ("b", 2)], &[("h", "1")])),
+        );
+        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        assert!(matches!(reply, Reply::Later(_)), "{reply:?}");
+        let response: ProduceResponse = decode_as(body(reply).await.expect("answered"), 9);
+        assert!(
+            started.elapsed() >= Duration::from_secs(5),
+            "answered before the commit"
+        );
+        let partition = &response.responses[0].partition_responses[0];
+        assert_eq!((partition.error_code, partition.base_offset), (0, 0));
+        let stored = ctx.log.read("t", 0, 0, 1 << 20).expect("read");
+        assert_eq!(stored.len(), 2);
+        assert_eq!(stored[1].record.header("h"), Some(&b"1"[..]));
+
+        let request = request_acks0(&ctx);
+        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        assert!(matches!(reply, Reply::Nothing), "{reply:?}");
+    }
+
+    fn request_acks0(_ctx: &crate::api::Ctx<tern_log::MemoryLog>) -> crate::header::Request {
+        request(
+            ApiKey::Produce,
+            9,
+            &produce("t", 0, batch(&[("c", 3)], &[])),
+        )
+    }
+
+    #[tokio::test]
+    async fn produce_refuses_internal_topics_bad_mqtt_topics_and_corrupt_batches() {
+        let ctx = ctx();
+        let cases = [
+            (produce("__mqtt_state", -1, batch(&[("a", 1)], &[])), 17),
+            (
+                produce("t", -1, batch(&[("a", 1)], &[("mqtt.topic", "a/+/c")])),
+                87,
+            ),
+            (produce("t", -1, flipped(batch(&[("a", 1)], &[]))), 2),
+            (
+                produce("t", -1, batch(&[("a", 1)], &[("mqtt.topic", "a/b/c")])),
+                0,
+            ),
+        ];
+        for (body_in, code) in cases {
+            let request = request(ApiKey::Produce, 9, &body_in);
+            let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+            let response: ProduceResponse = decode_as(body(reply).await.expect("answered"), 9);
+            let partition = &response.responses[0].partition_responses[0];
+            assert_eq!(partition.error_code, code, "{partition:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_poll_is_woken_by_a_durable_append_and_times_out_otherwise() {
+        let ctx = ctx();
+        ctx.log.ensure_topic("t").expect("topic");
+        // Nothing there: waits the whole max_wait, then answers empty.
+        let started = tokio::time::Instant::now();
+        let request = request(ApiKey::Fetch, 12, &fetch("t", 0, 2_000, 1));
+        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
+        assert!(started.elapsed() >= Duration::from_secs(2));
+        assert!(values(&response).is_empty());
+
+        // An append during the wait answers at once with it.
+        let started = tokio::time::Instant::now();
+        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        let log = ctx.log.clone();
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let record = Record {
+                timestamp_ms: 5,
+                key: None,
+                value: b"woke".to_vec(),
+                headers: vec![("mqtt.topic".into(), b"a/b".to_vec())],
+            };
+            log.append("t", 0, vec![record]).await.expect("append");
+        });
+        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
+        writer.await.expect("writer");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(values(&response), vec![(0, "woke".to_owned())]);
+        assert_eq!(response.responses[0].partitions[0].high_watermark, 1);
+
+        // Past the end: OFFSET_OUT_OF_RANGE at once; min_bytes 0: an empty answer at once.
+        let request = request_fetch(5, 10_000, 1);
+        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        assert!(matches!(reply, Reply::Now(_)));
+        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
+        assert_eq!(response.responses[0].partitions[0].error_code, 1);
+        let reply = dispatch(&ctx, &conn(), &request_fetch(1, 10_000, 0))
+            .await
+            .expect("reply");
+        assert!(matches!(reply, Reply::Now(_)));
+    }
+
+    fn request_fetch(offset: i64, wait: i32, min: i32) -> crate::header::Request {
+        request(ApiKey::Fetch, 12, &fetch("t", offset, wait, min))
+    }
+
+    #[tokio::test]
+    async fn list_offsets_answers_earliest_latest_max_and_by_time() {
+        let ctx = ctx();
+        ctx.log.ensure_topic("t").expect("topic");
+        let records = (0..5)
+            .map(|i| Record {
+                timestamp_ms: 1_000 * (i + 1),
+                key: None,
+                value: vec![],
+                headers: vec![],
+            })
+            .collect();
+        ctx.log.append("t", 0, records).await.expect("append");
+        for (query, expected) in [
+            (-2, (0, -1)),
+            (-1, (5, -1)),
+            (-3, (4, 5_000)),
+            (2_500, (2, 3_000)),
+            (3_000, (2, 3_000)),
+            (9_000, (-1, -1)),
+        ] {
+            let body_in = ListOffsetsRequest::default().with_topics(vec![
+                ListOffsetsTopic::default()
+                    .with_name(name("t"))
+                    .with_partitions(vec![
+                        ListOffsetsPartition::default()
+                            .with_partition_index(0)
+                            .with_timestamp(query),
+                    ]),
+            ]);
+            let request = request(ApiKey::ListOffsets, 7, &body_in);
+            let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+            let response: ListOffsetsResponse = decode_as(body(reply).await.expect("answered"), 7);
+            let p = &response.topics[0].partitions[0];
+            assert_eq!(
+                (p.error_code, p.offset, p.timestamp),
+                (0, expected.0, expected.1),
+                "{query}"
+            );
+        }
+    }
+}

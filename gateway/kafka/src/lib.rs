@@ -1,0 +1,22 @@
+//! The Kafka-protocol listener: Kafka clients (the Java clients, librdkafka and kcat,
+//! kafka-python) produce to and consume from the log, so a local application reads the same
+//! records MQTT devices publish, by offset and by time. The only gateway crate besides
+//! tern-upstream that imports `kafka-protocol`, and it uses it for the whole codec. It reaches
+//! storage only through `tern_log::LogPort`, so its unit tests run on `tern_log::MemoryLog`.
+//!
+//! Layers: `frame` (size-prefixed frames), `header` (request header), `api/` (one module per
+//! API, dispatch by key), `connection` (one client, answers in order), `listener` (accept loop).
+
+mod api;
+mod config;
+mod connection;
+mod error;
+mod frame;
+mod header;
+mod listener;
+mod records;
+mod topics;
+
+pub use config::KafkaListenerConfig;
+pub use error::KafkaError;
+pub use listener::KafkaListener;

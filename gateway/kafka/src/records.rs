@@ -1,0 +1,173 @@
+//! Kafka's v2 record batches ↔ log records, through kafka-protocol's batch codec: Produce's
+//! batches (any codec kafka-protocol has: gzip, snappy, lz4, zstd) become [`Record`]s with their
+//! headers, and Fetch gets stored records back as one uncompressed batch whose offsets are the
+//! log's offsets.
+//!
+//! Mapping: a null value is stored as an empty value and a null header value as an empty one
+//! (the log has no nulls); a timestamp of -1 or a `LogAppendTime` batch gets the broker's
+//! clock. Control records (transaction markers) are dropped. Kafka's header map keeps one value
+//! per name, so a name repeated in a stored record (an MQTT user property given twice) reaches
+//! Kafka consumers once, with its last value.
+//!
+//! Never panics on a client's bytes: batch headers are checked before kafka-protocol sizes
+//! anything from them.
+#![expect(
+    clippy::big_endian_bytes,
+    reason = "Kafka's protocol is big-endian by definition"
+)]
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
+    RecordEncodeOptions, TimestampType,
+};
+use tern_log::{Record, StoredRecord};
+
+/// Offset of a v2 batch's magic byte, of its attributes and of its record count.
+const MAGIC_AT: usize = 16;
+const ATTRIBUTES_AT: usize = 21;
+const COUNT_AT: usize = 57;
+/// The smallest record on the wire: length, attributes, timestamp and offset deltas, key and
+/// value lengths, header count, one byte each.
+const MIN_RECORD: usize = 7;
+/// Records a compressed batch may claim (its wire size says nothing about the count).
+const MAX_COMPRESSED_RECORDS: usize = 1 << 20;
+
+/// Why a produced record set was refused (Kafka's `CORRUPT_MESSAGE`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordsError {
+    #[error("record batch: {0}")]
+    Corrupt(String),
+    #[error("message format v{0} (only v2 record batches are accepted)")]
+    OldFormat(i8),
+}
+
+/// The records of a Produce partition's record set.
+pub fn decode(bytes: &Bytes, now_ms: i64) -> Result<Vec<Record>, RecordsError> {
+    check_batches(bytes)?;
+    let mut buf = bytes.clone();
+    let sets = RecordBatchDecoder::decode_all(&mut buf)
+        .map_err(|err| RecordsError::Corrupt(err.to_string()))?;
+    let mut records = Vec::new();
+    for set in sets {
+        for record in set.records.into_iter().filter(|r| !r.control) {
+            records.push(to_log(record, now_ms));
+        }
+    }
+    Ok(records)
+}
+
+/// Walks the batch headers: each must be a whole v2 batch whose record count its bytes (or,
+/// compressed, a fixed bound) can hold.
+fn check_batches(bytes: &[u8]) -> Result<(), RecordsError> {
+    let corrupt = |what: &str| RecordsError::Corrupt(what.to_owned());
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let length = read_i32(rest, 8).ok_or_else(|| corrupt("truncated batch header"))?;
+        let length = usize::try_from(length).map_err(|_| corrupt("negative batch length"))?;
+        let total = length
+            .checked_add(12)
+            .filter(|&total| total <= rest.len())
+            .ok_or_else(|| corrupt("batch longer than its record set"))?;
+        let magic = rest
+            .get(MAGIC_AT)
+            .copied()
+            .ok_or_else(|| corrupt("no magic byte"))?;
+        let magic = i8::from_be_bytes([magic]);
+        if magic != 2 {
+            return Err(RecordsError::OldFormat(magic));
+        }
+        let count = read_i32(rest, COUNT_AT).ok_or_else(|| corrupt("truncated batch header"))?;
+        let count = usize::try_from(count).map_err(|_| corrupt("negative record count"))?;
+        let compressed = rest
+            .get(ATTRIBUTES_AT + 1)
+            .is_some_and(|attributes| attributes & 0x7 != 0);
+        let room = if compressed {
+            MAX_COMPRESSED_RECORDS
+        } else {
+            (total - COUNT_AT.min(total)) / MIN_RECORD
+        };
+        if count > room {
+            return Err(corrupt("more records than the batch can hold"));
+        }
+        rest = rest.get(total..).unwrap_or_default();
+    }
+    Ok(())
+}
+
+fn read_i32(bytes: &[u8], at: usize) -> Option<i32> {
+    let word = bytes.get(at..at + 4)?.first_chunk::<4>()?;
+    Some(i32::from_be_bytes(*word))
+}
+
+fn to_log(record: KafkaRecord, now_ms: i64) -> Record {
+    let timestamp_ms = if record.timestamp_type == TimestampType::LogAppend || record.timestamp < 0
+    {
+        now_ms
+    } else {
+        record.timestamp
+    };
+    Record {
+        timestamp_ms,
+        key: record.key.map(|k| k.to_vec()),
+        value: record.value.map(|v| v.to_vec()).unwrap_or_default(),
+        headers: record
+            .headers
+            .into_iter()
+            .map(|(name, value)| {
+                (
+                    name.to_string(),
+                    value.map(|v| v.to_vec()).unwrap_or_default(),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// Stored records as one uncompressed v2 batch (several if kafka-protocol splits them).
+pub fn encode(records: &[StoredRecord]) -> Result<Bytes, RecordsError> {
+    let kafka: Vec<KafkaRecord> = records.iter().map(to_kafka).collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buf, kafka.iter(), &options)
+        .map_err(|err| RecordsError::Corrupt(err.to_string()))?;
+    Ok(buf.freeze())
+}
+
+fn to_kafka(stored: &StoredRecord) -> KafkaRecord {
+    let offset = i64::try_from(stored.offset).unwrap_or(i64::MAX);
+    let record = &stored.record;
+    let mut headers = IndexMap::with_capacity(record.headers.len());
+    for (name, value) in &record.headers {
+        headers.insert(
+            StrBytes::from_string(name.clone()),
+            Some(Bytes::copy_from_slice(value)),
+        );
+    }
+    KafkaRecord {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset,
+        // Offset minus sequence is what kafka-protocol keeps constant within one batch; without
+        // a producer id the sequence means nothing to consumers.
+        sequence: offset as i32,
+        timestamp: record.timestamp_ms,
+        key: record.key.as_deref().map(Bytes::copy_from_slice),
+        value: Some(Bytes::copy_from_slice(&record.value)),
+        headers,
+    }
+}
+
+#[cfg(test)]
+mod tests;
