@@ -37,7 +37,9 @@ mod writer;
 mod tests;
 
 pub use clock::{BUILD_TIME_MS, Clock, ClockStatus, ManualClock, SystemClock};
-pub use config::{Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, TopicOverride};
+pub use config::{
+    Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, TopicOverride, TopicSettings,
+};
 pub use cursors::CursorStore;
 pub use error::LogError;
 #[cfg(feature = "fault-injection")]
