@@ -50,7 +50,7 @@ pub use inspect::{CursorPosition, CursorReport, PartitionState, Refusal, ResetTo
 pub use memory::MemoryLog;
 pub use port::{LogPort, Queued};
 pub use stats::{LogMetrics, LogStats, PartitionStats};
-pub use store::Log;
+pub use store::{Log, MAX_PARTITIONS};
 
 /// One record as producers give it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,6 +9,10 @@
 //! until all three agree.
 
 mod api_versions;
+mod create_partitions;
+mod create_topics;
+mod delete_topics;
+mod describe_configs;
 mod fetch;
 mod list_offsets;
 mod metadata;
@@ -49,6 +53,10 @@ pub const SERVED: &[(ApiKey, Versions)] = &[
     (ApiKey::Produce, produce::VERSIONS),
     (ApiKey::Fetch, fetch::VERSIONS),
     (ApiKey::ListOffsets, list_offsets::VERSIONS),
+    (ApiKey::CreateTopics, create_topics::VERSIONS),
+    (ApiKey::DeleteTopics, delete_topics::VERSIONS),
+    (ApiKey::CreatePartitions, create_partitions::VERSIONS),
+    (ApiKey::DescribeConfigs, describe_configs::VERSIONS),
 ];
 
 /// The versions served for `api`, if it is served at all.
@@ -150,6 +158,10 @@ pub async fn dispatch<L: LogPort>(
         ApiKey::Produce => produce::handle(ctx, request).await,
         ApiKey::Fetch => fetch::handle(ctx, request).await,
         ApiKey::ListOffsets => list_offsets::handle(ctx, request),
+        ApiKey::CreateTopics => create_topics::handle(ctx, request),
+        ApiKey::DeleteTopics => delete_topics::handle(ctx, request).await,
+        ApiKey::CreatePartitions => create_partitions::handle(ctx, request),
+        ApiKey::DescribeConfigs => describe_configs::handle(ctx, request),
         _ => Err(ApiError::NotServed { api }),
     }
 }
@@ -180,3 +192,5 @@ pub fn encode<R: Encodable>(api: ApiKey, version: i16, response: &R) -> Result<B
 
 #[cfg(test)]
 pub(crate) mod test;
+#[cfg(test)]
+mod test_admin;

@@ -97,6 +97,10 @@ fn default_request(api: ApiKey, version: i16) -> Bytes {
         Produce => kafka_protocol::messages::ProduceRequest,
         Fetch => kafka_protocol::messages::FetchRequest,
         ListOffsets => kafka_protocol::messages::ListOffsetsRequest,
+        CreateTopics => kafka_protocol::messages::CreateTopicsRequest,
+        DeleteTopics => kafka_protocol::messages::DeleteTopicsRequest,
+        CreatePartitions => kafka_protocol::messages::CreatePartitionsRequest,
+        DescribeConfigs => kafka_protocol::messages::DescribeConfigsRequest,
     }
 }
 
