@@ -4,6 +4,7 @@ mod clock_steps;
 mod foundation;
 mod full_disk;
 mod kafka;
+mod kafka_admin;
 mod log;
 mod log_damage;
 mod log_format;
