@@ -21,6 +21,14 @@ pub enum LogError {
         op: &'static str,
         path: PathBuf,
     },
+    #[error("topic {topic} already exists")]
+    TopicExists { topic: String },
+    /// A partition count out of range, or not more than the topic has.
+    #[error("invalid partition count for topic {topic}: {reason}")]
+    InvalidPartitions { topic: String, reason: String },
+    /// The topic cannot be deleted now; the reason names what holds it.
+    #[error("topic {topic} is in use: {reason}")]
+    TopicInUse { topic: String, reason: String },
     #[error("unknown topic {topic}")]
     UnknownTopic { topic: String },
     #[error("unknown partition {partition} of topic {topic}")]

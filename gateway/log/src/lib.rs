@@ -37,7 +37,9 @@ mod writer;
 mod tests;
 
 pub use clock::{BUILD_TIME_MS, Clock, ClockStatus, ManualClock, SystemClock};
-pub use config::{Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, TopicOverride};
+pub use config::{
+    Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, TopicOverride, TopicSettings,
+};
 pub use cursors::CursorStore;
 pub use error::LogError;
 #[cfg(feature = "fault-injection")]
@@ -48,7 +50,7 @@ pub use inspect::{CursorPosition, CursorReport, PartitionState, Refusal, ResetTo
 pub use memory::MemoryLog;
 pub use port::{LogPort, Queued};
 pub use stats::{LogMetrics, LogStats, PartitionStats};
-pub use store::Log;
+pub use store::{Log, MAX_PARTITIONS};
 
 /// One record as producers give it.
 #[derive(Debug, Clone, PartialEq, Eq)]

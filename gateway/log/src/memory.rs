@@ -16,7 +16,20 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use crate::port::{LogPort, Queued};
-use crate::{LogError, Record, StoredRecord, TopicInfo, validate_topic_name};
+use crate::{
+    LogConfig, LogError, Record, StoredRecord, TopicInfo, TopicSettings, validate_topic_name,
+};
+
+/// The partition count check of the real log's topic administration.
+fn valid_count(topic: &str, partitions: u32) -> Result<(), LogError> {
+    if (1..=crate::store::MAX_PARTITIONS).contains(&partitions) {
+        return Ok(());
+    }
+    Err(LogError::InvalidPartitions {
+        topic: topic.to_owned(),
+        reason: format!("must be between 1 and {}", crate::store::MAX_PARTITIONS),
+    })
+}
 
 /// A shared in-memory log whose topics all have the same partition count.
 #[derive(Debug, Clone)]
@@ -215,6 +228,87 @@ impl LogPort for MemoryLog {
             .entry(topic.to_owned())
             .or_insert_with(|| (0..partitions).map(|_| Partition::new()).collect());
         Ok(partitions)
+    }
+
+    fn create_topic(&self, topic: &str, partitions: u32) -> Result<u32, LogError> {
+        validate_topic_name(topic).map_err(|reason| LogError::InvalidTopicName {
+            topic: topic.to_owned(),
+            reason,
+        })?;
+        let mut inner = self.lock();
+        Self::check_open(&inner)?;
+        valid_count(topic, partitions)?;
+        if inner.topics.contains_key(topic) {
+            return Err(LogError::TopicExists {
+                topic: topic.to_owned(),
+            });
+        }
+        let parts = (0..partitions).map(|_| Partition::new()).collect();
+        inner.topics.insert(topic.to_owned(), parts);
+        Ok(partitions)
+    }
+
+    fn add_partitions(&self, topic: &str, total: u32) -> Result<u32, LogError> {
+        let mut inner = self.lock();
+        Self::check_open(&inner)?;
+        valid_count(topic, total)?;
+        let parts = inner
+            .topics
+            .get_mut(topic)
+            .ok_or_else(|| LogError::UnknownTopic {
+                topic: topic.to_owned(),
+            })?;
+        let current = u32::try_from(parts.len()).unwrap_or(u32::MAX);
+        if total <= current {
+            return Err(LogError::InvalidPartitions {
+                topic: topic.to_owned(),
+                reason: format!("the topic already has {current} partitions"),
+            });
+        }
+        parts.extend((current..total).map(|_| Partition::new()));
+        Ok(total)
+    }
+
+    async fn delete_topic(&self, topic: &str) -> Result<(), LogError> {
+        let mut inner = self.lock();
+        Self::check_open(&inner)?;
+        let in_use = |reason: String| LogError::TopicInUse {
+            topic: topic.to_owned(),
+            reason,
+        };
+        if topic.starts_with("__") {
+            return Err(in_use("internal topics cannot be deleted".to_owned()));
+        }
+        if !inner.topics.contains_key(topic) {
+            return Err(LogError::UnknownTopic {
+                topic: topic.to_owned(),
+            });
+        }
+        let holder = inner.cursors.keys().find(|(_, t, _)| t == topic);
+        if let Some((cursor, _, partition)) = holder {
+            return Err(in_use(format!(
+                "cursor {cursor:?} holds a position on partition {partition}; delete it first"
+            )));
+        }
+        inner.topics.remove(topic);
+        Ok(())
+    }
+
+    fn topic_settings(&self, topic: &str) -> Result<TopicSettings, LogError> {
+        let inner = self.lock();
+        let parts = inner
+            .topics
+            .get(topic)
+            .ok_or_else(|| LogError::UnknownTopic {
+                topic: topic.to_owned(),
+            })?;
+        let mut settings = LogConfig::default().topic_settings(topic);
+        settings.partitions = u32::try_from(parts.len()).unwrap_or(u32::MAX);
+        Ok(settings)
+    }
+
+    fn default_partitions(&self, _topic: &str) -> u32 {
+        self.partitions
     }
 
     async fn append(

@@ -1,13 +1,17 @@
-//! Topic metadata on disk: `topics/<name>/topic.meta` holds the partition count, written once
-//! by temp file + fdatasync + rename + directory fsync, so it is either absent or complete.
-//! A topic directory without valid metadata is an interrupted creation and is ignored.
+//! Topic metadata on disk: `topics/<name>/topic.meta` holds the partition count, written by
+//! temp file + fdatasync + rename + directory fsync, so it is either absent or complete. It is
+//! the commit point of every topic change: creating (written last), adding partitions (the new
+//! partitions' directories first, then the file is replaced with the larger count) and
+//! deleting (removed first, then the files). A topic directory without valid metadata is an
+//! interrupted creation or deletion: it is ignored, and creating the topic again clears it.
 //!
-//! Never rewritten in place; knows nothing of segments.
+//! Never rewritten in place; knows segments only as files to remove.
 
 use std::path::{Path, PathBuf};
 
 use super::TopicInfo;
 use super::batch::{DecodeError, FORMAT_VERSION, Reader, check_version};
+use super::cache::FileCache;
 use super::error::{LogError, Result};
 use super::fs::{self, Fs};
 
@@ -77,25 +81,88 @@ pub fn list(fs: &dyn Fs, log_dir: &Path) -> Result<Vec<TopicInfo>> {
             Some(Err(err)) => {
                 tracing::warn!(path = %path.display(), %err, "ignoring topic with damaged metadata");
             }
-            None => tracing::warn!(topic = %name, "ignoring topic whose creation was interrupted"),
+            None => {
+                tracing::warn!(topic = %name, "ignoring topic whose creation or deletion was interrupted")
+            }
         }
     }
     Ok(topics)
 }
 
-/// Creates the directories of a topic and then, as the commit point, its metadata.
+/// Creates the directories of a topic and then, as the commit point, its metadata. Leftovers
+/// of an interrupted deletion of the same name are removed first.
 pub fn create(fs: &dyn Fs, log_dir: &Path, name: &str, partitions: u32) -> Result<()> {
     let dir = topics_dir(log_dir).join(name);
-    for p in 0..partitions {
-        let part = dir.join(p.to_string());
-        fs.create_dir_all(&part)
-            .map_err(|e| LogError::io("create directory", &part, e))?;
+    if fs.exists(&dir) {
+        remove_tree(fs, None, &dir)?;
     }
+    make_partitions(fs, &dir, 0..partitions)?;
     let topics = topics_dir(log_dir);
     fs.sync_dir(&topics)
         .map_err(|e| LogError::io("fsync directory", &topics, e))?;
     let path = dir.join(TOPIC_META);
     fs::write_atomic(fs, &path, &encode(partitions)).map_err(|e| LogError::io("write", &path, e))
+}
+
+/// Adds partitions `from..to` to a topic: their (emptied) directories, then the metadata.
+pub fn grow(fs: &dyn Fs, log_dir: &Path, name: &str, from: u32, to: u32) -> Result<()> {
+    let dir = topics_dir(log_dir).join(name);
+    for p in from..to {
+        let part = dir.join(p.to_string());
+        if fs.exists(&part) {
+            remove_tree(fs, None, &part)?;
+        }
+    }
+    make_partitions(fs, &dir, from..to)?;
+    fs.sync_dir(&dir)
+        .map_err(|e| LogError::io("fsync directory", &dir, e))?;
+    let path = dir.join(TOPIC_META);
+    fs::write_atomic(fs, &path, &encode(to)).map_err(|e| LogError::io("write", &path, e))
+}
+
+/// Deletes a topic: its metadata (the commit point), then every file and directory of it.
+pub fn delete(fs: &dyn Fs, cache: &FileCache, log_dir: &Path, name: &str) -> Result<()> {
+    let dir = topics_dir(log_dir).join(name);
+    let path = dir.join(TOPIC_META);
+    fs.remove(&path)
+        .map_err(|e| LogError::io("remove", &path, e))?;
+    fs.sync_dir(&dir)
+        .map_err(|e| LogError::io("fsync directory", &dir, e))?;
+    remove_tree(fs, Some(cache), &dir)?;
+    let topics = topics_dir(log_dir);
+    fs.sync_dir(&topics)
+        .map_err(|e| LogError::io("fsync directory", &topics, e))
+}
+
+fn make_partitions(fs: &dyn Fs, dir: &Path, ids: std::ops::Range<u32>) -> Result<()> {
+    for p in ids {
+        let part = dir.join(p.to_string());
+        fs.create_dir_all(&part)
+            .map_err(|e| LogError::io("create directory", &part, e))?;
+    }
+    Ok(())
+}
+
+/// Removes `dir` with everything in it (a topic's or a partition's directory: files and one
+/// level of directories below); each directory's removals are synced before it goes.
+fn remove_tree(fs: &dyn Fs, cache: Option<&FileCache>, dir: &Path) -> Result<()> {
+    let names = fs.list_dir(dir).map_err(|e| LogError::io("list", dir, e))?;
+    for name in names {
+        let path = dir.join(name);
+        if fs.is_dir(&path) {
+            remove_tree(fs, cache, &path)?;
+            continue;
+        }
+        if let Some(cache) = cache {
+            cache.forget(&path);
+        }
+        fs.remove(&path)
+            .map_err(|e| LogError::io("remove", &path, e))?;
+    }
+    fs.sync_dir(dir)
+        .map_err(|e| LogError::io("fsync directory", dir, e))?;
+    fs.remove_dir(dir)
+        .map_err(|e| LogError::io("remove directory", dir, e))
 }
 
 #[cfg(test)]

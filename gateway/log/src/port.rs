@@ -12,7 +12,7 @@ use std::pin::Pin;
 
 use tokio::sync::watch;
 
-use crate::{Log, LogError, Record, StoredRecord, TopicInfo};
+use crate::{Log, LogError, Record, StoredRecord, TopicInfo, TopicSettings};
 
 /// A queued append: resolves with its base offset once durable.
 pub type Queued = Pin<Box<dyn Future<Output = Result<u64, LogError>> + Send>>;
@@ -23,6 +23,17 @@ pub trait LogPort: Clone + Send + Sync + 'static {
     fn topics(&self) -> Vec<TopicInfo>;
     /// Creates `topic` if missing; returns its partition count.
     fn ensure_topic(&self, topic: &str) -> Result<u32, LogError>;
+    /// Creates `topic` with `partitions` partitions; [`LogError::TopicExists`] if it exists.
+    fn create_topic(&self, topic: &str, partitions: u32) -> Result<u32, LogError>;
+    /// Grows `topic` to `total` partitions (more than it has).
+    fn add_partitions(&self, topic: &str, total: u32) -> Result<u32, LogError>;
+    /// Deletes `topic` and its records; [`LogError::TopicInUse`] for internal topics and
+    /// while a cursor holds a position on it.
+    fn delete_topic(&self, topic: &str) -> impl Future<Output = Result<(), LogError>> + Send;
+    /// The settings in effect for `topic` (partitions, durability, retention).
+    fn topic_settings(&self, topic: &str) -> Result<TopicSettings, LogError>;
+    /// The partition count [`LogPort::ensure_topic`] would give `topic` now.
+    fn default_partitions(&self, topic: &str) -> u32;
     /// Appends and resolves with the base offset once durable.
     fn append(
         &self,
@@ -83,6 +94,26 @@ impl LogPort for Log {
 
     fn ensure_topic(&self, topic: &str) -> Result<u32, LogError> {
         Ok(Log::ensure_topic(self, topic)?.partitions)
+    }
+
+    fn create_topic(&self, topic: &str, partitions: u32) -> Result<u32, LogError> {
+        Ok(Log::create_topic(self, topic, partitions)?.partitions)
+    }
+
+    fn add_partitions(&self, topic: &str, total: u32) -> Result<u32, LogError> {
+        Ok(Log::add_partitions(self, topic, total)?.partitions)
+    }
+
+    async fn delete_topic(&self, topic: &str) -> Result<(), LogError> {
+        Log::delete_topic(self, topic).await
+    }
+
+    fn topic_settings(&self, topic: &str) -> Result<TopicSettings, LogError> {
+        Log::topic_settings(self, topic)
+    }
+
+    fn default_partitions(&self, topic: &str) -> u32 {
+        Log::default_partitions(self, topic)
     }
 
     async fn append(

@@ -22,6 +22,10 @@ use super::stats::{Counters, LogStats, PartitionStats};
 use super::writer::{self, AppendRequest};
 use super::{Record, StoredRecord, TopicInfo, datadir, meta, recovery, validate_topic_name};
 
+mod admin;
+
+pub use admin::MAX_PARTITIONS;
+
 /// Appends waiting for a partition's writer before `append` itself waits.
 const QUEUE_DEPTH: usize = 1024;
 
@@ -35,7 +39,7 @@ struct PartitionEntry {
 #[derive(Debug)]
 struct TopicEntry {
     info: TopicInfo,
-    partitions: Vec<PartitionEntry>,
+    partitions: Vec<Arc<PartitionEntry>>,
 }
 
 #[derive(Debug)]
@@ -66,10 +70,22 @@ fn open_topic(
     info: TopicInfo,
     runtime: &tokio::runtime::Handle,
 ) -> Result<TopicEntry> {
+    let partitions = open_partitions(shared, dir, &info, 0, runtime)?;
+    Ok(TopicEntry { info, partitions })
+}
+
+/// Recovers partitions `from..info.partitions` of a topic and starts their writers.
+fn open_partitions(
+    shared: &Arc<Shared>,
+    dir: &Path,
+    info: &TopicInfo,
+    from: u32,
+    runtime: &tokio::runtime::Handle,
+) -> Result<Vec<Arc<PartitionEntry>>> {
     let mut settings = shared.config.topic_settings(&info.name);
     settings.partitions = info.partitions;
     let mut partitions = Vec::new();
-    for id in 0..info.partitions {
+    for id in from..info.partitions {
         let pdir = meta::partition_dir(dir, &info.name, id);
         let part =
             recovery::open_partition(&info.name, id, pdir, settings.clone(), Arc::clone(shared))?;
@@ -83,13 +99,13 @@ fn open_topic(
         let part = Arc::new(part);
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let task = runtime.spawn(writer::run(Arc::clone(&part), rx));
-        partitions.push(PartitionEntry {
+        partitions.push(Arc::new(PartitionEntry {
             part,
             tx: Mutex::new(Some(tx)),
             task: Mutex::new(Some(task)),
-        });
+        }));
     }
-    Ok(TopicEntry { info, partitions })
+    Ok(partitions)
 }
 
 fn open_blocking(

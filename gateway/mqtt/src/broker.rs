@@ -219,6 +219,12 @@ impl<S: LogPort> Broker<S> {
             .collect()
     }
 
+    /// The users and ACL rules of `[mqtt.auth]` and `[[mqtt.acl]]`, for the Kafka listener,
+    /// which serves the same users under the same rules (a reload's new rules reach both).
+    pub fn security(&self) -> Arc<tern_auth::Security> {
+        self.auth.security()
+    }
+
     /// Applies a reloaded configuration (SIGHUP) to new work without touching connections:
     /// `[[route]]` (and `default_log_topic`) for publishes and subscriptions from now on,
     /// `[[mqtt.acl]]` for every check from now on. Returns what it could not apply (every other

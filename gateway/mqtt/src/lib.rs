@@ -29,7 +29,6 @@ mod will;
 use std::net::SocketAddr;
 
 pub use admission::raise_fd_limit;
-pub use auth::passwd;
 pub use broker::Broker;
 pub use config::auth::{Access, Anonymous};
 pub use config::{MqttConfig, RouteConfig, RouteKey};
@@ -46,7 +45,7 @@ pub enum MqttError {
         source: std::io::Error,
     },
     #[error("MQTT authentication: {0}")]
-    Auth(#[from] auth::AuthError),
+    Auth(#[from] tern_auth::AuthError),
     #[error("MQTT TLS listener: {0}")]
     Tls(#[from] tls::TlsError),
     #[error("cannot open MQTT state in the log: {0}")]

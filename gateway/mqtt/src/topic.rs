@@ -95,22 +95,9 @@ fn common<'a>(raw: &'a [u8], limits: &TopicLimits) -> Result<&'a str, TopicError
     Ok(text)
 }
 
-/// Whether topic name `topic` matches the (valid) filter `filter`.
-pub fn matches(filter: &str, topic: &str) -> bool {
-    if topic.starts_with('$') && filter.starts_with(['+', '#']) {
-        return false;
-    }
-    let mut names = topic.split('/');
-    for part in filter.split('/') {
-        match (part, names.next()) {
-            ("#", _) => return true,
-            ("+", Some(_)) => {}
-            (part, Some(name)) if part == name => {}
-            _ => return false,
-        }
-    }
-    names.next().is_none()
-}
+/// Whether topic name `topic` matches the (valid) filter `filter`: tern-auth's, which the ACL
+/// checks use too.
+pub use tern_auth::topic_matches as matches;
 
 /// The `n`-th level (0-based) of a topic name, if it has one.
 pub fn level(topic: &str, n: usize) -> Option<&str> {

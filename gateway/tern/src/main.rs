@@ -67,7 +67,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Log(command) => run_log_tool(command),
         Command::Cursors(command) => run_cursors(command),
         Command::Passwd { file, user, delete } => {
-            use tern_mqtt::passwd;
+            use tern_auth::passwd;
             let password = if delete {
                 None
             } else {

@@ -11,6 +11,10 @@
 mod api_versions;
 mod delete_groups;
 mod describe_groups;
+mod create_partitions;
+mod create_topics;
+mod delete_topics;
+mod describe_configs;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -74,6 +78,10 @@ pub const SERVED: &[(ApiKey, Versions)] = &[
     (ApiKey::ListGroups, list_groups::VERSIONS),
     (ApiKey::DeleteGroups, delete_groups::VERSIONS),
     (ApiKey::OffsetDelete, offset_delete::VERSIONS),
+    (ApiKey::CreateTopics, create_topics::VERSIONS),
+    (ApiKey::DeleteTopics, delete_topics::VERSIONS),
+    (ApiKey::CreatePartitions, create_partitions::VERSIONS),
+    (ApiKey::DescribeConfigs, describe_configs::VERSIONS),
 ];
 
 /// The versions served for `api`, if it is served at all.
@@ -190,6 +198,10 @@ pub async fn dispatch<L: LogPort>(
         ApiKey::ListGroups => list_groups::handle(ctx, request),
         ApiKey::DeleteGroups => delete_groups::handle(ctx, request),
         ApiKey::OffsetDelete => offset_delete::handle(ctx, request),
+        ApiKey::CreateTopics => create_topics::handle(ctx, request),
+        ApiKey::DeleteTopics => delete_topics::handle(ctx, request).await,
+        ApiKey::CreatePartitions => create_partitions::handle(ctx, request),
+        ApiKey::DescribeConfigs => describe_configs::handle(ctx, request),
         _ => Err(ApiError::NotServed { api }),
     }
 }
@@ -220,3 +232,5 @@ pub fn encode<R: Encodable>(api: ApiKey, version: i16, response: &R) -> Result<B
 
 #[cfg(test)]
 pub(crate) mod test;
+#[cfg(test)]
+mod test_admin;

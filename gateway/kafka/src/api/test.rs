@@ -116,6 +116,10 @@ pub(crate) fn default_request(api: ApiKey, version: i16) -> Bytes {
         ListGroups => kafka_protocol::messages::ListGroupsRequest,
         DeleteGroups => kafka_protocol::messages::DeleteGroupsRequest,
         OffsetDelete => kafka_protocol::messages::OffsetDeleteRequest,
+        CreateTopics => kafka_protocol::messages::CreateTopicsRequest,
+        DeleteTopics => kafka_protocol::messages::DeleteTopicsRequest,
+        CreatePartitions => kafka_protocol::messages::CreatePartitionsRequest,
+        DescribeConfigs => kafka_protocol::messages::DescribeConfigsRequest,
     }
 }
 

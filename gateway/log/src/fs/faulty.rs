@@ -545,6 +545,25 @@ impl Fs for FaultyFs {
             .map(|_| ())
             .ok_or_else(|| not_found(path))
     }
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.lock();
+        state.tick()?;
+        // A removal not yet made durable by a directory sync still counts: after a power cut the
+        // name would be back in a directory that no longer exists.
+        let child = |p: &Path| p.parent() == Some(path);
+        let names = state.names.keys().chain(state.durable_names.keys());
+        if names.into_iter().any(|p| child(p)) || state.dirs.iter().any(|p| child(p)) {
+            return Err(io::Error::new(
+                io::ErrorKind::DirectoryNotEmpty,
+                format!("{} is not empty", path.display()),
+            ));
+        }
+        if state.dirs.remove(path) {
+            Ok(())
+        } else {
+            Err(not_found(path))
+        }
+    }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         let mut state = self.lock();
         state.tick()?;

@@ -60,6 +60,8 @@ pub trait Fs: Send + Sync + Debug {
     fn file_len(&self, path: &Path) -> io::Result<u64>;
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Removes an empty directory.
+    fn remove_dir(&self, path: &Path) -> io::Result<()>;
     /// fsync of a directory: makes created, renamed and removed entries durable.
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
     /// Bytes an unprivileged writer may still allocate on the file system holding `path`.
@@ -206,6 +208,9 @@ impl Fs for RealFs {
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)
+    }
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir(path)
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         File::open(path)?.sync_all()

@@ -1,9 +1,12 @@
 //! CONNECT decision tests: passwords from a real file (and its reload), anonymous access per
 //! listener, certificate identities and will topics checked against the ACL.
 
-use super::super::config::auth::{Access, AclConfig};
+use super::super::config::auth::{Access, AclConfig, Anonymous};
 use super::*;
 use crate::codec::{LastWill, QoS, Version};
+use std::path::PathBuf;
+
+use tern_auth::passwd;
 
 fn temp_file(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tern-auth-{name}-{}", std::process::id()));

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use tern_auth::{Access, AclConfig, Anonymous};
 use tern_core::{InvalidConfig, invalid};
 
 use super::super::topic::{self, TopicLimits};
@@ -20,96 +21,6 @@ pub struct AuthConfig {
     pub password_file: Option<PathBuf>,
     /// Whether clients without verified credentials may connect.
     pub allow_anonymous: Anonymous,
-}
-
-/// When anonymous clients (no username, or no password file to check it against) are let in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(try_from = "AnonymousText", into = "AnonymousText")]
-pub enum Anonymous {
-    /// Only on listeners bound to a loopback address (the default, like Mosquitto's).
-    #[default]
-    Loopback,
-    /// On every listener (`allow_anonymous = true`).
-    Always,
-    /// Never, not even on loopback (`allow_anonymous = false`).
-    Never,
-}
-
-/// How `allow_anonymous` is written: `"loopback"`, `true` (or `"always"`), `false` (or
-/// `"never"`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(untagged)]
-enum AnonymousText {
-    Flag(bool),
-    Word(String),
-}
-
-impl TryFrom<AnonymousText> for Anonymous {
-    type Error = String;
-
-    fn try_from(text: AnonymousText) -> Result<Self, String> {
-        match text {
-            AnonymousText::Flag(true) => Ok(Self::Always),
-            AnonymousText::Flag(false) => Ok(Self::Never),
-            AnonymousText::Word(word) => match word.as_str() {
-                "loopback" => Ok(Self::Loopback),
-                "always" => Ok(Self::Always),
-                "never" => Ok(Self::Never),
-                _ => Err(format!(
-                    "expected true, false, \"loopback\", \"always\" or \"never\", got {word:?}"
-                )),
-            },
-        }
-    }
-}
-
-impl From<Anonymous> for AnonymousText {
-    fn from(value: Anonymous) -> Self {
-        match value {
-            Anonymous::Loopback => Self::Word("loopback".to_owned()),
-            Anonymous::Always => Self::Flag(true),
-            Anonymous::Never => Self::Flag(false),
-        }
-    }
-}
-
-impl Anonymous {
-    /// Whether an anonymous client may connect through a listener bound to a loopback address
-    /// (`listener_loopback`) or to any other address.
-    pub fn allows(self, listener_loopback: bool) -> bool {
-        match self {
-            Self::Loopback => listener_loopback,
-            Self::Always => true,
-            Self::Never => false,
-        }
-    }
-}
-
-/// One `[[mqtt.acl]]` rule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AclConfig {
-    /// The rule applies only to clients authenticated as this user.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// The rule applies only to clients with this client id (also accepted as `client`).
-    #[serde(default, alias = "client", skip_serializing_if = "Option::is_none")]
-    pub client_id: Option<String>,
-    /// Topic filter, `+`/`#` allowed; `%u` becomes the username, `%c` the client id.
-    pub topic: String,
-    /// "read" (subscribe, receive), "write" (publish), "readwrite", or "deny" (neither, even
-    /// if another rule grants it).
-    pub access: Access,
-}
-
-/// What an ACL rule grants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Access {
-    Read,
-    Write,
-    ReadWrite,
-    Deny,
 }
 
 impl AuthConfig {

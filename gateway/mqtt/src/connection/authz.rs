@@ -8,7 +8,7 @@
 use tokio::io::AsyncWrite;
 
 use super::super::auth::Origin;
-use super::super::auth::acl::Want;
+use super::super::auth::Want;
 use super::super::broker::Broker;
 use super::super::clip::clip;
 use super::super::codec::{

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use tokio::io::AsyncWrite;
 
-use super::super::auth::acl::Want;
+use super::super::auth::Want;
 use super::super::clip::clip;
 use super::super::codec::{
     DisconnectReason, DisconnectReasonCode, InPublish, Outgoing, QoS, RetainHandling, SubAckCode,

@@ -6,7 +6,7 @@
 
 use tokio::io::AsyncWrite;
 
-use super::super::auth::acl::Want;
+use super::super::auth::Want;
 use super::super::clip::clip;
 use super::super::codec::{DisconnectReason, QoS, SubAckCode, SubscribeFilter};
 use super::super::replay::{self, Start};

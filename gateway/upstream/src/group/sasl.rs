@@ -1,11 +1,11 @@
 //! The client side of the SASL mechanisms `[upstream.sasl]` offers, as the group client needs
-//! them: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677), with HMAC, SHA-2 and
-//! PBKDF2 from ring. It only turns server messages into client messages and checks the server's
+//! them: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677), on the key derivation
+//! tern-auth's SCRAM server uses (one implementation of the RFC's formulas). It only turns server messages into client messages and checks the server's
 //! final signature; sending them (SaslHandshake v1, SaslAuthenticate v1) is `conn.rs`'s job.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use ring::{digest, hmac, pbkdf2};
+use tern_auth::scram::{Keys, ScramMechanism};
 
 use crate::config::{SaslMechanism, SaslSettings};
 
@@ -95,51 +95,22 @@ impl Scram {
             .ok()
             .and_then(std::num::NonZeroU32::new)
             .ok_or(SaslError::Malformed("bad iteration count"))?;
-        let (algorithm, hmac_alg, digest_alg, len) = if self.sha512 {
-            (
-                pbkdf2::PBKDF2_HMAC_SHA512,
-                hmac::HMAC_SHA512,
-                &digest::SHA512,
-                64,
-            )
+        let mechanism = if self.sha512 {
+            ScramMechanism::Sha512
         } else {
-            (
-                pbkdf2::PBKDF2_HMAC_SHA256,
-                hmac::HMAC_SHA256,
-                &digest::SHA256,
-                32,
-            )
+            ScramMechanism::Sha256
         };
-        let mut salted = vec![0u8; len];
-        pbkdf2::derive(
-            algorithm,
-            iterations,
-            &salt,
-            self.password.as_bytes(),
-            &mut salted,
-        );
-        let salted = hmac::Key::new(hmac_alg, &salted);
-        let client_key = hmac::sign(&salted, b"Client Key");
-        let stored_key = digest::digest(digest_alg, client_key.as_ref());
+        let keys = Keys::derive(mechanism, self.password.as_bytes(), &salt, iterations);
         let without_proof = format!("c=biws,r={nonce}");
         let auth_message = format!("{},{text},{without_proof}", self.first_bare);
-        let signature = hmac::sign(
-            &hmac::Key::new(hmac_alg, stored_key.as_ref()),
-            auth_message.as_bytes(),
-        );
-        let proof: Vec<u8> = client_key
-            .as_ref()
+        let signature = mechanism.hmac_sign(&keys.stored_key, auth_message.as_bytes());
+        let proof: Vec<u8> = keys
+            .client_key
             .iter()
-            .zip(signature.as_ref())
+            .zip(&signature)
             .map(|(k, s)| k ^ s)
             .collect();
-        let server_key = hmac::sign(&salted, b"Server Key");
-        self.server_signature = hmac::sign(
-            &hmac::Key::new(hmac_alg, server_key.as_ref()),
-            auth_message.as_bytes(),
-        )
-        .as_ref()
-        .to_vec();
+        self.server_signature = mechanism.hmac_sign(&keys.server_key, auth_message.as_bytes());
         Ok(format!("{without_proof},p={}", BASE64.encode(proof)).into_bytes())
     }
 
@@ -231,6 +202,26 @@ mod tests {
         ));
         // No answer yet: any verifier is wrong.
         assert_eq!(scram.verify(b"v=AAAA"), Err(SaslError::ServerSignature));
+    }
+
+    /// Against tern's own SCRAM server (tern-auth), both mechanisms.
+    #[test]
+    fn scram_agrees_with_terns_server() -> Result<(), Box<dyn std::error::Error>> {
+        use tern_auth::scram::{ScramCredential, ScramServer};
+        for (mechanism, ours) in [
+            (SaslMechanism::ScramSha256, ScramMechanism::Sha256),
+            (SaslMechanism::ScramSha512, ScramMechanism::Sha512),
+        ] {
+            let stored = ScramCredential::generate(ours, "pencil")?;
+            let mut server = ScramServer::new(ours);
+            let nonce = client_nonce().map_err(|_| SaslError::Random)?;
+            let mut client = Scram::new(&settings(mechanism), &nonce);
+            let first = server.client_first(&client.first(), |_| Some(stored.clone()))?;
+            let (user, last) = server.client_final(&client.answer(&first)?)?;
+            assert_eq!(user, "user");
+            client.verify(&last)?;
+        }
+        Ok(())
     }
 
     #[test]

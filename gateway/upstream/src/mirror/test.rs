@@ -231,6 +231,26 @@ impl LogPort for Trimmed {
         self.log.ensure_topic(topic)
     }
 
+    fn create_topic(&self, topic: &str, partitions: u32) -> Result<u32, LogError> {
+        self.log.create_topic(topic, partitions)
+    }
+
+    fn add_partitions(&self, topic: &str, total: u32) -> Result<u32, LogError> {
+        self.log.add_partitions(topic, total)
+    }
+
+    fn delete_topic(&self, topic: &str) -> impl Future<Output = Result<(), LogError>> + Send {
+        self.log.delete_topic(topic)
+    }
+
+    fn topic_settings(&self, topic: &str) -> Result<tern_log::TopicSettings, LogError> {
+        self.log.topic_settings(topic)
+    }
+
+    fn default_partitions(&self, topic: &str) -> u32 {
+        self.log.default_partitions(topic)
+    }
+
     fn append(
         &self,
         topic: &str,

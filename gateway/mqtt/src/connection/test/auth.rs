@@ -6,11 +6,11 @@ use bytes::BytesMut;
 use rumqttd::protocol::{self, Login, Packet, Protocol};
 
 use super::{Client, Harness};
-use crate::auth::passwd;
 use crate::codec::test::client_subscribe;
 use crate::codec::{QoS, Version};
 use crate::config::MqttConfig;
 use crate::config::auth::{Access, AclConfig, Anonymous, AuthConfig};
+use tern_auth::passwd;
 use tern_log::MemoryLog;
 
 fn rule(topic: &str, access: Access) -> AclConfig {

@@ -28,14 +28,20 @@ fn parse_keeps_comments_and_names_bad_lines() {
     let text = format!("# users\n\nalice:{hash}\n");
     let file = PasswordFile::parse(&text, Path::new("p")).expect("parses");
     assert_eq!(file.render(), text);
-    assert_eq!(file.users().get("alice"), Some(&hash));
+    assert_eq!(file.users().get("alice").map(|s| &s.hash), Some(&hash));
+    assert!(
+        file.users()["alice"].scram.is_empty(),
+        "a line of an older tern"
+    );
     let cases = [
         format!("# c\nbob {hash}\n"),
         "bob:$md5$abc\n".to_owned(),
         format!("a:{hash}\na:{hash}\n"),
         "a:$argon2id$v=19$m=1048576,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA\n".to_owned(),
+        format!("a:{hash}:$scram-sha-256$i=4096$AA==$AA==$AA==\n"),
+        format!("a:{hash}:\n"),
     ];
-    for (text, line) in cases.iter().zip([2, 1, 2, 1]) {
+    for (text, line) in cases.iter().zip([2, 1, 2, 1, 1, 1]) {
         let err = PasswordFile::parse(text, Path::new("p")).expect_err(text);
         assert!(err.to_string().starts_with(&format!("p:{line}:")), "{err}");
     }
@@ -54,8 +60,8 @@ fn update_creates_replaces_and_deletes_with_mode_0600() {
     update(&path, "alice", Some("three")).expect("replaces");
     let file = PasswordFile::load(&path).expect("loads");
     let users = file.users();
-    assert!(verify_password(&users["alice"], "three"));
-    assert!(verify_password(&users["bob"], "two"));
+    assert!(verify_password(&users["alice"].hash, "three"));
+    assert!(verify_password(&users["bob"].hash, "two"));
     assert!(file.render().starts_with("# kept\nalice:"));
     update(&path, "alice", None).expect("deletes");
     assert!(
@@ -111,5 +117,27 @@ fn bad_users_and_passwords_are_refused() {
     let err = update(&path, "alice", Some("")).expect_err("empty");
     assert!(matches!(err, PasswdError::BadPassword { .. }), "{err}");
     assert!(!path.exists(), "nothing written on errors");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn set_passwords_carry_both_scram_credentials_that_match() {
+    use crate::scram::{ScramCredential, ScramMechanism};
+    let dir = temp_dir("scram");
+    let path = dir.join("passwd");
+    update(&path, "alice", Some("wonderland")).expect("creates");
+    let text = std::fs::read_to_string(&path).expect("reads");
+    let fields: Vec<&str> = text.trim_end().split(':').collect();
+    assert_eq!(fields.len(), 4, "{text}");
+    assert!(fields[2].starts_with("$scram-sha-256$i=4096$"), "{text}");
+    assert!(fields[3].starts_with("$scram-sha-512$i=4096$"), "{text}");
+    let users = PasswordFile::load(&path).expect("loads").users();
+    for mechanism in ScramMechanism::ALL {
+        let stored = users["alice"].scram(mechanism).expect("stored").clone();
+        let again = ScramCredential::derive(mechanism, "wonderland", stored.salt.clone(), 4096);
+        assert_eq!(again, stored, "{}", mechanism.name());
+        let wrong = ScramCredential::derive(mechanism, "wonderlanD", stored.salt.clone(), 4096);
+        assert_ne!(wrong, stored);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,11 @@
 //! The password file: one `user:$argon2id$v=19$m=..,t=..,p=..$salt$hash` line per user (PHC
-//! strings), `#` comments and blank lines kept as they are. Parsing, argon2 hashing and
-//! verification, and the atomic rewrite behind `tern passwd` (temp file, fsync, rename, fsync of
-//! the directory; mode 0600 for a new file, an existing file's owner, group and mode kept).
+//! strings), optionally followed by the user's SCRAM credentials
+//! (`:$scram-sha-256$i=4096$salt$StoredKey$ServerKey:$scram-sha-512$…`, see `scram.rs`), `#`
+//! comments and blank lines kept as they are. Parsing, argon2 hashing and verification, and the
+//! atomic rewrite behind `tern passwd` (temp file, fsync, rename, fsync of the directory; mode
+//! 0600 for a new file, an existing file's owner, group and mode kept). Lines without SCRAM
+//! credentials (files of older tern versions) stay valid: they serve MQTT and Kafka's PLAIN, and
+//! SCRAM logins of those users fail until the password is set again.
 //!
 //! Verifying is slow and memory-hungry by design: callers must run it on a blocking thread,
 //! never on the async reactor. Never logs or stores a plain password.
@@ -14,6 +18,8 @@ use std::path::{Path, PathBuf};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
 use password_hash::rand_core::OsRng;
+
+use super::scram::{ScramCredential, ScramMechanism};
 
 /// Argon2id memory cost of new hashes, in KiB (OWASP's 7 MiB / 5 passes profile: a Pi-class
 /// gateway must not spend tens of MiB per CONNECT). Verifications run one at a time in one
@@ -61,8 +67,65 @@ enum Line {
     Other(String),
     User {
         name: String,
-        hash: String,
+        secrets: Secrets,
     },
+}
+
+/// What the file holds for one user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Secrets {
+    /// The argon2 PHC string (MQTT passwords, SASL PLAIN).
+    pub hash: String,
+    /// SCRAM credentials, at most one per mechanism.
+    pub scram: Vec<ScramCredential>,
+}
+
+impl Secrets {
+    /// The argon2 hash and both SCRAM credentials of `password`.
+    pub fn new(password: &str) -> Result<Self, PasswdError> {
+        let scram = ScramMechanism::ALL
+            .into_iter()
+            .map(|m| ScramCredential::generate(m, password))
+            .collect::<Result<_, _>>()
+            .map_err(|err| PasswdError::Hash {
+                message: err.to_string(),
+            })?;
+        Ok(Self {
+            hash: hash_password(password)?,
+            scram,
+        })
+    }
+
+    /// The credential for `mechanism`, if stored.
+    pub fn scram(&self, mechanism: ScramMechanism) -> Option<&ScramCredential> {
+        self.scram.iter().find(|c| c.mechanism == mechanism)
+    }
+
+    fn parse(fields: &str) -> Result<Self, String> {
+        let mut fields = fields.split(':');
+        let hash = fields.next().unwrap_or_default();
+        check_hash(hash)?;
+        let mut scram: Vec<ScramCredential> = Vec::new();
+        for field in fields {
+            let credential = ScramCredential::decode(field)?;
+            if scram.iter().any(|c| c.mechanism == credential.mechanism) {
+                return Err(format!("{} given twice", credential.mechanism.name()));
+            }
+            scram.push(credential);
+        }
+        Ok(Self {
+            hash: hash.to_owned(),
+            scram,
+        })
+    }
+
+    fn render(&self, out: &mut String) {
+        out.push_str(&self.hash);
+        for credential in &self.scram {
+            out.push(':');
+            out.push_str(&credential.encode());
+        }
+    }
 }
 
 /// A parsed password file.
@@ -87,17 +150,17 @@ impl PasswordFile {
                 lines.push(Line::Other(raw.to_owned()));
                 continue;
             }
-            let (name, hash) = trimmed
+            let (name, fields) = trimmed
                 .split_once(':')
                 .ok_or_else(|| error("expected user:hash".to_owned()))?;
             check_user(name).map_err(|e| error(e.to_string()))?;
-            check_hash(hash).map_err(error)?;
+            let secrets = Secrets::parse(fields).map_err(error)?;
             if let Some(first) = seen.insert(name.to_owned(), i + 1) {
                 return Err(error(format!("user {name:?} already on line {first}")));
             }
             lines.push(Line::User {
                 name: name.to_owned(),
-                hash: hash.to_owned(),
+                secrets,
             });
         }
         Ok(Self { lines })
@@ -112,31 +175,31 @@ impl PasswordFile {
         Self::parse(&text, path)
     }
 
-    /// The users and their PHC hash strings.
-    pub fn users(&self) -> HashMap<String, String> {
+    /// The users and their secrets.
+    pub fn users(&self) -> HashMap<String, Secrets> {
         self.lines
             .iter()
             .filter_map(|line| match line {
-                Line::User { name, hash } => Some((name.clone(), hash.clone())),
+                Line::User { name, secrets } => Some((name.clone(), secrets.clone())),
                 Line::Other(_) => None,
             })
             .collect()
     }
 
-    /// Sets `user`'s hash, replacing their line or appending one.
-    pub fn set(&mut self, user: &str, hash: String) -> Result<(), PasswdError> {
+    /// Sets `user`'s secrets, replacing their line or appending one.
+    pub fn set(&mut self, user: &str, secrets: Secrets) -> Result<(), PasswdError> {
         check_user(user)?;
         for line in &mut self.lines {
-            if let Line::User { name, hash: old } = line {
+            if let Line::User { name, secrets: old } = line {
                 if name == user {
-                    *old = hash;
+                    *old = secrets;
                     return Ok(());
                 }
             }
         }
         self.lines.push(Line::User {
             name: user.to_owned(),
-            hash,
+            secrets,
         });
         Ok(())
     }
@@ -155,10 +218,10 @@ impl PasswordFile {
         for line in &self.lines {
             match line {
                 Line::Other(raw) => text.push_str(raw),
-                Line::User { name, hash } => {
+                Line::User { name, secrets } => {
                     text.push_str(name);
                     text.push(':');
-                    text.push_str(hash);
+                    secrets.render(&mut text);
                 }
             }
             text.push('\n');
@@ -299,7 +362,7 @@ pub fn update(path: &Path, user: &str, password: Option<&str>) -> Result<(), Pas
                     message: "must not be empty",
                 });
             }
-            file.set(user, hash_password(password)?)?;
+            file.set(user, Secrets::new(password)?)?;
         }
         None => {
             if !file.remove(user) {

@@ -13,10 +13,58 @@
 //!   is checked again for read access when delivered, so a `deny` rule inside a granted
 //!   wildcard subscription still holds.
 //!
+//! The rules are the MQTT listener's; the Kafka listener checks a Kafka topic name as an MQTT
+//! topic name of one level. Topic filter matching lives here ([`topic_matches`]) and tern-mqtt
+//! routes subscriptions with it too, so the two can never disagree.
+//!
 //! Pure decisions; never does I/O and never logs message contents.
 
-use super::super::config::auth::{Access, AclConfig};
-use super::super::topic;
+use serde::{Deserialize, Serialize};
+
+/// One `[[mqtt.acl]]` rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AclConfig {
+    /// The rule applies only to clients authenticated as this user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The rule applies only to clients with this client id (also accepted as `client`).
+    #[serde(default, alias = "client", skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// Topic filter, `+`/`#` allowed; `%u` becomes the username, `%c` the client id.
+    pub topic: String,
+    /// "read" (subscribe, receive), "write" (publish), "readwrite", or "deny" (neither, even
+    /// if another rule grants it).
+    pub access: Access,
+}
+
+/// What an ACL rule grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    Read,
+    Write,
+    ReadWrite,
+    Deny,
+}
+
+/// Whether the MQTT topic filter `filter` matches the topic name `topic` (`+` one level, `#`
+/// the rest; wildcards at the start never match `$` topics).
+pub fn topic_matches(filter: &str, topic: &str) -> bool {
+    if topic.starts_with('$') && filter.starts_with(['+', '#']) {
+        return false;
+    }
+    let mut names = topic.split('/');
+    for part in filter.split('/') {
+        match (part, names.next()) {
+            ("#", _) => return true,
+            ("+", Some(_)) => {}
+            (part, Some(name)) if part == name => {}
+            _ => return false,
+        }
+    }
+    names.next().is_none()
+}
 
 /// Who is asking.
 #[derive(Debug, Clone, Copy)]
@@ -106,7 +154,7 @@ fn substitute(pattern: &str, client: Client<'_>) -> Option<String> {
 
 fn covers(pattern: &str, want: Want, topic: &str) -> bool {
     match want {
-        Want::Publish | Want::Receive => topic::matches(pattern, topic),
+        Want::Publish | Want::Receive => topic_matches(pattern, topic),
         Want::Subscribe => filter_within(pattern, topic),
     }
 }

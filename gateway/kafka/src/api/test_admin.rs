@@ -1,0 +1,128 @@
+//! Topic administration through the Kafka APIs on the in-memory log: CreateTopics,
+//! CreatePartitions, DescribeConfigs and DeleteTopics, with Kafka's error codes for what tern
+//! refuses.
+
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tern_log::LogPort;
+
+use super::dispatch;
+use super::test::{body, conn, ctx, decode_as, request};
+
+fn name(text: &str) -> TopicName {
+    TopicName(StrBytes::from_string(text.to_owned()))
+}
+
+async fn call<Q: Encodable, R: Decodable>(
+    ctx: &super::Ctx<tern_log::MemoryLog>,
+    api: ApiKey,
+    version: i16,
+    q: &Q,
+) -> R {
+    let reply = dispatch(ctx, &conn(), &request(api, version, q))
+        .await
+        .expect("reply");
+    decode_as(body(reply).await.expect("answered"), version)
+}
+
+#[tokio::test]
+async fn topics_are_created_grown_described_and_deleted() {
+    let ctx = ctx();
+    let create = |topic: &str, partitions: i32, replication: i16| {
+        CreateTopicsRequest::default().with_topics(vec![
+            CreatableTopic::default()
+                .with_name(name(topic))
+                .with_num_partitions(partitions)
+                .with_replication_factor(replication),
+        ])
+    };
+    let created: CreateTopicsResponse =
+        call(&ctx, ApiKey::CreateTopics, 7, &create("t", 3, 1)).await;
+    assert_eq!(created.topics[0].error_code, 0);
+    assert_eq!(created.topics[0].num_partitions, 3);
+    assert_eq!(
+        ctx.log
+            .topics()
+            .iter()
+            .find(|t| t.name == "t")
+            .map(|t| t.partitions),
+        Some(3)
+    );
+    for (request, code) in [
+        (create("t", 3, 1), 36),
+        (create("u", 1, 3), 38),
+        (create("__own", 1, 1), 17),
+        (create("v", 0, 1), 37),
+    ] {
+        let refused: CreateTopicsResponse = call(&ctx, ApiKey::CreateTopics, 7, &request).await;
+        assert_eq!(refused.topics[0].error_code, code, "{request:?}");
+    }
+    let validate_only = create("w", 2, -1).with_validate_only(true);
+    let checked: CreateTopicsResponse = call(&ctx, ApiKey::CreateTopics, 5, &validate_only).await;
+    assert_eq!(checked.topics[0].error_code, 0);
+    assert!(
+        ctx.log.topics().iter().all(|t| t.name != "w"),
+        "validate_only creates nothing"
+    );
+
+    let grow = |count: i32| {
+        CreatePartitionsRequest::default().with_topics(vec![
+            CreatePartitionsTopic::default()
+                .with_name(name("t"))
+                .with_count(count),
+        ])
+    };
+    let grown: CreatePartitionsResponse = call(&ctx, ApiKey::CreatePartitions, 3, &grow(5)).await;
+    assert_eq!(grown.results[0].error_code, 0);
+    assert_eq!(ctx.log.topic_settings("t").expect("known").partitions, 5);
+    let shrink: CreatePartitionsResponse = call(&ctx, ApiKey::CreatePartitions, 3, &grow(2)).await;
+    assert_eq!(shrink.results[0].error_code, 37);
+
+    let describe = DescribeConfigsRequest::default().with_resources(vec![
+        DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("t")),
+        DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("nope")),
+    ]);
+    let described: DescribeConfigsResponse =
+        call(&ctx, ApiKey::DescribeConfigs, 4, &describe).await;
+    let value = |key: &str| {
+        described.results[0]
+            .configs
+            .iter()
+            .find(|c| c.name.as_str() == key)
+            .and_then(|c| c.value.as_ref().map(|v| v.to_string()))
+    };
+    assert_eq!(value("retention.ms").as_deref(), Some("604800000"));
+    assert_eq!(value("retention.bytes").as_deref(), Some("1073741824"));
+    assert_eq!(value("flush.messages").as_deref(), Some("1"));
+    assert_eq!(value("tern.durability").as_deref(), Some("sync"));
+    assert_eq!(described.results[1].error_code, 3);
+
+    ctx.log
+        .commit_cursor("group:g", "t", 0, 0)
+        .await
+        .expect("cursor");
+    let delete = DeleteTopicsRequest::default()
+        .with_topics(vec![DeleteTopicState::default().with_name(Some(name("t")))]);
+    let held: DeleteTopicsResponse = call(&ctx, ApiKey::DeleteTopics, 6, &delete).await;
+    assert_eq!(held.responses[0].error_code, 44);
+    let message = held.responses[0]
+        .error_message
+        .as_ref()
+        .map(|m| m.to_string());
+    assert!(message.is_some_and(|m| m.contains("group:g")));
+    ctx.log.remove_cursors("group:g").await.expect("remove");
+    let deleted: DeleteTopicsResponse = call(&ctx, ApiKey::DeleteTopics, 6, &delete).await;
+    assert_eq!(deleted.responses[0].error_code, 0);
+    assert!(ctx.log.topics().iter().all(|t| t.name != "t"));
+    let old = DeleteTopicsRequest::default().with_topic_names(vec![name("t")]);
+    let gone: DeleteTopicsResponse = call(&ctx, ApiKey::DeleteTopics, 5, &old).await;
+    assert_eq!(gone.responses[0].error_code, 3);
+}
