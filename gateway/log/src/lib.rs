@@ -31,13 +31,16 @@ mod segment;
 mod stats;
 mod store;
 pub mod tools;
+mod wear;
 mod writer;
 
 #[cfg(test)]
 mod tests;
 
 pub use clock::{BUILD_TIME_MS, Clock, ClockStatus, ManualClock, SystemClock};
-pub use config::{Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, TopicOverride};
+pub use config::{
+    Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, TopicOverride, WearConfig,
+};
 pub use cursors::CursorStore;
 pub use error::LogError;
 #[cfg(feature = "fault-injection")]
@@ -49,6 +52,7 @@ pub use memory::MemoryLog;
 pub use port::{LogPort, Queued};
 pub use stats::{LogMetrics, LogStats, PartitionStats};
 pub use store::Log;
+pub use wear::WearStatus;
 
 /// One record as producers give it.
 #[derive(Debug, Clone, PartialEq, Eq)]
