@@ -87,6 +87,8 @@ pub struct Measured {
     pub p99_ms: f64,
     /// Commits (fdatasyncs of the data) per second.
     pub commits_per_sec: f64,
+    /// Of `device_bytes`, the ext4 journal's (`/proc/fs/jbd2/<dev>-8/info`), where readable.
+    pub journal_bytes: Option<u64>,
 }
 
 impl Measured {
@@ -105,6 +107,7 @@ impl Measured {
             p50_ms: ms(50.0),
             p99_ms: ms(99.0),
             commits_per_sec,
+            journal_bytes: None,
         }
     }
 }
@@ -166,10 +169,12 @@ async fn tern_run(
     };
     let running = trickle::start(server.addr, shape).await?;
     tokio::time::sleep(options.warmup).await;
+    let journal0 = journal_bytes(target);
     let (bytes0, commits0) = snapshot(target, admin)?;
     let t0 = tokio::time::Instant::now();
     tokio::time::sleep(options.seconds).await;
     let (bytes1, commits1) = snapshot(target, admin)?;
+    let journal1 = journal_bytes(target);
     let t1 = tokio::time::Instant::now();
     let acked = running.stop().await?;
     let latencies = acked
@@ -178,12 +183,37 @@ async fn tern_run(
         .map(|a| a.latency)
         .collect();
     let elapsed = t1 - t0;
-    Ok(Measured::new(
+    let mut measured = Measured::new(
         latencies,
         bytes1.saturating_sub(bytes0),
         elapsed,
         (commits1 - commits0).max(0.0) / elapsed.as_secs_f64(),
-    ))
+    );
+    measured.journal_bytes = journal0.zip(journal1).map(|(a, b)| b.saturating_sub(a));
+    Ok(measured)
+}
+
+/// Bytes the ext4 journal of the loop device has written since it was mounted: transactions
+/// × logged blocks per transaction (descriptor, metadata and commit blocks) × 4 KiB, from
+/// jbd2's averages (rounded, so a breakdown, not an exact count).
+fn journal_bytes(target: &Target) -> Option<u64> {
+    let crate::log::device::Counter::Device { name } = target.counter() else {
+        return None;
+    };
+    let text = std::fs::read_to_string(format!("/proc/fs/jbd2/{name}-8/info")).ok()?;
+    parse_jbd2(&text)
+}
+
+fn parse_jbd2(text: &str) -> Option<u64> {
+    let transactions: u64 = text.split_whitespace().next()?.parse().ok()?;
+    let logged: u64 = text.lines().find_map(|l| {
+        l.trim()
+            .strip_suffix("logged blocks per transaction")?
+            .trim()
+            .parse()
+            .ok()
+    })?;
+    Some(transactions * logged * 4096)
 }
 
 /// Device bytes written (after writing back everything dirty) and tern's group commits so far.
@@ -220,6 +250,14 @@ fn http_get(addr: SocketAddr, path: &str) -> Result<String, BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn journal_bytes_are_transactions_times_logged_blocks() {
+        let info = "112 transactions (112 requested), each up to 5461 blocks\naverage: \n  \
+                    1 blocks per transaction\n  3 logged blocks per transaction\n";
+        assert_eq!(parse_jbd2(info), Some(112 * 3 * 4096));
+        assert_eq!(parse_jbd2("x"), None);
+    }
 
     #[test]
     fn metrics_are_read_by_exact_name() {

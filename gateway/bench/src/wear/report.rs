@@ -27,6 +27,8 @@ pub struct Row {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub commits_per_sec: f64,
+    /// Of the device bytes per message, the ext4 journal's.
+    pub journal_bytes_per_message: Option<f64>,
 }
 
 /// Everything `tern-bench wear` prints.
@@ -49,13 +51,15 @@ pub struct Report {
 
 impl Report {
     pub fn new(options: &WearOptions) -> Self {
-        let mut config: Vec<String> = options
-            .tern_config(std::path::Path::new("<loop mount>/tern"))
-            .lines()
-            .filter(|l| !l.starts_with('['))
-            .map(str::to_owned)
-            .collect();
-        config.retain(|l| !l.trim().is_empty());
+        let text = options.tern_config(std::path::Path::new("<loop mount>/tern"));
+        let mut config = Vec::new();
+        let mut section = String::new();
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            match line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                Some(name) => section = format!("{name}."),
+                None => config.push(format!("{section}{line}")),
+            }
+        }
         Self {
             clients: options.clients,
             size: options.size,
@@ -127,6 +131,9 @@ impl Report {
                     p50_ms: of(&|m| m.p50_ms).unwrap_or(0.0),
                     p99_ms: of(&|m| m.p99_ms).unwrap_or(0.0),
                     commits_per_sec: of(&|m| m.commits_per_sec).unwrap_or(0.0),
+                    journal_bytes_per_message: median(runs.iter().filter_map(|m| {
+                        Some(m.journal_bytes? as f64 / m.messages.max(1) as f64)
+                    })),
                 }
             })
             .collect()
@@ -163,18 +170,22 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "{:>8}  {:<16} {:>5} {:>9} {:>12} {:>8} {:>8} {:>9} {:>9} {:>10}",
-            "msg/s", "store", "runs", "messages", "dev B/msg", "GB/day", "years", "p50 ms", "p99 ms", "commits/s"
+            "{:>8}  {:<16} {:>5} {:>9} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10}",
+            "msg/s", "store", "runs", "messages", "dev B/msg", "journal", "GB/day", "years", "p50 ms", "p99 ms", "commits/s"
         )?;
         for r in &self.rows {
+            let journal = r
+                .journal_bytes_per_message
+                .map_or_else(|| "-".to_owned(), |j| format!("{j:.0}"));
             writeln!(
                 f,
-                "{:>8.0}  {:<16} {:>5} {:>9.0} {:>12.0} {:>8.2} {:>8.1} {:>9.1} {:>9.1} {:>10.1}",
+                "{:>8.0}  {:<16} {:>5} {:>9.0} {:>10.0} {:>10} {:>8.2} {:>8.1} {:>8.1} {:>8.1} {:>10.1}",
                 r.rate,
                 r.store,
                 r.runs,
                 r.messages,
                 r.device_bytes_per_message,
+                journal,
                 r.gb_per_day,
                 r.years,
                 r.p50_ms,
@@ -215,6 +226,7 @@ mod tests {
                 p50_ms: 10.0,
                 p99_ms: 100.0,
                 commits_per_sec: 8.0,
+                journal_bytes: None,
             };
             report.add_tern(100.0, run);
         }
@@ -226,6 +238,7 @@ mod tests {
         assert!((row.years - 20.28).abs() < 0.01, "{row:?}");
         let text = report.to_string();
         assert!(text.contains("data_dir = \"<loop mount>/tern\""), "{text}");
-        assert!(text.contains("listen = \"127.0.0.1:0\""), "{text}");
+        assert!(text.contains("mqtt.listen = \"127.0.0.1:0\""), "{text}");
+        assert!(text.contains("admin.listen = \"127.0.0.1:0\""), "{text}");
     }
 }

@@ -29,6 +29,7 @@ pub fn run(
     std::fs::create_dir_all(dir).map_err(|source| BenchError::file("mkdir", dir, source))?;
     let db = open(&dir.join("wear.db"))?;
     target.sync()?;
+    let journal_before = super::journal_bytes(target);
     let before = target.written()?;
     let started = Instant::now();
     let payload = vec![0x5au8; size];
@@ -52,14 +53,19 @@ pub fn run(
     let elapsed = started.elapsed();
     target.sync()?;
     let device_bytes = target.written()?.saturating_sub(before);
+    let journal = super::journal_bytes(target)
+        .zip(journal_before)
+        .map(|(b, a)| b.saturating_sub(a));
     let commits = (seconds.as_secs_f64() / interval.as_secs_f64()).floor();
     db.close().map_err(|(_, source)| sqlite("close", source))?;
-    Ok(Measured::new(
+    let mut measured = Measured::new(
         latencies,
         device_bytes,
         elapsed,
         commits / elapsed.as_secs_f64(),
-    ))
+    );
+    measured.journal_bytes = journal;
+    Ok(measured)
 }
 
 fn open(path: &Path) -> Result<Connection, BenchError> {
