@@ -391,7 +391,10 @@ mod tests {
         file.set_len(1 << 20)?;
         file.write_at(0, &[7; 100])?;
         let (to, zeros) = zero_ahead(&*file, 100, 100, 32);
-        assert_eq!((to, zeros as u64), (4096 + ZERO_AHEAD, 4096 + ZERO_AHEAD - 100));
+        assert_eq!(
+            (to, zeros as u64),
+            (4096 + ZERO_AHEAD, 4096 + ZERO_AHEAD - 100)
+        );
         let mut back = vec![1u8; zeros];
         file.read_at(100, &mut back)?;
         assert!(back.iter().all(|&b| b == 0), "zeros written");
@@ -403,7 +406,10 @@ mod tests {
         let (last, _) = zero_ahead(&*file, (1 << 20) - 10, 10, again);
         assert_eq!(last, 1 << 20, "never past the preallocated length");
         // A large commit converts its own extents.
-        assert_eq!(zero_ahead(&*file, 200_000, ZERO_AHEAD_BELOW, 32), (200_000, 0));
+        assert_eq!(
+            zero_ahead(&*file, 200_000, ZERO_AHEAD_BELOW, 32),
+            (200_000, 0)
+        );
         std::fs::remove_dir_all(&dir)
     }
 }

@@ -87,7 +87,10 @@ impl WearController {
             }),
         };
         let window = this.choose(0.0, 1);
-        this.state.get_mut().unwrap_or_else(PoisonError::into_inner).window = window;
+        this.state
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .window = window;
         this
     }
 
@@ -211,14 +214,20 @@ mod tests {
         // 100 msg/s of 150 B stored: 15 kB/s.
         feed(&c, 100, 150, 20).await;
         let status = c.status();
-        assert!((status.arrival_bytes_per_sec - 15_000.0).abs() < 500.0, "{status:?}");
+        assert!(
+            (status.arrival_bytes_per_sec - 15_000.0).abs() < 500.0,
+            "{status:?}"
+        );
         let budget = status.budget_bytes_per_sec;
         let want = PAGE_BYTES / (budget - 15_000.0 - FIXED_BYTES_PER_SEC);
         assert!(
             (status.window.as_secs_f64() - want).abs() < 0.005,
             "{status:?}, want {want}"
         );
-        assert!(status.projected_bytes_per_sec <= budget * 1.01, "{status:?}");
+        assert!(
+            status.projected_bytes_per_sec <= budget * 1.01,
+            "{status:?}"
+        );
         // 10 msg/s leaves more room: a shorter window.
         feed(&c, 10, 170, 20).await;
         let slow = c.window().expect("a budget");

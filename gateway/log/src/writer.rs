@@ -369,7 +369,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_wear_window_replaces_min_delay_and_stretches_max_delay() {
-        let window = Window::new(&flush(10, 1000, 30), false, Some(Duration::from_millis(120)));
+        let window = Window::new(
+            &flush(10, 1000, 30),
+            false,
+            Some(Duration::from_millis(120)),
+        );
         tokio::time::advance(Duration::from_millis(100)).await;
         assert!(!window.closed(true, 1), "idle before the chosen window");
         assert!(!window.closed(false, 1), "busy before the chosen window");

@@ -195,7 +195,10 @@ mod tests {
                 || labels == "source=\"process\"",
             "{labels}"
         );
-        assert_eq!(WriteCounter::for_dir(Path::new("/nonexistent")), WriteCounter::Process);
+        assert_eq!(
+            WriteCounter::for_dir(Path::new("/nonexistent")),
+            WriteCounter::Process
+        );
         assert_eq!(parse_sectors_written("1 2 3 4 5 6 77 8"), Some(77));
         assert_eq!(parse_sectors_written("1 2 3"), None);
     }

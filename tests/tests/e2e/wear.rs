@@ -14,19 +14,25 @@ fn sample(gateway: &Gateway, name: &str) -> anyhow::Result<Option<(String, f64)>
     Ok(body.lines().find_map(|line| {
         let rest = line.strip_prefix(name)?;
         let (labels, value) = rest.rsplit_once(' ')?;
-        let value = if value == "+Inf" { f64::INFINITY } else { value.parse().ok()? };
+        let value = if value == "+Inf" {
+            f64::INFINITY
+        } else {
+            value.parse().ok()?
+        };
         (labels.is_empty() || labels.starts_with('{')).then(|| (labels.to_owned(), value))
     }))
 }
 
 #[test]
-fn device_bytes_written_and_the_projected_card_lifetime_are_reported_and_move() -> anyhow::Result<()> {
+fn device_bytes_written_and_the_projected_card_lifetime_are_reported_and_move() -> anyhow::Result<()>
+{
     let dir = TempDir::new("wear-metrics")?;
     let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
     let (labels, before) = sample(&gateway, "tern_device_written_bytes_total")?
         .ok_or_else(|| anyhow::anyhow!("no tern_device_written_bytes_total"))?;
     assert!(
-        labels.starts_with("{source=\"block-device\",device=\"") || labels == "{source=\"process\"}",
+        labels.starts_with("{source=\"block-device\",device=\"")
+            || labels == "{source=\"process\"}",
         "source label: {labels}"
     );
     let mut client = RawClient::connect(gateway.mqtt, "wear-metrics", 60, true, false)?;
@@ -41,10 +47,14 @@ fn device_bytes_written_and_the_projected_card_lifetime_are_reported_and_move() 
         |n| n.is_some_and(|n| n >= 200),
     )?;
     let mut after = before;
-    tern_tests::wait_until(Duration::from_secs(60), "device bytes written to move", || {
-        after = sample(&gateway, "tern_device_written_bytes_total")?.map_or(0.0, |s| s.1);
-        Ok(after > before)
-    })?;
+    tern_tests::wait_until(
+        Duration::from_secs(60),
+        "device bytes written to move",
+        || {
+            after = sample(&gateway, "tern_device_written_bytes_total")?.map_or(0.0, |s| s.1);
+            Ok(after > before)
+        },
+    )?;
     let (_, rate) = sample(&gateway, "tern_device_write_bytes_per_second")?
         .ok_or_else(|| anyhow::anyhow!("no tern_device_write_bytes_per_second"))?;
     assert!(rate > 0.0, "rate {rate} after {before} -> {after} bytes");

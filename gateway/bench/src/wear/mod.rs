@@ -137,14 +137,8 @@ pub fn run(options: &WearOptions) -> Result<Report, BenchError> {
                 let interval = Duration::from_secs_f64(1.0 / tern.commits_per_sec.max(0.1));
                 let target = Target::prepare(&parent, IMAGE_BYTES, !options.no_loop)?;
                 let db = target.dir().join("sqlite");
-                let lite = sqlite::run(
-                    &target,
-                    &db,
-                    rate,
-                    options.size,
-                    interval,
-                    options.seconds,
-                )?;
+                let lite =
+                    sqlite::run(&target, &db, rate, options.size, interval, options.seconds)?;
                 report.add_sqlite(rate, lite);
             }
             report.add_tern(rate, tern);
@@ -221,7 +215,10 @@ fn snapshot(target: &Target, admin: SocketAddr) -> Result<(u64, f64), BenchError
     target.sync()?;
     let written = target.written()?;
     let metrics = http_get(admin, "/metrics")?;
-    Ok((written, metric(&metrics, "tern_log_commits_total").unwrap_or(0.0)))
+    Ok((
+        written,
+        metric(&metrics, "tern_log_commits_total").unwrap_or(0.0),
+    ))
 }
 
 /// The value of the unlabelled sample `name` in a Prometheus text page.
@@ -244,7 +241,9 @@ fn http_get(addr: SocketAddr, path: &str) -> Result<String, BenchError> {
     write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(io)?;
     let mut text = String::new();
     stream.read_to_string(&mut text).map_err(io)?;
-    Ok(text.split_once("\r\n\r\n").map_or(text.clone(), |(_, b)| b.to_owned()))
+    Ok(text
+        .split_once("\r\n\r\n")
+        .map_or(text.clone(), |(_, b)| b.to_owned()))
 }
 
 #[cfg(test)]

@@ -131,9 +131,11 @@ impl Report {
                     p50_ms: of(&|m| m.p50_ms).unwrap_or(0.0),
                     p99_ms: of(&|m| m.p99_ms).unwrap_or(0.0),
                     commits_per_sec: of(&|m| m.commits_per_sec).unwrap_or(0.0),
-                    journal_bytes_per_message: median(runs.iter().filter_map(|m| {
-                        Some(m.journal_bytes? as f64 / m.messages.max(1) as f64)
-                    })),
+                    journal_bytes_per_message: median(
+                        runs.iter().filter_map(|m| {
+                            Some(m.journal_bytes? as f64 / m.messages.max(1) as f64)
+                        }),
+                    ),
                 }
             })
             .collect()
@@ -171,7 +173,17 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "{:>8}  {:<16} {:>5} {:>9} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10}",
-            "msg/s", "store", "runs", "messages", "dev B/msg", "journal", "GB/day", "years", "p50 ms", "p99 ms", "commits/s"
+            "msg/s",
+            "store",
+            "runs",
+            "messages",
+            "dev B/msg",
+            "journal",
+            "GB/day",
+            "years",
+            "p50 ms",
+            "p99 ms",
+            "commits/s"
         )?;
         for r in &self.rows {
             let journal = r
