@@ -10,7 +10,6 @@ use tern_upstream::Codec;
 use crate::mqtt::BenchOptions;
 use crate::stress::StressOptions;
 use crate::upstream::{UpstreamBenchOptions, codec_name};
-use crate::wear::WearOptions;
 
 /// tern-bench: tern's performance figures (never part of the tests' pass/fail) and the crash
 /// tests' stress writer. Not shipped on a gateway.
@@ -167,24 +166,6 @@ pub struct WearArgs {
     /// TOML appended to tern's config (experiments; printed beside the figures).
     #[arg(long, value_name = "TOML", default_value = "")]
     pub tern_config: String,
-}
-
-impl WearArgs {
-    pub fn options(&self) -> WearOptions {
-        WearOptions {
-            rates: self.rates.clone(),
-            clients: self.clients,
-            size: self.size,
-            warmup: Duration::from_secs(self.warmup),
-            seconds: Duration::from_secs(self.seconds),
-            repetitions: self.repetitions,
-            dir: self.dir.clone(),
-            no_loop: self.no_loop,
-            card_bytes: self.card_bytes,
-            card_cycles: self.card_cycles,
-            tern_extra: self.tern_config.replace("\\n", "\n"),
-        }
-    }
 }
 
 /// Flags of `tern-bench upstream`.

@@ -112,6 +112,23 @@ impl Measured {
     }
 }
 
+/// The run `tern-bench wear`'s flags describe.
+pub fn options(args: &crate::cli::WearArgs) -> WearOptions {
+    WearOptions {
+        rates: args.rates.clone(),
+        clients: args.clients,
+        size: args.size,
+        warmup: Duration::from_secs(args.warmup),
+        seconds: Duration::from_secs(args.seconds),
+        repetitions: args.repetitions,
+        dir: args.dir.clone(),
+        no_loop: args.no_loop,
+        card_bytes: args.card_bytes,
+        card_cycles: args.card_cycles,
+        tern_extra: args.tern_config.replace("\\n", "\n"),
+    }
+}
+
 /// Runs every rate `repetitions` times and returns the medians.
 pub fn run(options: &WearOptions) -> Result<Report, BenchError> {
     options.validate()?;
