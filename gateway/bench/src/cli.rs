@@ -33,6 +33,11 @@ pub enum BenchCommand {
     /// steady forwarding rate, then the drain of a backlog per compression codec with bytes on
     /// the wire per payload byte. Creates topics named `tern-bench.*`.
     Upstream(UpstreamBenchArgs),
+    /// Flash wear at sensor rates: a trickle of 100 B QoS 1 messages from 50 clients at
+    /// 10, 100 and 1,000 msg/s against `tern serve` with its defaults on a fresh loop-mounted
+    /// ext4 (root), beside SQLite (WAL, synchronous=FULL) at tern's commit cadence: device
+    /// bytes per message, GB a day, projected card years, PUBACK p50/p99.
+    Wear(WearArgs),
     /// Internal: appends to a log until killed, printing progress (the bench's child process
     /// for recovery time and peak memory).
     #[command(hide = true)]
@@ -120,6 +125,47 @@ pub struct BenchLogArgs {
     /// Early-commit size for tern's append workloads instead of the default `flush.max_bytes`.
     #[arg(long, value_name = "BYTES")]
     pub commit_max_bytes: Option<u64>,
+}
+
+/// Flags of `tern-bench wear`.
+#[derive(Debug, Args)]
+pub struct WearArgs {
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Messages per second of each workload.
+    #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
+    pub rates: Vec<f64>,
+    /// Publishing clients.
+    #[arg(long, default_value_t = 50)]
+    pub clients: usize,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 100)]
+    pub size: usize,
+    /// Seconds publishing before the counters are read.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: u64,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// Runs per figure; the median is printed.
+    #[arg(long, default_value_t = 3)]
+    pub repetitions: usize,
+    /// Parent directory for the ext4 images [default: the system temporary directory].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Do not loop-mount even as root (device bytes are then NOT counted: only this process's).
+    #[arg(long)]
+    pub no_loop: bool,
+    /// Card size of the lifetime projection, bytes.
+    #[arg(long, default_value_t = 32_000_000_000)]
+    pub card_bytes: u64,
+    /// Rated program/erase cycles of the card.
+    #[arg(long, default_value_t = 1000)]
+    pub card_cycles: u64,
+    /// TOML appended to tern's config (experiments; printed beside the figures).
+    #[arg(long, value_name = "TOML", default_value = "")]
+    pub tern_config: String,
 }
 
 /// Flags of `tern-bench upstream`.

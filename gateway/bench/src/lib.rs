@@ -17,6 +17,7 @@ mod report;
 mod stats;
 mod stress;
 pub mod upstream;
+mod wear;
 
 use std::path::PathBuf;
 
@@ -32,6 +33,7 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::Stress(args) => stress::run(&args.options()),
         BenchCommand::Upstream(args) => report::print(&upstream::run(&args.options())?, args.json),
         BenchCommand::Mqtt(args) => report::print(&mqtt::run(&args.options())?, args.json),
+        BenchCommand::Wear(args) => report::print(&wear::run(&wear::options(&args))?, args.json),
     }
 }
 

@@ -20,6 +20,15 @@ use super::batch::{self, MAX_BATCH_LEN, SEGMENT_HEADER_LEN};
 /// one batch). Readers decode and check a whole batch to return any record of it, so this bounds
 /// the cost of a random read; the framing it adds is 44 bytes per 64 KiB.
 pub const BATCH_TARGET_LEN: u64 = 64 << 10;
+/// How far ahead of a small commit the active segment's preallocated (unwritten) blocks are
+/// zeroed: once per this many bytes, instead of at every commit, ext4 converts extents and
+/// journals it (`docs/log-format.md`, "Wear at sensor rates").
+pub const ZERO_AHEAD: u64 = 256 << 10;
+/// A commit at least this large converts its own extents: zeroing ahead of it would cost more
+/// device bytes than the journal commit it saves.
+const ZERO_AHEAD_BELOW: u64 = 64 << 10;
+/// The zeros written ahead (up to a page boundary, then `ZERO_AHEAD`).
+static ZEROS: [u8; ZERO_AHEAD as usize + 4096] = [0; ZERO_AHEAD as usize + 4096];
 use super::error::{LogError, Result};
 use super::partition::Partition;
 use super::segment;
@@ -100,6 +109,38 @@ pub enum Step {
     Roll,
     /// Nothing to write: the requests were answered with errors.
     Answered,
+}
+
+/// After a commit of `len` bytes ending at `end`: if the next commit would land on
+/// preallocated blocks not yet written (past `written_to`), and this commit was small, zeroes
+/// the file from `end` to [`ZERO_AHEAD`] past the next page boundary (never past the file's
+/// length, so a partly preallocated file is not grown). The zeros are flushed by the commit's
+/// fdatasync, so ext4 converts those extents once with it, and the commits that follow flush
+/// data pages only. Best effort: a failed write only leaves the blocks unwritten. Returns the
+/// new `written_to` and the zeros written.
+fn zero_ahead(
+    file: &dyn super::fs::WriteFile,
+    end: u64,
+    len: u64,
+    written_to: u64,
+) -> (u64, usize) {
+    const PAGE: u64 = 4096;
+    if end + PAGE <= written_to {
+        return (written_to, 0);
+    }
+    let unchanged = (written_to.max(end), 0);
+    if len >= ZERO_AHEAD_BELOW {
+        return unchanged;
+    }
+    let Ok(file_len) = file.len() else {
+        return unchanged;
+    };
+    let to = (end.div_ceil(PAGE) * PAGE + ZERO_AHEAD).min(file_len);
+    let count = usize::try_from(to.saturating_sub(end)).unwrap_or(0);
+    match ZEROS.get(..count) {
+        Some(zeros) if count > 0 && file.write_at(end, zeros).is_ok() => (to, count),
+        _ => unchanged,
+    }
 }
 
 impl Partition {
@@ -208,12 +249,13 @@ impl Partition {
         counts: &[usize],
         buf: &mut Vec<u8>,
     ) -> Step {
-        let (file, base, generation) = {
+        let (file, base, generation, written_to) = {
             let st = self.lock();
             (
                 std::sync::Arc::clone(&st.active.file),
                 st.active.base,
                 st.active.generation,
+                st.active.written_to,
             )
         };
         buf.clear();
@@ -250,6 +292,9 @@ impl Partition {
             w.fail(self, &err);
             return Step::Answered;
         }
+        let (written_to, zeros) = zero_ahead(&*file, w.pos + w.len, w.len, written_to);
+        self.shared.counters.wrote(zeros);
+        self.lock().active.written_to = written_to;
         Step::Written(w)
     }
 
@@ -330,5 +375,41 @@ impl Partition {
             .counters
             .timed_sync(|| file.sync_data())
             .map_err(|err| self.fail(&segment::log_path(&self.dir, base), err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::{Fs, RealFs};
+
+    #[test]
+    fn small_commits_zero_ahead_once_per_chunk_large_ones_never() -> std::io::Result<()> {
+        let dir = std::env::temp_dir().join(format!("tern-zero-ahead-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let file = RealFs.create(&dir.join("s.log"))?;
+        file.set_len(1 << 20)?;
+        file.write_at(0, &[7; 100])?;
+        let (to, zeros) = zero_ahead(&*file, 100, 100, 32);
+        assert_eq!(
+            (to, zeros as u64),
+            (4096 + ZERO_AHEAD, 4096 + ZERO_AHEAD - 100)
+        );
+        let mut back = vec![1u8; zeros];
+        file.read_at(100, &mut back)?;
+        assert!(back.iter().all(|&b| b == 0), "zeros written");
+        // The next small commits land on written blocks: nothing to do.
+        assert_eq!(zero_ahead(&*file, 5000, 100, to), (to, 0));
+        // Near the frontier a small commit zeroes the next chunk, capped at the file's length.
+        let (again, _) = zero_ahead(&*file, to - 10, 100, to);
+        assert_eq!(again, (to.div_ceil(4096) * 4096 + ZERO_AHEAD).min(1 << 20));
+        let (last, _) = zero_ahead(&*file, (1 << 20) - 10, 10, again);
+        assert_eq!(last, 1 << 20, "never past the preallocated length");
+        // A large commit converts its own extents.
+        assert_eq!(
+            zero_ahead(&*file, 200_000, ZERO_AHEAD_BELOW, 32),
+            (200_000, 0)
+        );
+        std::fs::remove_dir_all(&dir)
     }
 }

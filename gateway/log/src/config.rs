@@ -47,6 +47,40 @@ pub struct FlushConfig {
     pub max_delay: HumanDuration,
     /// A commit starts early once this many bytes are waiting.
     pub max_bytes: ByteSize,
+    /// The wear budget: the commit window a trickle gets (see `wear.rs`).
+    pub wear: WearConfig,
+}
+
+/// `[log.flush.wear]`: the flash card's endurance and the lifetime wanted. The commit
+/// controller measures the arrival rate and chooses the commit window of a trickle (in place
+/// of `min_delay`) so that the projected device writes stay within
+/// `card_size × write_cycles / lifetime`, and never longer than `max_ack_delay`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WearConfig {
+    /// Off: `min_delay` alone decides the window of a trickle.
+    pub enabled: bool,
+    /// Size of the card (or eMMC) holding the data directory.
+    pub card_size: ByteSize,
+    /// Program/erase cycles each cell endures (consumer TLC microSD: about 1,000).
+    pub write_cycles: u32,
+    /// How long the card must last at the measured rate.
+    pub lifetime: HumanDuration,
+    /// Longest commit window the controller may choose: an acknowledgement waits at most this
+    /// plus one fdatasync.
+    pub max_ack_delay: HumanDuration,
+}
+
+impl Default for WearConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            card_size: ByteSize(32_000_000_000),
+            write_cycles: 1000,
+            lifetime: HumanDuration(std::time::Duration::from_secs(20 * 31_557_600)),
+            max_ack_delay: HumanDuration(std::time::Duration::from_millis(130)),
+        }
+    }
 }
 
 impl Default for FlushConfig {
@@ -56,6 +90,7 @@ impl Default for FlushConfig {
             min_bytes: ByteSize(16 << 10),
             max_delay: HumanDuration(std::time::Duration::from_millis(30)),
             max_bytes: ByteSize(1 << 20),
+            wear: WearConfig::default(),
         }
     }
 }
@@ -189,6 +224,19 @@ impl LogConfig {
         if self.flush.max_delay.0 > std::time::Duration::from_secs(10) {
             return bad("flush.max_delay", "must be at most 10s");
         }
+        let wear = &self.flush.wear;
+        if wear.enabled && (wear.card_size.0 == 0 || wear.write_cycles == 0) {
+            return bad(
+                "flush.wear",
+                "card_size and write_cycles must be larger than zero (or enabled = false)",
+            );
+        }
+        if wear.enabled && wear.lifetime.0.is_zero() {
+            return bad("flush.wear.lifetime", "must be longer than zero");
+        }
+        if wear.max_ack_delay.0 > std::time::Duration::from_secs(10) {
+            return bad("flush.wear.max_ack_delay", "must be at most 10s");
+        }
         if self.flush.max_bytes.0 == 0 {
             return bad("flush.max_bytes", "must be larger than zero");
         }
@@ -235,6 +283,10 @@ impl LogConfig {
                 min_bytes: ByteSize(0),
                 max_delay: HumanDuration(std::time::Duration::ZERO),
                 max_bytes: ByteSize(1 << 20),
+                wear: WearConfig {
+                    enabled: false,
+                    ..WearConfig::default()
+                },
             },
             retention: RetentionConfig {
                 bytes: ByteSize(0),

@@ -31,6 +31,7 @@ mod segment;
 mod stats;
 mod store;
 pub mod tools;
+mod wear;
 mod writer;
 
 #[cfg(test)]
@@ -39,6 +40,7 @@ mod tests;
 pub use clock::{BUILD_TIME_MS, Clock, ClockStatus, ManualClock, SystemClock};
 pub use config::{
     Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, TopicOverride, TopicSettings,
+    WearConfig,
 };
 pub use cursors::CursorStore;
 pub use error::LogError;
@@ -51,6 +53,7 @@ pub use memory::MemoryLog;
 pub use port::{LogPort, Queued};
 pub use stats::{LogMetrics, LogStats, PartitionStats};
 pub use store::{Log, MAX_PARTITIONS};
+pub use wear::WearStatus;
 
 /// One record as producers give it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -38,6 +38,8 @@ pub struct Shared {
     /// The configuration retention follows: `config` until [`crate::Log::set_retention`]
     /// (SIGHUP) swaps in a new one; topics created later take their limits from it.
     pub live: std::sync::RwLock<LogConfig>,
+    /// The wear budget's commit controller, shared by every writer.
+    pub wear: super::wear::WearController,
 }
 
 /// A partition's retention limits: read by its writer at every check, swapped live by
@@ -116,6 +118,10 @@ pub struct ActiveSegment {
     /// Committed end offset.
     pub end: u64,
     pub index: IndexBuilder,
+    /// Bytes from the start known to lie on blocks already written (not preallocated
+    /// unwritten extents): a commit below it needs no extent conversion, so its fdatasync
+    /// flushes data only (`commit.rs` zeroes ahead of it).
+    pub written_to: u64,
 }
 
 #[derive(Debug)]

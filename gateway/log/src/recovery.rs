@@ -236,6 +236,8 @@ fn open_active(
                 len: scan.valid_len,
                 end: scan.end_offset,
                 index: scan.index,
+                // The tail is cut below and preallocated again: unwritten from here.
+                written_to: scan.valid_len,
             };
             (active, scan.valid_len)
         }
@@ -254,6 +256,7 @@ fn open_active(
                 len: SEGMENT_HEADER_LEN as u64,
                 end: base,
                 index: IndexBuilder::new(shared.config.index_interval.0),
+                written_to: SEGMENT_HEADER_LEN as u64,
             };
             (active, SEGMENT_HEADER_LEN as u64)
         }

@@ -251,7 +251,8 @@ pub fn create_segment(
     let fs = &*shared.fs;
     let path = segment::log_path(dir, base);
     let recycle = dir.join(RECYCLE_NAME);
-    let file: Arc<dyn WriteFile> = if fs.exists(&recycle) {
+    let recycled = fs.exists(&recycle);
+    let file: Arc<dyn WriteFile> = if recycled {
         fs.rename(&recycle, &path)
             .map_err(|e| LogError::io("rename", &recycle, e))?;
         fs.open_write(&path)
@@ -271,6 +272,13 @@ pub fn create_segment(
         return Err(LogError::io("write", &path, e));
     }
     shared.counters.wrote(SEGMENT_HEADER_LEN);
+    // A recycled file was sealed at its exact length: every block up to it holds its old
+    // batches, written. Preallocation adds unwritten extents only past it.
+    let written_to = if recycled {
+        file.len().unwrap_or(0).max(SEGMENT_HEADER_LEN as u64)
+    } else {
+        SEGMENT_HEADER_LEN as u64
+    };
     preallocate(shared, dir, &path, &*file);
     let counters = &shared.counters;
     counters
@@ -286,5 +294,6 @@ pub fn create_segment(
         len: SEGMENT_HEADER_LEN as u64,
         end: base,
         index: IndexBuilder::new(shared.config.index_interval.0),
+        written_to,
     })
 }

@@ -180,6 +180,32 @@ impl MetricsSource for LogMetrics {
             "Time spent in fdatasync/fsync calls of the log.",
             format_args!("{:.6}", s.fsync_time.as_secs_f64()),
         );
+        let wear = self.0.wear_status();
+        let gauges = [
+            (
+                "tern_log_commit_window_seconds",
+                "Commit window a trickle of appends gets now (the wear budget's choice).",
+                wear.window.as_secs_f64(),
+            ),
+            (
+                "tern_log_wear_budget_bytes_per_second",
+                "Device bytes a second [log.flush.wear] allows (card size x cycles / lifetime); 0 when off.",
+                wear.budget_bytes_per_sec,
+            ),
+            (
+                "tern_log_arrival_bytes_per_second",
+                "Bytes a second appended to the log (moving average).",
+                wear.arrival_bytes_per_sec,
+            ),
+            (
+                "tern_log_projected_device_bytes_per_second",
+                "Device bytes a second the log's commits are projected to cost at this window.",
+                wear.projected_bytes_per_sec,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            write_single(out, name, "gauge", help, format_args!("{value:.3}"));
+        }
         let parts = self.0.partition_stats();
         let families: [Family; 3] = [
             (

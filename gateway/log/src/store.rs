@@ -130,6 +130,7 @@ fn open_blocking(
     let cursors = CursorStore::open(Arc::clone(&fs), &dir, Arc::clone(&counters))?;
     let time = Timekeeper::open(Arc::clone(&fs), &dir, clock)?;
     let shared = Arc::new(Shared {
+        wear: crate::wear::WearController::new(&config.flush),
         time,
         cache: FileCache::new(Arc::clone(&fs), config.max_open_files),
         fs: Arc::clone(&fs),
@@ -335,6 +336,11 @@ impl Log {
     /// time (for the readiness report and `/metrics`).
     pub fn clock_status(&self) -> ClockStatus {
         self.inner.shared.time.status()
+    }
+
+    /// What the wear budget's commit controller measured and chose.
+    pub fn wear_status(&self) -> crate::WearStatus {
+        self.inner.shared.wear.status()
     }
 
     /// Counters of the log's I/O since it was opened.

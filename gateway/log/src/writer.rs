@@ -88,12 +88,14 @@ struct Window {
 }
 
 impl Window {
-    fn new(flush: &FlushConfig, periodic: bool) -> Self {
+    /// `chosen`: the wear controller's window, in place of `min_delay` (and at least
+    /// `max_delay` long).
+    fn new(flush: &FlushConfig, periodic: bool, chosen: Option<Duration>) -> Self {
         let now = Instant::now();
-        let (min, max) = if periodic {
-            (Duration::ZERO, Duration::ZERO)
-        } else {
-            (flush.min_delay.0.min(flush.max_delay.0), flush.max_delay.0)
+        let (min, max) = match chosen {
+            _ if periodic => (Duration::ZERO, Duration::ZERO),
+            Some(window) => (window, flush.max_delay.0.max(window)),
+            None => (flush.min_delay.0.min(flush.max_delay.0), flush.max_delay.0),
         };
         Self {
             min: now + min,
@@ -177,7 +179,8 @@ impl Writer {
 
     /// Collects the requests of one commit window (see the module doc for the rule).
     async fn gather(&mut self, first: AppendRequest) -> VecDeque<AppendRequest> {
-        let window = Window::new(&self.part.shared.config.flush, self.periodic);
+        let shared = Arc::clone(&self.part.shared);
+        let window = Window::new(&shared.config.flush, self.periodic, shared.wear.window());
         let mut bytes = first.len;
         let mut requests = VecDeque::from([first]);
         while bytes < window.max_bytes {
@@ -203,6 +206,9 @@ impl Writer {
                 () = tokio::time::sleep_until(window.wake(idle)) => {}
             }
         }
+        shared
+            .wear
+            .committed(Arc::as_ptr(&self.part) as usize as u64, bytes);
         requests
     }
 
@@ -331,12 +337,13 @@ mod tests {
             min_bytes: ByteSize(min_bytes),
             max_delay: HumanDuration(Duration::from_millis(max_ms)),
             max_bytes: ByteSize(1 << 20),
+            wear: crate::config::WearConfig::default(),
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_idle_device_commits_at_min_delay_or_min_bytes_a_busy_one_at_max_delay() {
-        let window = Window::new(&flush(10, 1000, 30), false);
+        let window = Window::new(&flush(10, 1000, 30), false, None);
         assert!(!window.closed(true, 999), "idle, small, before min_delay");
         assert!(window.closed(true, 1000), "idle and min_bytes gathered");
         assert!(
@@ -354,15 +361,30 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn min_delay_is_capped_at_max_delay() {
-        let window = Window::new(&flush(50, 1000, 5), false);
+        let window = Window::new(&flush(50, 1000, 5), false, None);
         assert_eq!(window.min, window.max);
         tokio::time::advance(Duration::from_millis(5)).await;
         assert!(window.closed(true, 1));
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_wear_window_replaces_min_delay_and_stretches_max_delay() {
+        let window = Window::new(
+            &flush(10, 1000, 30),
+            false,
+            Some(Duration::from_millis(120)),
+        );
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(!window.closed(true, 1), "idle before the chosen window");
+        assert!(!window.closed(false, 1), "busy before the chosen window");
+        assert!(window.closed(true, 1000), "min_bytes still closes at once");
+        tokio::time::advance(Duration::from_millis(20)).await;
+        assert!(window.closed(true, 1) && window.closed(false, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_periodic_policy_never_waits() {
-        let window = Window::new(&flush(10, 1000, 30), true);
+        let window = Window::new(&flush(10, 1000, 30), true, None);
         assert!(window.closed(false, 0));
     }
 }

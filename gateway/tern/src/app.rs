@@ -160,6 +160,10 @@ pub async fn run(
     let mut sources: Vec<Arc<dyn MetricsSource>> = vec![
         Arc::new(ProcessMetrics::new()),
         Arc::new(LogMetrics(log.clone())),
+        Arc::new(crate::device::DeviceMetrics::new(
+            &config.data_dir,
+            &config.log.flush.wear,
+        )),
         Arc::new(CursorMetrics(log.clone())),
         mqtt_metrics,
     ];

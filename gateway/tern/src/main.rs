@@ -10,6 +10,7 @@ mod app;
 mod cli;
 mod config;
 mod cursors;
+mod device;
 mod health;
 mod reload;
 mod status;

@@ -27,3 +27,4 @@ mod readings;
 mod upstream;
 mod upstream_faults;
 mod upstream_shared;
+mod wear;

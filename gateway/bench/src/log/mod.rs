@@ -9,7 +9,7 @@
 //! device or file behind, also when interrupted.
 
 mod append;
-mod device;
+pub(crate) mod device;
 mod figures;
 mod raw;
 mod read;

@@ -48,7 +48,7 @@ const KEEP_ALIVE_SECS: u16 = 600;
 
 /// A packet a broker sends to a publisher, reduced to what the load needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FromBroker {
+pub(crate) enum FromBroker {
     /// CONNACK with its return code (0 = accepted).
     ConnAck {
         code: u8,
@@ -64,7 +64,7 @@ enum FromBroker {
 }
 
 /// Appends `packet` to `out`, growing it by exactly the packet's length.
-fn put(out: &mut BytesMut, packet: &Packet<'_>) -> Result<(), BenchError> {
+pub(crate) fn put(out: &mut BytesMut, packet: &Packet<'_>) -> Result<(), BenchError> {
     let start = out.len();
     out.resize(start + packet.encoded_len()?, 0);
     let tail = out.get_mut(start..).unwrap_or_default();
@@ -73,7 +73,7 @@ fn put(out: &mut BytesMut, packet: &Packet<'_>) -> Result<(), BenchError> {
 }
 
 /// A PUBLISH at QoS 0 (`pkid` unused) or QoS 1, no retain, no dup.
-fn publish<'a>(topic: &'a str, qos1: bool, pkid: u16, payload: &'a [u8]) -> Packet<'a> {
+pub(crate) fn publish<'a>(topic: &'a str, qos1: bool, pkid: u16, payload: &'a [u8]) -> Packet<'a> {
     Packet::Publish(Publish {
         topic,
         payload,
@@ -89,7 +89,7 @@ fn publish<'a>(topic: &'a str, qos1: bool, pkid: u16, payload: &'a [u8]) -> Pack
 }
 
 /// Takes the first complete packet off `buf`; `Ok(None)` if more bytes are needed.
-fn next(buf: &mut BytesMut) -> Result<Option<FromBroker>, BenchError> {
+pub(crate) fn next(buf: &mut BytesMut) -> Result<Option<FromBroker>, BenchError> {
     let frame = match mqtt::frame(buf) {
         Ok(frame) => frame,
         Err(DecodeError::Incomplete { .. }) => return Ok(None),

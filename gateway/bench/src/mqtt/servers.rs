@@ -78,8 +78,18 @@ impl Server {
     pub fn tern_with(mqtt: &[String], extra: &str) -> Result<Self, BenchError> {
         let dir = TempDir::new("tern")?;
         let data_dir = dir.path().join("data");
+        Self::tern_from(dir, &format!("{}{extra}", tern_config(&data_dir, mqtt)))
+    }
+
+    /// Starts `tern serve` with exactly the config `text` (which must listen on loopback port
+    /// 0 and name its own data directory) and waits for its MQTT listener.
+    pub fn tern_configured(text: &str) -> Result<Self, BenchError> {
+        Self::tern_from(TempDir::new("tern")?, text)
+    }
+
+    fn tern_from(dir: TempDir, text: &str) -> Result<Self, BenchError> {
         let config = dir.path().join("tern.toml");
-        write_file(&config, &format!("{}{extra}", tern_config(&data_dir, mqtt)))?;
+        write_file(&config, text)?;
         let exe = crate::tern_binary()?;
         let mut command = Command::new(exe);
         command.arg("serve").arg("--config").arg(&config);
@@ -119,7 +129,7 @@ impl Server {
     }
 
     /// Parses the address after `marker` in the child's stderr.
-    fn wait_for_line(&mut self, marker: &str) -> Result<SocketAddr, BenchError> {
+    pub fn wait_for_line(&mut self, marker: &str) -> Result<SocketAddr, BenchError> {
         let deadline = Instant::now() + START_TIMEOUT;
         let mut seen = Vec::new();
         while let Ok(line) = self

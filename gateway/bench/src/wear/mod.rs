@@ -1,0 +1,312 @@
+//! `tern-bench wear`: what a Pi owner's SD card lives with at sensor rates. A trickle of QoS 1
+//! messages (`trickle.rs`: 50 clients, 100 B, 10/100/1,000 messages a second by default)
+//! against `tern serve` with its defaults, its data directory on a fresh loop-mounted ext4 (root)
+//! whose sectors-written counter gives the device bytes; beside it SQLite in WAL mode with
+//! `synchronous=FULL` storing the same messages at tern's commit cadence (`sqlite.rs`). Prints
+//! device bytes per message, GB a day, the projected card lifetime and PUBACK p50/p99, as
+//! medians over repetitions (`report.rs`).
+//!
+//! It must never touch a data directory, mount or process it did not create.
+
+mod report;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod trickle;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::BenchError;
+use crate::log::device::Target;
+use crate::mqtt::servers::Server;
+use crate::stats::percentile;
+
+pub use report::Report;
+
+/// Size of the ext4 image each run gets.
+const IMAGE_BYTES: u64 = 2 << 30;
+
+/// What `tern-bench wear` runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WearOptions {
+    /// Messages per second of each workload.
+    pub rates: Vec<f64>,
+    pub clients: usize,
+    pub size: usize,
+    /// Publishing before the counters are read (segment creation, connections).
+    pub warmup: Duration,
+    /// The measured interval.
+    pub seconds: Duration,
+    pub repetitions: usize,
+    pub dir: Option<PathBuf>,
+    pub no_loop: bool,
+    /// Card the lifetime is projected for.
+    pub card_bytes: u64,
+    pub card_cycles: u64,
+    /// Extra TOML appended to tern's config (printed in the report).
+    pub tern_extra: String,
+}
+
+impl WearOptions {
+    fn validate(&self) -> Result<(), BenchError> {
+        let bad = |option, reason| Err(BenchError::Invalid { option, reason });
+        if self.rates.is_empty() || self.rates.iter().any(|r| !(*r > 0.0 && r.is_finite())) {
+            return bad("--rates", "must be positive numbers");
+        }
+        if self.clients == 0 {
+            return bad("--clients", "must be at least 1");
+        }
+        if self.repetitions == 0 {
+            return bad("--repetitions", "must be at least 1");
+        }
+        if self.seconds.is_zero() {
+            return bad("--seconds", "must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// Every setting of tern's config that is not its default.
+    fn tern_config(&self, data_dir: &Path) -> String {
+        format!(
+            "data_dir = {:?}\n[mqtt]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n{}",
+            data_dir.display().to_string(),
+            self.tern_extra
+        )
+    }
+}
+
+/// The figures of one run of one store at one rate.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Measured {
+    pub messages: u64,
+    pub device_bytes: u64,
+    pub seconds: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Commits (fdatasyncs of the data) per second.
+    pub commits_per_sec: f64,
+    /// Of `device_bytes`, the ext4 journal's (`/proc/fs/jbd2/<dev>-8/info`), where readable.
+    pub journal_bytes: Option<u64>,
+}
+
+impl Measured {
+    fn new(
+        mut latencies: Vec<Duration>,
+        device_bytes: u64,
+        elapsed: Duration,
+        commits_per_sec: f64,
+    ) -> Self {
+        latencies.sort_unstable();
+        let ms = |p| percentile(&latencies, p).map_or(0.0, |d| d.as_secs_f64() * 1e3);
+        Self {
+            messages: latencies.len() as u64,
+            device_bytes,
+            seconds: elapsed.as_secs_f64(),
+            p50_ms: ms(50.0),
+            p99_ms: ms(99.0),
+            commits_per_sec,
+            journal_bytes: None,
+        }
+    }
+}
+
+/// The run `tern-bench wear`'s flags describe.
+pub fn options(args: &crate::cli::WearArgs) -> WearOptions {
+    WearOptions {
+        rates: args.rates.clone(),
+        clients: args.clients,
+        size: args.size,
+        warmup: Duration::from_secs(args.warmup),
+        seconds: Duration::from_secs(args.seconds),
+        repetitions: args.repetitions,
+        dir: args.dir.clone(),
+        no_loop: args.no_loop,
+        card_bytes: args.card_bytes,
+        card_cycles: args.card_cycles,
+        tern_extra: args.tern_config.replace("\\n", "\n"),
+    }
+}
+
+/// Runs every rate `repetitions` times and returns the medians.
+pub fn run(options: &WearOptions) -> Result<Report, BenchError> {
+    options.validate()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| BenchError::Io {
+            what: "starting the async runtime",
+            source,
+        })?;
+    let parent = options.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let mut report = Report::new(options);
+    for &rate in &options.rates {
+        for rep in 1..=options.repetitions {
+            eprintln!("tern bench wear: {rate} msg/s, run {rep}: tern");
+            let target = Target::prepare(&parent, IMAGE_BYTES, !options.no_loop)?;
+            report.counted_by(&target);
+            let tern = runtime.block_on(tern_run(options, &target, rate))?;
+            drop(target);
+            #[cfg(feature = "sqlite")]
+            {
+                eprintln!("tern bench wear: {rate} msg/s, run {rep}: SQLite");
+                let interval = Duration::from_secs_f64(1.0 / tern.commits_per_sec.max(0.1));
+                let target = Target::prepare(&parent, IMAGE_BYTES, !options.no_loop)?;
+                let db = target.dir().join("sqlite");
+                let lite =
+                    sqlite::run(&target, &db, rate, options.size, interval, options.seconds)?;
+                report.add_sqlite(rate, lite);
+            }
+            report.add_tern(rate, tern);
+        }
+    }
+    Ok(report)
+}
+
+/// One trickle against a fresh `tern serve` whose data directory is on `target`.
+async fn tern_run(
+    options: &WearOptions,
+    target: &Target,
+    rate: f64,
+) -> Result<Measured, BenchError> {
+    let data_dir = target.dir().join("tern");
+    let mut server = Server::tern_configured(&options.tern_config(&data_dir))?;
+    let admin = server.wait_for_line("admin endpoint listening on ")?;
+    let shape = trickle::Trickle {
+        clients: options.clients,
+        rate,
+        size: options.size,
+    };
+    let running = trickle::start(server.addr, shape).await?;
+    tokio::time::sleep(options.warmup).await;
+    let journal0 = journal_bytes(target);
+    let (bytes0, commits0) = snapshot(target, admin)?;
+    let t0 = tokio::time::Instant::now();
+    tokio::time::sleep(options.seconds).await;
+    let (bytes1, commits1) = snapshot(target, admin)?;
+    let journal1 = journal_bytes(target);
+    let t1 = tokio::time::Instant::now();
+    let acked = running.stop().await?;
+    let latencies = acked
+        .iter()
+        .filter(|a| a.sent >= t0 && a.sent < t1)
+        .map(|a| a.latency)
+        .collect();
+    let elapsed = t1 - t0;
+    let mut measured = Measured::new(
+        latencies,
+        bytes1.saturating_sub(bytes0),
+        elapsed,
+        (commits1 - commits0).max(0.0) / elapsed.as_secs_f64(),
+    );
+    measured.journal_bytes = journal0.zip(journal1).map(|(a, b)| b.saturating_sub(a));
+    Ok(measured)
+}
+
+/// Bytes the ext4 journal of the loop device has written since it was mounted: transactions
+/// × logged blocks per transaction (descriptor, metadata and commit blocks) × 4 KiB, from
+/// jbd2's averages (rounded, so a breakdown, not an exact count).
+fn journal_bytes(target: &Target) -> Option<u64> {
+    let crate::log::device::Counter::Device { name } = target.counter() else {
+        return None;
+    };
+    let text = std::fs::read_to_string(format!("/proc/fs/jbd2/{name}-8/info")).ok()?;
+    parse_jbd2(&text)
+}
+
+fn parse_jbd2(text: &str) -> Option<u64> {
+    let transactions: u64 = text.split_whitespace().next()?.parse().ok()?;
+    let logged: u64 = text.lines().find_map(|l| {
+        l.trim()
+            .strip_suffix("logged blocks per transaction")?
+            .trim()
+            .parse()
+            .ok()
+    })?;
+    Some(transactions * logged * 4096)
+}
+
+/// Device bytes written (after writing back everything dirty) and tern's group commits so far.
+fn snapshot(target: &Target, admin: SocketAddr) -> Result<(u64, f64), BenchError> {
+    target.sync()?;
+    let written = target.written()?;
+    let metrics = http_get(admin, "/metrics")?;
+    Ok((
+        written,
+        metric(&metrics, "tern_log_commits_total").unwrap_or(0.0),
+    ))
+}
+
+/// The value of the unlabelled sample `name` in a Prometheus text page.
+fn metric(page: &str, name: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The body of `GET path` from a loopback HTTP/1.0 server.
+fn http_get(addr: SocketAddr, path: &str) -> Result<String, BenchError> {
+    let io = |source| BenchError::Io {
+        what: "reading tern's /metrics",
+        source,
+    };
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(io)?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(io)?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(io)?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).map_err(io)?;
+    Ok(text
+        .split_once("\r\n\r\n")
+        .map_or(text.clone(), |(_, b)| b.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_bytes_are_transactions_times_logged_blocks() {
+        let info = "112 transactions (112 requested), each up to 5461 blocks\naverage: \n  \
+                    1 blocks per transaction\n  3 logged blocks per transaction\n";
+        assert_eq!(parse_jbd2(info), Some(112 * 3 * 4096));
+        assert_eq!(parse_jbd2("x"), None);
+    }
+
+    #[test]
+    fn metrics_are_read_by_exact_name() {
+        let page = "# HELP x\ntern_log_commits_total_x 9\ntern_log_commits_total 42\n";
+        assert_eq!(metric(page, "tern_log_commits_total"), Some(42.0));
+        assert_eq!(metric(page, "tern_log_fsyncs_total"), None);
+    }
+
+    #[test]
+    fn the_tern_config_changes_only_addresses_and_the_data_dir() {
+        let options = WearOptions {
+            rates: vec![100.0],
+            clients: 50,
+            size: 100,
+            warmup: Duration::from_secs(1),
+            seconds: Duration::from_secs(1),
+            repetitions: 1,
+            dir: None,
+            no_loop: true,
+            card_bytes: 32_000_000_000,
+            card_cycles: 1000,
+            tern_extra: String::new(),
+        };
+        let text = options.tern_config(Path::new("d"));
+        assert_eq!(
+            text,
+            "data_dir = \"d\"\n[mqtt]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+        );
+        assert!(options.validate().is_ok());
+        let none = WearOptions {
+            rates: vec![],
+            ..options
+        };
+        assert!(none.validate().is_err());
+    }
+}

@@ -1,0 +1,283 @@
+//! The wear budget's commit controller (`[log.flush.wear]`): it measures the rate at which
+//! appends arrive (bytes a second, over every partition of the log) and chooses the commit
+//! window of a trickle so that the projected device writes stay within what the card endures
+//! for the lifetime wanted, and the window within the longest acceptable acknowledgement delay.
+//!
+//! The projection (measured on ext4, `docs/log-format.md` "Wear at sensor rates"): once a
+//! segment's blocks are written (recycled, or zeroed ahead by `commit.rs`), a commit costs the
+//! device its data plus one rewritten 4 KiB page, and the file system adds a few KB a second of
+//! its own (the periodic journal commit of the inode's times). So with `n` partitions
+//! committing, data arriving at `r` bytes/s and a budget of `b` bytes/s, a window of
+//! `n × 4096 / (b − r − fixed)` keeps within the budget. When the data alone exceeds the
+//! budget no window can meet it and the controller stops trading latency for nothing: it
+//! answers the configured `flush.min_delay` (throughput first; `min_bytes` keeps such commits
+//! large).
+//!
+//! Pure bookkeeping under one mutex, on tokio's clock (the unit tests pause it); it never does
+//! I/O and never blocks.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::config::{FlushConfig, WearConfig};
+
+/// Device bytes one commit costs beyond its data: the partly filled page written again.
+pub const PAGE_BYTES: f64 = 4096.0;
+/// Device bytes a second the file system writes on its own while a segment is appended to:
+/// ext4's journal commit of the inode's modification time every 5 s (about four blocks).
+pub const FIXED_BYTES_PER_SEC: f64 = 16384.0 / 5.0;
+/// The arrival rate is averaged over buckets of this length.
+const BUCKET: Duration = Duration::from_secs(1);
+/// Weight of the newest bucket in the moving average (about a 3 s memory).
+const SMOOTHING: f64 = 0.3;
+
+/// What the controller decided last, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WearStatus {
+    /// Device bytes a second the budget allows; 0 without a budget.
+    pub budget_bytes_per_sec: f64,
+    /// Measured arrival rate of appended bytes.
+    pub arrival_bytes_per_sec: f64,
+    /// The commit window a trickle gets now.
+    pub window: Duration,
+    /// Projected device bytes a second at that window.
+    pub projected_bytes_per_sec: f64,
+}
+
+#[derive(Debug)]
+struct State {
+    since: Instant,
+    bytes: u64,
+    rate: f64,
+    /// Partitions that committed in the current bucket, and how many did in the last one.
+    active: HashSet<u64>,
+    partitions: usize,
+    window: Duration,
+}
+
+/// The log's one controller, shared by every partition's writer.
+#[derive(Debug)]
+pub struct WearController {
+    /// Device bytes a second allowed; `None` when the budget is off.
+    budget: Option<f64>,
+    min: Duration,
+    max: Duration,
+    state: Mutex<State>,
+}
+
+impl WearController {
+    pub fn new(flush: &FlushConfig) -> Self {
+        let min = flush.min_delay.0.min(flush.max_delay.0);
+        let budget = flush.wear.enabled.then(|| flush.wear.bytes_per_sec());
+        let max = flush.wear.max_ack_delay.0.max(min);
+        let mut this = Self {
+            budget,
+            min,
+            max,
+            state: Mutex::new(State {
+                since: Instant::now(),
+                bytes: 0,
+                rate: 0.0,
+                active: HashSet::new(),
+                partitions: 1,
+                window: min,
+            }),
+        };
+        let window = this.choose(0.0, 1);
+        this.state
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .window = window;
+        this
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Partition `partition` is committing `bytes` of appends.
+    pub fn committed(&self, partition: u64, bytes: u64) {
+        if self.budget.is_none() {
+            return;
+        }
+        let mut st = self.lock();
+        self.roll(&mut st);
+        st.bytes += bytes;
+        st.active.insert(partition);
+    }
+
+    /// The window a commit opening now gets, or `None` without a budget (the configured
+    /// `min_delay` then applies).
+    pub fn window(&self) -> Option<Duration> {
+        self.budget?;
+        let mut st = self.lock();
+        self.roll(&mut st);
+        Some(st.window)
+    }
+
+    pub fn status(&self) -> WearStatus {
+        let mut st = self.lock();
+        self.roll(&mut st);
+        WearStatus {
+            budget_bytes_per_sec: self.budget.unwrap_or(0.0),
+            arrival_bytes_per_sec: st.rate,
+            window: st.window,
+            projected_bytes_per_sec: projected(st.rate, st.partitions, st.window),
+        }
+    }
+
+    /// Closes the buckets that ended (empty ones decay the rate) and chooses the window anew.
+    fn roll(&self, st: &mut State) {
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(st.since);
+        if elapsed < BUCKET {
+            return;
+        }
+        let newest = st.bytes as f64 / elapsed.as_secs_f64();
+        // An interval of k buckets weighs as k buckets would (idle time decays the rate).
+        let weight = 1.0 - (1.0 - SMOOTHING).powf(elapsed.as_secs_f64() / BUCKET.as_secs_f64());
+        st.rate += (newest - st.rate) * weight;
+        st.partitions = st.active.len().max(1);
+        st.active.clear();
+        st.bytes = 0;
+        st.since = now;
+        st.window = self.choose(st.rate, st.partitions);
+    }
+
+    /// The window for `partitions` partitions sharing data arriving at `rate` bytes/s.
+    fn choose(&self, rate: f64, partitions: usize) -> Duration {
+        let Some(budget) = self.budget else {
+            return self.min;
+        };
+        let spare = budget - rate - FIXED_BYTES_PER_SEC;
+        if spare <= 0.0 {
+            return self.min;
+        }
+        let seconds = partitions as f64 * PAGE_BYTES / spare;
+        Duration::from_secs_f64(seconds.min(self.max.as_secs_f64())).max(self.min)
+    }
+}
+
+/// Device bytes a second: the data, a page per commit of each partition, the fixed part.
+pub fn projected(rate: f64, partitions: usize, window: Duration) -> f64 {
+    let commits = partitions as f64 / window.as_secs_f64().max(1e-3);
+    rate + commits * PAGE_BYTES + FIXED_BYTES_PER_SEC
+}
+
+impl WearConfig {
+    /// Device bytes a second the card can take for `lifetime` (even wear).
+    pub fn bytes_per_sec(&self) -> f64 {
+        self.card_size.0 as f64 * f64::from(self.write_cycles)
+            / self.lifetime.0.as_secs_f64().max(1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tern_core::HumanDuration;
+
+    fn controller(enabled: bool) -> WearController {
+        let mut flush = FlushConfig::default();
+        flush.wear.enabled = enabled;
+        WearController::new(&flush)
+    }
+
+    fn controller_up_to(max: Duration) -> WearController {
+        let mut flush = FlushConfig::default();
+        flush.wear.max_ack_delay = HumanDuration(max);
+        WearController::new(&flush)
+    }
+
+    /// `msgs` appends of `bytes` a second for `seconds`, one partition, spread evenly.
+    async fn feed(c: &WearController, msgs: u64, bytes: u64, seconds: u64) {
+        let step = Duration::from_secs(1) / u32::try_from(msgs).unwrap_or(1);
+        for _ in 0..msgs * seconds {
+            c.committed(0, bytes);
+            tokio::time::advance(step).await;
+        }
+    }
+
+    #[test]
+    fn the_default_budget_is_a_32_gb_card_for_20_years() {
+        let wear = WearConfig::default();
+        // 32e9 × 1000 / (20 × 365.25 × 86400 s) ≈ 50.7 kB/s.
+        assert!((wear.bytes_per_sec() - 50_700.0).abs() < 100.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickle_gets_the_window_that_meets_the_budget_within_the_delay() {
+        let c = controller(true);
+        // 100 msg/s of 150 B stored: 15 kB/s.
+        feed(&c, 100, 150, 20).await;
+        let status = c.status();
+        assert!(
+            (status.arrival_bytes_per_sec - 15_000.0).abs() < 500.0,
+            "{status:?}"
+        );
+        let budget = status.budget_bytes_per_sec;
+        let want = PAGE_BYTES / (budget - 15_000.0 - FIXED_BYTES_PER_SEC);
+        assert!(
+            (status.window.as_secs_f64() - want).abs() < 0.005,
+            "{status:?}, want {want}"
+        );
+        assert!(
+            status.projected_bytes_per_sec <= budget * 1.01,
+            "{status:?}"
+        );
+        // 10 msg/s leaves more room: a shorter window.
+        feed(&c, 10, 170, 20).await;
+        let slow = c.window().expect("a budget");
+        assert!(slow < status.window, "{slow:?} !< {:?}", status.window);
+        assert!(c.status().projected_bytes_per_sec <= budget * 1.001);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_window_never_passes_the_acceptable_delay_nor_goes_below_min_delay() {
+        let c = controller(true);
+        // 150 msg/s of 200 B: the budget wants a longer window than 130 ms allows.
+        feed(&c, 150, 200, 20).await;
+        assert_eq!(c.window(), Some(Duration::from_millis(130)));
+        // Nothing arrives: the rate decays, the window shrinks, never below min_delay.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let idle = c.window().expect("a budget");
+        assert!(idle >= Duration::from_millis(10) && idle < Duration::from_millis(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_over_the_budget_gets_min_delay_and_partitions_share_the_budget() {
+        let c = controller(true);
+        feed(&c, 1000, 100, 10).await;
+        assert_eq!(c.window(), Some(Duration::from_millis(10)), "over budget");
+        let two = controller_up_to(Duration::from_secs(1));
+        for _ in 0..200 {
+            two.committed(1, 50);
+            two.committed(2, 50);
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        let one = controller_up_to(Duration::from_secs(1));
+        feed(&one, 100, 100, 2).await;
+        let (w2, w1) = (two.window().expect("on"), one.window().expect("on"));
+        assert!(
+            (w2.as_secs_f64() / w1.as_secs_f64() - 2.0).abs() < 0.1,
+            "{w2:?} vs {w1:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_budget_the_configured_window_applies() {
+        let c = controller(false);
+        feed(&c, 100, 170, 5).await;
+        assert_eq!(c.window(), None);
+        let mut flush = FlushConfig::default();
+        flush.wear.max_ack_delay = HumanDuration(Duration::from_millis(1));
+        // An acceptable delay below min_delay leaves min_delay.
+        assert_eq!(
+            WearController::new(&flush).window(),
+            Some(Duration::from_millis(10))
+        );
+    }
+}
