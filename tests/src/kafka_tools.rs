@@ -96,27 +96,6 @@ impl ConsumedRecord {
     }
 }
 
-/// Runs a Kafka tool class against `bootstrap` (tern's own Kafka listener, no cluster): its
-/// output, or an error with the tool's output when it exits with a failure.
-pub fn run_tool_at(bootstrap: &str, main_class: &str, args: &[&str]) -> anyhow::Result<Output> {
-    let scratch = std::env::temp_dir();
-    let output = java(&scratch, TOOL_JVM, main_class)?
-        .arg("--bootstrap-server")
-        .arg(bootstrap)
-        .args(args)
-        .output()
-        .with_context(|| format!("cannot run {main_class}"))?;
-    if !output.status.success() {
-        bail!(
-            "{main_class} {args:?} failed ({}):\n{}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(output)
-}
-
 impl KafkaCluster {
     /// Runs a Kafka tool class against this cluster's bootstrap servers.
     pub fn run_tool(&self, main_class: &str, args: &[&str]) -> anyhow::Result<Output> {

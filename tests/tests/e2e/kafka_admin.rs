@@ -18,7 +18,8 @@ fn kafka_topics_creates_grows_describes_and_deletes_a_topic_on_tern() -> anyhow:
     let dir = TempDir::new("kafka-admin")?;
     let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
     let bootstrap = gateway.kafka.to_string();
-    let topics = |args: &[&str]| run_tool_at(&bootstrap, TOPICS, args);
+    let tools = TempDir::new("kafka-admin-tools")?;
+    let topics = |args: &[&str]| run_tool_at(tools.path(), &bootstrap, TOPICS, args, b"");
     let create = ["--create", "--topic", "plant.alarms", "--partitions", "3"];
     topics(&[&create[..], &["--replication-factor", "1"]].concat())?;
     let described = text(&topics(&["--describe", "--topic", "plant.alarms"])?);
@@ -33,6 +34,7 @@ fn kafka_topics_creates_grows_describes_and_deletes_a_topic_on_tern() -> anyhow:
     assert!(described.contains("PartitionCount: 5"), "{described}");
 
     let configs = run_tool_at(
+        tools.path(),
         &bootstrap,
         CONFIGS,
         &[
@@ -43,6 +45,7 @@ fn kafka_topics_creates_grows_describes_and_deletes_a_topic_on_tern() -> anyhow:
             "--entity-name",
             "plant.alarms",
         ],
+        b"",
     )?;
     let configs = text(&configs);
     for entry in [
