@@ -9,12 +9,12 @@
 //! until all three agree.
 
 mod api_versions;
-mod delete_groups;
-mod describe_groups;
 mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_topics;
 mod describe_configs;
+mod describe_groups;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
