@@ -14,8 +14,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
 use crate::api::{self, Conn, Ctx, Reply};
-use crate::frame;
 use crate::header;
+use tern_core::frame;
 use tern_log::LogPort;
 
 /// Requests read ahead of their answers, per connection (Kafka's producers send at most 5).
@@ -65,7 +65,7 @@ async fn read_loop<R: AsyncRead + Unpin, L: LogPort>(
                 break;
             }
         };
-        let request = match header::decode(frame) {
+        let request = match header::decode(Bytes::from(frame)) {
             Ok(request) => request,
             Err(err) => {
                 tracing::warn!(peer = %conn.peer, %err, "closing a Kafka connection");

@@ -4,14 +4,13 @@
 //! tern-upstream that imports `kafka-protocol`, and it uses it for the whole codec. It reaches
 //! storage only through `tern_log::LogPort`, so its unit tests run on `tern_log::MemoryLog`.
 //!
-//! Layers: `frame` (size-prefixed frames), `header` (request header), `api/` (one module per
+//! Layers: `tern_core::frame` (size-prefixed frames), `header` (request header), `api/` (one module per
 //! API, dispatch by key), `connection` (one client, answers in order), `listener` (accept loop).
 
 mod api;
 mod config;
 mod connection;
 mod error;
-mod frame;
 mod group;
 mod header;
 mod listener;

@@ -234,5 +234,5 @@ async fn read_frame(from: &mut OwnedReadHalf) -> std::io::Result<Option<Vec<u8>>
 }
 
 async fn write_frame(to: &mut OwnedWriteHalf, frame: &[u8]) -> std::io::Result<()> {
-    kafka_frame::write_frame(to, frame).await
+    kafka_frame::write_frame(to, &[frame]).await
 }

@@ -1,6 +1,6 @@
 //! Kafka's framing, shared by the group client's connection (`conn.rs`) and by tools that sit
 //! between a Kafka client and a cluster (tern-bench's byte-counting proxy): size-prefixed frames
-//! read from and written to an async stream, the request header, a response's correlation id,
+//! (tern-core's, re-exported), the request header, a response's correlation id,
 //! and the broker list at the head of a Metadata response (versions 0-8, the non-flexible ones;
 //! rskafka speaks 0-4), which a proxy rewrites to point at itself. Everything after the broker
 //! list is kept as opaque bytes, so a rewrite changes no other byte.
@@ -12,56 +12,12 @@
     reason = "Kafka's protocol is big-endian by definition"
 )]
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-
 pub use super::wire::WireError;
 
 /// Kafka's API key of Metadata requests.
 pub const API_METADATA: i16 = 3;
 
-/// Why a frame could not be read.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum FrameError {
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-    /// The size prefix is negative or larger than the reader accepts.
-    #[error("frame of {size} bytes (at most {max} accepted)")]
-    Size { size: i64, max: usize },
-}
-
-/// Reads one size-prefixed frame and returns it without its prefix; `Ok(None)` when the stream
-/// ends cleanly before a frame starts.
-pub async fn read_frame<R: AsyncRead + Unpin>(
-    from: &mut R,
-    max: usize,
-) -> Result<Option<Vec<u8>>, FrameError> {
-    let mut prefix = [0u8; 4];
-    match from.read_exact(&mut prefix).await {
-        Ok(_) => {}
-        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(err) => return Err(err.into()),
-    }
-    let size = i32::from_be_bytes(prefix);
-    let len = usize::try_from(size)
-        .ok()
-        .filter(|&len| len <= max)
-        .ok_or(FrameError::Size {
-            size: i64::from(size),
-            max,
-        })?;
-    let mut frame = vec![0u8; len];
-    from.read_exact(&mut frame).await?;
-    Ok(Some(frame))
-}
-
-/// Writes `frame` with its size prefix.
-pub async fn write_frame<W: AsyncWrite + Unpin>(to: &mut W, frame: &[u8]) -> std::io::Result<()> {
-    let size = i32::try_from(frame.len())
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "frame over 2 GiB"))?;
-    to.write_all(&size.to_be_bytes()).await?;
-    to.write_all(frame).await
-}
+pub use tern_core::frame::{FrameError, read_frame, write_frame};
 
 /// The start of a request frame (header v1+).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

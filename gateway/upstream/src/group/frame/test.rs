@@ -68,39 +68,6 @@ fn request_headers_and_correlation_ids_golden_bytes() {
     assert_eq!(correlation_id(&[0, 0, 7]), None);
 }
 
-#[tokio::test]
-async fn frames_are_read_and_written_with_their_size_prefix() {
-    let mut out = Vec::new();
-    write_frame(&mut out, b"abc").await.expect("writes");
-    write_frame(&mut out, b"").await.expect("writes");
-    assert_eq!(out, [0, 0, 0, 3, b'a', b'b', b'c', 0, 0, 0, 0]);
-    let mut reader = &out[..];
-    let first = read_frame(&mut reader, 16).await.expect("reads");
-    assert_eq!(first.as_deref(), Some(&b"abc"[..]));
-    let second = read_frame(&mut reader, 16).await.expect("reads");
-    assert_eq!(second.as_deref(), Some(&b""[..]));
-    assert!(
-        read_frame(&mut reader, 16)
-            .await
-            .expect("clean end")
-            .is_none()
-    );
-    let mut too_big = &[0u8, 0, 0, 17][..];
-    let err = read_frame(&mut too_big, 16).await.err();
-    assert!(
-        matches!(err, Some(FrameError::Size { size: 17, max: 16 })),
-        "{err:?}"
-    );
-    let mut negative = &[0xffu8, 0xff, 0xff, 0xff][..];
-    let err = read_frame(&mut negative, 16).await.err();
-    assert!(matches!(err, Some(FrameError::Size { size: -1, .. })));
-    let mut cut = &[0u8, 0, 0, 3, b'a'][..];
-    assert!(matches!(
-        read_frame(&mut cut, 16).await,
-        Err(FrameError::Io(_))
-    ));
-}
-
 /// A Metadata response of `version` with `brokers` (node id, host, port, rack), then `tail`.
 fn response(version: i16, brokers: &[(i32, String, i32, Option<String>)], tail: &[u8]) -> Vec<u8> {
     let mut f = 42i32.to_be_bytes().to_vec();

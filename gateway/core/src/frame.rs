@@ -1,6 +1,6 @@
-//! Kafka's framing on the listener side: a 4-byte big-endian size, then that many bytes. Reads
-//! one request frame (bounded by `max_request_size`) and writes one response frame. Knows nothing
-//! about what a frame holds.
+//! Kafka's framing, spoken by tern's Kafka listener and by the upstream group client: a 4-byte
+//! big-endian size, then that many bytes, on a stream the caller owns. Knows nothing about what a
+//! frame holds.
 //!
 //! It never allocates more than the size prefix announces and the limit allows, and a short or
 //! oversized frame is an error, never a panic.
@@ -9,7 +9,6 @@
     reason = "Kafka's protocol is big-endian by definition"
 )]
 
-use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Why a frame could not be read.
@@ -18,8 +17,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 pub enum FrameError {
     #[error(transparent)]
     Io(#[from] std::io::Error),
-    /// The size prefix is negative or larger than the listener accepts.
-    #[error("request frame of {size} bytes (at most {max} accepted)")]
+    /// The size prefix is negative or larger than the reader accepts.
+    #[error("frame of {size} bytes (at most {max} accepted)")]
     Size { size: i64, max: usize },
 }
 
@@ -28,7 +27,7 @@ pub enum FrameError {
 pub async fn read_frame<R: AsyncRead + Unpin>(
     from: &mut R,
     max: usize,
-) -> Result<Option<Bytes>, FrameError> {
+) -> Result<Option<Vec<u8>>, FrameError> {
     let mut prefix = [0u8; 4];
     match from.read_exact(&mut prefix).await {
         Ok(_) => {}
@@ -43,9 +42,9 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             size: i64::from(size),
             max,
         })?;
-    let mut frame = BytesMut::zeroed(len);
+    let mut frame = vec![0u8; len];
     from.read_exact(&mut frame).await?;
-    Ok(Some(frame.freeze()))
+    Ok(Some(frame))
 }
 
 /// Writes the frame made of `parts` (header, body) with its size prefix.
@@ -68,7 +67,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn read_all(bytes: &[u8], max: usize) -> Vec<Result<Option<Bytes>, String>> {
+    fn read_all(bytes: &[u8], max: usize) -> Vec<Result<Option<Vec<u8>>, String>> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
