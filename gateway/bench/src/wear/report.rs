@@ -90,6 +90,8 @@ impl Report {
         self.add(rate, "tern", run);
     }
 
+    /// Without the `sqlite` feature there is no comparison to add.
+    #[cfg(feature = "sqlite")]
     pub fn add_sqlite(&mut self, rate: f64, run: Measured) {
         self.add(rate, "SQLite WAL FULL", run);
     }
