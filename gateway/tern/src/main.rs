@@ -13,6 +13,7 @@ mod cursors;
 mod health;
 mod reload;
 mod status;
+mod systemd;
 
 use cli::{Cli, Command, ConfigCommand, CursorTarget, CursorsCommand, LogCommand};
 
