@@ -20,6 +20,7 @@ mod mqtt_durability;
 mod mqtt_shared;
 mod operations;
 mod readings;
+mod systemd;
 mod upstream;
 mod upstream_faults;
 mod upstream_shared;
