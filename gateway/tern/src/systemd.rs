@@ -75,7 +75,7 @@ pub async fn run(
     if let Some(timeout) = watchdog {
         tracing::info!(?timeout, "systemd watchdog enabled");
     }
-    supervise(readiness, tasks, watchdog, shutdown, |states| send(states)).await;
+    supervise(readiness, tasks, watchdog, shutdown, send).await;
 }
 
 /// [`run`]'s loop, with the sender passed in (the tests count what it sends).
@@ -86,7 +86,8 @@ async fn supervise(
     mut shutdown: Shutdown,
     mut notify: impl FnMut(&[NotifyState<'_>]),
 ) {
-    // Without a watchdog the tick never fires; with one, every half interval as sd_watchdog_enabled(3) advises.
+    // Without a watchdog the tick arm is disabled; with one, it fires every half interval, as
+    // sd_watchdog_enabled(3) advises.
     let period = watchdog.map_or(Duration::from_secs(3600), |t| {
         (t / 2).max(Duration::from_millis(1))
     });
@@ -100,6 +101,9 @@ async fn supervise(
                 let is_alive = alive(&readiness.borrow(), &tasks);
                 if is_alive {
                     notify(&[NotifyState::Watchdog]);
+                    if !was_alive {
+                        tracing::info!("alive again: systemd watchdog keep-alives resume");
+                    }
                 } else if was_alive {
                     tracing::error!("not alive (health checker stale, a listener ended or a writer stopped): withholding systemd watchdog keep-alives");
                 }
