@@ -122,6 +122,9 @@ check_contents() {
   grep -q "$(machine_of "$arch")" <<<"$machine" || { echo "package: $arch holds a $machine binary" >&2; rm -rf "$dir"; return 1; }
   grep -q '^ExecStart=/usr/bin/tern serve --config /etc/tern/tern.toml$' \
     "$dir/usr/lib/systemd/system/tern.service" || { echo "package: unit's ExecStart" >&2; rm -rf "$dir"; return 1; }
+  grep -q '^Type=notify$' "$dir/usr/lib/systemd/system/tern.service" &&
+    grep -q '^WatchdogSec=' "$dir/usr/lib/systemd/system/tern.service" ||
+    { echo "package: the unit is not Type=notify with WatchdogSec=" >&2; rm -rf "$dir"; return 1; }
   # systemd-analyze resolves ExecStart= on this machine: point it at the packaged binary.
   sed "s#/usr/bin/tern#$dir/usr/bin/tern#" "$dir/usr/lib/systemd/system/tern.service" >"$dir/tern.service"
   # It exits 0 after "ignoring" a line it cannot parse, so any remark counts as a failure.

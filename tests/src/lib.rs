@@ -270,6 +270,15 @@ impl Gateway {
         Self::spawn_with(data_dir, options, None, &[])
     }
 
+    /// [`Gateway::spawn`] with extra environment variables (e.g. `NOTIFY_SOCKET`).
+    pub fn spawn_with_env(
+        data_dir: &Path,
+        options: &ServeOptions,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        Self::spawn_with(data_dir, options, None, env)
+    }
+
     fn spawn_with(
         data_dir: &Path,
         options: &ServeOptions,

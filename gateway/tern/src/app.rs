@@ -181,6 +181,7 @@ pub async fn run(
         &upstream_status,
     );
     let readiness = health.subscribe();
+    let health_readiness = health.subscribe();
     sources.push(Arc::new(crate::health::ReadinessMetrics(readiness.clone())));
     let status = Arc::new(StatusPage::new(
         log.clone(),
@@ -217,6 +218,14 @@ pub async fn run(
     let mqtt_tls_task = mqtt_tls.map(|tls| tokio::spawn(tls.run(shutdown.clone())));
 
     tracing::info!("tern {} ready", env!("CARGO_PKG_VERSION"));
+    crate::systemd::ready();
+    let mut listeners = vec![mqtt_task.abort_handle(), admin_task.abort_handle()];
+    listeners.extend(mqtt_tls_task.as_ref().map(JoinHandle::abort_handle));
+    let systemd_task = tokio::spawn(crate::systemd::run(
+        health_readiness,
+        listeners,
+        shutdown.clone(),
+    ));
     let grace = config.shutdown.grace.0;
     let mut running = config;
     loop {
@@ -236,7 +245,9 @@ pub async fn run(
         }
     }
 
+    crate::systemd::stopping();
     let drained = async {
+        let _ = systemd_task.await;
         let _ = mqtt_task.await;
         if let Some(task) = mqtt_tls_task {
             let _ = task.await;

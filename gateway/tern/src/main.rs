@@ -14,6 +14,7 @@ mod device;
 mod health;
 mod reload;
 mod status;
+mod systemd;
 
 use cli::{Cli, Command, ConfigCommand, CursorTarget, CursorsCommand, LogCommand};
 

@@ -24,6 +24,7 @@ mod mqtt_rate;
 mod mqtt_shared;
 mod operations;
 mod readings;
+mod systemd;
 mod upstream;
 mod upstream_faults;
 mod upstream_shared;
