@@ -28,6 +28,9 @@ struct Peer {
     sent: Vec<Vec<u8>>,
     withhold_pubacks: usize,
     silent: bool,
+    /// `read_ready` reports nothing this many times first (a gateway still checking the
+    /// password); each wait-loop turn reads the clock, so that is at least as many ms.
+    slow_reads: usize,
 }
 
 impl embedded_io::ErrorType for Peer {
@@ -46,6 +49,10 @@ impl Read for Peer {
 
 impl ReadReady for Peer {
     fn read_ready(&mut self) -> core::result::Result<bool, Self::Error> {
+        if self.slow_reads > 0 {
+            self.slow_reads -= 1;
+            return Ok(false);
+        }
         Ok(!self.to_client.is_empty())
     }
 }
@@ -109,6 +116,7 @@ fn config() -> ClientConfig<'static> {
         client_id: "tern-7",
         credentials: None,
         keep_alive_s: 2,
+        connect_timeout_ms: 50,
         ack_timeout_ms: 50,
         max_retries: 2,
     }
@@ -201,6 +209,31 @@ fn silent_server_times_out_connect() {
         silent: true,
         ..Peer::default()
     });
+    assert_eq!(
+        c.connect(),
+        Err(ClientError::Timeout {
+            awaiting: Awaiting::ConnAck
+        })
+    );
+}
+
+#[test]
+fn slow_connack_within_connect_timeout_connects() {
+    // CONNACK comes after more than `ack_timeout_ms` (50) but inside `connect_timeout_ms`.
+    let slow = || Peer {
+        slow_reads: 200,
+        ..Peer::default()
+    };
+    let patient = ClientConfig {
+        connect_timeout_ms: 1_000,
+        ..config()
+    };
+    let mut c: Client<'static, Peer, StepClock> =
+        Client::new(slow(), StepClock::default(), patient);
+    assert_eq!(c.connect(), Ok(()));
+    assert!(c.is_connected());
+    // Control: the same gateway with the CONNACK held to `ack_timeout_ms` is a timeout.
+    let mut c = client(slow());
     assert_eq!(
         c.connect(),
         Err(ClientError::Timeout {
