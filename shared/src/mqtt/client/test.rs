@@ -28,9 +28,10 @@ struct Peer {
     sent: Vec<Vec<u8>>,
     withhold_pubacks: usize,
     silent: bool,
-    /// `read_ready` reports nothing this many times first (a gateway still checking the
-    /// password); each wait-loop turn reads the clock, so that is at least as many ms.
+    /// Each reply is held back for this many `read_ready` calls (a busy gateway, one still
+    /// checking the password); each wait-loop turn reads the clock, so that is as many ms.
     slow_reads: usize,
+    held: usize,
 }
 
 impl embedded_io::ErrorType for Peer {
@@ -49,8 +50,8 @@ impl Read for Peer {
 
 impl ReadReady for Peer {
     fn read_ready(&mut self) -> core::result::Result<bool, Self::Error> {
-        if self.slow_reads > 0 {
-            self.slow_reads -= 1;
+        if self.held > 0 {
+            self.held -= 1;
             return Ok(false);
         }
         Ok(!self.to_client.is_empty())
@@ -108,6 +109,7 @@ impl Peer {
         let mut buf = [0u8; 256];
         let len = packet.encode(&mut buf).unwrap();
         self.to_client.extend(&buf[..len]);
+        self.held = self.slow_reads;
     }
 }
 
@@ -218,8 +220,9 @@ fn silent_server_times_out_connect() {
 }
 
 #[test]
-fn slow_connack_within_connect_timeout_connects() {
-    // CONNACK comes after more than `ack_timeout_ms` (50) but inside `connect_timeout_ms`.
+fn slow_connack_and_suback_within_connect_timeout_set_up_the_session() {
+    // CONNACK and SUBACK come after more than `ack_timeout_ms` (50) but inside
+    // `connect_timeout_ms`.
     let slow = || Peer {
         slow_reads: 200,
         ..Peer::default()
@@ -231,7 +234,17 @@ fn slow_connack_within_connect_timeout_connects() {
     let mut c: Client<'static, Peer, StepClock> =
         Client::new(slow(), StepClock::default(), patient);
     assert_eq!(c.connect(), Ok(()));
+    assert_eq!(c.subscribe("sensors/7/command"), Ok(()));
     assert!(c.is_connected());
+    // A PUBACK as slow is still only waited for `ack_timeout_ms`, then resent with DUP.
+    assert_eq!(
+        c.publish("sensors/7/reading", b"hi", QoS::AtLeastOnce),
+        Err(ClientError::Timeout {
+            awaiting: Awaiting::PubAck { packet_id: 2 }
+        })
+    );
+    let peer = c.into_transport();
+    assert_eq!(first_byte_of_each(&peer), vec![0x10, 0x82, 0x32, 0x3a, 0x3a]);
     // Control: the same gateway with the CONNACK held to `ack_timeout_ms` is a timeout.
     let mut c = client(slow());
     assert_eq!(
