@@ -244,7 +244,10 @@ fn slow_connack_and_suback_within_connect_timeout_set_up_the_session() {
         })
     );
     let peer = c.into_transport();
-    assert_eq!(first_byte_of_each(&peer), vec![0x10, 0x82, 0x32, 0x3a, 0x3a]);
+    assert_eq!(
+        first_byte_of_each(&peer),
+        vec![0x10, 0x82, 0x32, 0x3a, 0x3a]
+    );
     // Control: the same gateway with the CONNACK held to `ack_timeout_ms` is a timeout.
     let mut c = client(slow());
     assert_eq!(
