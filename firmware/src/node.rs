@@ -18,6 +18,11 @@ use crate::clock::Millis;
 pub const BACKLOG: usize = 64;
 const FIRST_BACKOFF_MS: u32 = 250;
 const MAX_BACKOFF_MS: u32 = 4_000;
+/// How long a CONNECT waits for its CONNACK. The gateway verifies the password with argon2
+/// (tens of ms on a Pi, 1.5 to 2 s on an emulated gateway under load) and is often still
+/// starting after a reboot; a shorter wait abandons logins that would have succeeded, and each
+/// abandoned CONNECT costs the gateway a whole verification for nothing.
+const CONNECT_TIMEOUT_MS: u32 = 10_000;
 const TOPIC_LEN: usize = 40;
 
 /// Why `Node::run` returned.
@@ -244,6 +249,7 @@ impl Identity {
                 password: password.as_bytes(),
             }),
             keep_alive_s: 30,
+            connect_timeout_ms: CONNECT_TIMEOUT_MS,
             ack_timeout_ms: 500,
             max_retries: 2,
         }

@@ -52,6 +52,8 @@ pub struct Device {
     pub id: u32,
     /// `None` builds a device that connects anonymously.
     pub password: Option<String>,
+    /// `TERN_PERIOD_MS`, the sampling period; `None` keeps the firmware's default (200 ms).
+    pub period_ms: Option<u32>,
 }
 
 impl std::fmt::Debug for Device {
@@ -59,6 +61,7 @@ impl std::fmt::Debug for Device {
         f.debug_struct("Device")
             .field("id", &self.id)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("period_ms", &self.period_ms)
             .finish()
     }
 }
@@ -66,7 +69,11 @@ impl std::fmt::Debug for Device {
 impl Device {
     /// A device that connects without credentials.
     pub fn anonymous(id: u32) -> Self {
-        Self { id, password: None }
+        Self {
+            id,
+            password: None,
+            period_ms: None,
+        }
     }
 
     /// A device that logs in as `{id}` with `password`.
@@ -74,7 +81,15 @@ impl Device {
         Self {
             id,
             password: Some(password.to_owned()),
+            period_ms: None,
         }
+    }
+
+    /// The same device sampling every `period_ms` (its 64-reading backlog then spans
+    /// 64 × `period_ms` of gateway downtime).
+    pub fn with_period_ms(mut self, period_ms: u32) -> Self {
+        self.period_ms = Some(period_ms);
+        self
     }
 
     /// The MQTT username the firmware sends: the device id in decimal.
@@ -149,6 +164,10 @@ pub fn build_device(board: Board, device: &Device) -> anyhow::Result<PathBuf> {
     match &device.password {
         Some(password) => command.env("TERN_DEVICE_PASSWORD", password),
         None => command.env_remove("TERN_DEVICE_PASSWORD"),
+    };
+    match device.period_ms {
+        Some(period_ms) => command.env("TERN_PERIOD_MS", period_ms.to_string()),
+        None => command.env_remove("TERN_PERIOD_MS"),
     };
     let status = command
         .args([

@@ -23,7 +23,11 @@ pub struct ClientConfig<'a> {
     pub credentials: Option<Credentials<'a>>,
     /// Keep alive announced in CONNECT; a PINGREQ goes out after half of it without traffic.
     pub keep_alive_s: u16,
-    /// How long to wait for CONNACK, PUBACK, SUBACK or PINGRESP before giving up or resending.
+    /// How long to wait for CONNACK and the SUBACK that completes the session. A gateway checks
+    /// the password (argon2, slow by design) and may still be starting, so this is longer than
+    /// `ack_timeout_ms`.
+    pub connect_timeout_ms: u32,
+    /// How long to wait for PUBACK or PINGRESP before giving up or resending.
     pub ack_timeout_ms: u32,
     /// How often a QoS 1 PUBLISH is resent (with DUP) before `publish` fails.
     pub max_retries: u8,
@@ -275,10 +279,15 @@ where
         waited
     }
 
-    /// Waits until `awaiting` arrives or `ack_timeout_ms` passes, handling other packets.
-    /// A timeout leaves the session up, so a PUBLISH can be resent.
+    /// Waits until `awaiting` arrives or its timeout (`connect_timeout_ms` for CONNACK and
+    /// SUBACK, `ack_timeout_ms` otherwise) passes, handling other packets. A timeout leaves the session
+    /// up, so a PUBLISH can be resent.
     fn wait_once(&mut self, awaiting: Awaiting) -> Result<Incoming, T::Error> {
-        let deadline = self.clock.now_ms() + u64::from(self.config.ack_timeout_ms);
+        let timeout_ms = match awaiting {
+            Awaiting::ConnAck | Awaiting::SubAck { .. } => self.config.connect_timeout_ms,
+            _ => self.config.ack_timeout_ms,
+        };
+        let deadline = self.clock.now_ms() + u64::from(timeout_ms);
         loop {
             while let Some(incoming) = self.next_incoming()? {
                 if answers(awaiting, incoming) {

@@ -28,6 +28,10 @@ struct Peer {
     sent: Vec<Vec<u8>>,
     withhold_pubacks: usize,
     silent: bool,
+    /// Each reply is held back for this many `read_ready` calls (a busy gateway, one still
+    /// checking the password); each wait-loop turn reads the clock, so that is as many ms.
+    slow_reads: usize,
+    held: usize,
 }
 
 impl embedded_io::ErrorType for Peer {
@@ -46,6 +50,10 @@ impl Read for Peer {
 
 impl ReadReady for Peer {
     fn read_ready(&mut self) -> core::result::Result<bool, Self::Error> {
+        if self.held > 0 {
+            self.held -= 1;
+            return Ok(false);
+        }
         Ok(!self.to_client.is_empty())
     }
 }
@@ -101,6 +109,7 @@ impl Peer {
         let mut buf = [0u8; 256];
         let len = packet.encode(&mut buf).unwrap();
         self.to_client.extend(&buf[..len]);
+        self.held = self.slow_reads;
     }
 }
 
@@ -109,6 +118,7 @@ fn config() -> ClientConfig<'static> {
         client_id: "tern-7",
         credentials: None,
         keep_alive_s: 2,
+        connect_timeout_ms: 50,
         ack_timeout_ms: 50,
         max_retries: 2,
     }
@@ -201,6 +211,45 @@ fn silent_server_times_out_connect() {
         silent: true,
         ..Peer::default()
     });
+    assert_eq!(
+        c.connect(),
+        Err(ClientError::Timeout {
+            awaiting: Awaiting::ConnAck
+        })
+    );
+}
+
+#[test]
+fn slow_connack_and_suback_within_connect_timeout_set_up_the_session() {
+    // CONNACK and SUBACK come after more than `ack_timeout_ms` (50) but inside
+    // `connect_timeout_ms`.
+    let slow = || Peer {
+        slow_reads: 200,
+        ..Peer::default()
+    };
+    let patient = ClientConfig {
+        connect_timeout_ms: 1_000,
+        ..config()
+    };
+    let mut c: Client<'static, Peer, StepClock> =
+        Client::new(slow(), StepClock::default(), patient);
+    assert_eq!(c.connect(), Ok(()));
+    assert_eq!(c.subscribe("sensors/7/command"), Ok(()));
+    assert!(c.is_connected());
+    // A PUBACK as slow is still only waited for `ack_timeout_ms`, then resent with DUP.
+    assert_eq!(
+        c.publish("sensors/7/reading", b"hi", QoS::AtLeastOnce),
+        Err(ClientError::Timeout {
+            awaiting: Awaiting::PubAck { packet_id: 2 }
+        })
+    );
+    let peer = c.into_transport();
+    assert_eq!(
+        first_byte_of_each(&peer),
+        vec![0x10, 0x82, 0x32, 0x3a, 0x3a]
+    );
+    // Control: the same gateway with the CONNACK held to `ack_timeout_ms` is a timeout.
+    let mut c = client(slow());
     assert_eq!(
         c.connect(),
         Err(ClientError::Timeout {
