@@ -194,8 +194,10 @@ fn shape(options: &BenchOptions) -> LoadShape {
     }
 }
 
+/// `a / b`, or `None` when either is missing or the quotient is not a number (a quick run may
+/// take less CPU than one clock tick of /proc, so a denominator can be zero).
 fn divide(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    Some(a? / b?)
+    Some(a? / b?).filter(|q| q.is_finite())
 }
 
 fn rate(run: Option<Run>) -> Option<f64> {

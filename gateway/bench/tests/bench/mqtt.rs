@@ -67,7 +67,9 @@ fn quick_bench_prints_every_figure_side_by_side() -> anyhow::Result<()> {
         .map(Vec::as_slice)
         .unwrap_or_default();
     let names: Vec<&str> = targets.iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names.len(), 5, "{report:#}");
+    // The CPU ratio is a target only when Mosquitto's CPU was measurable (at least one tick).
+    let cpu_measured = report["ratio"]["qos1_cpu_per_message"].is_f64();
+    assert_eq!(names.len(), if cpu_measured { 5 } else { 4 }, "{report:#}");
     for target in targets {
         assert!(target["met"].is_boolean(), "{target}");
         assert!(
