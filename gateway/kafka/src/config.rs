@@ -12,8 +12,11 @@ use tern_core::{ByteSize, InvalidConfig, invalid};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KafkaListenerConfig {
-    /// Whether Kafka clients can connect at all.
-    pub enabled: bool,
+    /// Whether Kafka clients can connect at all: `true`, `false`, or unset (the default), which
+    /// runs the listener only where it cannot get around MQTT's access rules (the listener has no
+    /// authentication yet; the binary decides, since those rules live in `[mqtt]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
     /// Address of the listener.
     pub listen: SocketAddr,
     /// `host:port` that Metadata names as the one broker; by default the address the client
@@ -34,7 +37,7 @@ pub struct KafkaListenerConfig {
 impl Default for KafkaListenerConfig {
     fn default() -> Self {
         Self {
-            enabled: true,
+            enabled: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             advertised: None,
             max_request_size: ByteSize(8 << 20),

@@ -143,7 +143,15 @@ pub async fn run(
         tracing::info!("mqtt tls listener on {addr}");
     }
 
-    let kafka = if config.kafka_listener.enabled {
+    if let (None, Some(why)) = (
+        config.kafka_listener.enabled,
+        config.kafka_listener_bypass(),
+    ) {
+        tracing::info!(
+            "kafka listener off: it has no authentication yet and {why} (docs/kafka.md)"
+        );
+    }
+    let kafka = if config.kafka_listener_runs() {
         let kafka = KafkaListener::bind(config.kafka_listener.clone(), log.clone()).await?;
         tracing::info!(
             "kafka listener on {}",

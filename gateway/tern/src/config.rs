@@ -243,6 +243,47 @@ impl Config {
         Ok(self.check()?)
     }
 
+    /// Why the Kafka listener would be a way around MQTT's access rules, if it would: it has no
+    /// authentication or ACLs yet (docs/kafka.md), so it is safe only where MQTT lets an
+    /// anonymous client do everything too (anonymous clients allowed on its address and no
+    /// `[[mqtt.acl]]` rules).
+    pub fn kafka_listener_bypass(&self) -> Option<&'static str> {
+        let anonymous = match self.mqtt.auth.allow_anonymous {
+            tern_mqtt::Anonymous::Always => true,
+            tern_mqtt::Anonymous::Loopback => self.kafka_listener.listen.ip().is_loopback(),
+            tern_mqtt::Anonymous::Never => false,
+        };
+        if !anonymous {
+            Some("mqtt.auth.allow_anonymous refuses anonymous clients on its address")
+        } else if !self.mqtt.acl.is_empty() {
+            Some("[[mqtt.acl]] rules restrict clients")
+        } else {
+            None
+        }
+    }
+
+    /// Whether `tern serve` runs the Kafka listener: as set, or when unset only where it is no
+    /// way around MQTT's access rules ([`Self::kafka_listener_bypass`]).
+    pub fn kafka_listener_runs(&self) -> bool {
+        self.kafka_listener
+            .enabled
+            .unwrap_or_else(|| self.kafka_listener_bypass().is_none())
+    }
+
+    fn check_kafka_listener_access(&self) -> Result<(), InvalidConfig> {
+        match (self.kafka_listener.enabled, self.kafka_listener_bypass()) {
+            (Some(true), Some(why)) => Err(invalid(
+                "kafka_listener.enabled",
+                format!(
+                    "the Kafka listener on {} has no authentication yet, and {why}; \
+                     leave it off (false or unset)",
+                    self.kafka_listener.listen
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn check(&self) -> Result<(), InvalidConfig> {
         if self.data_dir.as_os_str().is_empty() {
             return Err(invalid("data_dir", "must not be empty"));
@@ -254,7 +295,7 @@ impl Config {
             ));
         }
         self.kafka_listener.validate()?;
-        if self.kafka_listener.enabled
+        if self.kafka_listener_runs()
             && self.kafka_listener.listen.port() != 0
             && [self.mqtt.listen, self.admin.listen].contains(&self.kafka_listener.listen)
         {
@@ -266,6 +307,7 @@ impl Config {
                 ),
             ));
         }
+        self.check_kafka_listener_access()?;
         if self.shutdown.grace.0.is_zero() {
             return Err(invalid("shutdown.grace", "must be longer than zero"));
         }
@@ -387,6 +429,34 @@ key = "level:1"
         config.validate().expect("valid");
         let printed = config.to_toml().expect("prints");
         assert_eq!(parse(&printed, path).expect("parses back"), config);
+    }
+
+    #[test]
+    fn the_kafka_listener_never_gets_around_mqtts_access_rules() {
+        let path = std::path::Path::new("t.toml");
+        // (what restricts MQTT, the [kafka_listener] lines beside it)
+        let restricted = [
+            ("[mqtt.auth]\nallow_anonymous = \"never\"\n", ""),
+            ("", "listen = \"0.0.0.0:9092\"\n"),
+            ("[[mqtt.acl]]\nuser = \"ops\"\ntopic = \"#\"\naccess = \"read\"\n", ""),
+        ];
+        for (mqtt, listener) in restricted {
+            let unset = parse(&format!("[kafka_listener]\n{listener}{mqtt}"), path).expect("parses");
+            unset.validate().expect(mqtt);
+            assert!(!unset.kafka_listener_runs(), "unset is off: {mqtt}{listener}");
+            let text = format!("[kafka_listener]\nenabled = true\n{listener}{mqtt}");
+            let err = parse(&text, path).expect("parses").validate().expect_err(&text);
+            assert!(err.to_string().contains("kafka_listener.enabled"), "{text}: {err}");
+        }
+        let open = [
+            "",
+            "[mqtt.auth]\nallow_anonymous = true\n[kafka_listener]\nlisten = \"0.0.0.0:9092\"\n",
+        ];
+        for text in open {
+            let config = parse(text, path).expect("parses");
+            config.validate().expect(text);
+            assert!(config.kafka_listener_runs(), "{text}");
+        }
     }
 
     const EXAMPLE: &str = include_str!("../../../tern.example.toml");
