@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::group::config::GroupsConfig;
 use tern_core::{ByteSize, InvalidConfig, invalid};
 
 /// `[kafka_listener]`.
@@ -26,6 +27,8 @@ pub struct KafkaListenerConfig {
     /// Whether Metadata (when the client allows it) and Produce create a missing topic with the
     /// log's default partition count (Kafka's `auto.create.topics.enable`).
     pub auto_create_topics: bool,
+    /// `[kafka_listener.groups]`: the consumer-group coordinator's limits.
+    pub groups: GroupsConfig,
 }
 
 impl Default for KafkaListenerConfig {
@@ -36,6 +39,7 @@ impl Default for KafkaListenerConfig {
             advertised: None,
             max_request_size: ByteSize(8 << 20),
             auto_create_topics: true,
+            groups: GroupsConfig::default(),
         }
     }
 }
@@ -53,7 +57,7 @@ impl KafkaListenerConfig {
                 "must be between 1KiB and 1GiB",
             ));
         }
-        Ok(())
+        self.groups.validate()
     }
 }
 

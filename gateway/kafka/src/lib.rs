@@ -12,6 +12,7 @@ mod config;
 mod connection;
 mod error;
 mod frame;
+mod group;
 mod header;
 mod listener;
 mod records;

@@ -12,6 +12,7 @@ use crate::KafkaError;
 use crate::api::{Conn, Ctx};
 use crate::config::KafkaListenerConfig;
 use crate::connection;
+use crate::group::Groups;
 use tern_core::shutdown::Shutdown;
 use tern_log::LogPort;
 
@@ -44,11 +45,14 @@ impl<L: LogPort> KafkaListener<L> {
 
     /// Accepts connections until `shutdown`, then waits for every connection to finish.
     pub async fn run(self, shutdown: Shutdown) {
+        let groups = Groups::new(self.config.groups.limits());
+        let timer = tokio::spawn(groups.clone().run_timer(shutdown.clone()));
         let ctx = Arc::new(Ctx {
             log: self.log,
             config: self.config,
             shutdown: shutdown.clone(),
             producers: Default::default(),
+            groups,
         });
         let mut connections = JoinSet::new();
         let mut stop = shutdown;
@@ -79,5 +83,6 @@ impl<L: LogPort> KafkaListener<L> {
             ));
         }
         while connections.join_next().await.is_some() {}
+        let _ = timer.await;
     }
 }

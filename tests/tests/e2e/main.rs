@@ -5,6 +5,7 @@ mod clock_steps;
 mod foundation;
 mod full_disk;
 mod kafka;
+mod kafka_consumer_groups;
 mod kafka_listener;
 mod log;
 mod log_damage;

@@ -87,7 +87,7 @@ fn partition_entry(partition: u32) -> MetadataResponsePartition {
 }
 
 /// The host and port Metadata names as the broker.
-fn advertised<L>(ctx: &Ctx<L>, conn: &Conn) -> (String, u16) {
+pub(super) fn advertised<L>(ctx: &Ctx<L>, conn: &Conn) -> (String, u16) {
     ctx.config
         .advertised
         .as_deref()

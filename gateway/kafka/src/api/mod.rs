@@ -9,11 +9,22 @@
 //! until all three agree.
 
 mod api_versions;
+mod delete_groups;
+mod describe_groups;
 mod fetch;
+mod find_coordinator;
+mod heartbeat;
 mod init_producer_id;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod produce;
+mod sync_group;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,6 +36,7 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::config::KafkaListenerConfig;
+use crate::group::Groups;
 use crate::header::Request;
 use tern_core::shutdown::Shutdown;
 use tern_log::LogPort;
@@ -51,6 +63,17 @@ pub const SERVED: &[(ApiKey, Versions)] = &[
     (ApiKey::Fetch, fetch::VERSIONS),
     (ApiKey::ListOffsets, list_offsets::VERSIONS),
     (ApiKey::InitProducerId, init_producer_id::VERSIONS),
+    (ApiKey::OffsetCommit, offset_commit::VERSIONS),
+    (ApiKey::OffsetFetch, offset_fetch::VERSIONS),
+    (ApiKey::FindCoordinator, find_coordinator::VERSIONS),
+    (ApiKey::JoinGroup, join_group::VERSIONS),
+    (ApiKey::Heartbeat, heartbeat::VERSIONS),
+    (ApiKey::LeaveGroup, leave_group::VERSIONS),
+    (ApiKey::SyncGroup, sync_group::VERSIONS),
+    (ApiKey::DescribeGroups, describe_groups::VERSIONS),
+    (ApiKey::ListGroups, list_groups::VERSIONS),
+    (ApiKey::DeleteGroups, delete_groups::VERSIONS),
+    (ApiKey::OffsetDelete, offset_delete::VERSIONS),
 ];
 
 /// The versions served for `api`, if it is served at all.
@@ -68,6 +91,8 @@ pub struct Ctx<L> {
     pub config: Arc<KafkaListenerConfig>,
     pub shutdown: Shutdown,
     pub producers: init_producer_id::ProducerIds,
+    /// Every consumer group (tern is their coordinator).
+    pub groups: Groups,
 }
 
 /// One client connection as handlers see it.
@@ -154,6 +179,17 @@ pub async fn dispatch<L: LogPort>(
         ApiKey::Fetch => fetch::handle(ctx, request).await,
         ApiKey::ListOffsets => list_offsets::handle(ctx, request),
         ApiKey::InitProducerId => init_producer_id::handle(ctx, request),
+        ApiKey::OffsetCommit => offset_commit::handle(ctx, request),
+        ApiKey::OffsetFetch => offset_fetch::handle(ctx, request),
+        ApiKey::FindCoordinator => find_coordinator::handle(ctx, conn, request),
+        ApiKey::JoinGroup => join_group::handle(ctx, conn, request),
+        ApiKey::Heartbeat => heartbeat::handle(ctx, request),
+        ApiKey::LeaveGroup => leave_group::handle(ctx, request),
+        ApiKey::SyncGroup => sync_group::handle(ctx, request),
+        ApiKey::DescribeGroups => describe_groups::handle(ctx, request),
+        ApiKey::ListGroups => list_groups::handle(ctx, request),
+        ApiKey::DeleteGroups => delete_groups::handle(ctx, request),
+        ApiKey::OffsetDelete => offset_delete::handle(ctx, request),
         _ => Err(ApiError::NotServed { api }),
     }
 }

@@ -18,11 +18,17 @@ pub(crate) fn ctx() -> Ctx<MemoryLog> {
     let (trigger, shutdown) = tern_core::shutdown::channel();
     // Kept for the whole test run: a dropped trigger reads as a shutdown.
     Box::leak(Box::new(trigger));
+    let groups = crate::group::Groups::new(crate::group::coordinator::Limits::default());
+    // Inside a runtime, the groups' timer runs, so parked JoinGroups are answered.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(groups.clone().run_timer(shutdown.clone()));
+    }
     Ctx {
         log: MemoryLog::new(2),
         config: Arc::new(KafkaListenerConfig::default()),
         shutdown,
         producers: Default::default(),
+        groups,
     }
 }
 
@@ -99,6 +105,17 @@ pub(crate) fn default_request(api: ApiKey, version: i16) -> Bytes {
         Fetch => kafka_protocol::messages::FetchRequest,
         ListOffsets => kafka_protocol::messages::ListOffsetsRequest,
         InitProducerId => kafka_protocol::messages::InitProducerIdRequest,
+        OffsetCommit => kafka_protocol::messages::OffsetCommitRequest,
+        OffsetFetch => kafka_protocol::messages::OffsetFetchRequest,
+        FindCoordinator => kafka_protocol::messages::FindCoordinatorRequest,
+        JoinGroup => kafka_protocol::messages::JoinGroupRequest,
+        Heartbeat => kafka_protocol::messages::HeartbeatRequest,
+        LeaveGroup => kafka_protocol::messages::LeaveGroupRequest,
+        SyncGroup => kafka_protocol::messages::SyncGroupRequest,
+        DescribeGroups => kafka_protocol::messages::DescribeGroupsRequest,
+        ListGroups => kafka_protocol::messages::ListGroupsRequest,
+        DeleteGroups => kafka_protocol::messages::DeleteGroupsRequest,
+        OffsetDelete => kafka_protocol::messages::OffsetDeleteRequest,
     }
 }
 
@@ -584,3 +601,4 @@ mod fuzz {
         }
     }
 }
+mod groups;
