@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use tern_upstream::Codec;
 
+use crate::kafka::KafkaBenchOptions;
 use crate::mqtt::BenchOptions;
 use crate::stress::StressOptions;
 use crate::upstream::{UpstreamBenchOptions, codec_name};
@@ -33,6 +34,11 @@ pub enum BenchCommand {
     /// steady forwarding rate, then the drain of a backlog per compression codec with bytes on
     /// the wire per payload byte. Creates topics named `tern-bench.*`.
     Upstream(UpstreamBenchArgs),
+    /// The Kafka listener against a single-node Apache Kafka (KRaft) it starts from
+    /// --kafka-classpath: consume and acks=all produce throughput with kcat (against Kafka
+    /// fsyncing every write and Kafka's default), and tern's memory with a consumer group of 3.
+    /// Needs `kcat` and `java` on PATH.
+    Kafka(KafkaBenchArgs),
     /// Internal: appends to a log until killed, printing progress (the bench's child process
     /// for recovery time and peak memory).
     #[command(hide = true)]
@@ -173,6 +179,51 @@ impl UpstreamBenchArgs {
             bandwidth: self.bandwidth,
             kafka_classpath: self.kafka_classpath.clone(),
         }
+    }
+}
+
+/// Flags of `tern-bench kafka`.
+#[derive(Debug, Args)]
+pub struct KafkaBenchArgs {
+    /// Classpath of Apache Kafka's jars (the broker, its tools): `tests/kafka/cache/*`.
+    #[arg(long, value_name = "CLASSPATH", required = true)]
+    pub kafka_classpath: String,
+    /// Records produced and consumed per run.
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
+    pub records: u64,
+    /// Value bytes per record.
+    #[arg(long, value_name = "S", default_value_t = 100)]
+    pub size: usize,
+    /// Runs per figure; the median is printed.
+    #[arg(long, value_name = "R", default_value_t = 3)]
+    pub repetitions: usize,
+    /// Parent directory of both brokers' data [default: the system temporary directory].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl KafkaBenchArgs {
+    pub fn options(&self) -> Result<KafkaBenchOptions, crate::BenchError> {
+        let invalid = |option, reason| crate::BenchError::Invalid { option, reason };
+        if self.records == 0 {
+            return Err(invalid("--records", "must be at least 1"));
+        }
+        if self.size == 0 {
+            return Err(invalid("--size", "must be at least 1"));
+        }
+        if self.repetitions == 0 {
+            return Err(invalid("--repetitions", "must be at least 1"));
+        }
+        Ok(KafkaBenchOptions {
+            kafka_classpath: self.kafka_classpath.clone(),
+            records: self.records,
+            size: self.size,
+            repetitions: self.repetitions,
+            dir: self.dir.clone().unwrap_or_else(std::env::temp_dir),
+        })
     }
 }
 

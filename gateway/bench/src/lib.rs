@@ -11,6 +11,7 @@
 
 pub mod cli;
 mod error;
+pub mod kafka;
 mod log;
 pub mod mqtt;
 mod report;
@@ -31,6 +32,7 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::LogWriter(args) => log::writer(&args),
         BenchCommand::Stress(args) => stress::run(&args.options()),
         BenchCommand::Upstream(args) => report::print(&upstream::run(&args.options())?, args.json),
+        BenchCommand::Kafka(args) => report::print(&kafka::run(&args.options()?)?, args.json),
         BenchCommand::Mqtt(args) => report::print(&mqtt::run(&args.options())?, args.json),
     }
 }

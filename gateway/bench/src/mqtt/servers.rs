@@ -30,7 +30,7 @@ pub struct Server {
 
 /// The tern settings of the bench: defaults, except that the per-client publish rate limit is
 /// off (it would cap every publisher at 1,000 msgs/s) and the listeners are on loopback port 0.
-fn tern_config(data_dir: &Path) -> String {
+pub(crate) fn tern_config(data_dir: &Path) -> String {
     format!(
         "data_dir = {data_dir:?}\n\
          [mqtt]\nlisten = \"127.0.0.1:0\"\nmax_publish_rate = 0\nmax_connections = 2048\n\
@@ -58,7 +58,17 @@ impl Server {
 
     /// The same, with `extra` (whole TOML tables such as `[[upstream]]`) added to its config.
     pub fn tern_with(extra: &str) -> Result<Self, BenchError> {
-        let dir = TempDir::new("tern")?;
+        Self::start_tern(&std::env::temp_dir(), extra, "mqtt listener on ")
+    }
+
+    /// Starts `tern serve` with its data under `parent` and waits for its Kafka listener, whose
+    /// address `addr` then is (the Kafka bench).
+    pub fn tern_kafka(parent: &Path) -> Result<Self, BenchError> {
+        Self::start_tern(parent, "", "kafka listener on ")
+    }
+
+    fn start_tern(parent: &Path, extra: &str, marker: &str) -> Result<Self, BenchError> {
+        let dir = TempDir::new_in(parent, "tern")?;
         let data_dir = dir.path().join("data");
         let config = dir.path().join("tern.toml");
         write_file(&config, &format!("{}{extra}", tern_config(&data_dir)))?;
@@ -73,7 +83,7 @@ impl Server {
             _dir: dir,
             stderr,
         };
-        server.addr = server.wait_for_line("mqtt listener on ")?;
+        server.addr = server.wait_for_line(marker)?;
         Ok(server)
     }
 
@@ -226,7 +236,11 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(label: &str) -> Result<Self, BenchError> {
-        let path = std::env::temp_dir().join(format!("tern-bench-{label}-{}", std::process::id()));
+        Self::new_in(&std::env::temp_dir(), label)
+    }
+
+    fn new_in(parent: &Path, label: &str) -> Result<Self, BenchError> {
+        let path = parent.join(format!("tern-bench-{label}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).map_err(|source| BenchError::Io {
             what: "creating a temporary directory",
