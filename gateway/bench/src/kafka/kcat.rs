@@ -72,11 +72,18 @@ pub fn produce(bootstrap: &str, topic: &str, values: &Values) -> Result<Duration
     Ok(elapsed)
 }
 
-/// Reads `topic` from its beginning to its end; returns the wall time after checking that
-/// `records` records arrived.
-pub fn consume(bootstrap: &str, topic: &str, records: u64) -> Result<Duration, BenchError> {
+/// Reads `topic` from its beginning to its end into `out` (a file in the bench's directory, so
+/// counting happens after the clock stops); returns the wall time after checking that `records`
+/// records arrived.
+pub fn consume(
+    bootstrap: &str,
+    topic: &str,
+    records: u64,
+    out: &Path,
+) -> Result<Duration, BenchError> {
+    let sink = std::fs::File::create(out).map_err(|e| BenchError::file("create", out, e))?;
     let started = Instant::now();
-    let mut child = Command::new("kcat")
+    let output = Command::new("kcat")
         .args([
             "-C",
             "-b",
@@ -89,28 +96,17 @@ pub fn consume(bootstrap: &str, topic: &str, records: u64) -> Result<Duration, B
             "-q",
         ])
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+        .stdout(sink)
         .stderr(Stdio::piped())
-        .spawn()
+        .output()
         .map_err(spawn_error)?;
-    let lines = count_lines(
-        child
-            .stdout
-            .take()
-            .ok_or(BenchError::NoStdout { child: "kcat" })?,
-    )?;
-    let status = child.wait().map_err(|source| BenchError::Io {
-        what: "waiting for kcat -C",
-        source,
-    })?;
     let elapsed = started.elapsed();
-    let mut stderr = Vec::new();
-    if let Some(mut pipe) = child.stderr.take() {
-        let _ = pipe.read_to_end(&mut stderr);
+    if !output.status.success() {
+        return Err(tool_error("kcat -C", &output.stderr, output.status));
     }
-    if !status.success() {
-        return Err(tool_error("kcat -C", &stderr, status));
-    }
+    let file = std::fs::File::open(out).map_err(|e| BenchError::file("open", out, e))?;
+    let lines = count_lines(file)?;
+    let _ = std::fs::remove_file(out);
     if lines != records {
         return Err(BenchError::Count {
             topic: topic.to_owned(),
@@ -152,7 +148,7 @@ impl Members {
         let mut children = Vec::with_capacity(n);
         for _ in 0..n {
             let mut child = Command::new("kcat")
-                .args(["-b", bootstrap, "-G", group, "-q"])
+                .args(["-b", bootstrap, "-G", group, "-q", "-u"])
                 .args(["-X", "auto.offset.reset=earliest", topic])
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())

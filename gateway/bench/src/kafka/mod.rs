@@ -72,6 +72,9 @@ pub fn run(options: &KafkaBenchOptions) -> Result<Report, BenchError> {
         eprintln!("produce run {} of {} done", run + 1, options.repetitions);
     }
 
+    let out = options
+        .dir
+        .join(format!("tern-bench-kafka-out-{}", std::process::id()));
     kcat::produce(&tern_addr, "bench-consume", &values)?;
     kcat::produce(&kafka.bootstrap, "bench-consume", &values)?;
     for run in 0..options.repetitions {
@@ -79,11 +82,13 @@ pub fn run(options: &KafkaBenchOptions) -> Result<Report, BenchError> {
             &tern_addr,
             "bench-consume",
             options.records,
+            &out,
         )?));
         report.kafka_consume.push(rate(kcat::consume(
             &kafka.bootstrap,
             "bench-consume",
             options.records,
+            &out,
         )?));
         eprintln!("consume run {} of {} done", run + 1, options.repetitions);
     }
