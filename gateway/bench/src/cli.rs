@@ -315,6 +315,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn bench_kafka_flags_and_their_limits() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["tern-bench", "kafka", "--kafka-classpath", "jars/*"];
+            argv.extend_from_slice(extra);
+            let cli = Cli::try_parse_from(argv).expect("valid command line");
+            let BenchCommand::Kafka(args) = cli.command else {
+                panic!("expected bench kafka, got {:?}", cli.command);
+            };
+            args.options()
+        };
+        let options = parse(&[]).expect("defaults");
+        assert_eq!(
+            (options.records, options.size, options.repetitions),
+            (200_000, 100, 3)
+        );
+        assert_eq!(options.kafka_classpath, "jars/*");
+        let options = parse(&["--records", "5", "--dir", "d"]).expect("flags");
+        assert_eq!((options.records, options.dir), (5, PathBuf::from("d")));
+        assert!(parse(&["--records", "0"]).is_err());
+        assert!(parse(&["--repetitions", "0"]).is_err());
+        assert!(Cli::try_parse_from(["tern-bench", "kafka"]).is_err());
+    }
+
+    #[test]
     fn bench_mqtt_flags_override_the_quick_defaults() {
         let cli = Cli::try_parse_from([
             "tern-bench",
