@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use tern_upstream::Codec;
 
+use crate::kafka::KafkaBenchOptions;
 use crate::mqtt::BenchOptions;
 use crate::stress::StressOptions;
 use crate::upstream::{UpstreamBenchOptions, codec_name};
@@ -38,6 +39,11 @@ pub enum BenchCommand {
     /// ext4 (root), beside SQLite (WAL, synchronous=FULL) at tern's commit cadence: device
     /// bytes per message, GB a day, projected card years, PUBACK p50/p99.
     Wear(WearArgs),
+    /// The Kafka listener against a single-node Apache Kafka (KRaft) it starts from
+    /// --kafka-classpath: consume and acks=all produce throughput with kcat (against Kafka
+    /// fsyncing every write and Kafka's default), and tern's memory with a consumer group of 3.
+    /// Needs `kcat` and `java` on PATH.
+    Kafka(KafkaBenchArgs),
     /// Internal: appends to a log until killed, printing progress (the bench's child process
     /// for recovery time and peak memory).
     #[command(hide = true)]
@@ -222,6 +228,51 @@ impl UpstreamBenchArgs {
     }
 }
 
+/// Flags of `tern-bench kafka`.
+#[derive(Debug, Args)]
+pub struct KafkaBenchArgs {
+    /// Classpath of Apache Kafka's jars (the broker, its tools): `tests/kafka/cache/*`.
+    #[arg(long, value_name = "CLASSPATH", required = true)]
+    pub kafka_classpath: String,
+    /// Records produced and consumed per run.
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
+    pub records: u64,
+    /// Value bytes per record.
+    #[arg(long, value_name = "S", default_value_t = 100)]
+    pub size: usize,
+    /// Runs per figure; the median is printed.
+    #[arg(long, value_name = "R", default_value_t = 3)]
+    pub repetitions: usize,
+    /// Parent directory of both brokers' data [default: the system temporary directory].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl KafkaBenchArgs {
+    pub fn options(&self) -> Result<KafkaBenchOptions, crate::BenchError> {
+        let invalid = |option, reason| crate::BenchError::Invalid { option, reason };
+        if self.records == 0 {
+            return Err(invalid("--records", "must be at least 1"));
+        }
+        if self.size == 0 {
+            return Err(invalid("--size", "must be at least 1"));
+        }
+        if self.repetitions == 0 {
+            return Err(invalid("--repetitions", "must be at least 1"));
+        }
+        Ok(KafkaBenchOptions {
+            kafka_classpath: self.kafka_classpath.clone(),
+            records: self.records,
+            size: self.size,
+            repetitions: self.repetitions,
+            dir: self.dir.clone().unwrap_or_else(std::env::temp_dir),
+        })
+    }
+}
+
 fn parse_codec(text: &str) -> Result<Codec, String> {
     UpstreamBenchOptions::ALL_CODECS
         .into_iter()
@@ -316,6 +367,30 @@ impl MqttBenchArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bench_kafka_flags_and_their_limits() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["tern-bench", "kafka", "--kafka-classpath", "jars/*"];
+            argv.extend_from_slice(extra);
+            let cli = Cli::try_parse_from(argv).expect("valid command line");
+            let BenchCommand::Kafka(args) = cli.command else {
+                panic!("expected bench kafka, got {:?}", cli.command);
+            };
+            args.options()
+        };
+        let options = parse(&[]).expect("defaults");
+        assert_eq!(
+            (options.records, options.size, options.repetitions),
+            (200_000, 100, 3)
+        );
+        assert_eq!(options.kafka_classpath, "jars/*");
+        let options = parse(&["--records", "5", "--dir", "d"]).expect("flags");
+        assert_eq!((options.records, options.dir), (5, PathBuf::from("d")));
+        assert!(parse(&["--records", "0"]).is_err());
+        assert!(parse(&["--repetitions", "0"]).is_err());
+        assert!(Cli::try_parse_from(["tern-bench", "kafka"]).is_err());
+    }
 
     #[test]
     fn bench_mqtt_flags_override_the_quick_defaults() {

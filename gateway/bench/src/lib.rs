@@ -3,14 +3,16 @@
 //! of it (the SQLite comparison, loop mounts, load generators) is compiled into the `tern` that
 //! is flashed onto a gateway.
 //!
-//! Three sibling benches, `log` (the storage engine against the raw device and SQLite), `mqtt`
-//! (tern next to Mosquitto) and `upstream` (forwarding to Kafka), share one error type
+//! Four sibling benches, `log` (the storage engine against the raw device and SQLite), `mqtt`
+//! (tern next to Mosquitto), `upstream` (forwarding to Kafka) and `kafka` (tern's Kafka listener
+//! next to Apache Kafka), share one error type
 //! (`error.rs`), one statistics module (`stats.rs`) and the report helpers (`report.rs`). This
 //! file only dispatches a parsed command line; it must never touch a data directory, process
 //! or topic the benches did not create.
 
 pub mod cli;
 mod error;
+pub mod kafka;
 mod log;
 pub mod mqtt;
 mod report;
@@ -32,6 +34,7 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::LogWriter(args) => log::writer(&args),
         BenchCommand::Stress(args) => stress::run(&args.options()),
         BenchCommand::Upstream(args) => report::print(&upstream::run(&args.options())?, args.json),
+        BenchCommand::Kafka(args) => report::print(&kafka::run(&args.options()?)?, args.json),
         BenchCommand::Mqtt(args) => report::print(&mqtt::run(&args.options())?, args.json),
         BenchCommand::Wear(args) => report::print(&wear::run(&wear::options(&args))?, args.json),
     }

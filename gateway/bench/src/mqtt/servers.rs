@@ -44,7 +44,7 @@ pub fn mqtt_overrides(connections: usize) -> Vec<String> {
 /// The tern settings of the bench: the defaults, with the data directory in a temporary
 /// directory, the MQTT, admin and Kafka listeners on loopback port 0, and `mqtt` (lines of
 /// `[mqtt]`) on top.
-fn tern_config(data_dir: &Path, mqtt: &[String]) -> String {
+pub(crate) fn tern_config(data_dir: &Path, mqtt: &[String]) -> String {
     let mut mqtt = mqtt.join("\n");
     if !mqtt.is_empty() {
         mqtt.push('\n');
@@ -78,16 +78,29 @@ impl Server {
     pub fn tern_with(mqtt: &[String], extra: &str) -> Result<Self, BenchError> {
         let dir = TempDir::new("tern")?;
         let data_dir = dir.path().join("data");
-        Self::tern_from(dir, &format!("{}{extra}", tern_config(&data_dir, mqtt)))
+        Self::tern_from(
+            dir,
+            &format!("{}{extra}", tern_config(&data_dir, mqtt)),
+            "mqtt listener on ",
+        )
+    }
+
+    /// Starts `tern serve` on its defaults with its data under `parent` and waits for its Kafka
+    /// listener, whose address `addr` then is (the Kafka bench).
+    pub fn tern_kafka(parent: &Path) -> Result<Self, BenchError> {
+        let dir = TempDir::new_in(parent, "tern")?;
+        let data_dir = dir.path().join("data");
+        Self::tern_from(dir, &tern_config(&data_dir, &[]), "kafka listener on ")
     }
 
     /// Starts `tern serve` with exactly the config `text` (which must listen on loopback port
     /// 0 and name its own data directory) and waits for its MQTT listener.
     pub fn tern_configured(text: &str) -> Result<Self, BenchError> {
-        Self::tern_from(TempDir::new("tern")?, text)
+        Self::tern_from(TempDir::new("tern")?, text, "mqtt listener on ")
     }
 
-    fn tern_from(dir: TempDir, text: &str) -> Result<Self, BenchError> {
+    /// Starts `tern serve` on `text` and waits for the address after `marker` in its log.
+    fn tern_from(dir: TempDir, text: &str, marker: &str) -> Result<Self, BenchError> {
         let config = dir.path().join("tern.toml");
         write_file(&config, text)?;
         let exe = crate::tern_binary()?;
@@ -101,7 +114,7 @@ impl Server {
             _dir: dir,
             stderr,
         };
-        server.addr = server.wait_for_line("mqtt listener on ")?;
+        server.addr = server.wait_for_line(marker)?;
         Ok(server)
     }
 
@@ -279,7 +292,11 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(label: &str) -> Result<Self, BenchError> {
-        let path = std::env::temp_dir().join(format!("tern-bench-{label}-{}", std::process::id()));
+        Self::new_in(&std::env::temp_dir(), label)
+    }
+
+    fn new_in(parent: &Path, label: &str) -> Result<Self, BenchError> {
+        let path = parent.join(format!("tern-bench-{label}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).map_err(|source| BenchError::Io {
             what: "creating a temporary directory",

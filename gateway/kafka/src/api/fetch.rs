@@ -198,7 +198,7 @@ fn read_partition<L: LogPort>(
             return answer.with_error_code(ResponseError::KafkaStorageError.code());
         }
     };
-    match records::encode(&stored) {
+    match records::encode(stored) {
         Ok(batch) => answer.with_records(Some(batch)),
         Err(err) => {
             tracing::warn!(topic, partition, %err, "kafka fetch cannot encode records");

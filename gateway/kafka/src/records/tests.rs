@@ -116,7 +116,7 @@ fn stored_records_come_back_with_their_offsets_timestamps_and_headers() {
             },
         })
         .collect();
-    let batch = encode(&stored).expect("encode");
+    let batch = encode(stored.clone()).expect("encode");
     let mut buf = batch.clone();
     let sets = RecordBatchDecoder::decode_all(&mut buf).expect("decode");
     assert_eq!(sets.len(), 1, "one batch");

@@ -1,0 +1,116 @@
+//! `tern-bench kafka`: tern's Kafka listener next to a single-node Apache Kafka on the same
+//! machine and file system, both driven by the same client (kcat) with the same records.
+//!
+//! - produce: `kcat -P -X acks=all` of `--records` values to a topic of each broker: tern (acks
+//!   after the group-committed fdatasync), Kafka with the topic config `flush.messages=1`
+//!   (fsync after every append, as durable as tern) and Kafka's default topic (acks from the
+//!   page cache, no fsync);
+//! - consume: `kcat -C -o beginning -e` of the same records from each broker;
+//! - memory: tern's resident set before and with a consumer group of 3 (`kcat -G`) attached
+//!   and caught up.
+//!
+//! Runs interleave the brokers, `--repetitions` times each; the report prints every run, the
+//! medians and tern/Kafka ratios. It never judges a run by its figures (targets only print
+//! whether they are met) and touches only the processes, topics and directories it created.
+
+mod broker;
+mod kcat;
+mod report;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::BenchError;
+use crate::mqtt::servers::Server;
+
+pub use report::Report;
+
+/// Members of the consumer group whose memory is measured.
+pub const GROUP_MEMBERS: usize = 3;
+/// How long the members may take to join and read the topic.
+const GROUP_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the caught-up group stays attached (heartbeats, fetches waiting) before the
+/// second reading.
+const GROUP_SETTLE: Duration = Duration::from_secs(3);
+
+/// What `tern-bench kafka` runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaBenchOptions {
+    pub kafka_classpath: String,
+    pub records: u64,
+    pub size: usize,
+    pub repetitions: usize,
+    /// Parent of both brokers' data directories.
+    pub dir: PathBuf,
+}
+
+/// Runs the bench.
+pub fn run(options: &KafkaBenchOptions) -> Result<Report, BenchError> {
+    let values = kcat::Values::write(&options.dir, options.records, options.size)?;
+    let tern = Server::tern_kafka(&options.dir)?;
+    let tern_addr = tern.addr.to_string();
+    let kafka = broker::Kafka::start(&options.kafka_classpath, &options.dir)?;
+    eprintln!("kafka started at {}, tern at {tern_addr}", kafka.bootstrap);
+    kafka.create_topic("bench-produce-fsync", &["flush.messages=1"])?;
+
+    let mut report = Report::new(options);
+    let rate = |elapsed| kcat::rate(options.records, elapsed);
+    for run in 0..options.repetitions {
+        report
+            .tern_produce
+            .push(rate(kcat::produce(&tern_addr, "bench-produce", &values)?));
+        report.kafka_fsync_produce.push(rate(kcat::produce(
+            &kafka.bootstrap,
+            "bench-produce-fsync",
+            &values,
+        )?));
+        report.kafka_produce.push(rate(kcat::produce(
+            &kafka.bootstrap,
+            "bench-produce",
+            &values,
+        )?));
+        eprintln!("produce run {} of {} done", run + 1, options.repetitions);
+    }
+
+    let out = options
+        .dir
+        .join(format!("tern-bench-kafka-out-{}", std::process::id()));
+    kcat::produce(&tern_addr, "bench-consume", &values)?;
+    kcat::produce(&kafka.bootstrap, "bench-consume", &values)?;
+    for run in 0..options.repetitions {
+        report.tern_consume.push(rate(kcat::consume(
+            &tern_addr,
+            "bench-consume",
+            options.records,
+            &out,
+        )?));
+        report.kafka_consume.push(rate(kcat::consume(
+            &kafka.bootstrap,
+            "bench-consume",
+            options.records,
+            &out,
+        )?));
+        eprintln!("consume run {} of {} done", run + 1, options.repetitions);
+    }
+    drop(kafka);
+
+    report.rss_idle_kib = tern.rss_kib()?.0;
+    let mut members = kcat::Members::join(&tern_addr, "bench", "bench-consume", GROUP_MEMBERS)?;
+    let deadline = Instant::now() + GROUP_TIMEOUT;
+    while members.received() < options.records {
+        if !members.alive() || Instant::now() > deadline {
+            return Err(BenchError::Stalled {
+                topic: "bench-consume (consumer group)".to_owned(),
+                expected: options.records,
+                got: members.received(),
+                after: GROUP_TIMEOUT,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let caught_up = tern.rss_kib()?.0;
+    std::thread::sleep(GROUP_SETTLE);
+    report.rss_group_kib = caught_up.max(tern.rss_kib()?.0);
+    drop(members);
+    Ok(report)
+}
