@@ -13,7 +13,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum FrameError {
     #[error(transparent)]
     Io(#[from] std::io::Error),
