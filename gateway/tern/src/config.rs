@@ -438,15 +438,28 @@ key = "level:1"
         let restricted = [
             ("[mqtt.auth]\nallow_anonymous = \"never\"\n", ""),
             ("", "listen = \"0.0.0.0:9092\"\n"),
-            ("[[mqtt.acl]]\nuser = \"ops\"\ntopic = \"#\"\naccess = \"read\"\n", ""),
+            (
+                "[[mqtt.acl]]\nuser = \"ops\"\ntopic = \"#\"\naccess = \"read\"\n",
+                "",
+            ),
         ];
         for (mqtt, listener) in restricted {
-            let unset = parse(&format!("[kafka_listener]\n{listener}{mqtt}"), path).expect("parses");
+            let unset =
+                parse(&format!("[kafka_listener]\n{listener}{mqtt}"), path).expect("parses");
             unset.validate().expect(mqtt);
-            assert!(!unset.kafka_listener_runs(), "unset is off: {mqtt}{listener}");
+            assert!(
+                !unset.kafka_listener_runs(),
+                "unset is off: {mqtt}{listener}"
+            );
             let text = format!("[kafka_listener]\nenabled = true\n{listener}{mqtt}");
-            let err = parse(&text, path).expect("parses").validate().expect_err(&text);
-            assert!(err.to_string().contains("kafka_listener.enabled"), "{text}: {err}");
+            let err = parse(&text, path)
+                .expect("parses")
+                .validate()
+                .expect_err(&text);
+            assert!(
+                err.to_string().contains("kafka_listener.enabled"),
+                "{text}: {err}"
+            );
         }
         let open = [
             "",
