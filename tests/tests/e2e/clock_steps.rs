@@ -21,13 +21,15 @@ fn libfaketime() -> anyhow::Result<PathBuf> {
     found.context("libfaketime.so.1 not found: install Debian's faketime (scripts/ensure-deps.sh)")
 }
 
-/// Writes `tern.toml` with small segments, age retention `age` and no commit window.
+/// Writes `tern.toml` with small segments, age retention `age` and no commit window (the wear
+/// budget off too, or it would stretch a trickle's window and the 200 publishes with it).
 fn options(dir: &Path, age: &str) -> anyhow::Result<ServeOptions> {
     let config = dir.join("tern.toml");
     std::fs::write(
         &config,
         format!(
             "[log]\nsegment_bytes = \"16KiB\"\n[log.flush]\nmin_delay = \"0ms\"\n\
+             [log.flush.wear]\nenabled = false\n\
              [log.retention]\nage = \"{age}\"\n"
         ),
     )?;

@@ -129,10 +129,12 @@ fn a_full_disk_refuses_with_backpressure_restarts_and_resumes_once_space_is_free
     let fs = Tmpfs::mount("full-disk", "32m")?;
     let data = fs.path().join("data");
     let config = fs.path().join("tern.toml");
-    // No commit window: the test publishes one message at a time.
+    // No commit window (nor the wear budget's, which would stretch it for a trickle): the test
+    // publishes one message at a time.
     std::fs::write(
         &config,
-        "[log]\nsegment_bytes = \"4MiB\"\n[log.flush]\nmin_delay = \"0ms\"\n",
+        "[log]\nsegment_bytes = \"4MiB\"\n[log.flush]\nmin_delay = \"0ms\"\n\
+         [log.flush.wear]\nenabled = false\n",
     )?;
     let mut gateway = Gateway::start(&data, &options(&config))?;
     let mut reader = RawClient::connect(gateway.mqtt, "disk-reader", 60, false, false)?;
