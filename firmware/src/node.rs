@@ -19,10 +19,11 @@ pub const BACKLOG: usize = 64;
 const FIRST_BACKOFF_MS: u32 = 250;
 const MAX_BACKOFF_MS: u32 = 4_000;
 /// How long a CONNECT waits for its CONNACK. The gateway verifies the password with argon2
-/// (tens of ms on a Pi, 1.5 to 2 s on an emulated gateway under load) and is often still
+/// (tens of ms on a Pi, 1.5 to 2.2 s on an emulated gateway under load) and is often still
 /// starting after a reboot; a shorter wait abandons logins that would have succeeded, and each
-/// abandoned CONNECT costs the gateway a whole verification for nothing.
-const CONNECT_TIMEOUT_MS: u32 = 10_000;
+/// abandoned CONNECT costs the gateway a whole verification for nothing. A longer one (10 s was
+/// tried) leaves a CONNECT lost by a reconnecting link unanswered too long (firmware suite).
+const CONNECT_TIMEOUT_MS: u32 = 3_000;
 const TOPIC_LEN: usize = 40;
 
 /// Why `Node::run` returned.
