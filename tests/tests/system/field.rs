@@ -123,6 +123,14 @@ pub fn field_in_a_box(arch: Arch, cluster: &KafkaCluster) -> anyhow::Result<()> 
         acknowledged.insert(device.id, acked);
     }
     drop(devices);
+    // A killed board's last bytes may still be on their way through QEMU's forward: only once
+    // the gateway has closed both connections has it read all they sent, so the edge log is
+    // final and "nothing behind upstream" means everything.
+    wait_until(
+        Duration::from_secs(60),
+        "the gateway has closed the boards' connections",
+        || Ok(guest.metric_sum("tern_mqtt_connections", "")? == Some(0)),
+    )?;
     wait_forwarded(&mut guest, Duration::from_secs(180))?;
     guest.shutdown()?;
     card.check_clean()?;
