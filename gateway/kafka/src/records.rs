@@ -186,4 +186,4 @@ fn to_kafka(stored: StoredRecord) -> KafkaRecord {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

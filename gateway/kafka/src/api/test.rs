@@ -222,8 +222,7 @@ async fn metadata_names_one_broker_leading_every_partition_and_creates_when_allo
 mod data_path {
     use std::time::Duration;
 
-    use bytes::{Bytes, BytesMut};
-    use kafka_protocol::indexmap::IndexMap;
+    use bytes::Bytes;
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -232,50 +231,21 @@ mod data_path {
         ProduceRequest, ProduceResponse, TopicName,
     };
     use kafka_protocol::protocol::StrBytes;
-    use kafka_protocol::records::{
-        Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
-        RecordEncodeOptions, TimestampType,
-    };
+    use kafka_protocol::records::{Compression, RecordBatchDecoder};
     use tern_log::{LogPort, Record};
 
     use super::{body, conn, ctx, decode_as, request};
     use crate::api::{Reply, dispatch};
+    use crate::records::tests::{Produced, produced};
 
+    /// One uncompressed v2 batch of `values` (with their timestamps), each with `headers`.
     fn batch(values: &[(&str, i64)], headers: &[(&str, &str)]) -> Bytes {
-        let records: Vec<KafkaRecord> = values
+        let headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+        let records: Vec<Produced<'_>> = values
             .iter()
-            .enumerate()
-            .map(|(i, (value, ts))| KafkaRecord {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: -1,
-                timestamp: *ts,
-                key: None,
-                value: Some(Bytes::copy_from_slice(value.as_bytes())),
-                headers: headers
-                    .iter()
-                    .map(|(k, v)| {
-                        (
-                            StrBytes::from_string((*k).to_owned()),
-                            Some(Bytes::copy_from_slice(v.as_bytes())),
-                        )
-                    })
-                    .collect::<IndexMap<_, _>>(),
-            })
+            .map(|(value, ts)| (*ts, None, value.as_bytes(), &headers[..]))
             .collect();
-        let mut buf = BytesMut::new();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        };
-        RecordBatchEncoder::encode(&mut buf, records.iter(), &options).expect("encode");
-        buf.freeze()
+        produced(Compression::None, &records)
     }
 
     /// `batch` with its last byte changed: the CRC no longer matches.

@@ -579,7 +579,20 @@ impl Group {
         member_id: &str,
         generation: i32,
     ) -> Result<(), GroupError> {
-        let state = self.state;
+        match self.touch(now, member_id, generation)? {
+            State::PreparingRebalance => Err(GroupError::RebalanceInProgress),
+            _ => Ok(()),
+        }
+    }
+
+    /// A member of the current generation is heard from: its session starts again. Returns the
+    /// group's state; an unknown member or another generation is refused.
+    fn touch(
+        &mut self,
+        now: Instant,
+        member_id: &str,
+        generation: i32,
+    ) -> Result<State, GroupError> {
         let current = self.generation;
         let member = self
             .members
@@ -589,10 +602,7 @@ impl Group {
             return Err(GroupError::IllegalGeneration);
         }
         member.expires = now + member.session_timeout;
-        match state {
-            State::PreparingRebalance => Err(GroupError::RebalanceInProgress),
-            _ => Ok(()),
-        }
+        Ok(self.state)
     }
 
     /// Handles a LeaveGroup of one member; the rest of the group rebalances.
@@ -645,17 +655,7 @@ impl Group {
                 _ => Err(GroupError::UnknownMember),
             };
         }
-        let state = self.state;
-        let current = self.generation;
-        let member = self
-            .members
-            .get_mut(member_id)
-            .ok_or(GroupError::UnknownMember)?;
-        if generation != current {
-            return Err(GroupError::IllegalGeneration);
-        }
-        member.expires = now + member.session_timeout;
-        match state {
+        match self.touch(now, member_id, generation)? {
             State::CompletingRebalance => Err(GroupError::RebalanceInProgress),
             _ => Ok(()),
         }

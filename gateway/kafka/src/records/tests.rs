@@ -13,9 +13,10 @@ use tern_log::{Record, StoredRecord};
 use super::*;
 
 /// (timestamp, key, value, headers) of a produced record.
-type Produced<'a> = (i64, Option<&'a [u8]>, &'a [u8], &'a [(&'a str, &'a [u8])]);
+pub(crate) type Produced<'a> = (i64, Option<&'a [u8]>, &'a [u8], &'a [(&'a str, &'a [u8])]);
 
-fn produced(compression: Compression, records: &[Produced<'_>]) -> Bytes {
+/// A v2 batch of `records` as a producer sends it.
+pub(crate) fn produced(compression: Compression, records: &[Produced<'_>]) -> Bytes {
     let kafka: Vec<KafkaRecord> = records
         .iter()
         .enumerate()
