@@ -6,7 +6,6 @@
 //! Every QEMU it starts is ended by its own PID when the handle drops.
 
 use std::hash::{Hash, Hasher};
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -104,26 +103,7 @@ impl Device {
             .password
             .as_deref()
             .context("an anonymous device has no login to provision")?;
-        let mut child = Command::new(crate::tern_binary()?)
-            .arg("passwd")
-            .arg(passwd_file)
-            .arg(self.username())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("cannot run tern passwd")?;
-        let mut stdin = child.stdin.take().context("no stdin pipe")?;
-        writeln!(stdin, "{password}")?;
-        drop(stdin);
-        let output = child.wait_with_output()?;
-        if !output.status.success() {
-            bail!(
-                "tern passwd failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        Ok(())
+        crate::tern_passwd(passwd_file, &self.username(), password)
     }
 
     /// Where [`build_device`] keeps this device's ELF: the board's default device (anonymous,

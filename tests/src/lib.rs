@@ -14,7 +14,7 @@ pub use mosquitto::MosquittoSub;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -519,6 +519,47 @@ pub fn metric_sum_at(admin: SocketAddr, name: &str, labels: &str) -> anyhow::Res
         .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
         .collect();
     Ok((!values.is_empty()).then(|| values.iter().sum()))
+}
+
+/// `tern passwd FILE USER` with `password` on stdin, or `tern passwd --delete FILE USER`
+/// without one: the command an operator runs on the gateway. Its output, whatever the exit.
+pub fn tern_passwd_output(
+    file: &Path,
+    user: &str,
+    password: Option<&str>,
+) -> anyhow::Result<Output> {
+    let mut command = Command::new(tern_binary()?);
+    command.arg("passwd");
+    if password.is_none() {
+        command.arg("--delete");
+    }
+    let mut child = command
+        .arg(file)
+        .arg(user)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run tern passwd")?;
+    let mut stdin = child.stdin.take().context("no stdin pipe")?;
+    if let Some(password) = password {
+        writeln!(stdin, "{password}")?;
+    }
+    drop(stdin);
+    Ok(child.wait_with_output()?)
+}
+
+/// Adds (or replaces) `user` with `password` in `file` (`tern passwd`); an error with its
+/// stderr when it fails.
+pub fn tern_passwd(file: &Path, user: &str, password: &str) -> anyhow::Result<()> {
+    let output = tern_passwd_output(file, user, Some(password))?;
+    if !output.status.success() {
+        bail!(
+            "tern passwd failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
 }
 
 /// Runs `tern ARGS…` to completion: (exit status, stdout, stderr).

@@ -10,15 +10,14 @@
 //! device publishing under another device's id is refused (MQTT 5: "not authorized"; 3.1.1: the
 //! PUBACK without a code) and nothing of it is stored.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use tern_tests::firmware::{self, Board, Device, Qemu};
 use tern_tests::{
-    Gateway, ServeOptions, TempDir, dump_json, tern_binary, wait_until, workspace_root,
+    Gateway, ServeOptions, TempDir, dump_json, tern_passwd, wait_until, workspace_root,
 };
 
 const GATEWAYS: [&str; 2] = ["raspberry-pi-3", "raspberry-pi-4"];
@@ -185,27 +184,6 @@ fn sequences(data: &Path, device_id: u32) -> anyhow::Result<Vec<u32>> {
         }
     }
     Ok(sequences)
-}
-
-/// `tern passwd FILE USER` with `password` on stdin.
-fn tern_passwd(file: &Path, user: &str, password: &str) -> anyhow::Result<()> {
-    let mut child = Command::new(tern_binary()?)
-        .arg("passwd")
-        .arg(file)
-        .arg(user)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot run tern passwd")?;
-    let mut stdin = child.stdin.take().context("no stdin pipe")?;
-    writeln!(stdin, "{password}")?;
-    drop(stdin);
-    let output = child.wait_with_output()?;
-    if !output.status.success() {
-        bail!("tern passwd: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    Ok(())
 }
 
 /// Debian's mosquitto_pub, QoS 1, logged in as `user`.

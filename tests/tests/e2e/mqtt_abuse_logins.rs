@@ -3,33 +3,14 @@
 //! (argon2 runs one verification at a time in one reused buffer), one address that keeps
 //! failing is made to wait, and the log names the client id, never the attempted username.
 
-use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use tern_tests::raw_mqtt::RawClient;
-use tern_tests::{Gateway, TempDir, tern_binary, wait_until};
+use tern_tests::{Gateway, TempDir, tern_passwd, wait_until};
 
 use super::mqtt_abuse::{field, gateway};
-
-fn tern_passwd(file: &Path, user: &str, password: &str) -> anyhow::Result<()> {
-    let mut child = Command::new(tern_binary()?)
-        .arg("passwd")
-        .arg(file)
-        .arg(user)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    writeln!(child.stdin.take().context("no stdin")?, "{password}")?;
-    if !child.wait()?.success() {
-        bail!("tern passwd failed");
-    }
-    Ok(())
-}
 
 fn gateway_with_users(dir: &TempDir) -> anyhow::Result<Gateway> {
     let file = dir.path().join("passwd");

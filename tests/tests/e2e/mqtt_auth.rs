@@ -3,38 +3,14 @@
 //! clients, topic ACLs on publish and subscribe, a TLS listener with server and client
 //! certificates (generated at test time by scripts/gen-test-certs.sh with openssl).
 
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use anyhow::{Context, bail};
-use tern_tests::{Gateway, ServeOptions, TempDir, read_log, tern_binary, workspace_root};
+use tern_tests::{Gateway, ServeOptions, TempDir, read_log, tern_passwd_output, workspace_root};
 
 const VERSIONS: [&str; 2] = ["mqttv311", "mqttv5"];
-
-/// Runs `tern passwd [--delete] FILE USER` with `password` on stdin.
-fn tern_passwd(file: &Path, user: &str, password: Option<&str>) -> anyhow::Result<Output> {
-    let mut command = Command::new(tern_binary()?);
-    command.arg("passwd");
-    if password.is_none() {
-        command.arg("--delete");
-    }
-    let mut child = command
-        .arg(file)
-        .arg(user)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot run tern passwd")?;
-    let mut stdin = child.stdin.take().context("no stdin pipe")?;
-    if let Some(password) = password {
-        writeln!(stdin, "{password}")?;
-    }
-    drop(stdin);
-    Ok(child.wait_with_output()?)
-}
 
 /// Starts tern with `config` (TOML) written next to its data directory.
 fn start(dir: &TempDir, config: &str) -> anyhow::Result<Gateway> {
@@ -108,9 +84,13 @@ fn publish(port: u16, version: &str, args: &[&str]) -> anyhow::Result<Output> {
 fn tern_passwd_users_are_accepted_and_wrong_or_anonymous_clients_refused() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-auth-passwd")?;
     let file = dir.path().join("passwd");
-    let created = tern_passwd(&file, "alice", Some("wonderland"))?;
+    let created = tern_passwd_output(&file, "alice", Some("wonderland"))?;
     assert!(created.status.success(), "{}", text(&created));
-    assert!(tern_passwd(&file, "bob", Some("builder"))?.status.success());
+    assert!(
+        tern_passwd_output(&file, "bob", Some("builder"))?
+            .status
+            .success()
+    );
     let mode = std::fs::metadata(&file)?.permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     let config = format!(
@@ -148,7 +128,7 @@ fn tern_passwd_users_are_accepted_and_wrong_or_anonymous_clients_refused() -> an
         &["-u", "bob", "-P", "builder", "-t", "t", "-m", "bob"],
     )?;
     assert!(bob.status.success(), "{}", text(&bob));
-    let deleted = tern_passwd(&file, "bob", None)?;
+    let deleted = tern_passwd_output(&file, "bob", None)?;
     assert!(deleted.status.success(), "{}", text(&deleted));
     let bob = publish(
         port,
@@ -286,7 +266,7 @@ fn tls_listener_with_passwords_and_no_client_certificates() -> anyhow::Result<()
     let certs = certs(&dir)?;
     let passwd = dir.path().join("passwd");
     assert!(
-        tern_passwd(&passwd, "alice", Some("wonderland"))?
+        tern_passwd_output(&passwd, "alice", Some("wonderland"))?
             .status
             .success()
     );
