@@ -5,12 +5,12 @@
 //! started was ended by its PID.
 
 use std::fs::File;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::BenchError;
+use crate::mqtt::servers::free_port;
 
 /// How long the JVM may take to log "Kafka Server started" on a loaded machine.
 const START_TIMEOUT: Duration = Duration::from_secs(180);
@@ -196,13 +196,4 @@ fn log_file(path: &Path) -> Result<File, BenchError> {
 
 fn write(path: &Path, text: &str) -> Result<(), BenchError> {
     std::fs::write(path, text).map_err(|e| BenchError::file("write", path, e))
-}
-
-fn free_port() -> Result<u16, BenchError> {
-    let io = |source| BenchError::Io {
-        what: "finding a free loopback port",
-        source,
-    };
-    let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(io)?;
-    Ok(listener.local_addr().map_err(io)?.port())
 }

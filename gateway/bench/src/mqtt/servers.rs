@@ -270,7 +270,7 @@ fn mosquitto_binary() -> PathBuf {
 }
 
 /// A loopback port nobody listens on right now.
-fn free_port() -> Result<u16, BenchError> {
+pub(crate) fn free_port() -> Result<u16, BenchError> {
     let io = |source| BenchError::Io {
         what: "finding a free loopback port",
         source,
