@@ -93,6 +93,25 @@ pub struct TopicInfo {
     pub partitions: u32,
 }
 
+/// [`validate_topic_name`] as the log's error, naming the topic.
+pub(crate) fn check_topic_name(topic: &str) -> Result<(), LogError> {
+    validate_topic_name(topic).map_err(|reason| LogError::InvalidTopicName {
+        topic: topic.to_owned(),
+        reason,
+    })
+}
+
+/// A topic's partition count is 1 to [`MAX_PARTITIONS`] (topic administration, both logs).
+pub(crate) fn check_partition_count(topic: &str, partitions: u32) -> Result<(), LogError> {
+    if (1..=MAX_PARTITIONS).contains(&partitions) {
+        return Ok(());
+    }
+    Err(LogError::InvalidPartitions {
+        topic: topic.to_owned(),
+        reason: format!("must be between 1 and {MAX_PARTITIONS}"),
+    })
+}
+
 /// Checks a topic name: `[A-Za-z0-9._-]`, 1..=200 characters, not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 200 {

@@ -17,19 +17,9 @@ use tokio::sync::{oneshot, watch};
 
 use crate::port::{LogPort, Queued};
 use crate::{
-    LogConfig, LogError, Record, StoredRecord, TopicInfo, TopicSettings, validate_topic_name,
+    LogConfig, LogError, Record, StoredRecord, TopicInfo, TopicSettings, check_partition_count,
+    check_topic_name,
 };
-
-/// The partition count check of the real log's topic administration.
-fn valid_count(topic: &str, partitions: u32) -> Result<(), LogError> {
-    if (1..=crate::store::MAX_PARTITIONS).contains(&partitions) {
-        return Ok(());
-    }
-    Err(LogError::InvalidPartitions {
-        topic: topic.to_owned(),
-        reason: format!("must be between 1 and {}", crate::store::MAX_PARTITIONS),
-    })
-}
 
 /// A shared in-memory log whose topics all have the same partition count.
 #[derive(Debug, Clone)]
@@ -216,10 +206,7 @@ impl LogPort for MemoryLog {
     }
 
     fn ensure_topic(&self, topic: &str) -> Result<u32, LogError> {
-        validate_topic_name(topic).map_err(|reason| LogError::InvalidTopicName {
-            topic: topic.to_owned(),
-            reason,
-        })?;
+        check_topic_name(topic)?;
         let mut inner = self.lock();
         Self::check_open(&inner)?;
         let partitions = self.partitions;
@@ -231,13 +218,10 @@ impl LogPort for MemoryLog {
     }
 
     fn create_topic(&self, topic: &str, partitions: u32) -> Result<u32, LogError> {
-        validate_topic_name(topic).map_err(|reason| LogError::InvalidTopicName {
-            topic: topic.to_owned(),
-            reason,
-        })?;
+        check_topic_name(topic)?;
         let mut inner = self.lock();
         Self::check_open(&inner)?;
-        valid_count(topic, partitions)?;
+        check_partition_count(topic, partitions)?;
         if inner.topics.contains_key(topic) {
             return Err(LogError::TopicExists {
                 topic: topic.to_owned(),
@@ -251,7 +235,7 @@ impl LogPort for MemoryLog {
     fn add_partitions(&self, topic: &str, total: u32) -> Result<u32, LogError> {
         let mut inner = self.lock();
         Self::check_open(&inner)?;
-        valid_count(topic, total)?;
+        check_partition_count(topic, total)?;
         let parts = inner
             .topics
             .get_mut(topic)

@@ -20,7 +20,7 @@ use super::fs::{Fs, RealFs};
 use super::partition::{Partition, Shared};
 use super::stats::{Counters, LogStats, PartitionStats};
 use super::writer::{self, AppendRequest};
-use super::{Record, StoredRecord, TopicInfo, datadir, meta, recovery, validate_topic_name};
+use super::{Record, StoredRecord, TopicInfo, check_topic_name, datadir, meta, recovery};
 
 mod admin;
 
@@ -219,10 +219,7 @@ impl Log {
     /// does blocking file I/O (a few fsyncs); finding an existing topic does none.
     pub fn ensure_topic(&self, topic: &str) -> Result<TopicInfo> {
         self.check_open()?;
-        validate_topic_name(topic).map_err(|reason| LogError::InvalidTopicName {
-            topic: topic.to_owned(),
-            reason,
-        })?;
+        check_topic_name(topic)?;
         if let Ok(entry) = self.topic(topic) {
             return Ok(entry.info.clone());
         }

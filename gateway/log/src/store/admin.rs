@@ -11,7 +11,7 @@ use std::sync::{Arc, PoisonError};
 
 use super::super::config::TopicSettings;
 use super::super::error::{LogError, Result};
-use super::super::{TopicInfo, meta, validate_topic_name};
+use super::super::{TopicInfo, check_partition_count, check_topic_name, meta};
 use super::{Log, TopicEntry, open_partitions, open_topic};
 
 /// Most partitions one topic may have (the `[log]` configuration's limit too).
@@ -22,8 +22,8 @@ impl Log {
     /// Blocking file I/O (a few fsyncs).
     pub fn create_topic(&self, topic: &str, partitions: u32) -> Result<TopicInfo> {
         self.check_open()?;
-        valid_name(topic)?;
-        valid_count(topic, partitions)?;
+        check_topic_name(topic)?;
+        check_partition_count(topic, partitions)?;
         let mut topics = self
             .inner
             .topics
@@ -50,7 +50,7 @@ impl Log {
     /// records and keys' placement under the old count are untouched; new ones start empty.
     pub fn add_partitions(&self, topic: &str, total: u32) -> Result<TopicInfo> {
         self.check_open()?;
-        valid_count(topic, total)?;
+        check_partition_count(topic, total)?;
         let mut topics = self
             .inner
             .topics
@@ -164,23 +164,6 @@ impl Log {
     pub fn default_partitions(&self, topic: &str) -> u32 {
         self.inner.shared.config.topic_settings(topic).partitions
     }
-}
-
-fn valid_name(topic: &str) -> Result<()> {
-    validate_topic_name(topic).map_err(|reason| LogError::InvalidTopicName {
-        topic: topic.to_owned(),
-        reason,
-    })
-}
-
-fn valid_count(topic: &str, partitions: u32) -> Result<()> {
-    if (1..=MAX_PARTITIONS).contains(&partitions) {
-        return Ok(());
-    }
-    Err(LogError::InvalidPartitions {
-        topic: topic.to_owned(),
-        reason: format!("must be between 1 and {MAX_PARTITIONS}"),
-    })
 }
 
 #[cfg(test)]
