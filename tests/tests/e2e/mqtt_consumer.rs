@@ -17,6 +17,8 @@ use rumqttc::v5::{Client, Connection, Event, Incoming, MqttOptions};
 use tern_tests::raw_mqtt::{RawClient, Received};
 use tern_tests::{Gateway, MosquittoSub, ServeOptions, TempDir, now_ms, wait_until};
 
+use super::mqtt_shared::collect;
+
 fn gateway_with(dir: &TempDir, toml: &str) -> anyhow::Result<Gateway> {
     let config = dir.path().join("tern.toml");
     std::fs::write(&config, toml)?;
@@ -150,23 +152,6 @@ impl V5 {
     }
 }
 
-/// The raw client's publishes (acknowledged or not) until none came for `quiet`.
-fn raw_received(client: &mut RawClient, ack: bool, quiet: Duration) -> Vec<Received> {
-    let _ = client.set_timeout(quiet);
-    let mut got = Vec::new();
-    loop {
-        let next = if ack {
-            client.next_publish()
-        } else {
-            client.next_publish_unacked()
-        };
-        match next {
-            Ok(publish) => got.push(publish),
-            Err(_) => return got,
-        }
-    }
-}
-
 fn raw_payloads(received: &[Received]) -> Vec<String> {
     received
         .iter()
@@ -202,7 +187,7 @@ fn failover_hands_everything_to_one_member_and_the_next_takes_over_without_loss(
     for _ in 0..4 {
         acked.push(active.next_publish()?);
     }
-    let held = raw_received(&mut active, false, Duration::from_secs(1));
+    let held = collect(&mut active, false, Duration::from_secs(1))?;
     assert_eq!(
         raw_payloads(&acked),
         names(0..4),
@@ -359,7 +344,7 @@ fn owners(
 ) -> anyhow::Result<BTreeMap<String, Vec<(&'static str, usize)>>> {
     let mut by_key: BTreeMap<String, Vec<(&'static str, usize)>> = BTreeMap::new();
     for (name, member) in members.iter_mut() {
-        for publish in raw_received(member, true, Duration::from_secs(2)) {
+        for publish in collect(member, true, Duration::from_secs(2))? {
             let n: usize = String::from_utf8_lossy(&publish.payload)
                 .trim_start_matches('m')
                 .parse()?;

@@ -11,7 +11,11 @@ use tern_tests::raw_mqtt::{RawClient, Received};
 use tern_tests::{Gateway, MosquittoSub, ServeOptions, TempDir, free_port};
 
 /// Reads PUBLISHes (acknowledging them, or not) until none came for `quiet`.
-fn collect(client: &mut RawClient, ack: bool, quiet: Duration) -> anyhow::Result<Vec<Received>> {
+pub(super) fn collect(
+    client: &mut RawClient,
+    ack: bool,
+    quiet: Duration,
+) -> anyhow::Result<Vec<Received>> {
     client.set_timeout(quiet)?;
     let mut received = Vec::new();
     loop {
