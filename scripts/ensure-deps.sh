@@ -86,5 +86,12 @@ if ! "$venv/bin/python" -c 'import kafka' 2>/dev/null; then
 fi
 # The Kafka jars (tests/kafka/pom.xml), copied into tests/kafka/cache once and kept there.
 "$(dirname "${BASH_SOURCE[0]}")/kafka-cluster.sh" fetch
+# MirrorMaker 2 (tests/kafka/mirror/pom.xml, connect-mirror 4.1 with its own kafka-clients) for
+# e2e/kafka_mirror.rs, copied into tests/kafka/mirror/cache once and kept there.
+mirror="$(dirname "${BASH_SOURCE[0]}")/../tests/kafka/mirror"
+if ! ls "$mirror"/cache/connect-mirror-*.jar >/dev/null 2>&1; then
+  echo "ensure-deps: fetching the MirrorMaker 2 jars into tests/kafka/mirror/cache"
+  (cd "$mirror" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies)
+fi
 
 echo "ensure-deps: all present"

@@ -369,6 +369,12 @@ impl KafkaCluster {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// Spawns `command` from the cluster's spawner thread, so the process dies with the test
+    /// process as the brokers do (MirrorMaker, [`crate::kafka_mirror`]).
+    pub(crate) fn spawn_tied(&self, command: Command) -> anyhow::Result<Child> {
+        self.spawner.spawn(command)
+    }
+
     fn node(&self, id: u32) -> Option<&Node> {
         self.nodes.iter().find(|n| n.id == id)
     }

@@ -4,6 +4,7 @@
 
 pub mod kafka;
 pub mod kafka_groups;
+pub mod kafka_mirror;
 pub mod kafka_tools;
 pub mod mosquitto;
 pub mod proxy;
