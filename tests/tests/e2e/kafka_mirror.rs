@@ -2,7 +2,8 @@
 //! the three-broker datacenter cluster through tern's Kafka listener: the datacenter's own tool
 //! reads tern as the source cluster `edge` (Metadata, DescribeConfigs, ListOffsets, Fetch,
 //! ListGroups, OffsetFetch), and `edge.mqtt` in the cluster ends up holding exactly tern's
-//! records, per partition and in order, with their MQTT headers.
+//! records, per partition and in order, with their MQTT headers; a consumer group's offsets on
+//! tern become the same group's offsets in the datacenter.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -60,6 +61,30 @@ fn publish(gateway: &Gateway, tag: &str, per_device: usize) -> anyhow::Result<()
         }
     }
     Ok(())
+}
+
+/// kcat's balanced consumer in `group` on tern reads from the earliest offset to the end and
+/// commits; the number of records it read.
+fn kcat_group(gateway: &Gateway, group: &str) -> anyhow::Result<usize> {
+    let output = Command::new("kcat")
+        .args(["-b", &gateway.kafka.to_string(), "-G", group, "mqtt"])
+        .args([
+            "-X",
+            "auto.offset.reset=earliest",
+            "-e",
+            "-q",
+            "-f",
+            "%s\\n",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .context("kcat")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "kcat: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8_lossy(&output.stdout).lines().count())
 }
 
 /// The console consumer's arguments that read `total` records of `topic` from the start, with
@@ -132,8 +157,9 @@ fn same_records(expected: &[ConsumedRecord], got: &[ConsumedRecord]) -> Result<(
 /// MirrorMaker 2's configuration: `edge` (tern) → `dc` (the cluster) for topic `mqtt` only.
 /// Nothing is written to tern: the offset syncs live in the datacenter
 /// (`offset-syncs.topic.location = target`), the reverse flow with its heartbeats is off, and
-/// tern's topic ACLs are not synced (tern answers no DescribeAcls). Short intervals keep the test
-/// quick.
+/// tern's topic ACLs are not synced (tern answers no DescribeAcls). Group offsets are synced
+/// into the datacenter, with an offset sync at every record so that they translate exactly.
+/// Short intervals keep the test quick.
 fn mm2_properties(gateway: &Gateway, cluster: &KafkaCluster) -> String {
     format!(
         "clusters = edge, dc\n\
@@ -152,6 +178,8 @@ fn mm2_properties(gateway: &Gateway, cluster: &KafkaCluster) -> String {
          offset.storage.replication.factor = 3\n\
          status.storage.replication.factor = 3\n\
          sync.topic.acls.enabled = false\n\
+         sync.group.offsets.enabled = true\n\
+         offset.lag.max = 0\n\
          refresh.topics.interval.seconds = 1\n\
          refresh.groups.interval.seconds = 1\n\
          emit.checkpoints.interval.seconds = 1\n\
@@ -193,12 +221,15 @@ fn dc_topics(cluster: &KafkaCluster) -> anyhow::Result<Vec<String>> {
 
 /// MQTT devices publish into tern's 3-partition topic `mqtt`; MirrorMaker 2 copies it into the
 /// datacenter as `edge.mqtt`, first what was there before it started, then what arrives while it
-/// runs. Per partition the mirror holds exactly tern's records in order with their MQTT headers.
+/// runs. Per partition the mirror holds exactly tern's records in order with their MQTT headers,
+/// and the group `historian`, which read everything on tern, has the same offsets in the
+/// datacenter (MirrorMaker's checkpoints with `sync.group.offsets.enabled`).
 /// Negative controls: the comparison fails on one record too many in the expectation, and
 /// tern's topic `plant.private`, which MirrorMaker is not told to mirror, stays out of the
 /// datacenter.
 #[test]
 fn mirror_maker_2_pulls_a_tern_topic_into_the_datacenter_cluster() -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
     // The cluster starts (tens of seconds of JVMs) while tern gets its records.
     let cluster = std::thread::spawn(KafkaCluster::start);
     let dir = TempDir::new("kafka-mirror")?;
@@ -225,10 +256,21 @@ fn mirror_maker_2_pulls_a_tern_topic_into_the_datacenter_cluster() -> anyhow::Re
         b"not for the datacenter\n",
     )?;
     publish(&gateway, "a", 20)?;
+    // A local application's group on tern reads everything and commits.
+    let read = kcat_group(&gateway, "historian")?;
+    assert_eq!(
+        read,
+        20 * PARTITIONS as usize,
+        "historian read every record"
+    );
     let cluster = cluster
         .join()
         .map_err(|_| anyhow::anyhow!("the cluster's start panicked"))??;
-    println!("cluster started in {:?}", cluster.startup);
+    println!(
+        "cluster started in {:?} ({:?} into the test)",
+        cluster.startup,
+        started.elapsed()
+    );
     let mm2_dir = TempDir::new("kafka-mirror-mm2")?;
     let mut mirror = MirrorMaker::start(
         &cluster,
@@ -282,8 +324,29 @@ fn mirror_maker_2_pulls_a_tern_topic_into_the_datacenter_cluster() -> anyhow::Re
                 "the comparison must see a missing record"
             );
         }
-        println!("mirrored {per_partition} records per partition {round}");
+        println!(
+            "mirrored {per_partition} records per partition {round} ({:?} into the test)",
+            started.elapsed()
+        );
         if per_partition == 20 {
+            // The group's committed offsets on tern (20 in every partition), checkpointed and
+            // translated, are the group's offsets in the datacenter: it can resume there.
+            wait_until(
+                Duration::from_secs(60),
+                "historian's offsets synced into the datacenter",
+                || {
+                    let offsets = cluster.group_offsets("historian").unwrap_or_default();
+                    Ok(offsets.len() == PARTITIONS as usize
+                        && offsets
+                            .iter()
+                            .all(|o| o.topic == "edge.mqtt" && o.offset == Some(20)))
+                },
+            )
+            .with_context(|| mirror.log_tail(60))?;
+            println!(
+                "historian's offsets synced ({:?} into the test)",
+                started.elapsed()
+            );
             publish(&gateway, "b", 15)?;
             per_partition += 15;
         }
