@@ -159,7 +159,8 @@ fn same_records(expected: &[ConsumedRecord], got: &[ConsumedRecord]) -> Result<(
 /// (`offset-syncs.topic.location = target`), the reverse flow with its heartbeats is off, and
 /// tern's topic ACLs are not synced (tern answers no DescribeAcls). Group offsets are synced
 /// into the datacenter, with an offset sync at every record so that they translate exactly.
-/// Short intervals keep the test quick.
+/// Short intervals keep the test quick; the offset flush, which also sends the last offset
+/// sync of a quiet partition, is a worker setting and so takes the target cluster's prefix.
 fn mm2_properties(gateway: &Gateway, cluster: &KafkaCluster) -> String {
     format!(
         "clusters = edge, dc\n\
@@ -185,7 +186,7 @@ fn mm2_properties(gateway: &Gateway, cluster: &KafkaCluster) -> String {
          emit.checkpoints.interval.seconds = 1\n\
          emit.heartbeats.interval.seconds = 1\n\
          sync.group.offsets.interval.seconds = 1\n\
-         offset.flush.interval.ms = 1000\n",
+         dc.offset.flush.interval.ms = 1000\n",
         edge = gateway.kafka,
         dc = cluster.bootstrap(),
     )
