@@ -107,11 +107,6 @@ impl MirrorMaker {
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
-
-    /// MirrorMaker's whole log.
-    pub fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
 }
 
 impl Drop for MirrorMaker {
