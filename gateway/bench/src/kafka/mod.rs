@@ -9,8 +9,11 @@
 //! - memory: tern's resident set before and with a consumer group of 3 (`kcat -G`) attached
 //!   and caught up.
 //!
-//! Runs interleave the brokers, `--repetitions` times each; the report prints every run, the
-//! medians and tern/Kafka ratios. It never judges a run by its figures (targets only print
+//! Runs interleave the brokers, `--repetitions` times each, after one untimed warm-up round
+//! (each produce topic written once, each consume topic read once): without it the first run
+//! measured Kafka's JVM before its JIT compiled the hot paths (its first produce runs were half
+//! its later ones) and both brokers' topic creation. The report prints every run, the medians
+//! and tern/Kafka ratios. It never judges a run by its figures (targets only print
 //! whether they are met) and touches only the processes, topics and directories it created.
 
 mod broker;
@@ -55,6 +58,10 @@ pub fn run(options: &KafkaBenchOptions) -> Result<Report, BenchError> {
 
     let mut report = Report::new(options);
     let rate = |elapsed| kcat::rate(options.records, elapsed);
+    kcat::produce(&tern_addr, "bench-produce", &values)?;
+    kcat::produce(&kafka.bootstrap, "bench-produce-fsync", &values)?;
+    kcat::produce(&kafka.bootstrap, "bench-produce", &values)?;
+    eprintln!("produce warm-up done");
     for run in 0..options.repetitions {
         report
             .tern_produce
@@ -77,6 +84,8 @@ pub fn run(options: &KafkaBenchOptions) -> Result<Report, BenchError> {
         .join(format!("tern-bench-kafka-out-{}", std::process::id()));
     kcat::produce(&tern_addr, "bench-consume", &values)?;
     kcat::produce(&kafka.bootstrap, "bench-consume", &values)?;
+    kcat::consume(&tern_addr, "bench-consume", options.records, &out)?;
+    kcat::consume(&kafka.bootstrap, "bench-consume", options.records, &out)?;
     for run in 0..options.repetitions {
         report.tern_consume.push(rate(kcat::consume(
             &tern_addr,
