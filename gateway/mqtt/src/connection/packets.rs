@@ -165,6 +165,12 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             properties,
             timestamp_ms: message::now_ms(),
         };
+        if self.pending.capacity() == 0 {
+            // A batch starts: room for a full one (`start_append`) at once, not growth by
+            // doubling (several reallocations and copies per batch). Idle connections hold none.
+            self.pending
+                .reserve_exact(usize::from(self.broker.config.inflight));
+        }
         self.pending.push(Pending {
             message: Some(message),
             ack,
