@@ -7,6 +7,7 @@
 //! It never interprets a request body (that is `api/`), and it closes the connection on a
 //! request it cannot answer, as Apache Kafka does.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -36,17 +37,18 @@ where
 {
     let (reader, writer) = tokio::io::split(stream);
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
+    let peer = conn.peer;
     tokio::join!(
-        read_loop(reader, &ctx, &conn, tx),
-        write_loop(writer, rx, &conn)
+        read_loop(reader, &ctx, conn, tx),
+        write_loop(writer, rx, peer)
     );
-    tracing::debug!(peer = %conn.peer, "kafka connection closed");
+    tracing::debug!(%peer, "kafka connection closed");
 }
 
 async fn read_loop<R: AsyncRead + Unpin, L: LogPort>(
     mut reader: R,
     ctx: &Ctx<L>,
-    conn: &Conn,
+    mut conn: Conn,
     tx: mpsc::Sender<Answer>,
 ) {
     let max = usize::try_from(ctx.config.max_request_size.0).unwrap_or(usize::MAX);
@@ -72,7 +74,7 @@ async fn read_loop<R: AsyncRead + Unpin, L: LogPort>(
                 break;
             }
         };
-        let reply = match api::dispatch(ctx, conn, &request).await {
+        let reply = match api::dispatch(ctx, &mut conn, &request).await {
             Ok(Reply::Nothing) => continue,
             Ok(reply) => reply,
             Err(err) => {
@@ -89,13 +91,18 @@ async fn read_loop<R: AsyncRead + Unpin, L: LogPort>(
             header: header::encode_response_header(&request),
             reply,
         };
-        if tx.send(answer).await.is_err() {
+        if tx.send(answer).await.is_err() || conn.sasl.failed() {
+            // A failed SASL exchange closes once its answer is written.
             break;
         }
     }
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::Receiver<Answer>, conn: &Conn) {
+async fn write_loop<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut rx: mpsc::Receiver<Answer>,
+    peer: SocketAddr,
+) {
     let mut writer = BufWriter::new(writer);
     while let Some(answer) = rx.recv().await {
         let body = match answer.reply {
@@ -103,7 +110,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::Receiver<Ans
             Reply::Later(pending) => match pending.0.await {
                 Ok(body) => body,
                 Err(err) => {
-                    tracing::warn!(peer = %conn.peer, %err, "closing a Kafka connection");
+                    tracing::warn!(%peer, %err, "closing a Kafka connection");
                     break;
                 }
             },
@@ -117,7 +124,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::Receiver<Ans
             std::io::Result::Ok(())
         };
         if let Err(err) = written.await {
-            tracing::debug!(peer = %conn.peer, %err, "kafka client gone");
+            tracing::debug!(%peer, %err, "kafka client gone");
             return;
         }
     }

@@ -23,7 +23,7 @@ async fn call<Q: Encodable, R: Decodable>(
     version: i16,
     q: &Q,
 ) -> R {
-    let reply = dispatch(ctx, &conn(), &request(api, version, q))
+    let reply = dispatch(ctx, &mut conn(), &request(api, version, q))
         .await
         .expect("reply");
     decode_as(body(reply).await.expect("answered"), version)

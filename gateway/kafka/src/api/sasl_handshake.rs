@@ -1,0 +1,39 @@
+//! SaslHandshake (KIP-43): the client names a mechanism; the answer lists the enabled ones.
+//! v1 only: v0 is followed by raw SASL tokens without a Kafka header, which Kafka 4.0 dropped
+//! (KIP-896); every client that sends v1 then carries the tokens in SaslAuthenticate. A
+//! mechanism that is not enabled gets UNSUPPORTED_SASL_MECHANISM (the client may try another);
+//! a handshake on a listener without SASL, or a second one, gets ILLEGAL_SASL_STATE and the
+//! connection closes.
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::{ApiKey, SaslHandshakeRequest, SaslHandshakeResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{ApiError, Conn, Ctx, Reply, Versions, decode, encode};
+use crate::header::Request;
+use crate::sasl::Handshake;
+
+pub const VERSIONS: Versions = Versions { min: 1, max: 1 };
+
+pub fn handle<L>(ctx: &Ctx<L>, conn: &mut Conn, request: &Request) -> Result<Reply, ApiError> {
+    let body: SaslHandshakeRequest = decode(request)?;
+    let enabled = ctx.config.offered_mechanisms();
+    let error = match conn.sasl.handshake(&body.mechanism, &enabled) {
+        Handshake::Chosen(_) => None,
+        Handshake::Unsupported => Some(ResponseError::UnsupportedSaslMechanism),
+        Handshake::Illegal => Some(ResponseError::IllegalSaslState),
+    };
+    let response = SaslHandshakeResponse::default()
+        .with_error_code(error.map_or(0, |e| e.code()))
+        .with_mechanisms(
+            enabled
+                .iter()
+                .map(|m| StrBytes::from_static_str(m.name()))
+                .collect(),
+        );
+    Ok(Reply::Now(encode(
+        ApiKey::SaslHandshake,
+        request.version(),
+        &response,
+    )?))
+}
