@@ -4,8 +4,9 @@
 //! pipelining producer keeps the group commit busy. Generic over the byte stream, so a TLS
 //! stream serves the same way.
 //!
-//! It never interprets a request body (that is `api/`), and it closes the connection on a
-//! request it cannot answer, as Apache Kafka does.
+//! It never interprets a request body (that is `api/`), except the bare SASL tokens that follow
+//! a SaslHandshake v0, and it closes the connection on a request it cannot answer, or after a
+//! failed authentication, as Apache Kafka does.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::api::{self, Conn, Ctx, Reply};
 use crate::header;
+use crate::sasl::Step;
 use tern_core::frame;
 use tern_log::LogPort;
 
@@ -67,6 +69,26 @@ async fn read_loop<R: AsyncRead + Unpin, L: LogPort>(
                 break;
             }
         };
+        if conn.sasl.raw_tokens() {
+            // After SaslHandshake v0: a bare token, answered by a bare token; a failure closes.
+            let users = ctx.security.as_deref().and_then(|s| s.users());
+            let token = match conn.sasl.authenticate(&frame, users, conn.peer.ip()).await {
+                Step::Continue(token) | Step::Done(token) => token,
+                Step::Failed(err) => {
+                    tracing::info!(peer = %conn.peer, %err, "kafka SASL authentication failed");
+                    break;
+                }
+                Step::Illegal => break,
+            };
+            let answer = Answer {
+                header: Bytes::new(),
+                reply: Reply::Now(Bytes::from(token)),
+            };
+            if tx.send(answer).await.is_err() {
+                break;
+            }
+            continue;
+        }
         let request = match header::decode(Bytes::from(frame)) {
             Ok(request) => request,
             Err(err) => {

@@ -117,6 +117,9 @@ pub fn parse_plain(message: &[u8]) -> Result<(String, String), SaslError> {
 #[derive(Debug)]
 pub struct Session {
     state: State,
+    /// A SaslHandshake v0 came: the tokens follow as bare frames (no Kafka header), before
+    /// KIP-152's SaslAuthenticate.
+    raw: bool,
 }
 
 #[derive(Debug)]
@@ -161,7 +164,7 @@ impl Session {
     /// A session that must authenticate (`required`) or one admitted anonymously.
     pub fn new(required: bool) -> Self {
         let state = if required { State::Start } else { State::Open };
-        Self { state }
+        Self { state, raw: false }
     }
 
     /// Whether a request of `api` may be served now.
@@ -189,8 +192,14 @@ impl Session {
         matches!(self.state, State::Failed)
     }
 
-    /// SaslHandshake: picks `name` among `enabled`.
-    pub fn handshake(&mut self, name: &str, enabled: &[Mechanism]) -> Handshake {
+    /// Whether the next frame is a bare SASL token (after a SaslHandshake v0).
+    pub fn raw_tokens(&self) -> bool {
+        self.raw && matches!(self.state, State::Chosen(_) | State::Scram(_))
+    }
+
+    /// SaslHandshake: picks `name` among `enabled`; `raw` for v0, whose tokens come as bare
+    /// frames.
+    pub fn handshake(&mut self, name: &str, enabled: &[Mechanism], raw: bool) -> Handshake {
         if !matches!(self.state, State::Start) {
             self.fail_unless_open();
             return Handshake::Illegal;
@@ -198,6 +207,7 @@ impl Session {
         match Mechanism::from_name(name).filter(|m| enabled.contains(m)) {
             Some(mechanism) => {
                 self.state = State::Chosen(mechanism);
+                self.raw = raw;
                 Handshake::Chosen(mechanism)
             }
             None => Handshake::Unsupported,

@@ -28,7 +28,7 @@ pub async fn handle<L: LogPort>(
         .sasl
         .authenticate(&body.auth_bytes, users, conn.peer.ip())
         .await;
-    let response = SaslAuthenticateResponse::default();
+    let response = SaslAuthenticateResponse::default().with_error_message(None);
     let response = match step {
         Step::Continue(token) | Step::Done(token) => response.with_auth_bytes(Bytes::from(token)),
         Step::Failed(err) => {

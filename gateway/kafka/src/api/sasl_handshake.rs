@@ -1,6 +1,7 @@
 //! SaslHandshake (KIP-43): the client names a mechanism; the answer lists the enabled ones.
-//! v1 only: v0 is followed by raw SASL tokens without a Kafka header, which Kafka 4.0 dropped
-//! (KIP-896); every client that sends v1 then carries the tokens in SaslAuthenticate. A
+//! After v1 the tokens come in SaslAuthenticate requests; after v0 they come as bare frames
+//! without a Kafka header (the connection reads them, see `connection.rs`). librdkafka needs
+//! v0 advertised to use SASL at all, then sends v1; kafka-python 2.0 sends v0. A
 //! mechanism that is not enabled gets UNSUPPORTED_SASL_MECHANISM (the client may try another);
 //! a handshake on a listener without SASL, or a second one, gets ILLEGAL_SASL_STATE and the
 //! connection closes.
@@ -13,12 +14,15 @@ use super::{ApiError, Conn, Ctx, Reply, Versions, decode, encode};
 use crate::header::Request;
 use crate::sasl::Handshake;
 
-pub const VERSIONS: Versions = Versions { min: 1, max: 1 };
+pub const VERSIONS: Versions = Versions { min: 0, max: 1 };
 
 pub fn handle<L>(ctx: &Ctx<L>, conn: &mut Conn, request: &Request) -> Result<Reply, ApiError> {
     let body: SaslHandshakeRequest = decode(request)?;
     let enabled = ctx.config.offered_mechanisms();
-    let error = match conn.sasl.handshake(&body.mechanism, &enabled) {
+    let error = match conn
+        .sasl
+        .handshake(&body.mechanism, &enabled, request.version() == 0)
+    {
         Handshake::Chosen(_) => None,
         Handshake::Unsupported => Some(ResponseError::UnsupportedSaslMechanism),
         Handshake::Illegal => Some(ResponseError::IllegalSaslState),

@@ -50,18 +50,21 @@ fn before_authentication_only_the_sasl_apis_and_api_versions_are_admitted() {
 fn the_handshake_offers_only_enabled_mechanisms_and_comes_once() {
     let mut session = authenticating();
     let enabled = [Mechanism::Scram(ScramMechanism::Sha512)];
-    assert_eq!(session.handshake("PLAIN", &enabled), Handshake::Unsupported);
     assert_eq!(
-        session.handshake("scram-sha-512", &enabled),
+        session.handshake("PLAIN", &enabled, false),
+        Handshake::Unsupported
+    );
+    assert_eq!(
+        session.handshake("scram-sha-512", &enabled, false),
         Handshake::Chosen(Mechanism::Scram(ScramMechanism::Sha512))
     );
     assert_eq!(
-        session.handshake("SCRAM-SHA-512", &enabled),
+        session.handshake("SCRAM-SHA-512", &enabled, false),
         Handshake::Illegal
     );
     assert!(session.failed());
     assert_eq!(
-        Session::new(false).handshake("PLAIN", &Mechanism::ALL),
+        Session::new(false).handshake("PLAIN", &Mechanism::ALL, false),
         Handshake::Illegal
     );
 }
@@ -70,7 +73,7 @@ fn the_handshake_offers_only_enabled_mechanisms_and_comes_once() {
 async fn plain_with_the_right_password_authenticates_and_a_wrong_one_fails() {
     let users = users("plain");
     let mut session = authenticating();
-    session.handshake("PLAIN", &Mechanism::ALL);
+    session.handshake("PLAIN", &Mechanism::ALL, false);
     let step = session
         .authenticate(b"\0alice\0secret", Some(&users), PEER)
         .await;
@@ -78,8 +81,18 @@ async fn plain_with_the_right_password_authenticates_and_a_wrong_one_fails() {
     assert_eq!(session.user(), Some("alice"));
     assert!(session.admits(ApiKey::Produce));
 
+    // After a v0 handshake the tokens are bare frames, until the exchange ends.
     let mut session = authenticating();
-    session.handshake("PLAIN", &Mechanism::ALL);
+    session.handshake("PLAIN", &Mechanism::ALL, true);
+    assert!(session.raw_tokens());
+    let step = session
+        .authenticate(b"\0alice\0secret", Some(&users), PEER)
+        .await;
+    assert_eq!(step, Step::Done(Vec::new()));
+    assert!(!session.raw_tokens());
+
+    let mut session = authenticating();
+    session.handshake("PLAIN", &Mechanism::ALL, false);
     let step = session
         .authenticate(b"alice\0alice\0wrong", Some(&users), PEER)
         .await;
@@ -140,7 +153,7 @@ async fn scram(
     password: &str,
 ) -> (Session, Step) {
     let mut session = authenticating();
-    session.handshake(mechanism.name(), &Mechanism::ALL);
+    session.handshake(mechanism.name(), &Mechanism::ALL, false);
     let bare = format!("n={user},r=clientnonce");
     let first = session
         .authenticate(format!("n,,{bare}").as_bytes(), Some(users), PEER)
@@ -183,7 +196,7 @@ async fn scram_sha_256_and_512_authenticate_with_the_password_and_fail_without()
 #[tokio::test]
 async fn without_a_password_file_every_exchange_fails() {
     let mut session = authenticating();
-    session.handshake("PLAIN", &Mechanism::ALL);
+    session.handshake("PLAIN", &Mechanism::ALL, false);
     let step = session.authenticate(b"\0alice\0secret", None, PEER).await;
     assert_eq!(step, Step::Failed(SaslError::NoUsers));
 }
@@ -239,7 +252,7 @@ proptest! {
         runtime.block_on(async {
             let mut session = authenticating();
             let name = Mechanism::ALL.get(mechanism).map_or("PLAIN", |m| m.name());
-            session.handshake(name, &Mechanism::ALL);
+            session.handshake(name, &Mechanism::ALL, false);
             let step = session.authenticate(&first, Some(users), PEER).await;
             let again = session.authenticate(&second, Some(users), PEER).await;
             if !matches!(step, Step::Continue(_)) {
