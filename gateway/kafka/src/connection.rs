@@ -157,3 +157,6 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 fn clip(text: &str) -> String {
     text.chars().take(64).flat_map(char::escape_debug).collect()
 }
+
+#[cfg(test)]
+mod test;
