@@ -65,6 +65,19 @@ pub(crate) async fn body(reply: Reply) -> Option<Bytes> {
     }
 }
 
+/// Dispatches `q` on a fresh anonymous connection and decodes the answer.
+pub(crate) async fn call<Q: Encodable, R: Decodable>(
+    ctx: &Ctx<MemoryLog>,
+    api: ApiKey,
+    version: i16,
+    q: &Q,
+) -> R {
+    let reply = dispatch(ctx, &mut conn(), &request(api, version, q))
+        .await
+        .expect("reply");
+    decode_as(body(reply).await.expect("answered"), version)
+}
+
 pub(crate) fn decode_as<R: Decodable>(body: Bytes, version: i16) -> R {
     let mut body = body;
     R::decode(&mut body, version).expect("response decodes")

@@ -10,13 +10,13 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
 use tern_auth::{Access, AclConfig, Anonymous, Security};
 use tern_log::{LogPort, MemoryLog};
 
-use super::test::{body, conn, ctx, decode_as, request};
-use super::{Ctx, dispatch};
+use super::Ctx;
+use super::test::{call, ctx};
 use crate::records::tests::{Produced, produced};
 
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
@@ -45,18 +45,6 @@ fn guarded() -> Ctx<MemoryLog> {
         ctx.log.create_topic(topic, 1).expect("topic");
     }
     ctx
-}
-
-async fn call<Q: Encodable, R: Decodable>(
-    ctx: &Ctx<MemoryLog>,
-    api: ApiKey,
-    version: i16,
-    q: &Q,
-) -> R {
-    let reply = dispatch(ctx, &mut conn(), &request(api, version, q))
-        .await
-        .expect("reply");
-    decode_as(body(reply).await.expect("answered"), version)
 }
 
 fn name(topic: &str) -> TopicName {
