@@ -5,9 +5,8 @@
 //! controls: a wrong password, a client without SASL, a user whose rules deny the topic.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use tern_tests::kafka_tools::{console_format_args, parse_console_records, run_tool_at};
 use tern_tests::{Gateway, ServeOptions, TempDir, tern_passwd, test_certs};
 
@@ -103,28 +102,9 @@ fn kcat(
     args: &[&str],
     stdin: &[u8],
 ) -> anyhow::Result<(bool, String, String)> {
-    use std::io::Write;
-    let mut command = Command::new("timeout");
-    command.args(["60", "kcat", "-b", &secured.gateway.kafka.to_string()]);
-    for setting in settings {
-        command.args(["-X", setting]);
-    }
-    let mut child = command
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot run kcat (scripts/ensure-deps.sh installs it)")?;
-    if let Some(mut input) = child.stdin.take() {
-        input.write_all(stdin)?;
-    }
-    let output = child.wait_with_output()?;
-    Ok((
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    ))
+    let mut all: Vec<&str> = settings.iter().flat_map(|s| ["-X", s.as_str()]).collect();
+    all.extend_from_slice(args);
+    super::kafka_listener::kcat(&secured.gateway, &all, stdin)
 }
 
 fn produce(secured: &Secured, settings: &[String], lines: &str) -> anyhow::Result<()> {
