@@ -141,7 +141,8 @@ enum State {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Handshake {
     Chosen(Mechanism),
-    /// Not one of the enabled mechanisms (UNSUPPORTED_SASL_MECHANISM).
+    /// Not one of the enabled mechanisms (UNSUPPORTED_SASL_MECHANISM); the connection closes
+    /// after the answer.
     Unsupported,
     /// Not expected now: the listener has no SASL, or it was already done (ILLEGAL_SASL_STATE).
     Illegal,
@@ -210,7 +211,11 @@ impl Session {
                 self.raw = raw;
                 Handshake::Chosen(mechanism)
             }
-            None => Handshake::Unsupported,
+            None => {
+                // KIP-43: the server answers with its mechanisms and closes.
+                self.state = State::Failed;
+                Handshake::Unsupported
+            }
         }
     }
 

@@ -2,8 +2,8 @@
 //! After v1 the tokens come in SaslAuthenticate requests; after v0 they come as bare frames
 //! without a Kafka header (the connection reads them, see `connection.rs`). librdkafka needs
 //! v0 advertised to use SASL at all, then sends v1; kafka-python 2.0 sends v0. A
-//! mechanism that is not enabled gets UNSUPPORTED_SASL_MECHANISM (the client may try another);
-//! a handshake on a listener without SASL, or a second one, gets ILLEGAL_SASL_STATE and the
+//! mechanism that is not enabled gets UNSUPPORTED_SASL_MECHANISM with the list, then the
+//! connection closes (KIP-43); a handshake on a listener without SASL, or a second one, gets ILLEGAL_SASL_STATE and the
 //! connection closes.
 
 use kafka_protocol::ResponseError;

@@ -50,10 +50,12 @@ fn before_authentication_only_the_sasl_apis_and_api_versions_are_admitted() {
 fn the_handshake_offers_only_enabled_mechanisms_and_comes_once() {
     let mut session = authenticating();
     let enabled = [Mechanism::Scram(ScramMechanism::Sha512)];
+    let mut refused = authenticating();
     assert_eq!(
-        session.handshake("PLAIN", &enabled, false),
+        refused.handshake("PLAIN", &enabled, false),
         Handshake::Unsupported
     );
+    assert!(refused.failed(), "KIP-43: an unsupported mechanism closes");
     assert_eq!(
         session.handshake("scram-sha-512", &enabled, false),
         Handshake::Chosen(Mechanism::Scram(ScramMechanism::Sha512))
