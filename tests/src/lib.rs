@@ -563,6 +563,22 @@ pub fn tern_passwd(file: &Path, user: &str, password: &str) -> anyhow::Result<()
     Ok(())
 }
 
+/// Throwaway certificates from `scripts/gen-test-certs.sh` (openssl) in `DIR/certs`: a test CA
+/// (`ca.pem`), a server certificate for 127.0.0.1/localhost (`server.pem`, `server.key`) and
+/// client certificates; the MQTT and Kafka TLS tests share them.
+pub fn test_certs(dir: &Path) -> anyhow::Result<PathBuf> {
+    let out = dir.join("certs");
+    let status = Command::new("bash")
+        .arg(workspace_root().join("scripts/gen-test-certs.sh"))
+        .arg(&out)
+        .status()
+        .context("cannot run scripts/gen-test-certs.sh")?;
+    if !status.success() {
+        bail!("gen-test-certs.sh failed: {status}");
+    }
+    Ok(out)
+}
+
 /// Runs `tern ARGS…` to completion: (exit status, stdout, stderr).
 pub fn run_tern(args: &[&str]) -> anyhow::Result<(ExitStatus, String, String)> {
     run_to_end(&tern_binary()?, args)

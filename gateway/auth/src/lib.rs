@@ -2,7 +2,8 @@
 //! password file (argon2 hashes for MQTT and SASL PLAIN, SCRAM credentials for SASL
 //! SCRAM-SHA-256/512) and `tern passwd`, the verifier thread and failed-login backoff, the
 //! server side of SCRAM (and the key derivation tern-upstream's client shares), and the topic
-//! ACL with Mosquitto's semantics. Knows no protocol's packets: each listener maps its refusals
+//! ACL with Mosquitto's semantics, and the TLS server settings every listener loads the same
+//! way. Knows no protocol's packets: each listener maps its refusals
 //! to its own codes.
 
 mod acl;
@@ -10,6 +11,7 @@ mod backoff;
 pub mod passwd;
 pub mod scram;
 mod security;
+pub mod tls;
 mod users;
 mod verifier;
 

@@ -521,7 +521,10 @@ impl ScramServer {
                 "channel binding differs from the gs2 header",
             ));
         }
-        if last.nonce != nonce {
+        // Kafka's rule: the final nonce must end with the exchange's (client + server) nonce.
+        // librdkafka 2.x repeats the client nonce in front of it, and Kafka accepts that; the
+        // server's random part is still required, and the proof covers what was sent.
+        if !last.nonce.ends_with(&nonce) {
             return Err(ScramError::Nonce);
         }
         let auth_message = format!("{},{server_first},{}", first.bare, last.without_proof);

@@ -4,9 +4,11 @@
 //! pipelining producer keeps the group commit busy. Generic over the byte stream, so a TLS
 //! stream serves the same way.
 //!
-//! It never interprets a request body (that is `api/`), and it closes the connection on a
-//! request it cannot answer, as Apache Kafka does.
+//! It never interprets a request body (that is `api/`), except the bare SASL tokens that follow
+//! a SaslHandshake v0, and it closes the connection on a request it cannot answer, or after a
+//! failed authentication, as Apache Kafka does.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -15,6 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::api::{self, Conn, Ctx, Reply};
 use crate::header;
+use crate::sasl::Step;
 use tern_core::frame;
 use tern_log::LogPort;
 
@@ -36,17 +39,18 @@ where
 {
     let (reader, writer) = tokio::io::split(stream);
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
+    let peer = conn.peer;
     tokio::join!(
-        read_loop(reader, &ctx, &conn, tx),
-        write_loop(writer, rx, &conn)
+        read_loop(reader, &ctx, conn, tx),
+        write_loop(writer, rx, peer)
     );
-    tracing::debug!(peer = %conn.peer, "kafka connection closed");
+    tracing::debug!(%peer, "kafka connection closed");
 }
 
 async fn read_loop<R: AsyncRead + Unpin, L: LogPort>(
     mut reader: R,
     ctx: &Ctx<L>,
-    conn: &Conn,
+    mut conn: Conn,
     tx: mpsc::Sender<Answer>,
 ) {
     let max = usize::try_from(ctx.config.max_request_size.0).unwrap_or(usize::MAX);
@@ -65,6 +69,26 @@ async fn read_loop<R: AsyncRead + Unpin, L: LogPort>(
                 break;
             }
         };
+        if conn.sasl.raw_tokens() {
+            // After SaslHandshake v0: a bare token, answered by a bare token; a failure closes.
+            let users = ctx.security.as_deref().and_then(|s| s.users());
+            let token = match conn.sasl.authenticate(&frame, users, conn.peer.ip()).await {
+                Step::Continue(token) | Step::Done(token) => token,
+                Step::Failed(err) => {
+                    tracing::info!(peer = %conn.peer, %err, "kafka SASL authentication failed");
+                    break;
+                }
+                Step::Illegal => break,
+            };
+            let answer = Answer {
+                header: Bytes::new(),
+                reply: Reply::Now(Bytes::from(token)),
+            };
+            if tx.send(answer).await.is_err() {
+                break;
+            }
+            continue;
+        }
         let request = match header::decode(Bytes::from(frame)) {
             Ok(request) => request,
             Err(err) => {
@@ -72,7 +96,7 @@ async fn read_loop<R: AsyncRead + Unpin, L: LogPort>(
                 break;
             }
         };
-        let reply = match api::dispatch(ctx, conn, &request).await {
+        let reply = match api::dispatch(ctx, &mut conn, &request).await {
             Ok(Reply::Nothing) => continue,
             Ok(reply) => reply,
             Err(err) => {
@@ -89,13 +113,18 @@ async fn read_loop<R: AsyncRead + Unpin, L: LogPort>(
             header: header::encode_response_header(&request),
             reply,
         };
-        if tx.send(answer).await.is_err() {
+        if tx.send(answer).await.is_err() || conn.sasl.failed() {
+            // A failed SASL exchange closes once its answer is written.
             break;
         }
     }
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::Receiver<Answer>, conn: &Conn) {
+async fn write_loop<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut rx: mpsc::Receiver<Answer>,
+    peer: SocketAddr,
+) {
     let mut writer = BufWriter::new(writer);
     while let Some(answer) = rx.recv().await {
         let body = match answer.reply {
@@ -103,7 +132,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::Receiver<Ans
             Reply::Later(pending) => match pending.0.await {
                 Ok(body) => body,
                 Err(err) => {
-                    tracing::warn!(peer = %conn.peer, %err, "closing a Kafka connection");
+                    tracing::warn!(%peer, %err, "closing a Kafka connection");
                     break;
                 }
             },
@@ -117,7 +146,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::Receiver<Ans
             std::io::Result::Ok(())
         };
         if let Err(err) = written.await {
-            tracing::debug!(peer = %conn.peer, %err, "kafka client gone");
+            tracing::debug!(%peer, %err, "kafka client gone");
             return;
         }
     }
@@ -128,3 +157,6 @@ async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::Receiver<Ans
 fn clip(text: &str) -> String {
     text.chars().take(64).flat_map(char::escape_debug).collect()
 }
+
+#[cfg(test)]
+mod test;

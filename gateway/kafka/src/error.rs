@@ -12,4 +12,6 @@ pub enum KafkaError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("[kafka_listener.tls]: {0}")]
+    Tls(#[from] tern_auth::tls::TlsError),
 }

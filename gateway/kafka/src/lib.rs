@@ -4,8 +4,8 @@
 //! tern-upstream that imports `kafka-protocol`, and it uses it for the whole codec. It reaches
 //! storage only through `tern_log::LogPort`, so its unit tests run on `tern_log::MemoryLog`.
 //!
-//! Layers: `tern_core::frame` (size-prefixed frames), `header` (request header), `api/` (one module per
-//! API, dispatch by key), `connection` (one client, answers in order), `listener` (accept loop).
+//! Layers: `tern_core::frame` (size-prefixed frames), `header` (request header), `sasl` (one connection's
+//! authentication), `api/` (one module per API, dispatch by key, ACL checks), `connection` (one client, answers in order), `listener` (accept loop).
 
 mod api;
 mod config;
@@ -16,8 +16,10 @@ mod header;
 mod listener;
 mod producers;
 mod records;
+mod sasl;
 mod topics;
 
-pub use config::KafkaListenerConfig;
+pub use config::{Authentication, KafkaListenerConfig, KafkaTlsConfig};
 pub use error::KafkaError;
 pub use listener::KafkaListener;
+pub use sasl::Mechanism;

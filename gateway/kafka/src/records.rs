@@ -194,7 +194,7 @@ fn to_log(record: KafkaRecord, now_ms: i64) -> Record {
             .into_iter()
             .map(|(name, value)| {
                 (
-                    name.to_string(),
+                    name.to_string().into(),
                     value.map(|v| v.to_vec()).unwrap_or_default(),
                 )
             })
@@ -239,7 +239,10 @@ fn to_kafka(stored: StoredRecord) -> KafkaRecord {
     let headers: IndexMap<StrBytes, Option<Bytes>> = record
         .headers
         .into_iter()
-        .map(|(name, value)| (StrBytes::from_string(name), Some(Bytes::from(value))))
+        .map(|(name, value)| {
+            let name = StrBytes::from_string(name.into_owned());
+            (name, Some(Bytes::from(value)))
+        })
         .collect();
     KafkaRecord {
         transactional: false,

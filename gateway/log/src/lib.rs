@@ -37,6 +37,8 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
+
 pub use clock::{BUILD_TIME_MS, Clock, ClockStatus, ManualClock, SystemClock};
 pub use config::{
     Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, TopicOverride, TopicSettings,
@@ -55,13 +57,18 @@ pub use stats::{LogMetrics, LogStats, PartitionStats};
 pub use store::{Log, MAX_PARTITIONS};
 pub use wear::WearStatus;
 
+/// A header's name: borrowed for the names a producer knows when it is compiled (no allocation
+/// per record, e.g. tern-mqtt's `mqtt.topic`), owned for names read back from a segment or built
+/// at run time. The bytes on disk are the same either way.
+pub type HeaderName = Cow<'static, str>;
+
 /// One record as producers give it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub timestamp_ms: i64,
     pub key: Option<Vec<u8>>,
     pub value: Vec<u8>,
-    pub headers: Vec<(String, Vec<u8>)>,
+    pub headers: Vec<(HeaderName, Vec<u8>)>,
 }
 
 impl Record {

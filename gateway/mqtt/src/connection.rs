@@ -80,8 +80,10 @@ pub async fn serve<S, IO>(
     let (mut reader, writer) = tokio::io::split(io);
     // Grown by the reads as the client needs it (`inbuf.rs`); a CONNECT is small.
     let mut inbuf = BytesMut::new();
+    // Every phase but the packet loop is boxed: a connection task is sized by its largest
+    // state, and an idle connection should pay for the loop only (idle memory, issue #16).
     let read = tokio::select! {
-        read = handshake::read_connect(&broker, &mut reader, &mut inbuf, peer) => read,
+        read = Box::pin(handshake::read_connect(&broker, &mut reader, &mut inbuf, peer)) => read,
         () = pending.evicted() => {
             tracing::debug!(%peer, "closing a socket that sent no CONNECT to make room");
             return;
@@ -91,19 +93,19 @@ pub async fn serve<S, IO>(
     let (connect, _slot) = match read {
         Ok(read) => read,
         Err((err, reply)) => {
-            refuse(&broker, writer, reply, peer, &err).await;
+            Box::pin(refuse(&broker, writer, reply, peer, &err)).await;
             return;
         }
     };
-    let connect = match authz::authenticate(&broker, connect, &origin).await {
+    let connect = match Box::pin(authz::authenticate(&broker, connect, &origin)).await {
         Ok(connect) => connect,
         Err((err, reply)) => {
-            refuse(&broker, writer, reply, peer, &err).await;
+            Box::pin(refuse(&broker, writer, reply, peer, &err)).await;
             return;
         }
     };
     let id = broker.connection_id();
-    let mut conn = match handshake::accept(broker.clone(), writer, *connect, id).await {
+    let mut conn = match Box::pin(handshake::accept(broker.clone(), writer, *connect, id)).await {
         Ok(conn) => conn,
         Err(err) => {
             tracing::warn!(%peer, %err, "MQTT connection refused");
@@ -115,7 +117,7 @@ pub async fn serve<S, IO>(
     MqttMetrics::inc(&broker.metrics.connections_total);
     tracing::debug!(%peer, client_id = %clip(&conn.client_id), "MQTT client connected");
     let result = conn.run(&mut reader, inbuf, shutdown).await;
-    conn.finish(result, peer).await;
+    Box::pin(conn.finish(result, peer)).await;
     MqttMetrics::dec(&broker.metrics.connections);
 }
 
@@ -222,10 +224,12 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let mut inbuf = ReadBuffer::new(inbuf);
         let mut room = 0;
         // Only a persistent session has cursors to commit: other connections never wake for it.
-        let persistent = self.session.persistent();
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        self.resume().await?;
-        self.join_groups().await;
+        let mut tick = self
+            .session
+            .persistent()
+            .then(|| tokio::time::interval(Duration::from_secs(1)));
+        Box::pin(self.resume()).await?;
+        Box::pin(self.join_groups()).await;
         loop {
             self.flush().await?;
             let throttled = self.rate.resume_at();
@@ -251,7 +255,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 () = sleep_until(deadline) => Event::KeepAliveExpired,
                 () = sleep_until(throttled) => Event::Throttled,
                 () = shutdown.wait() => Event::Shutdown,
-                _ = tick.tick(), if persistent => Event::Tick,
+                () = next_tick(&mut tick) => Event::Tick,
             };
             match event {
                 Event::Read(read) => {
@@ -267,25 +271,27 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 }
                 Event::Stored(done) => self.stored(done)?,
                 Event::Wake => self.deliver_more().await?,
-                Event::Shared(filter, delivery) => self.deliver_shared(filter, delivery).await?,
+                Event::Shared(filter, delivery) => {
+                    Box::pin(self.deliver_shared(filter, delivery)).await?;
+                }
                 Event::Kicked => {
-                    self.disconnect(DisconnectReason::SessionTakenOver).await;
+                    Box::pin(self.disconnect(DisconnectReason::SessionTakenOver)).await;
                     return Ok(Flow::Disconnect { will: true });
                 }
                 Event::KeepAliveExpired => {
                     MqttMetrics::inc(&self.broker.metrics.keep_alive_timeouts);
-                    self.disconnect(DisconnectReason::KeepAliveTimeout).await;
+                    Box::pin(self.disconnect(DisconnectReason::KeepAliveTimeout)).await;
                     return Err(ConnError::Protocol {
                         reason: "keep alive expired",
                         code: DisconnectReason::KeepAliveTimeout,
                     });
                 }
                 Event::Shutdown => {
-                    self.drain_appends().await?;
-                    self.disconnect(DisconnectReason::ServerShuttingDown).await;
+                    Box::pin(self.drain_appends()).await?;
+                    Box::pin(self.disconnect(DisconnectReason::ServerShuttingDown)).await;
                     return Ok(Flow::Disconnect { will: false });
                 }
-                Event::Tick => self.commit_cursors().await?,
+                Event::Tick => Box::pin(self.commit_cursors()).await?,
                 Event::Throttled => self.last_packet = Instant::now(),
             }
         }
@@ -436,6 +442,16 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 self.disconnect(DisconnectReason::UnspecifiedError).await;
             }
         }
+    }
+}
+
+/// The next tick of the cursor-commit interval; never, for a connection without one.
+async fn next_tick(tick: &mut Option<tokio::time::Interval>) {
+    match tick {
+        Some(tick) => {
+            tick.tick().await;
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -41,6 +41,8 @@ pub enum Reply {
 #[derive(Debug, Clone)]
 pub struct Pending {
     /// `None` for a re-sent QoS 2 publish that is already stored: only the ack is repeated.
+    /// Once grouped for the log, only a retained message stays (its update follows the
+    /// append); the others moved into their records.
     pub message: Option<Message>,
     pub ack: Reply,
     /// Whether a QoS 2 packet id must be recorded durably (persistent sessions).
@@ -80,7 +82,8 @@ pub fn ingest<S: LogPort>(
     let (queued_tx, queued) = oneshot::channel();
     let (settled_tx, settled) = oneshot::channel();
     let work = async move {
-        let groups = group(&broker, &batch);
+        let mut batch = batch;
+        let groups = group(&broker, &mut batch);
         let (previous_queued, previous_settled) = match previous {
             Some(turn) => (Some(turn.queued), Some(turn.settled)),
             None => (None, None),
@@ -139,18 +142,28 @@ struct Group {
     records: Vec<Record>,
 }
 
-/// Groups a batch per destination partition.
-fn group<S: LogPort>(broker: &Broker<S>, batch: &[Pending]) -> Vec<Group> {
+/// Groups a batch per destination partition. A message that is not retained moves into its
+/// record (no copy of its topic and client id); a retained one is copied, its update follows.
+fn group<S: LogPort>(broker: &Broker<S>, batch: &mut [Pending]) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     let routing = broker.routing();
-    for (i, pending) in batch.iter().enumerate() {
+    let len = batch.len();
+    for (i, pending) in batch.iter_mut().enumerate() {
         let Some(message) = &pending.message else {
             continue;
         };
         let destination = routing.router.route(&message.topic, &message.client_id);
         let partitions = routing.partitions(destination.log_topic);
         let partition = tern_log::partition_for_key(&destination.key, partitions);
-        let record = message.to_record(Some(destination.key));
+        let key = Some(destination.key);
+        let record = if message.retain {
+            message.to_record(key)
+        } else {
+            let Some(message) = pending.message.take() else {
+                continue;
+            };
+            message.into_record(key)
+        };
         let found = groups
             .iter_mut()
             .find(|g| g.partition.1 == partition && g.partition.0 == destination.log_topic);
@@ -159,11 +172,17 @@ fn group<S: LogPort>(broker: &Broker<S>, batch: &[Pending]) -> Vec<Group> {
                 group.indices.push(i);
                 group.records.push(record);
             }
-            None => groups.push(Group {
-                partition: (destination.log_topic.to_owned(), partition),
-                indices: vec![i],
-                records: vec![record],
-            }),
+            None => {
+                // Most batches go to one partition: room for all of it up front.
+                let mut group = Group {
+                    partition: (destination.log_topic.to_owned(), partition),
+                    indices: Vec::with_capacity(len - i),
+                    records: Vec::with_capacity(len - i),
+                };
+                group.indices.push(i);
+                group.records.push(record);
+                groups.push(group);
+            }
         }
     }
     groups
@@ -186,11 +205,10 @@ async fn settle<S: LogPort>(
                 continue;
             }
         }
+        // A re-sent QoS 2 publish (already marked) has `durable_qos2` false.
         if let (Reply::PubRec(pkid), true) = (pending.ack, pending.durable_qos2) {
-            if pending.message.is_some() {
-                if let Err(err) = broker.state.put_qos2(client_id, pkid, true).await {
-                    *outcome = refused(err);
-                }
+            if let Err(err) = broker.state.put_qos2(client_id, pkid, true).await {
+                *outcome = refused(err);
             }
         }
     }

@@ -126,14 +126,19 @@ async fn serve_socket<S: LogPort>(
         connection::serve(broker, socket, peer, (origin, pending), shutdown).await;
         return;
     };
-    let limit = broker.config.connect_timeout.0;
-    let handshake = tokio::select! {
-        done = tls::handshake(server, socket, peer, limit) => done,
-        () = pending.evicted() => None,
-    };
-    let Some((stream, identity)) = handshake else {
-        return;
-    };
-    origin.cert_identity = identity;
-    connection::serve(broker, stream, peer, (origin, pending), shutdown).await;
+    // Boxed: the TLS handshake and a connection over a TLS stream are larger futures, and
+    // every plain connection task would otherwise be as large as them (idle memory, #16).
+    Box::pin(async move {
+        let limit = broker.config.connect_timeout.0;
+        let handshake = tokio::select! {
+            done = tls::handshake(server, socket, peer, limit) => done,
+            () = pending.evicted() => None,
+        };
+        let Some((stream, identity)) = handshake else {
+            return;
+        };
+        origin.cert_identity = identity;
+        connection::serve(broker, stream, peer, (origin, pending), shutdown).await;
+    })
+    .await;
 }

@@ -6,7 +6,7 @@
 use bytes::Bytes;
 
 use super::codec::{PublishProperties, QoS};
-use tern_log::Record;
+use tern_log::{HeaderName, Record};
 
 pub const TOPIC: &str = "mqtt.topic";
 pub const QOS: &str = "mqtt.qos";
@@ -35,15 +35,21 @@ pub struct Message {
 impl Message {
     /// The record for the log, keyed by `key`.
     pub fn to_record(&self, key: Option<Vec<u8>>) -> Record {
-        let mut headers = vec![
-            (TOPIC.to_owned(), self.topic.as_bytes().to_vec()),
-            (QOS.to_owned(), vec![b'0' + self.qos as u8]),
-            (
-                RETAIN.to_owned(),
-                vec![if self.retain { b'1' } else { b'0' }],
-            ),
-            (CLIENT_ID.to_owned(), self.client_id.as_bytes().to_vec()),
-        ];
+        self.clone().into_record(key)
+    }
+
+    /// The record for the log, keyed by `key`, taking the topic and client id without a copy.
+    /// The fixed header names are borrowed (no allocation per record) and the list is sized
+    /// for the properties up front: the ingest path's allocations (issue #16).
+    pub fn into_record(self, key: Option<Vec<u8>>) -> Record {
+        let properties = self.properties.as_ref().map_or(0, property_headers);
+        let mut headers = Vec::with_capacity(4 + properties);
+        headers.extend([
+            (TOPIC.into(), self.topic.into_bytes()),
+            (QOS.into(), vec![b'0' + self.qos as u8]),
+            (RETAIN.into(), vec![if self.retain { b'1' } else { b'0' }]),
+            (CLIENT_ID.into(), self.client_id.into_bytes()),
+        ]);
         if let Some(p) = &self.properties {
             push_properties(&mut headers, p);
         }
@@ -87,24 +93,35 @@ impl Message {
     }
 }
 
-fn push_properties(headers: &mut Vec<(String, Vec<u8>)>, p: &PublishProperties) {
+/// How many headers [`push_properties`] adds for `p`.
+fn property_headers(p: &PublishProperties) -> usize {
+    usize::from(p.payload_format_indicator.is_some())
+        + usize::from(p.message_expiry_interval.is_some())
+        + usize::from(p.content_type.is_some())
+        + usize::from(p.response_topic.is_some())
+        + usize::from(p.correlation_data.is_some())
+        + p.user_properties.len()
+}
+
+fn push_properties(headers: &mut Vec<(HeaderName, Vec<u8>)>, p: &PublishProperties) {
     if let Some(format) = p.payload_format_indicator {
-        headers.push((PAYLOAD_FORMAT.to_owned(), format.to_string().into_bytes()));
+        headers.push((PAYLOAD_FORMAT.into(), format.to_string().into_bytes()));
     }
     if let Some(expiry) = p.message_expiry_interval {
-        headers.push((MESSAGE_EXPIRY.to_owned(), expiry.to_string().into_bytes()));
+        headers.push((MESSAGE_EXPIRY.into(), expiry.to_string().into_bytes()));
     }
     if let Some(content_type) = &p.content_type {
-        headers.push((CONTENT_TYPE.to_owned(), content_type.as_bytes().to_vec()));
+        headers.push((CONTENT_TYPE.into(), content_type.as_bytes().to_vec()));
     }
     if let Some(topic) = &p.response_topic {
-        headers.push((RESPONSE_TOPIC.to_owned(), topic.as_bytes().to_vec()));
+        headers.push((RESPONSE_TOPIC.into(), topic.as_bytes().to_vec()));
     }
     if let Some(data) = &p.correlation_data {
-        headers.push((CORRELATION_DATA.to_owned(), data.to_vec()));
+        headers.push((CORRELATION_DATA.into(), data.to_vec()));
     }
     for (name, value) in &p.user_properties {
-        headers.push((format!("{USER_PREFIX}{name}"), value.as_bytes().to_vec()));
+        let name = format!("{USER_PREFIX}{name}");
+        headers.push((name.into(), value.as_bytes().to_vec()));
     }
 }
 

@@ -1,21 +1,15 @@
-//! TLS for the `[mqtt.tls]` listener (settings in `config.rs`): rustls with the ring provider,
-//! the server certificate chain and key from PEM files, optional client-certificate
-//! verification against a CA, the handshake of one accepted socket, and the verified
+//! TLS for the `[mqtt.tls]` listener (settings in `config.rs`; the PEM files and the rustls
+//! configuration, client-certificate verification included, are tern-auth's `tls`), the handshake of one accepted socket, and the verified
 //! certificate's identity (subject CN, else its first DNS/e-mail/URI SAN) as the MQTT username
 //! when `use_identity_as_username` is set. Knows nothing of the broker or connections; never
 //! reads MQTT bytes and never accepts an unverified certificate's identity.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tern_auth::tls::{ClientCa, server_config};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::rustls::server::WebPkiClientVerifier;
-use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
 use tokio_rustls::server::TlsStream;
 use x509_cert::der::Decode;
 use x509_cert::der::oid::ObjectIdentifier;
@@ -27,21 +21,7 @@ use super::config::TlsConfig;
 const COMMON_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
 const SUBJECT_ALT_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.17");
 
-/// Why a TLS listener could not be set up.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum TlsError {
-    #[error("cannot read {what} from {path}: {message}")]
-    Pem {
-        what: &'static str,
-        path: PathBuf,
-        message: String,
-    },
-    #[error("TLS setup: {0}")]
-    Rustls(#[from] rustls::Error),
-    #[error("client CA: {0}")]
-    Verifier(#[from] rustls::server::VerifierBuilderError),
-}
+pub use tern_auth::tls::TlsError;
 
 /// A configured TLS acceptor.
 pub struct TlsServer {
@@ -58,56 +38,19 @@ impl std::fmt::Debug for TlsServer {
 }
 
 impl TlsServer {
-    /// Reads the PEM files and builds the rustls server configuration.
+    /// Reads the PEM files and builds the rustls server configuration (tern-auth's loader,
+    /// shared with the Kafka listener).
     pub fn load(config: &TlsConfig) -> Result<Self, TlsError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()?;
-        let builder = match &config.client_ca {
-            Some(path) => {
-                let mut roots = RootCertStore::empty();
-                for cert in read_certs(path, "client CA certificates")? {
-                    roots.add(cert)?;
-                }
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
-                let verifier = if config.require_client_cert {
-                    verifier
-                } else {
-                    verifier.allow_unauthenticated()
-                };
-                builder.with_client_cert_verifier(verifier.build()?)
-            }
-            None => builder.with_no_client_auth(),
-        };
-        let certs = read_certs(&config.cert, "the certificate chain")?;
-        let key = PrivateKeyDer::from_pem_file(&config.key).map_err(|err| TlsError::Pem {
-            what: "the private key",
-            path: config.key.clone(),
-            message: err.to_string(),
-        })?;
-        let server = builder.with_single_cert(certs, key)?;
+        let client_ca = config.client_ca.as_deref().map(|path| ClientCa {
+            path,
+            required: config.require_client_cert,
+        });
+        let server = server_config(&config.cert, &config.key, client_ca)?;
         Ok(Self {
-            acceptor: TlsAcceptor::from(Arc::new(server)),
+            acceptor: TlsAcceptor::from(server),
             identity_as_username: config.use_identity_as_username,
         })
     }
-}
-
-fn read_certs(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let failed = |message: String| TlsError::Pem {
-        what,
-        path: path.to_owned(),
-        message,
-    };
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|err| failed(err.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|err| failed(err.to_string()))?;
-    if certs.is_empty() {
-        return Err(failed("no CERTIFICATE block".to_owned()));
-    }
-    Ok(certs)
 }
 
 /// The TLS handshake of one accepted socket, within `limit`, and the client certificate's

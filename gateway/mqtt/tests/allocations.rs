@@ -212,8 +212,10 @@ fn a_durable_qos1_publish_takes_few_allocations() {
     runtime.block_on(server).expect("listener stops");
     let per_publish = allocations as f64 / PUBLISHES as f64;
     println!("allocations per durable QoS 1 publish: {per_publish:.2}");
+    // 14.50 before the header names were borrowed and the message moved into its record
+    // (issue #16), 8.30 after.
     assert!(
-        per_publish <= 20.0,
+        per_publish <= 10.0,
         "{per_publish:.2} allocations per publish"
     );
 }
@@ -252,8 +254,9 @@ fn an_idle_connection_holds_little_memory() {
     runtime.block_on(server).expect("listener stops");
     let per_client = held as f64 / IDLE as f64;
     println!("heap bytes per idle connection: {per_client:.0}");
+    // 6,552 bytes (debug build) before the connection's rare phases were boxed, 4,488 after.
     assert!(
-        per_client <= 16_384.0,
+        per_client <= 6_144.0,
         "{per_client:.0} bytes per idle connection"
     );
 }

@@ -148,11 +148,16 @@ pub async fn run(
         config.kafka_listener_bypass(),
     ) {
         tracing::info!(
-            "kafka listener off: it has no authentication yet and {why} (docs/kafka.md)"
+            "kafka listener off: it has authentication = \"none\" and {why} (docs/kafka.md)"
         );
     }
     let kafka = if config.kafka_listener_runs() {
-        let kafka = KafkaListener::bind(config.kafka_listener.clone(), log.clone()).await?;
+        let kafka = KafkaListener::bind(
+            config.kafka_listener.clone(),
+            log.clone(),
+            broker.security(),
+        )
+        .await?;
         tracing::info!(
             "kafka listener on {}",
             kafka

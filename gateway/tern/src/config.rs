@@ -243,11 +243,15 @@ impl Config {
         Ok(self.check()?)
     }
 
-    /// Why the Kafka listener would be a way around MQTT's access rules, if it would: it has no
-    /// authentication or ACLs yet (docs/kafka.md), so it is safe only where MQTT lets an
-    /// anonymous client do everything too (anonymous clients allowed on its address and no
-    /// `[[mqtt.acl]]` rules).
+    /// Why the Kafka listener would be a way around MQTT's access rules, if it would. With
+    /// `authentication = "sasl"` it never is (its clients are the password file's users under
+    /// the `[[mqtt.acl]]` rules); without authentication every client is anonymous, which is
+    /// safe only where MQTT lets an anonymous client do everything too (anonymous clients
+    /// allowed on its address and no `[[mqtt.acl]]` rules).
     pub fn kafka_listener_bypass(&self) -> Option<&'static str> {
+        if self.kafka_listener.requires_sasl() {
+            return None;
+        }
         let anonymous = match self.mqtt.auth.allow_anonymous {
             tern_mqtt::Anonymous::Always => true,
             tern_mqtt::Anonymous::Loopback => self.kafka_listener.listen.ip().is_loopback(),
@@ -275,11 +279,20 @@ impl Config {
             (Some(true), Some(why)) => Err(invalid(
                 "kafka_listener.enabled",
                 format!(
-                    "the Kafka listener on {} has no authentication yet, and {why}; \
-                     leave it off (false or unset)",
+                    "the Kafka listener on {} has authentication = \"none\", and {why}; \
+                     set authentication = \"sasl\" or leave it off (false or unset)",
                     self.kafka_listener.listen
                 ),
             )),
+            _ if self.kafka_listener_runs()
+                && self.kafka_listener.requires_sasl()
+                && self.mqtt.auth.password_file.is_none() =>
+            {
+                Err(invalid(
+                    "kafka_listener.authentication",
+                    "\"sasl\" checks the users of [mqtt.auth] password_file, which is not set",
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -470,6 +483,28 @@ key = "level:1"
             config.validate().expect(text);
             assert!(config.kafka_listener_runs(), "{text}");
         }
+    }
+
+    #[test]
+    fn with_sasl_the_kafka_listener_runs_under_mqtts_rules_and_needs_the_password_file() {
+        let path = std::path::Path::new("t.toml");
+        let sasl = "[kafka_listener]\nauthentication = \"sasl\"\nsasl_mechanisms = [\"SCRAM-SHA-512\"]\nlisten = \"0.0.0.0:9092\"\n";
+        let users = "[mqtt.auth]\nallow_anonymous = \"never\"\npassword_file = \"passwd\"\n[[mqtt.acl]]\nuser = \"ops\"\ntopic = \"#\"\naccess = \"read\"\n";
+        for enabled in ["", "enabled = true\n"] {
+            let text = format!("{sasl}{enabled}{users}");
+            let config = parse(&text, path).expect("parses");
+            config.validate().expect(&text);
+            assert!(config.kafka_listener_runs(), "{text}");
+            assert_eq!(config.kafka_listener_bypass(), None);
+        }
+        let err = parse(sasl, path)
+            .expect("parses")
+            .validate()
+            .expect_err("no password file");
+        assert!(
+            err.to_string().contains("kafka_listener.authentication"),
+            "{err}"
+        );
     }
 
     const EXAMPLE: &str = include_str!("../../../tern.example.toml");

@@ -535,7 +535,11 @@ pub fn tls_config(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, U
 /// the decoded reading as JSON, or the raw value plus a `tern-decode-error` header.
 pub fn upstream_record(stored: &StoredRecord, source: &Provenance, format: ValueFormat) -> Record {
     let record = &stored.record;
-    let mut headers: BTreeMap<String, Vec<u8>> = record.headers.iter().cloned().collect();
+    let mut headers: BTreeMap<String, Vec<u8>> = record
+        .headers
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.clone()))
+        .collect();
     let value = match format {
         ValueFormat::Raw => record.value.clone(),
         ValueFormat::ReadingJson => match reading_json(&record.value) {

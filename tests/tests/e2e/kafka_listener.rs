@@ -19,8 +19,13 @@ fn start(label: &str) -> anyhow::Result<(TempDir, Gateway)> {
     Ok((dir, gateway))
 }
 
-/// Runs kcat against the gateway's Kafka listener, feeding `stdin`.
-fn kcat(gateway: &Gateway, args: &[&str], stdin: &[u8]) -> anyhow::Result<(bool, String, String)> {
+/// Runs kcat against the gateway's Kafka listener, feeding `stdin` (also for
+/// `kafka_listener_auth`).
+pub(super) fn kcat(
+    gateway: &Gateway,
+    args: &[&str],
+    stdin: &[u8],
+) -> anyhow::Result<(bool, String, String)> {
     use std::io::Write;
     let mut child = Command::new("timeout")
         .args(["60", "kcat", "-b", &gateway.kafka.to_string()])

@@ -4,11 +4,11 @@
 //! certificates (generated at test time by scripts/gen-test-certs.sh with openssl).
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use anyhow::{Context, bail};
-use tern_tests::{Gateway, ServeOptions, TempDir, read_log, tern_passwd_output, workspace_root};
+use anyhow::Context;
+use tern_tests::{Gateway, ServeOptions, TempDir, read_log, tern_passwd_output, test_certs};
 
 const VERSIONS: [&str; 2] = ["mqttv311", "mqttv5"];
 
@@ -51,19 +51,6 @@ fn tls_port(gateway: &mut Gateway) -> anyhow::Result<u16> {
         .and_then(|addr| addr.trim().parse::<std::net::SocketAddr>().ok())
         .map(|addr| addr.port())
         .context("no TLS listener line")
-}
-
-fn certs(dir: &TempDir) -> anyhow::Result<PathBuf> {
-    let out = dir.path().join("certs");
-    let status = Command::new("bash")
-        .arg(workspace_root().join("scripts/gen-test-certs.sh"))
-        .arg(&out)
-        .status()
-        .context("cannot run scripts/gen-test-certs.sh")?;
-    if !status.success() {
-        bail!("gen-test-certs.sh failed: {status}");
-    }
-    Ok(out)
 }
 
 fn values(data_dir: &Path) -> anyhow::Result<Vec<String>> {
@@ -199,7 +186,7 @@ fn acl_refuses_publish_and_subscribe_for_both_versions() -> anyhow::Result<()> {
 #[test]
 fn tls_listener_takes_the_client_certificate_as_username() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-auth-tls-cert")?;
-    let certs = certs(&dir)?;
+    let certs = test_certs(dir.path())?;
     let file = |name: &str| certs.join(name).display().to_string();
     let config = format!(
         "[mqtt.auth]\nallow_anonymous = false\n\
@@ -263,7 +250,7 @@ fn tls_listener_takes_the_client_certificate_as_username() -> anyhow::Result<()>
 #[test]
 fn tls_listener_with_passwords_and_no_client_certificates() -> anyhow::Result<()> {
     let dir = TempDir::new("mqtt-auth-tls-pw")?;
-    let certs = certs(&dir)?;
+    let certs = test_certs(dir.path())?;
     let passwd = dir.path().join("passwd");
     assert!(
         tern_passwd_output(&passwd, "alice", Some("wonderland"))?

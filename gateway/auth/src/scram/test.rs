@@ -86,6 +86,19 @@ fn client_final(
     server_first: &[u8],
     gs2: &str,
 ) -> (Vec<u8>, Vec<u8>) {
+    client_final_with_prefix(mechanism, password, first_bare, server_first, gs2, "")
+}
+
+/// [`client_final`] with `prefix` in front of the nonce (librdkafka 2.x repeats the client
+/// nonce there).
+fn client_final_with_prefix(
+    mechanism: ScramMechanism,
+    password: &str,
+    first_bare: &str,
+    server_first: &[u8],
+    gs2: &str,
+    prefix: &str,
+) -> (Vec<u8>, Vec<u8>) {
     let text = std::str::from_utf8(server_first).expect("utf-8");
     let field = |name: &str| {
         text.split(',')
@@ -95,7 +108,7 @@ fn client_final(
     let salt = BASE64.decode(field("s=")).expect("salt");
     let iterations = field("i=").parse().expect("iterations");
     let keys = Keys::derive(mechanism, password.as_bytes(), &salt, iterations);
-    let without_proof = format!("c={},r={}", BASE64.encode(gs2), field("r="));
+    let without_proof = format!("c={},r={prefix}{}", BASE64.encode(gs2), field("r="));
     let auth = format!("{first_bare},{text},{without_proof}");
     let signature = mechanism.hmac_sign(&keys.stored_key, auth.as_bytes());
     let proof: Vec<u8> = keys
@@ -109,6 +122,31 @@ fn client_final(
         format!("{without_proof},p={}", BASE64.encode(proof)).into_bytes(),
         format!("v={}", BASE64.encode(expected)).into_bytes(),
     )
+}
+
+#[test]
+fn a_final_nonce_ending_with_the_exchanges_passes_as_in_kafka() -> Result<(), ScramError> {
+    let stored = ScramCredential::generate(ScramMechanism::Sha512, "s3cret")?;
+    // librdkafka 2.x: r=<client nonce><client nonce><server nonce>.
+    let mut server = ScramServer::new(ScramMechanism::Sha512);
+    let first = server.client_first(b"n,,n=alice,r=abc", |_| Some(stored.clone()))?;
+    let (last, signature) = client_final_with_prefix(
+        ScramMechanism::Sha512,
+        "s3cret",
+        "n=alice,r=abc",
+        &first,
+        "n,,",
+        "abc",
+    );
+    assert_eq!(server.client_final(&last)?, ("alice".to_owned(), signature));
+    // The server's part must still be there.
+    let mut server = ScramServer::new(ScramMechanism::Sha512);
+    server.client_first(b"n,,n=alice,r=abc", |_| Some(stored.clone()))?;
+    assert_eq!(
+        server.client_final(b"c=biws,r=abcabc,p=AAAA"),
+        Err(ScramError::Nonce)
+    );
+    Ok(())
 }
 
 #[test]

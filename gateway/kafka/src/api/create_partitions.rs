@@ -9,19 +9,24 @@ use kafka_protocol::protocol::StrBytes;
 use tern_log::LogPort;
 
 use super::create_topics::{Refused, refusal};
-use super::{ApiError, Ctx, Reply, Versions, decode, encode};
+use super::{ApiError, Conn, Ctx, Reply, Versions, decode, encode};
 use crate::header::Request;
 
 /// v0-v3 (Kafka 4.x's admin client sends v3).
 pub const VERSIONS: Versions = Versions { min: 0, max: 3 };
 
-pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiError> {
+pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Result<Reply, ApiError> {
     let version = request.version();
     let body: CreatePartitionsRequest = decode(request)?;
     let mut results = Vec::with_capacity(body.topics.len());
     for topic in body.topics {
         let name = topic.name.0.to_string();
-        let outcome = if topic.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+        let outcome = if !ctx.administers(conn, request, &name) {
+            Err((
+                ResponseError::TopicAuthorizationFailed,
+                "needs read and write access to the topic".to_owned(),
+            ))
+        } else if topic.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
             Err((
                 ResponseError::InvalidReplicaAssignment,
                 "tern is one broker: replica assignments cannot be chosen".to_owned(),

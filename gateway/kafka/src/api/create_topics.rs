@@ -11,7 +11,7 @@ use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse
 use kafka_protocol::protocol::StrBytes;
 use tern_log::{LogError, LogPort};
 
-use super::{ApiError, Ctx, Reply, Versions, decode, encode};
+use super::{ApiError, Conn, Ctx, Reply, Versions, decode, encode};
 use crate::header::Request;
 use crate::topics;
 
@@ -34,7 +34,7 @@ pub fn refusal(err: &LogError) -> Refused {
     (code, err.to_string())
 }
 
-pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiError> {
+pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Result<Reply, ApiError> {
     let version = request.version();
     let body: CreateTopicsRequest = decode(request)?;
     let mut results = Vec::with_capacity(body.topics.len());
@@ -45,13 +45,15 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiE
         } else {
             u32::try_from(topic.num_partitions).unwrap_or(0)
         };
-        let outcome = check(&topic, &name).and_then(|()| {
-            if body.validate_only {
-                validate(&ctx.log, &name, count)
-            } else {
-                create(&ctx.log, &name, count)
-            }
-        });
+        let outcome = allowed(ctx, conn, request, &name)
+            .and_then(|()| check(&topic, &name))
+            .and_then(|()| {
+                if body.validate_only {
+                    validate(&ctx.log, &name, count)
+                } else {
+                    create(&ctx.log, &name, count)
+                }
+            });
         let mut result = CreatableTopicResult::default()
             .with_name(topic.name)
             .with_num_partitions(-1)
@@ -75,6 +77,18 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiE
         version,
         &response,
     )?))
+}
+
+/// Topic administration needs read and write access to the topic.
+fn allowed<L>(ctx: &Ctx<L>, conn: &Conn, request: &Request, name: &str) -> Result<(), Refused> {
+    if ctx.administers(conn, request, name) {
+        Ok(())
+    } else {
+        Err((
+            ResponseError::TopicAuthorizationFailed,
+            "needs read and write access to the topic".to_owned(),
+        ))
+    }
 }
 
 /// What tern refuses whatever the log says.

@@ -10,13 +10,17 @@ use kafka_protocol::protocol::StrBytes;
 use tern_log::LogPort;
 
 use super::create_topics::refusal;
-use super::{ApiError, Ctx, Reply, Versions, decode, encode};
+use super::{ApiError, Conn, Ctx, Reply, Versions, decode, encode};
 use crate::header::Request;
 
 /// v1-v6 (v6 names topics in `topics`, which Kafka 4.x's admin client sends).
 pub const VERSIONS: Versions = Versions { min: 1, max: 6 };
 
-pub async fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiError> {
+pub async fn handle<L: LogPort>(
+    ctx: &Ctx<L>,
+    conn: &Conn,
+    request: &Request,
+) -> Result<Reply, ApiError> {
     let version = request.version();
     let body: DeleteTopicsRequest = decode(request)?;
     let names: Vec<Option<TopicName>> = if version >= 6 {
@@ -31,6 +35,10 @@ pub async fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply
             None => Err((
                 ResponseError::UnknownTopicId,
                 "tern's topics have no ids; name the topic".to_owned(),
+            )),
+            Some(name) if !ctx.administers(conn, request, &name.0) => Err((
+                ResponseError::TopicAuthorizationFailed,
+                "needs read and write access to the topic".to_owned(),
             )),
             Some(name) => ctx.log.delete_topic(&name.0).await.map_err(|err| {
                 tracing::info!(topic = %name.0, %err, "DeleteTopics refused");

@@ -21,7 +21,7 @@ use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsRe
 use kafka_protocol::protocol::StrBytes;
 use tern_log::{Durability, LogPort, OnFull, TopicSettings};
 
-use super::{ApiError, Ctx, Reply, Versions, decode, encode};
+use super::{ApiError, Conn, Ctx, Reply, Versions, decode, encode};
 use crate::header::Request;
 
 /// v1-v4 (Kafka 4.x's admin client sends v4).
@@ -63,7 +63,7 @@ pub fn entries(settings: &TopicSettings) -> Vec<(&'static str, String, i8)> {
     ]
 }
 
-pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiError> {
+pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Result<Reply, ApiError> {
     let version = request.version();
     let body: DescribeConfigsRequest = decode(request)?;
     let mut results = Vec::with_capacity(body.resources.len());
@@ -72,6 +72,10 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiE
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name.clone());
         let described = match resource.resource_type {
+            TOPIC if !ctx.sees(conn, request, &resource.resource_name) => Err((
+                ResponseError::TopicAuthorizationFailed,
+                "needs read or write access to the topic".to_owned(),
+            )),
             TOPIC => ctx
                 .log
                 .topic_settings(&resource.resource_name)

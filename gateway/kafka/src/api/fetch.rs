@@ -15,10 +15,11 @@ use std::time::Duration;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use tern_auth::Want;
 use tern_log::LogPort;
 use tokio::sync::watch;
 
-use super::{ApiError, Ctx, PendingReply, Reply, Versions, decode, encode};
+use super::{ApiError, Conn, Ctx, PendingReply, Reply, Versions, decode, encode};
 use crate::header::Request;
 use crate::records;
 use crate::topics;
@@ -48,7 +49,11 @@ struct Plan {
     partitions: Vec<Wanted>,
 }
 
-pub async fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiError> {
+pub async fn handle<L: LogPort>(
+    ctx: &Ctx<L>,
+    conn: &Conn,
+    request: &Request,
+) -> Result<Reply, ApiError> {
     let version = request.version();
     let body: FetchRequest = decode(request)?;
     if body.session_id != 0 {
@@ -56,7 +61,7 @@ pub async fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply
             FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
         return Ok(Reply::Now(encode(ApiKey::Fetch, version, &response)?));
     }
-    let plans = plan(ctx, &body);
+    let plans = plan(ctx, conn, request, &body);
     let max_bytes = usize::try_from(body.max_bytes).unwrap_or(0);
     let min_bytes = usize::try_from(body.min_bytes).unwrap_or(0);
     let first = collect(ctx, &plans, max_bytes);
@@ -93,13 +98,19 @@ pub async fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply
     Ok(Reply::Later(PendingReply(Box::pin(answer))))
 }
 
-/// Resolves every requested topic and partition (never creating a topic).
-fn plan<L: LogPort>(ctx: &Ctx<L>, body: &FetchRequest) -> Vec<Plan> {
+/// Resolves every requested topic and partition (never creating a topic); a topic the client
+/// may not read answers TOPIC_AUTHORIZATION_FAILED.
+fn plan<L: LogPort>(
+    ctx: &Ctx<L>,
+    conn: &Conn,
+    request: &Request,
+    body: &FetchRequest,
+) -> Vec<Plan> {
     body.topics
         .iter()
         .map(|topic| {
             let name = topic.topic.0.to_string();
-            let found = topics::lookup(&ctx.log, &name, false);
+            let found = ctx.lookup(conn, request, Want::Receive, &name, false);
             let partitions = topic
                 .partitions
                 .iter()

@@ -9,9 +9,10 @@ use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
+use tern_auth::Want;
 use tern_log::{LogError, LogPort};
 
-use super::{ApiError, Ctx, Reply, Versions, decode, encode};
+use super::{ApiError, Conn, Ctx, Reply, Versions, decode, encode};
 use crate::header::Request;
 use crate::topics;
 
@@ -24,7 +25,7 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 
-pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiError> {
+pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Result<Reply, ApiError> {
     let version = request.version();
     let body: ListOffsetsRequest = decode(request)?;
     let topics_out = body
@@ -32,7 +33,7 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiE
         .into_iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
-            let found = topics::lookup(&ctx.log, &name, false);
+            let found = ctx.lookup(conn, request, Want::Receive, &name, false);
             let partitions = topic
                 .partitions
                 .iter()

@@ -2,7 +2,8 @@
 //! topic. The broker's address is `[kafka_listener] advertised` or the address the client
 //! reached. Topics named `__…` (tern's own state) are listed as internal. A missing topic is
 //! created when the client allows it and `auto_create_topics` is on, as Kafka's
-//! `auto.create.topics.enable`.
+//! `auto.create.topics.enable`. Only topics the client may read or write are listed (see
+//! `Ctx::sees`).
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -13,6 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::{ApiError, Conn, Ctx, Reply, Versions, decode, encode};
 use crate::header::Request;
 use crate::topics::{self, Lookup};
+use tern_auth::Want;
 use tern_log::LogPort;
 
 /// v0-v12: every version up to the one Kafka 4.0 answers (v13 only adds a top-level error for
@@ -38,16 +40,19 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Resul
         _ => None,
     };
     let create = ctx.config.auto_create_topics && (version < 4 || body.allow_auto_topic_creation);
+    // Kafka hides the topics a client may neither read nor write; a named one answers
+    // TOPIC_AUTHORIZATION_FAILED, and only write access creates it.
     let topics = match wanted {
         None => ctx
             .log
             .topics()
             .into_iter()
+            .filter(|info| ctx.sees(conn, request, &info.name))
             .map(|info| topic_entry(&info.name, Ok(info.partitions)))
             .collect(),
         Some(names) => names
             .iter()
-            .map(|name| topic_entry(name, topics::lookup(&ctx.log, name, create)))
+            .map(|name| topic_entry(name, named(ctx, conn, request, name, create)))
             .collect(),
     };
     let (host, port) = advertised(ctx, conn);
@@ -65,6 +70,21 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Resul
         response = response.with_cluster_id(Some(StrBytes::from_static_str(CLUSTER_ID)));
     }
     Ok(Reply::Now(encode(ApiKey::Metadata, version, &response)?))
+}
+
+/// A named topic: its partitions, if the client may see it.
+fn named<L: LogPort>(
+    ctx: &Ctx<L>,
+    conn: &Conn,
+    request: &Request,
+    name: &str,
+    create: bool,
+) -> Lookup {
+    if !ctx.sees(conn, request, name) {
+        return Err(kafka_protocol::ResponseError::TopicAuthorizationFailed);
+    }
+    let create = create && ctx.allows(conn, request, Want::Publish, name);
+    topics::lookup(&ctx.log, name, create)
 }
 
 fn topic_entry(name: &str, found: Lookup) -> MetadataResponseTopic {

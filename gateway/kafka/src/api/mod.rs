@@ -28,6 +28,8 @@ mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
 mod produce;
+mod sasl_authenticate;
+mod sasl_handshake;
 mod sync_group;
 
 use std::future::Future;
@@ -42,6 +44,8 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 use crate::config::KafkaListenerConfig;
 use crate::group::Groups;
 use crate::header::Request;
+use crate::sasl::Session;
+use tern_auth::{Security, Want};
 use tern_core::shutdown::Shutdown;
 use tern_log::LogPort;
 
@@ -82,6 +86,8 @@ pub const SERVED: &[(ApiKey, Versions)] = &[
     (ApiKey::DeleteTopics, delete_topics::VERSIONS),
     (ApiKey::CreatePartitions, create_partitions::VERSIONS),
     (ApiKey::DescribeConfigs, describe_configs::VERSIONS),
+    (ApiKey::SaslHandshake, sasl_handshake::VERSIONS),
+    (ApiKey::SaslAuthenticate, sasl_authenticate::VERSIONS),
 ];
 
 /// The versions served for `api`, if it is served at all.
@@ -92,7 +98,8 @@ pub fn served(api: ApiKey) -> Option<Versions> {
         .map(|(_, versions)| *versions)
 }
 
-/// What every handler may use: the log, the settings, the shutdown signal, producer ids.
+/// What every handler may use: the log, the settings, the shutdown signal, producer ids, who
+/// may do what.
 #[derive(Debug)]
 pub struct Ctx<L> {
     pub log: L,
@@ -103,14 +110,60 @@ pub struct Ctx<L> {
     pub producers: init_producer_id::ProducerIds,
     /// Every consumer group (tern is their coordinator).
     pub groups: Groups,
+    /// The users and `[[mqtt.acl]]` rules MQTT applies; `None` admits everything (unit tests).
+    pub security: Option<Arc<Security>>,
+}
+
+impl<L> Ctx<L> {
+    /// Whether the connection's user (with the request's client id) may do `want` on the
+    /// Kafka topic `topic`, an MQTT topic name of one level.
+    pub fn allows(&self, conn: &Conn, request: &Request, want: Want, topic: &str) -> bool {
+        self.security.as_deref().is_none_or(|security| {
+            security.allows(conn.sasl.user(), request.client_id(), want, topic)
+        })
+    }
+
+    /// Read or write access to `topic` (what Metadata and the group APIs need to see it).
+    pub fn sees(&self, conn: &Conn, request: &Request, topic: &str) -> bool {
+        self.allows(conn, request, Want::Receive, topic)
+            || self.allows(conn, request, Want::Publish, topic)
+    }
+
+    /// `topics::lookup` behind the ACL: TOPIC_AUTHORIZATION_FAILED unless `want` is granted
+    /// (checked first, so a client without access never creates a topic).
+    pub fn lookup(
+        &self,
+        conn: &Conn,
+        request: &Request,
+        want: Want,
+        name: &str,
+        create: bool,
+    ) -> crate::topics::Lookup
+    where
+        L: LogPort,
+    {
+        if self.allows(conn, request, want, name) {
+            crate::topics::lookup(&self.log, name, create)
+        } else {
+            Err(kafka_protocol::ResponseError::TopicAuthorizationFailed)
+        }
+    }
+
+    /// Both read and write access to `topic` (topic administration).
+    pub fn administers(&self, conn: &Conn, request: &Request, topic: &str) -> bool {
+        self.allows(conn, request, Want::Receive, topic)
+            && self.allows(conn, request, Want::Publish, topic)
+    }
 }
 
 /// One client connection as handlers see it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Conn {
     /// The address the client connected to (advertised in Metadata unless configured).
     pub local: SocketAddr,
     pub peer: SocketAddr,
+    /// Its authentication: who it is, what it may send now.
+    pub sasl: Session,
 }
 
 /// A response that is answered later: a produce waiting for fdatasync, a long-polling fetch.
@@ -150,6 +203,8 @@ pub enum ApiError {
         min: i16,
         max: i16,
     },
+    #[error("{api:?} before SASL authentication")]
+    Unauthenticated { api: ApiKey },
     #[error("malformed {api:?} v{version} request: {message}")]
     Decode {
         api: ApiKey,
@@ -167,10 +222,14 @@ pub enum ApiError {
 /// Answers one request.
 pub async fn dispatch<L: LogPort>(
     ctx: &Ctx<L>,
-    conn: &Conn,
+    conn: &mut Conn,
     request: &Request,
 ) -> Result<Reply, ApiError> {
     let api = request.api;
+    // Before authentication Kafka closes the connection on any other request.
+    if !conn.sasl.admits(api) {
+        return Err(ApiError::Unauthenticated { api });
+    }
     let versions = served(api).ok_or(ApiError::NotServed { api })?;
     // ApiVersions answers an unknown version itself (with v0 and UNSUPPORTED_VERSION), so the
     // client can learn what is served.
@@ -185,12 +244,12 @@ pub async fn dispatch<L: LogPort>(
     match api {
         ApiKey::ApiVersions => api_versions::handle(request),
         ApiKey::Metadata => metadata::handle(ctx, conn, request),
-        ApiKey::Produce => produce::handle(ctx, request).await,
-        ApiKey::Fetch => fetch::handle(ctx, request).await,
-        ApiKey::ListOffsets => list_offsets::handle(ctx, request),
+        ApiKey::Produce => produce::handle(ctx, conn, request).await,
+        ApiKey::Fetch => fetch::handle(ctx, conn, request).await,
+        ApiKey::ListOffsets => list_offsets::handle(ctx, conn, request),
         ApiKey::InitProducerId => init_producer_id::handle(ctx, request),
-        ApiKey::OffsetCommit => offset_commit::handle(ctx, request),
-        ApiKey::OffsetFetch => offset_fetch::handle(ctx, request),
+        ApiKey::OffsetCommit => offset_commit::handle(ctx, conn, request),
+        ApiKey::OffsetFetch => offset_fetch::handle(ctx, conn, request),
         ApiKey::FindCoordinator => find_coordinator::handle(ctx, conn, request),
         ApiKey::JoinGroup => join_group::handle(ctx, conn, request),
         ApiKey::Heartbeat => heartbeat::handle(ctx, request),
@@ -198,12 +257,14 @@ pub async fn dispatch<L: LogPort>(
         ApiKey::SyncGroup => sync_group::handle(ctx, request),
         ApiKey::DescribeGroups => describe_groups::handle(ctx, request),
         ApiKey::ListGroups => list_groups::handle(ctx, request),
-        ApiKey::DeleteGroups => delete_groups::handle(ctx, request),
-        ApiKey::OffsetDelete => offset_delete::handle(ctx, request),
-        ApiKey::CreateTopics => create_topics::handle(ctx, request),
-        ApiKey::DeleteTopics => delete_topics::handle(ctx, request).await,
-        ApiKey::CreatePartitions => create_partitions::handle(ctx, request),
-        ApiKey::DescribeConfigs => describe_configs::handle(ctx, request),
+        ApiKey::DeleteGroups => delete_groups::handle(ctx, conn, request),
+        ApiKey::OffsetDelete => offset_delete::handle(ctx, conn, request),
+        ApiKey::CreateTopics => create_topics::handle(ctx, conn, request),
+        ApiKey::DeleteTopics => delete_topics::handle(ctx, conn, request).await,
+        ApiKey::CreatePartitions => create_partitions::handle(ctx, conn, request),
+        ApiKey::DescribeConfigs => describe_configs::handle(ctx, conn, request),
+        ApiKey::SaslHandshake => sasl_handshake::handle(ctx, conn, request),
+        ApiKey::SaslAuthenticate => sasl_authenticate::handle(ctx, conn, request).await,
         _ => Err(ApiError::NotServed { api }),
     }
 }
@@ -234,5 +295,7 @@ pub fn encode<R: Encodable>(api: ApiKey, version: i16, response: &R) -> Result<B
 
 #[cfg(test)]
 pub(crate) mod test;
+#[cfg(test)]
+mod test_acl;
 #[cfg(test)]
 mod test_admin;

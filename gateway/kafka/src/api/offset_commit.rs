@@ -9,9 +9,10 @@ use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
 use kafka_protocol::messages::{ApiKey, OffsetCommitRequest, OffsetCommitResponse};
+use tern_auth::Want;
 use tern_log::LogPort;
 
-use super::{ApiError, Ctx, PendingReply, Reply, Versions, decode, encode};
+use super::{ApiError, Conn, Ctx, PendingReply, Reply, Versions, decode, encode};
 use crate::group::offsets::{self, valid_group_id};
 use crate::header::Request;
 use crate::topics;
@@ -23,7 +24,7 @@ pub const VERSIONS: Versions = Versions { min: 2, max: 9 };
 /// One partition's commit: where to, or why not.
 type Planned = (i32, Result<(String, u32, u64), i16>);
 
-pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiError> {
+pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Result<Reply, ApiError> {
     let version = request.version();
     let body: OffsetCommitRequest = decode(request)?;
     let group = body.group_id.0.to_string();
@@ -39,7 +40,7 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiE
         .into_iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
-            let found = topics::lookup(&ctx.log, &name, false);
+            let found = ctx.lookup(conn, request, Want::Receive, &name, false);
             let parts = topic
                 .partitions
                 .iter()

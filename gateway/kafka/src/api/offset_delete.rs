@@ -11,16 +11,17 @@ use kafka_protocol::messages::{
     ApiKey, ConsumerProtocolSubscription, OffsetDeleteRequest, OffsetDeleteResponse,
 };
 use kafka_protocol::protocol::Decodable;
+use tern_auth::Want;
 use tern_log::LogPort;
 
-use super::{ApiError, Ctx, PendingReply, Reply, Versions, decode, encode};
+use super::{ApiError, Conn, Ctx, PendingReply, Reply, Versions, decode, encode};
 use crate::group::offsets;
 use crate::header::Request;
 
 /// v0, the only version.
 pub const VERSIONS: Versions = Versions { min: 0, max: 0 };
 
-pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiError> {
+pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Result<Reply, ApiError> {
     let version = request.version();
     let body: OffsetDeleteRequest = decode(request)?;
     let group = body.group_id.0.to_string();
@@ -41,12 +42,15 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiE
         .into_iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
+            let denied = !ctx.allows(conn, request, Want::Receive, &name);
             let refused = subscribed.as_ref().is_none_or(|s| s.contains(&name));
             let partitions = topic
                 .partitions
                 .iter()
                 .map(|p| {
-                    let code = if refused {
+                    let code = if denied {
+                        ResponseError::TopicAuthorizationFailed.code()
+                    } else if refused {
                         ResponseError::GroupSubscribedToTopic.code()
                     } else {
                         if let Ok(partition) = u32::try_from(p.partition_index) {

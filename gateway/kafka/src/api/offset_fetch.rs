@@ -9,9 +9,10 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::{ApiKey, OffsetFetchRequest, OffsetFetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use tern_auth::Want;
 use tern_log::LogPort;
 
-use super::{ApiError, Ctx, Reply, Versions, decode, encode};
+use super::{ApiError, Conn, Ctx, Reply, Versions, decode, encode};
 use crate::group::offsets;
 use crate::header::Request;
 
@@ -22,7 +23,7 @@ pub const VERSIONS: Versions = Versions { min: 1, max: 9 };
 /// (topic, [(partition, committed offset or -1)]).
 type Fetched = Vec<(String, Vec<(i32, i64)>)>;
 
-pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiError> {
+pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Result<Reply, ApiError> {
     let version = request.version();
     let body: OffsetFetchRequest = decode(request)?;
     let response = if version >= 8 {
@@ -36,7 +37,7 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiE
                         .map(|t| (t.name.0.to_string(), t.partition_indexes))
                         .collect()
                 });
-                let fetched = fetch(&ctx.log, &g.group_id.0, wanted);
+                let fetched = readable(ctx, conn, request, fetch(&ctx.log, &g.group_id.0, wanted));
                 OffsetFetchResponseGroup::default()
                     .with_group_id(g.group_id)
                     .with_topics(fetched.into_iter().map(topics_v8).collect())
@@ -50,10 +51,23 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiE
                 .map(|t| (t.name.0.to_string(), t.partition_indexes))
                 .collect()
         });
-        let fetched = fetch(&ctx.log, &body.group_id.0, wanted);
+        let fetched = readable(
+            ctx,
+            conn,
+            request,
+            fetch(&ctx.log, &body.group_id.0, wanted),
+        );
         OffsetFetchResponse::default().with_topics(fetched.into_iter().map(topic_v1).collect())
     };
     Ok(Reply::Now(encode(ApiKey::OffsetFetch, version, &response)?))
+}
+
+/// `fetched` without the topics the client may not read (Kafka leaves them out too).
+fn readable<L>(ctx: &Ctx<L>, conn: &Conn, request: &Request, fetched: Fetched) -> Fetched {
+    fetched
+        .into_iter()
+        .filter(|(topic, _)| ctx.allows(conn, request, Want::Receive, topic))
+        .collect()
 }
 
 /// The committed offsets of `group` in the `wanted` partitions, or all of them.

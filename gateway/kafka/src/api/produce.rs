@@ -6,7 +6,8 @@
 //!
 //! A record carrying the MQTT topic header (`mqtt.topic`) must name a valid MQTT topic (no
 //! wildcards): MQTT subscribers receive it (see `docs/kafka.md`, "The MQTT route"). Writes to
-//! tern's internal `__…` topics are refused.
+//! tern's internal `__…` topics are refused. The client needs write access (`[[mqtt.acl]]`) to the
+//! topic, and to the MQTT topic of every record that names one.
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -15,9 +16,10 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
+use tern_auth::Want;
 use tern_log::{LogError, LogPort, Queued, Record};
 
-use super::{ApiError, Ctx, PendingReply, Reply, Versions, decode, encode};
+use super::{ApiError, Conn, Ctx, PendingReply, Reply, Versions, decode, encode};
 use crate::header::Request;
 use crate::producers::Refusal;
 use crate::records::{self, RecordsError};
@@ -36,7 +38,11 @@ enum Outcome {
     Queued(Queued),
 }
 
-pub async fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply, ApiError> {
+pub async fn handle<L: LogPort>(
+    ctx: &Ctx<L>,
+    conn: &Conn,
+    request: &Request,
+) -> Result<Reply, ApiError> {
     let version = request.version();
     let body: ProduceRequest = decode(request)?;
     let now = now_ms();
@@ -46,13 +52,26 @@ pub async fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply
         let found = if topics::is_internal(&name) {
             Err(ResponseError::InvalidTopicException)
         } else {
-            topics::lookup(&ctx.log, &name, ctx.config.auto_create_topics)
+            ctx.lookup(
+                conn,
+                request,
+                Want::Publish,
+                &name,
+                ctx.config.auto_create_topics,
+            )
         };
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {
             let outcome = match found.and_then(|count| topics::partition(data.index, count)) {
                 Err(error) => Outcome::Refused(error, None),
-                Ok(partition) => append(ctx, &name, partition, data.records, now).await,
+                Ok(partition) => {
+                    let target = Target {
+                        topic: &name,
+                        partition,
+                        now,
+                    };
+                    append(ctx, conn, request, target, data.records).await
+                }
             };
             partitions.push((data.index, outcome));
         }
@@ -81,14 +100,26 @@ pub async fn handle<L: LogPort>(ctx: &Ctx<L>, request: &Request) -> Result<Reply
     Ok(Reply::Later(PendingReply(Box::pin(answer))))
 }
 
+/// Where one partition's records go, and the time that stamps them.
+struct Target<'a> {
+    topic: &'a str,
+    partition: u32,
+    now: i64,
+}
+
 /// Decodes and queues one partition's records.
 async fn append<L: LogPort>(
     ctx: &Ctx<L>,
-    topic: &str,
-    partition: u32,
+    conn: &Conn,
+    request: &Request,
+    target: Target<'_>,
     data: Option<Bytes>,
-    now: i64,
 ) -> Outcome {
+    let Target {
+        topic,
+        partition,
+        now,
+    } = target;
     let records = match data.as_ref().map(|bytes| records::decode(bytes, now)) {
         None => Ok(Vec::new()),
         Some(decoded) => decoded,
@@ -114,6 +145,19 @@ async fn append<L: LogPort>(
         return Outcome::Refused(
             ResponseError::InvalidRecord,
             Some(format!("record {at}: {why}")),
+        );
+    }
+    // A record for MQTT subscribers is an MQTT publish: the client needs write access to its
+    // MQTT topic too.
+    let unwritable = records.iter().position(|r| {
+        r.header(MQTT_TOPIC_HEADER)
+            .and_then(|t| std::str::from_utf8(t).ok())
+            .is_some_and(|t| !ctx.allows(conn, request, Want::Publish, t))
+    });
+    if let Some(at) = unwritable {
+        return Outcome::Refused(
+            ResponseError::TopicAuthorizationFailed,
+            Some(format!("record {at}: no write access to its mqtt.topic")),
         );
     }
     // An idempotent producer's batch goes through its sequence check (`crate::producers`).

@@ -30,6 +30,7 @@ pub(crate) fn ctx() -> Ctx<MemoryLog> {
         producer_states: Default::default(),
         producers: Default::default(),
         groups,
+        security: None,
     }
 }
 
@@ -37,6 +38,7 @@ pub(crate) fn conn() -> Conn {
     Conn {
         local: "127.0.0.1:9092".parse().expect("addr"),
         peer: "127.0.0.1:40000".parse().expect("addr"),
+        sasl: crate::sasl::Session::new(false),
     }
 }
 
@@ -64,6 +66,19 @@ pub(crate) async fn body(reply: Reply) -> Option<Bytes> {
     }
 }
 
+/// Dispatches `q` on a fresh anonymous connection and decodes the answer.
+pub(crate) async fn call<Q: Encodable, R: Decodable>(
+    ctx: &Ctx<MemoryLog>,
+    api: ApiKey,
+    version: i16,
+    q: &Q,
+) -> R {
+    let reply = dispatch(ctx, &mut conn(), &request(api, version, q))
+        .await
+        .expect("reply");
+    decode_as(body(reply).await.expect("answered"), version)
+}
+
 pub(crate) fn decode_as<R: Decodable>(body: Bytes, version: i16) -> R {
     let mut body = body;
     R::decode(&mut body, version).expect("response decodes")
@@ -76,7 +91,7 @@ async fn every_served_api_is_dispatched_at_every_version() {
         for version in versions.min..=versions.max {
             let frame = default_request(*api, version);
             let request = header::decode(frame).expect("header");
-            let reply = dispatch(&ctx, &conn(), &request).await;
+            let reply = dispatch(&ctx, &mut conn(), &request).await;
             assert!(reply.is_ok(), "{api:?} v{version}: {reply:?}");
         }
     }
@@ -121,6 +136,8 @@ pub(crate) fn default_request(api: ApiKey, version: i16) -> Bytes {
         DeleteTopics => kafka_protocol::messages::DeleteTopicsRequest,
         CreatePartitions => kafka_protocol::messages::CreatePartitionsRequest,
         DescribeConfigs => kafka_protocol::messages::DescribeConfigsRequest,
+        SaslHandshake => kafka_protocol::messages::SaslHandshakeRequest,
+        SaslAuthenticate => kafka_protocol::messages::SaslAuthenticateRequest,
     }
 }
 
@@ -128,7 +145,7 @@ pub(crate) fn default_request(api: ApiKey, version: i16) -> Bytes {
 async fn api_versions_advertises_the_served_table_and_refuses_unknown_versions() {
     let ctx = ctx();
     let request = request(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
-    let reply = body(dispatch(&ctx, &conn(), &request).await.expect("reply")).await;
+    let reply = body(dispatch(&ctx, &mut conn(), &request).await.expect("reply")).await;
     let response: ApiVersionsResponse = decode_as(reply.expect("answered"), 3);
     assert_eq!(response.error_code, 0);
     let table: Vec<(i16, i16, i16)> = response
@@ -145,7 +162,7 @@ async fn api_versions_advertises_the_served_table_and_refuses_unknown_versions()
     // v9 does not exist: the answer is v0 with UNSUPPORTED_VERSION and the table.
     let mut unknown = request.clone();
     unknown.header.request_api_version = 9;
-    let reply = body(dispatch(&ctx, &conn(), &unknown).await.expect("reply")).await;
+    let reply = body(dispatch(&ctx, &mut conn(), &unknown).await.expect("reply")).await;
     let response: ApiVersionsResponse = decode_as(reply.expect("answered"), 0);
     assert_eq!(response.error_code, 35);
     assert_eq!(response.api_keys.len(), SERVED.len());
@@ -156,13 +173,15 @@ async fn unserved_apis_and_versions_close_the_connection() {
     let ctx = ctx();
     let mut request = request(ApiKey::Metadata, 12, &MetadataRequest::default());
     request.header.request_api_version = 13;
-    let err = dispatch(&ctx, &conn(), &request).await.expect_err("v13");
+    let err = dispatch(&ctx, &mut conn(), &request)
+        .await
+        .expect_err("v13");
     assert!(
         matches!(err, ApiError::UnsupportedVersion { version: 13, .. }),
         "{err}"
     );
     request.api = ApiKey::DescribeAcls;
-    let err = dispatch(&ctx, &conn(), &request)
+    let err = dispatch(&ctx, &mut conn(), &request)
         .await
         .expect_err("not served");
     assert_eq!(
@@ -184,7 +203,7 @@ async fn metadata_names_one_broker_leading_every_partition_and_creates_when_allo
         12,
         &MetadataRequest::default().with_topics(None),
     );
-    let reply = body(dispatch(&ctx, &conn(), &all).await.expect("reply")).await;
+    let reply = body(dispatch(&ctx, &mut conn(), &all).await.expect("reply")).await;
     let response: MetadataResponse = decode_as(reply.expect("answered"), 12);
     assert_eq!(response.brokers.len(), 1);
     assert_eq!(response.brokers[0].host.as_str(), "127.0.0.1");
@@ -212,7 +231,7 @@ async fn metadata_names_one_broker_leading_every_partition_and_creates_when_allo
         ("bad/name", true, 17),
     ] {
         let request = request(ApiKey::Metadata, 12, &named(name, create));
-        let reply = body(dispatch(&ctx, &conn(), &request).await.expect("reply")).await;
+        let reply = body(dispatch(&ctx, &mut conn(), &request).await.expect("reply")).await;
         let response: MetadataResponse = decode_as(reply.expect("answered"), 12);
         assert_eq!(response.topics[0].error_code, code, "{name}");
     }
@@ -319,7 +338,7 @@ mod data_path {
             9,
             &produce("t", 1, batch(&[("a", 1), ("b", 2)], &[("h", "1")])),
         );
-        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        let reply = dispatch(&ctx, &mut conn(), &request).await.expect("reply");
         assert!(matches!(reply, Reply::Later(_)), "{reply:?}");
         let response: ProduceResponse = decode_as(body(reply).await.expect("answered"), 9);
         assert!(
@@ -333,7 +352,7 @@ mod data_path {
         assert_eq!(stored[1].record.header("h"), Some(&b"1"[..]));
 
         let request = request_acks0(&ctx);
-        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        let reply = dispatch(&ctx, &mut conn(), &request).await.expect("reply");
         assert!(matches!(reply, Reply::Nothing), "{reply:?}");
     }
 
@@ -362,7 +381,7 @@ mod data_path {
         ];
         for (body_in, code) in cases {
             let request = request(ApiKey::Produce, 9, &body_in);
-            let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+            let reply = dispatch(&ctx, &mut conn(), &request).await.expect("reply");
             let response: ProduceResponse = decode_as(body(reply).await.expect("answered"), 9);
             let partition = &response.responses[0].partition_responses[0];
             assert_eq!(partition.error_code, code, "{partition:?}");
@@ -376,14 +395,14 @@ mod data_path {
         // Nothing there: waits the whole max_wait, then answers empty.
         let started = tokio::time::Instant::now();
         let request = request(ApiKey::Fetch, 12, &fetch("t", 0, 2_000, 1));
-        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        let reply = dispatch(&ctx, &mut conn(), &request).await.expect("reply");
         let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
         assert!(started.elapsed() >= Duration::from_secs(2));
         assert!(values(&response).is_empty());
 
         // An append during the wait answers at once with it.
         let started = tokio::time::Instant::now();
-        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        let reply = dispatch(&ctx, &mut conn(), &request).await.expect("reply");
         let log = ctx.log.clone();
         let writer = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -407,11 +426,11 @@ mod data_path {
 
         // Past the end: OFFSET_OUT_OF_RANGE at once; min_bytes 0: an empty answer at once.
         let request = request_fetch(5, 10_000, 1);
-        let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+        let reply = dispatch(&ctx, &mut conn(), &request).await.expect("reply");
         assert!(matches!(reply, Reply::Now(_)));
         let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
         assert_eq!(response.responses[0].partitions[0].error_code, 1);
-        let reply = dispatch(&ctx, &conn(), &request_fetch(1, 10_000, 0))
+        let reply = dispatch(&ctx, &mut conn(), &request_fetch(1, 10_000, 0))
             .await
             .expect("reply");
         assert!(matches!(reply, Reply::Now(_)));
@@ -452,7 +471,7 @@ mod data_path {
                     ]),
             ]);
             let request = request(ApiKey::ListOffsets, 7, &body_in);
-            let reply = dispatch(&ctx, &conn(), &request).await.expect("reply");
+            let reply = dispatch(&ctx, &mut conn(), &request).await.expect("reply");
             let response: ListOffsetsResponse = decode_as(body(reply).await.expect("answered"), 7);
             let p = &response.topics[0].partitions[0];
             assert_eq!(
@@ -505,7 +524,7 @@ mod fuzz {
             let Ok(request) = header::decode(frame) else {
                 return;
             };
-            if let Ok(reply) = dispatch(&ctx, &conn(), &request).await {
+            if let Ok(reply) = dispatch(&ctx, &mut conn(), &request).await {
                 let _ = body(reply).await;
             }
         });
@@ -571,7 +590,7 @@ mod fuzz {
                 .expect("header");
             buf.extend_from_slice(body);
             let request = header::decode(buf.freeze()).expect("header");
-            let reply = runtime.block_on(dispatch(&ctx(), &conn(), &request));
+            let reply = runtime.block_on(dispatch(&ctx(), &mut conn(), &request));
             assert!(reply.is_err(), "{api:?} v{version}: {reply:?}");
         }
     }

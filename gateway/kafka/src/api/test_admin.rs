@@ -7,26 +7,13 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use tern_log::LogPort;
 
-use super::dispatch;
-use super::test::{body, conn, ctx, decode_as, request};
+use super::test::{call, ctx};
 
 fn name(text: &str) -> TopicName {
     TopicName(StrBytes::from_string(text.to_owned()))
-}
-
-async fn call<Q: Encodable, R: Decodable>(
-    ctx: &super::Ctx<tern_log::MemoryLog>,
-    api: ApiKey,
-    version: i16,
-    q: &Q,
-) -> R {
-    let reply = dispatch(ctx, &conn(), &request(api, version, q))
-        .await
-        .expect("reply");
-    decode_as(body(reply).await.expect("answered"), version)
 }
 
 #[tokio::test]

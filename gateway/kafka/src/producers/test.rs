@@ -67,7 +67,7 @@ fn produce(records: Bytes) -> crate::header::Request {
 
 /// Sends a Produce of `records` to partition 0 of `t`, returns its reply unawaited.
 async fn send(ctx: &Ctx<MemoryLog>, records: Bytes) -> Reply {
-    dispatch(ctx, &conn(), &produce(records))
+    dispatch(ctx, &mut conn(), &produce(records))
         .await
         .expect("reply")
 }

@@ -12,7 +12,7 @@ fn sample() -> Vec<Record> {
             timestamp_ms: 1000,
             key: Some(b"k".to_vec()),
             value: b"hi".to_vec(),
-            headers: vec![("h".to_owned(), b"x".to_vec())],
+            headers: vec![("h".into(), b"x".to_vec())],
         },
         Record {
             timestamp_ms: 999,
@@ -110,7 +110,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
             timestamp_ms,
             key,
             value,
-            headers,
+            headers: headers.into_iter().map(|(n, v)| (n.into(), v)).collect(),
         })
 }
 

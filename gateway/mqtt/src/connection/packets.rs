@@ -38,11 +38,15 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     self.deliver_more().await?;
                 }
             }
-            In::PubRec { pkid, reason } => self.delivery_received(pkid, reason).await?,
-            In::PubComp { pkid } => self.delivery_complete(pkid).await?,
-            In::PubRel { pkid } => self.release(pkid).await?,
-            In::Subscribe(subscribe) => self.subscribe(subscribe).await?,
-            In::Unsubscribe { pkid, filters } => self.unsubscribe(pkid, &filters).await?,
+            // Boxed: rarer than PUBLISH and PUBACK, and larger futures that would size every
+            // connection's task (idle memory, issue #16).
+            In::PubRec { pkid, reason } => Box::pin(self.delivery_received(pkid, reason)).await?,
+            In::PubComp { pkid } => Box::pin(self.delivery_complete(pkid)).await?,
+            In::PubRel { pkid } => Box::pin(self.release(pkid)).await?,
+            In::Subscribe(subscribe) => Box::pin(self.subscribe(subscribe)).await?,
+            In::Unsubscribe { pkid, filters } => {
+                Box::pin(self.unsubscribe(pkid, &filters)).await?;
+            }
             In::PingReq => self.send(Outgoing::PingResp)?,
             In::Disconnect {
                 reason,
@@ -54,7 +58,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     }
                     self.session.expiry = expiry;
                 }
-                self.drain_appends().await?;
+                Box::pin(self.drain_appends()).await?;
                 let will = reason == DisconnectReasonCode::DisconnectWithWillMessage;
                 return Ok(Flow::Disconnect { will });
             }
@@ -165,6 +169,12 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             properties,
             timestamp_ms: message::now_ms(),
         };
+        if self.pending.capacity() == 0 {
+            // A batch starts: room for a full one (`start_append`) at once, not growth by
+            // doubling (several reallocations and copies per batch). Idle connections hold none.
+            self.pending
+                .reserve_exact(usize::from(self.broker.config.inflight));
+        }
         self.pending.push(Pending {
             message: Some(message),
             ack,

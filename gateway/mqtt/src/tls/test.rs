@@ -3,6 +3,9 @@
 
 use super::super::config::default_tls_listen;
 use super::*;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
+use std::path::{Path, PathBuf};
 
 /// Fresh certificates from `scripts/gen-test-certs.sh` (Debian's openssl) in a temp directory.
 pub(crate) fn certs(name: &str) -> PathBuf {

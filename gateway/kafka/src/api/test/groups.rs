@@ -25,7 +25,7 @@ async fn call<Req: Encodable, Resp: kafka_protocol::protocol::Decodable>(
     version: i16,
     req: &Req,
 ) -> Resp {
-    let reply = dispatch(ctx, &conn(), &request(api, version, req))
+    let reply = dispatch(ctx, &mut conn(), &request(api, version, req))
         .await
         .expect("reply");
     decode_as(body(reply).await.expect("answered"), version)
