@@ -14,6 +14,7 @@ mod error;
 mod group;
 mod header;
 mod listener;
+mod producers;
 mod records;
 mod sasl;
 mod topics;

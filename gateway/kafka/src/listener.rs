@@ -81,6 +81,7 @@ impl<L: LogPort> KafkaListener<L> {
             log: self.log,
             config: self.config,
             shutdown: shutdown.clone(),
+            producer_states: Default::default(),
             producers: Default::default(),
             groups,
             security: Some(self.security),

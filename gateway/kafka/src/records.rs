@@ -29,6 +29,11 @@ use tern_log::{Record, StoredRecord};
 const MAGIC_AT: usize = 16;
 const ATTRIBUTES_AT: usize = 21;
 const COUNT_AT: usize = 57;
+/// Offsets of a v2 batch's last offset delta, producer id, producer epoch and base sequence.
+const LAST_DELTA_AT: usize = 23;
+const PRODUCER_ID_AT: usize = 43;
+const EPOCH_AT: usize = 51;
+const BASE_SEQUENCE_AT: usize = 53;
 /// The smallest record on the wire: length, attributes, timestamp and offset deltas, key and
 /// value lengths, header count, one byte each.
 const MIN_RECORD: usize = 7;
@@ -96,6 +101,76 @@ fn check_batches(bytes: &[u8]) -> Result<(), RecordsError> {
         rest = rest.get(total..).unwrap_or_default();
     }
     Ok(())
+}
+
+/// An idempotent producer's batch as its header names it: who sent it, at which epoch, and
+/// the sequences of its first and last records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerBatch {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub first_seq: i32,
+    pub last_seq: i32,
+}
+
+/// The producer of a Produce partition's record set, if it names one (producer id >= 0). An
+/// idempotent producer sends exactly one batch per partition (Kafka refuses any other record
+/// set from Produce v3 on), with a sequence and an epoch; the last sequence wraps from
+/// `i32::MAX` to 0 as Kafka's does. Reads only the batch headers, never panics.
+pub fn producer_batch(bytes: &[u8]) -> Result<Option<ProducerBatch>, RecordsError> {
+    let corrupt = |what: &str| RecordsError::Corrupt(what.to_owned());
+    let mut rest = bytes;
+    let mut batches = 0_usize;
+    let mut found = None;
+    while !rest.is_empty() {
+        let length = read_i32(rest, 8).ok_or_else(|| corrupt("truncated batch header"))?;
+        let length = usize::try_from(length).map_err(|_| corrupt("negative batch length"))?;
+        let total = length
+            .checked_add(12)
+            .filter(|&total| total <= rest.len())
+            .ok_or_else(|| corrupt("batch longer than its record set"))?;
+        let header = rest.get(..total).unwrap_or_default();
+        let producer_id =
+            read_i64(header, PRODUCER_ID_AT).ok_or_else(|| corrupt("truncated batch header"))?;
+        batches += 1;
+        if producer_id >= 0 {
+            let epoch = read_i16(header, EPOCH_AT);
+            let first_seq = read_i32(header, BASE_SEQUENCE_AT);
+            let delta = read_i32(header, LAST_DELTA_AT);
+            let (Some(epoch), Some(first_seq), Some(delta)) = (epoch, first_seq, delta) else {
+                return Err(corrupt("truncated batch header"));
+            };
+            if epoch < 0 || first_seq < 0 || delta < 0 {
+                return Err(corrupt(
+                    "a batch with a producer id needs an epoch, a sequence and a last offset delta",
+                ));
+            }
+            let last = (i64::from(first_seq) + i64::from(delta)) % (i64::from(i32::MAX) + 1);
+            found = Some(ProducerBatch {
+                producer_id,
+                epoch,
+                first_seq,
+                last_seq: i32::try_from(last).unwrap_or_default(),
+            });
+        }
+        rest = rest.get(total..).unwrap_or_default();
+    }
+    if found.is_some() && batches > 1 {
+        return Err(corrupt(
+            "an idempotent producer's record set must be exactly one batch",
+        ));
+    }
+    Ok(found)
+}
+
+fn read_i16(bytes: &[u8], at: usize) -> Option<i16> {
+    let word = bytes.get(at..at + 2)?.first_chunk::<2>()?;
+    Some(i16::from_be_bytes(*word))
+}
+
+fn read_i64(bytes: &[u8], at: usize) -> Option<i64> {
+    let word = bytes.get(at..at + 8)?.first_chunk::<8>()?;
+    Some(i64::from_be_bytes(*word))
 }
 
 fn read_i32(bytes: &[u8], at: usize) -> Option<i32> {

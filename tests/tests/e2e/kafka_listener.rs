@@ -138,6 +138,52 @@ fn kcat_produces_consumes_and_reads_from_a_timestamp() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// librdkafka's idempotent producer: each kcat run gets its own producer id and starts at
+/// sequence 0, so every run's records are stored, once each (a deduplication that mixed up
+/// producers would answer the later runs with the first run's offsets and drop their records).
+#[test]
+fn kcat_idempotent_producers_each_store_their_records_once() -> anyhow::Result<()> {
+    let (_dir, gateway) = start("kafka-idempotent")?;
+    for run in 0..3 {
+        let input = format!("run{run}-a\nrun{run}-b\n");
+        let (ok, _, err) = kcat(
+            &gateway,
+            &[
+                "-P",
+                "-t",
+                "idem",
+                "-p",
+                "0",
+                "-X",
+                "enable.idempotence=true",
+            ],
+            input.as_bytes(),
+        )?;
+        assert!(ok, "kcat -P run {run}: {err}");
+    }
+    let lines = consume(&gateway, "idem", "beginning")?;
+    let values: Vec<(&str, &str)> = lines
+        .iter()
+        .filter_map(|l| {
+            let mut fields = l.split('|');
+            Some((fields.next()?, fields.nth(1)?))
+        })
+        .collect();
+    assert_eq!(
+        values,
+        [
+            ("0", "run0-a"),
+            ("1", "run0-b"),
+            ("2", "run1-a"),
+            ("3", "run1-b"),
+            ("4", "run2-a"),
+            ("5", "run2-b")
+        ],
+        "{lines:?}"
+    );
+    Ok(())
+}
+
 #[test]
 fn kafkas_console_producer_and_consumer_round_trip() -> anyhow::Result<()> {
     let (dir, gateway) = start("kafka-console")?;
@@ -152,7 +198,10 @@ fn kafkas_console_producer_and_consumer_round_trip() -> anyhow::Result<()> {
             "console",
             "--producer-property",
             "acks=all",
-            // The Java producer's default: idempotent, so it asks for a producer id first.
+            // The Java producer's default, said explicitly: idempotent, so it asks for a
+            // producer id first and its batches carry sequences tern checks.
+            "--producer-property",
+            "enable.idempotence=true",
             "--compression-codec",
             "lz4",
         ],

@@ -105,6 +105,8 @@ pub struct Ctx<L> {
     pub log: L,
     pub config: Arc<KafkaListenerConfig>,
     pub shutdown: Shutdown,
+    /// Idempotent producers' sequences per partition.
+    pub producer_states: crate::producers::ProducerStates,
     pub producers: init_producer_id::ProducerIds,
     /// Every consumer group (tern is their coordinator).
     pub groups: Groups,

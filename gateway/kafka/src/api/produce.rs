@@ -21,6 +21,7 @@ use tern_log::{LogError, LogPort, Queued, Record};
 
 use super::{ApiError, Conn, Ctx, PendingReply, Reply, Versions, decode, encode};
 use crate::header::Request;
+use crate::producers::Refusal;
 use crate::records::{self, RecordsError};
 use crate::topics;
 
@@ -119,7 +120,7 @@ async fn append<L: LogPort>(
         partition,
         now,
     } = target;
-    let records = match data.map(|bytes| records::decode(&bytes, now)) {
+    let records = match data.as_ref().map(|bytes| records::decode(bytes, now)) {
         None => Ok(Vec::new()),
         Some(decoded) => decoded,
     };
@@ -159,7 +160,26 @@ async fn append<L: LogPort>(
             Some(format!("record {at}: no write access to its mqtt.topic")),
         );
     }
-    match ctx.log.enqueue(topic, partition, records).await {
+    // An idempotent producer's batch goes through its sequence check (`crate::producers`).
+    let producer = data.as_deref().map(records::producer_batch).transpose();
+    let queued = match producer.map(Option::flatten) {
+        Err(err) => return Outcome::Refused(ResponseError::CorruptMessage, Some(err.to_string())),
+        Ok(None) => ctx.log.enqueue(topic, partition, records).await,
+        Ok(Some(batch)) => {
+            let states = &ctx.producer_states;
+            match states
+                .enqueue(&ctx.log, topic, partition, batch, records)
+                .await
+            {
+                Err(Refusal::Sequence(code, message)) => {
+                    return Outcome::Refused(code, Some(message));
+                }
+                Err(Refusal::Log(err)) => Err(err),
+                Ok(queued) => Ok(queued),
+            }
+        }
+    };
+    match queued {
         Ok(queued) => Outcome::Queued(queued),
         Err(err) => {
             let (code, message) = log_error(&err);

@@ -27,6 +27,7 @@ pub(crate) fn ctx() -> Ctx<MemoryLog> {
         log: MemoryLog::new(2),
         config: Arc::new(KafkaListenerConfig::default()),
         shutdown,
+        producer_states: Default::default(),
         producers: Default::default(),
         groups,
         security: None,
