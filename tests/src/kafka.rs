@@ -45,9 +45,27 @@ pub fn kafka_classpath() -> anyhow::Result<String> {
 }
 
 fn fetch_jars() -> anyhow::Result<String> {
-    let dir = workspace_root().join("tests").join("kafka");
+    fetch_maven_jars(
+        &workspace_root().join("tests").join("kafka"),
+        "kafka_2.13-",
+        "Kafka",
+    )
+}
+
+/// The `cache/` beside the pom in `dir` as a classpath: filled by `mvn dependency:copy-dependencies`
+/// unless a jar whose name starts with `marker` is already there.
+pub(crate) fn fetch_maven_jars(dir: &Path, marker: &str, what: &str) -> anyhow::Result<String> {
     let cache = dir.join("cache");
-    if !has_broker_jar(&cache) {
+    let has_marker = || {
+        fs::read_dir(&cache)
+            .map(|entries| {
+                entries
+                    .map_while(Result::ok)
+                    .any(|e| e.file_name().to_string_lossy().starts_with(marker))
+            })
+            .unwrap_or(false)
+    };
+    if !has_marker() {
         let status = Command::new("mvn")
             .args([
                 "-q",
@@ -55,27 +73,17 @@ fn fetch_jars() -> anyhow::Result<String> {
                 "-Dstyle.color=never",
                 "dependency:copy-dependencies",
             ])
-            .current_dir(&dir)
+            .current_dir(dir)
             .status()
             .context("cannot run mvn (install maven and a Java 17 JDK: scripts/ensure-deps.sh)")?;
-        if !status.success() || !has_broker_jar(&cache) {
+        if !status.success() || !has_marker() {
             bail!(
-                "fetching the Kafka jars with mvn in {} failed: {status}",
+                "fetching the {what} jars with mvn in {} failed: {status}",
                 dir.display()
             );
         }
     }
     Ok(format!("{}/*", cache.display()))
-}
-
-fn has_broker_jar(cache: &Path) -> bool {
-    fs::read_dir(cache)
-        .map(|entries| {
-            entries
-                .map_while(Result::ok)
-                .any(|e| e.file_name().to_string_lossy().starts_with("kafka_2.13-"))
-        })
-        .unwrap_or(false)
 }
 
 /// A `java` command with the Kafka classpath and the cluster's logging configuration.

@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
-use anyhow::{Context, bail};
-
-use crate::kafka::KafkaCluster;
+use crate::kafka::{KafkaCluster, fetch_maven_jars};
 use crate::workspace_root;
 
 /// The MirrorMaker jars' directory as a classpath, fetched through Maven on first use.
@@ -25,38 +23,7 @@ pub fn mirror_classpath() -> anyhow::Result<String> {
 
 fn fetch_jars() -> anyhow::Result<String> {
     let dir = workspace_root().join("tests").join("kafka").join("mirror");
-    let cache = dir.join("cache");
-    if !has_mirror_jar(&cache) {
-        let status = Command::new("mvn")
-            .args([
-                "-q",
-                "-B",
-                "-Dstyle.color=never",
-                "dependency:copy-dependencies",
-            ])
-            .current_dir(&dir)
-            .status()
-            .context("cannot run mvn (install maven and a Java 17 JDK: scripts/ensure-deps.sh)")?;
-        if !status.success() || !has_mirror_jar(&cache) {
-            bail!(
-                "fetching the MirrorMaker jars with mvn in {} failed: {status}",
-                dir.display()
-            );
-        }
-    }
-    Ok(format!("{}/*", cache.display()))
-}
-
-fn has_mirror_jar(cache: &Path) -> bool {
-    fs::read_dir(cache)
-        .map(|entries| {
-            entries.map_while(Result::ok).any(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with("connect-mirror-")
-            })
-        })
-        .unwrap_or(false)
+    fetch_maven_jars(&dir, "connect-mirror-", "MirrorMaker")
 }
 
 /// A running dedicated MirrorMaker 2. Dropping it kills its JVM by PID.
