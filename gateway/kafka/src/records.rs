@@ -71,12 +71,7 @@ fn check_batches(bytes: &[u8]) -> Result<(), RecordsError> {
     let corrupt = |what: &str| RecordsError::Corrupt(what.to_owned());
     let mut rest = bytes;
     while !rest.is_empty() {
-        let length = read_i32(rest, 8).ok_or_else(|| corrupt("truncated batch header"))?;
-        let length = usize::try_from(length).map_err(|_| corrupt("negative batch length"))?;
-        let total = length
-            .checked_add(12)
-            .filter(|&total| total <= rest.len())
-            .ok_or_else(|| corrupt("batch longer than its record set"))?;
+        let (total, next) = split_batch(rest)?;
         let magic = rest
             .get(MAGIC_AT)
             .copied()
@@ -98,9 +93,21 @@ fn check_batches(bytes: &[u8]) -> Result<(), RecordsError> {
         if count > room {
             return Err(corrupt("more records than the batch can hold"));
         }
-        rest = rest.get(total..).unwrap_or_default();
+        rest = next;
     }
     Ok(())
+}
+
+/// The length of the whole batch that starts `rest`, and what follows it.
+fn split_batch(rest: &[u8]) -> Result<(usize, &[u8]), RecordsError> {
+    let corrupt = |what: &str| RecordsError::Corrupt(what.to_owned());
+    let length = read_i32(rest, 8).ok_or_else(|| corrupt("truncated batch header"))?;
+    let length = usize::try_from(length).map_err(|_| corrupt("negative batch length"))?;
+    let total = length
+        .checked_add(12)
+        .filter(|&total| total <= rest.len())
+        .ok_or_else(|| corrupt("batch longer than its record set"))?;
+    Ok((total, rest.get(total..).unwrap_or_default()))
 }
 
 /// An idempotent producer's batch as its header names it: who sent it, at which epoch, and
@@ -123,12 +130,7 @@ pub fn producer_batch(bytes: &[u8]) -> Result<Option<ProducerBatch>, RecordsErro
     let mut batches = 0_usize;
     let mut found = None;
     while !rest.is_empty() {
-        let length = read_i32(rest, 8).ok_or_else(|| corrupt("truncated batch header"))?;
-        let length = usize::try_from(length).map_err(|_| corrupt("negative batch length"))?;
-        let total = length
-            .checked_add(12)
-            .filter(|&total| total <= rest.len())
-            .ok_or_else(|| corrupt("batch longer than its record set"))?;
+        let (total, next) = split_batch(rest)?;
         let header = rest.get(..total).unwrap_or_default();
         let producer_id =
             read_i64(header, PRODUCER_ID_AT).ok_or_else(|| corrupt("truncated batch header"))?;
@@ -153,7 +155,7 @@ pub fn producer_batch(bytes: &[u8]) -> Result<Option<ProducerBatch>, RecordsErro
                 last_seq: i32::try_from(last).unwrap_or_default(),
             });
         }
-        rest = rest.get(total..).unwrap_or_default();
+        rest = next;
     }
     if found.is_some() && batches > 1 {
         return Err(corrupt(
