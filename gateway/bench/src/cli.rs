@@ -157,6 +157,16 @@ pub struct WearArgs {
     /// Runs per figure; the median is printed.
     #[arg(long, default_value_t = 3)]
     pub repetitions: usize,
+    /// Data directories tern runs from: `fresh` (new, its segment never written) and `steady`
+    /// (first aged by a flood until the default retention recycles segments: the state a card
+    /// lives in; the projected years are this row's).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "fresh,steady"
+    )]
+    pub states: Vec<crate::wear::DirState>,
     /// Parent directory for the ext4 images [default: the system temporary directory].
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
