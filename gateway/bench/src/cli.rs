@@ -182,6 +182,10 @@ pub struct WearArgs {
     /// TOML appended to tern's config (experiments; printed beside the figures).
     #[arg(long, value_name = "TOML", default_value = "")]
     pub tern_config: String,
+    /// Remount each ext4 image with `lazytime` (inode times in memory, written at most daily
+    /// or on sync): what the mount option saves of ext4's own journal writes.
+    #[arg(long)]
+    pub lazytime: bool,
 }
 
 /// Flags of `tern-bench upstream`.

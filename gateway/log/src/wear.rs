@@ -251,9 +251,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_window_never_passes_the_acceptable_delay_nor_goes_below_min_delay() {
         let c = controller(true);
-        // 150 msg/s of 200 B: the budget wants a longer window than 130 ms allows.
+        // 150 msg/s of 200 B: the budget wants a longer window than 140 ms allows.
         feed(&c, 150, 200, 20).await;
-        assert_eq!(c.window(), Some(Duration::from_millis(130)));
+        assert_eq!(c.window(), Some(Duration::from_millis(140)));
         // Nothing arrives: the rate decays, the window shrinks, never below min_delay.
         tokio::time::advance(Duration::from_secs(60)).await;
         let idle = c.window().expect("a budget");

@@ -11,7 +11,8 @@
 //! for nearly all its life: the same fresh directory first aged (`age`) by a flood of large
 //! messages through the same server until the default retention has deleted a segment and a
 //! roll has reused that file for the active segment, so the trickle writes into blocks that
-//! hold older batches, as it does once retention recycles.
+//! hold older batches, as it does once retention recycles; the trickle then runs
+//! `AGE_SETTLE` (30 s) before its warmup, so the flood's own writeback is not measured.
 //!
 //! It must never touch a data directory, mount or process it did not create.
 
@@ -40,6 +41,10 @@ const IMAGE_BYTES: u64 = 2 << 30;
 const AGE_MESSAGE: usize = 64 << 10;
 const AGE_PUBLISHERS: usize = 4;
 const AGE_ROUND: usize = 64;
+/// After aging, the trickle runs this long before the warmup: the flood's aftermath (ext4's
+/// writeback of dirty pages and metadata expires after 30 s, retention's deletions, the
+/// journal's checkpoints) is not the steady state.
+const AGE_SETTLE: Duration = Duration::from_secs(30);
 /// The aging gives up after this many bytes (the default retention is 1 GiB).
 const AGE_LIMIT: u64 = 3 << 30;
 
@@ -91,6 +96,8 @@ pub struct WearOptions {
     pub card_cycles: u64,
     /// Extra TOML appended to tern's config (printed in the report).
     pub tern_extra: String,
+    /// Remount each loop-mounted image with `lazytime` (inode times kept in memory).
+    pub lazytime: bool,
 }
 
 impl WearOptions {
@@ -186,6 +193,7 @@ pub fn options(args: &crate::cli::WearArgs) -> WearOptions {
         card_bytes: args.card_bytes,
         card_cycles: args.card_cycles,
         tern_extra: args.tern_config.replace("\\n", "\n"),
+        lazytime: args.lazytime,
     }
 }
 
@@ -209,7 +217,7 @@ pub fn run(options: &WearOptions) -> Result<Report, BenchError> {
                     "tern bench wear: {rate} msg/s, run {rep}: {}",
                     state.store()
                 );
-                let target = Target::prepare(&parent, IMAGE_BYTES, !options.no_loop)?;
+                let target = prepare(options, &parent)?;
                 report.counted_by(&target);
                 let tern = runtime.block_on(tern_run(options, &target, rate, state))?;
                 drop(target);
@@ -221,7 +229,7 @@ pub fn run(options: &WearOptions) -> Result<Report, BenchError> {
                 eprintln!("tern bench wear: {rate} msg/s, run {rep}: SQLite");
                 // The cadence of the last tern run (the steady state's when it ran).
                 let interval = Duration::from_secs_f64(1.0 / f64::max(cadence, 0.1));
-                let target = Target::prepare(&parent, IMAGE_BYTES, !options.no_loop)?;
+                let target = prepare(options, &parent)?;
                 let db = target.dir().join("sqlite");
                 let lite =
                     sqlite::run(&target, &db, rate, options.size, interval, options.seconds)?;
@@ -230,6 +238,29 @@ pub fn run(options: &WearOptions) -> Result<Report, BenchError> {
         }
     }
     Ok(report)
+}
+
+/// A fresh image (or directory), remounted with `lazytime` when asked.
+fn prepare(options: &WearOptions, parent: &Path) -> Result<Target, BenchError> {
+    let target = Target::prepare(parent, IMAGE_BYTES, !options.no_loop)?;
+    let on_loop = matches!(target.counter(), crate::log::device::Counter::Device { .. });
+    if options.lazytime && on_loop {
+        let dir = target.dir().display().to_string();
+        let out = std::process::Command::new("mount")
+            .args(["-o", "remount,lazytime", &dir])
+            .output()
+            .map_err(|source| BenchError::Io {
+                what: "remounting with lazytime",
+                source,
+            })?;
+        if !out.status.success() {
+            return Err(BenchError::Tool {
+                program: "mount".to_owned(),
+                message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
+        }
+    }
+    Ok(target)
 }
 
 /// One trickle against a fresh `tern serve` whose data directory is on `target`, aged first
@@ -253,6 +284,9 @@ async fn tern_run(
         size: options.size,
     };
     let running = trickle::start(server.addr, shape).await?;
+    if aged.is_some() {
+        tokio::time::sleep(AGE_SETTLE).await;
+    }
     tokio::time::sleep(options.warmup).await;
     let journal0 = journal_bytes(target);
     let s0 = snapshot(target, admin)?;
@@ -436,6 +470,7 @@ mod tests {
             card_bytes: 32_000_000_000,
             card_cycles: 1000,
             tern_extra: String::new(),
+            lazytime: false,
         };
         let text = options.tern_config(Path::new("d"));
         assert_eq!(

@@ -54,6 +54,7 @@ pub struct Report {
     /// tern's config: every line differs from the defaults.
     pub tern_config: Vec<String>,
     pub rows: Vec<Row>,
+    pub lazytime: bool,
     #[serde(skip)]
     runs: Vec<(f64, &'static str, Measured)>,
 }
@@ -80,12 +81,16 @@ impl Report {
             counter: String::new(),
             tern_config: config,
             rows: Vec::new(),
+            lazytime: options.lazytime,
             runs: Vec::new(),
         }
     }
 
     pub fn counted_by(&mut self, target: &Target) {
         self.storage = target.description().to_owned();
+        if self.lazytime && matches!(target.counter(), Counter::Device { .. }) {
+            self.storage.push_str(", remounted lazytime");
+        }
         self.counter = match target.counter() {
             Counter::Device { name } => format!("sectors written of /sys/block/{name}/stat × 512"),
             Counter::Process => format!(
@@ -194,7 +199,8 @@ impl fmt::Display for Report {
              are written ahead of the commits until retention first recycles a segment, a one-time \
              cost of the retained size); \"steady\" = the same, first aged by a flood of {} KiB \
              messages until retention (the default) deleted a segment and a roll reused its file \
-             for the active segment: the state of a card's life, whose years are the projection",
+             for the active segment, then 30 s of the trickle before the warmup: the state of a \
+             card's life, whose years are the projection",
             super::AGE_MESSAGE >> 10
         )?;
         writeln!(
@@ -269,6 +275,7 @@ mod tests {
             card_bytes: 32_000_000_000,
             card_cycles: 1000,
             tern_extra: String::new(),
+            lazytime: false,
         };
         let mut report = Report::new(&options);
         for bytes in [500_000u64, 300_000, 900_000] {
