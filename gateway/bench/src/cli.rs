@@ -53,6 +53,16 @@ pub enum BenchCommand {
     Stress(StressArgs),
 }
 
+/// Which data directory a `tern-bench wear` run of tern starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DirState {
+    /// A new, empty data directory: its preallocated segment has never been written.
+    Fresh,
+    /// Aged until retention recycles segments: where a card spends its life.
+    Steady,
+}
+
 /// Flags of the hidden `tern-bench stress`: the crash tests' writer.
 #[derive(Debug, Args)]
 pub struct StressArgs {
@@ -166,7 +176,7 @@ pub struct WearArgs {
         value_delimiter = ',',
         default_value = "fresh,steady"
     )]
-    pub states: Vec<crate::wear::DirState>,
+    pub states: Vec<DirState>,
     /// Parent directory for the ext4 images [default: the system temporary directory].
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,

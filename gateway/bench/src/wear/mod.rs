@@ -48,15 +48,7 @@ const AGE_SETTLE: Duration = Duration::from_secs(30);
 /// The aging gives up after this many bytes (the default retention is 1 GiB).
 const AGE_LIMIT: u64 = 3 << 30;
 
-/// Which data directory a tern run starts from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DirState {
-    /// A new, empty data directory: its preallocated segment has never been written.
-    Fresh,
-    /// Aged until retention recycles segments: where a card spends its life.
-    Steady,
-}
+pub use crate::cli::DirState;
 
 impl DirState {
     pub fn store(self) -> &'static str {
