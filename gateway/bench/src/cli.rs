@@ -53,6 +53,16 @@ pub enum BenchCommand {
     Stress(StressArgs),
 }
 
+/// Which data directory a `tern-bench wear` run of tern starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DirState {
+    /// A new, empty data directory: its preallocated segment has never been written.
+    Fresh,
+    /// Aged until retention recycles segments: where a card spends its life.
+    Steady,
+}
+
 /// Flags of the hidden `tern-bench stress`: the crash tests' writer.
 #[derive(Debug, Args)]
 pub struct StressArgs {
@@ -157,6 +167,16 @@ pub struct WearArgs {
     /// Runs per figure; the median is printed.
     #[arg(long, default_value_t = 3)]
     pub repetitions: usize,
+    /// Data directories tern runs from: `fresh` (new, its segment never written) and `steady`
+    /// (first aged by a flood until the default retention recycles segments: the state a card
+    /// lives in; the projected years are this row's).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "fresh,steady"
+    )]
+    pub states: Vec<DirState>,
     /// Parent directory for the ext4 images [default: the system temporary directory].
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
@@ -172,6 +192,10 @@ pub struct WearArgs {
     /// TOML appended to tern's config (experiments; printed beside the figures).
     #[arg(long, value_name = "TOML", default_value = "")]
     pub tern_config: String,
+    /// Remount each ext4 image with `lazytime` (inode times in memory, written at most daily
+    /// or on sync): what the mount option saves of ext4's own journal writes.
+    #[arg(long)]
+    pub lazytime: bool,
 }
 
 /// Flags of `tern-bench upstream`.

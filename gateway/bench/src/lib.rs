@@ -19,7 +19,7 @@ mod report;
 mod stats;
 mod stress;
 pub mod upstream;
-mod wear;
+pub mod wear;
 
 use std::path::PathBuf;
 

@@ -78,7 +78,7 @@ impl Default for WearConfig {
             card_size: ByteSize(32_000_000_000),
             write_cycles: 1000,
             lifetime: HumanDuration(std::time::Duration::from_secs(20 * 31_557_600)),
-            max_ack_delay: HumanDuration(std::time::Duration::from_millis(130)),
+            max_ack_delay: HumanDuration(std::time::Duration::from_millis(140)),
         }
     }
 }

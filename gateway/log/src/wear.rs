@@ -1,5 +1,6 @@
 //! The wear budget's commit controller (`[log.flush.wear]`): it measures the rate at which
-//! appends arrive (bytes a second, over every partition of the log) and chooses the commit
+//! appends arrive (bytes a second, over every partition of the log, the mean of the last
+//! [`RATE_BUCKETS`] one-second buckets, so a burst is forgotten within seconds) and chooses the commit
 //! window of a trickle so that the projected device writes stay within what the card endures
 //! for the lifetime wanted, and the window within the longest acceptable acknowledgement delay.
 //!
@@ -16,7 +17,7 @@
 //! Pure bookkeeping under one mutex, on tokio's clock (the unit tests pause it); it never does
 //! I/O and never blocks.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -29,10 +30,13 @@ pub const PAGE_BYTES: f64 = 4096.0;
 /// Device bytes a second the file system writes on its own while a segment is appended to:
 /// ext4's journal commit of the inode's modification time every 5 s (about four blocks).
 pub const FIXED_BYTES_PER_SEC: f64 = 16384.0 / 5.0;
-/// The arrival rate is averaged over buckets of this length.
+/// The arrival rate is counted in buckets of this length.
 const BUCKET: Duration = Duration::from_secs(1);
-/// Weight of the newest bucket in the moving average (about a 3 s memory).
-const SMOOTHING: f64 = 0.3;
+/// The arrival rate is the mean of this many of the latest buckets: steady enough for a
+/// trickle's jitter, and a flood that stopped no longer counts after as many seconds (an
+/// exponential average of the same memory kept the window of a trickle at `min_delay` for
+/// 25 s after a flood of 100 MB/s).
+pub const RATE_BUCKETS: usize = 3;
 
 /// What the controller decided last, for `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -51,6 +55,8 @@ pub struct WearStatus {
 struct State {
     since: Instant,
     bytes: u64,
+    /// Bytes a second of the latest closed buckets, newest last.
+    buckets: VecDeque<f64>,
     rate: f64,
     /// Partitions that committed in the current bucket, and how many did in the last one.
     active: HashSet<u64>,
@@ -80,6 +86,7 @@ impl WearController {
             state: Mutex::new(State {
                 since: Instant::now(),
                 bytes: 0,
+                buckets: VecDeque::with_capacity(RATE_BUCKETS),
                 rate: 0.0,
                 active: HashSet::new(),
                 partitions: 1,
@@ -136,10 +143,16 @@ impl WearController {
         if elapsed < BUCKET {
             return;
         }
+        // An interval of k buckets counts as k buckets of its mean rate (idle time is zeros).
         let newest = st.bytes as f64 / elapsed.as_secs_f64();
-        // An interval of k buckets weighs as k buckets would (idle time decays the rate).
-        let weight = 1.0 - (1.0 - SMOOTHING).powf(elapsed.as_secs_f64() / BUCKET.as_secs_f64());
-        st.rate += (newest - st.rate) * weight;
+        let spanned = (elapsed.as_secs_f64() / BUCKET.as_secs_f64()) as usize;
+        for _ in 0..spanned.clamp(1, RATE_BUCKETS) {
+            if st.buckets.len() == RATE_BUCKETS {
+                st.buckets.pop_front();
+            }
+            st.buckets.push_back(newest);
+        }
+        st.rate = st.buckets.iter().sum::<f64>() / st.buckets.len().max(1) as f64;
         st.partitions = st.active.len().max(1);
         st.active.clear();
         st.bytes = 0;
@@ -238,13 +251,37 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_window_never_passes_the_acceptable_delay_nor_goes_below_min_delay() {
         let c = controller(true);
-        // 150 msg/s of 200 B: the budget wants a longer window than 130 ms allows.
+        // 150 msg/s of 200 B: the budget wants a longer window than 140 ms allows.
         feed(&c, 150, 200, 20).await;
-        assert_eq!(c.window(), Some(Duration::from_millis(130)));
+        assert_eq!(c.window(), Some(Duration::from_millis(140)));
         // Nothing arrives: the rate decays, the window shrinks, never below min_delay.
         tokio::time::advance(Duration::from_secs(60)).await;
         let idle = c.window().expect("a budget");
         assert!(idle >= Duration::from_millis(10) && idle < Duration::from_millis(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_that_stopped_is_forgotten_within_seconds() {
+        let c = controller(true);
+        // 100 MB/s for 10 s (an aging flood, a backlog drained), then a trickle.
+        for _ in 0..1000 {
+            c.committed(0, 1_000_000);
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        assert_eq!(c.window(), Some(Duration::from_millis(10)), "over budget");
+        feed(&c, 100, 150, 1).await;
+        assert_eq!(
+            c.window(),
+            Some(Duration::from_millis(10)),
+            "still remembered"
+        );
+        feed(&c, 100, 150, RATE_BUCKETS as u64).await;
+        let status = c.status();
+        assert!(
+            (status.arrival_bytes_per_sec - 15_000.0).abs() < 500.0,
+            "{status:?}"
+        );
+        assert!(status.window > Duration::from_millis(100), "{status:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -258,9 +295,10 @@ mod tests {
             two.committed(2, 50);
             tokio::time::advance(Duration::from_millis(10)).await;
         }
+        let w2 = two.window().expect("on");
         let one = controller_up_to(Duration::from_secs(1));
         feed(&one, 100, 100, 2).await;
-        let (w2, w1) = (two.window().expect("on"), one.window().expect("on"));
+        let w1 = one.window().expect("on");
         assert!(
             (w2.as_secs_f64() / w1.as_secs_f64() - 2.0).abs() < 0.1,
             "{w2:?} vs {w1:?}"

@@ -6,6 +6,14 @@
 //! device bytes per message, GB a day, the projected card lifetime and PUBACK p50/p99, as
 //! medians over repetitions (`report.rs`).
 //!
+//! tern runs twice per repetition: on a fresh data directory (its segment's blocks are still
+//! unwritten, so commits zero ahead of themselves), and in the steady state a card lives in
+//! for nearly all its life: the same fresh directory first aged (`age`) by a flood of large
+//! messages through the same server until the default retention has deleted a segment and a
+//! roll has reused that file for the active segment, so the trickle writes into blocks that
+//! hold older batches, as it does once retention recycles; the trickle then runs
+//! `AGE_SETTLE` (30 s) before its warmup, so the flood's own writeback is not measured.
+//!
 //! It must never touch a data directory, mount or process it did not create.
 
 mod report;
@@ -20,13 +28,44 @@ use std::time::Duration;
 
 use crate::BenchError;
 use crate::log::device::Target;
+use crate::mqtt::load;
 use crate::mqtt::servers::Server;
 use crate::stats::percentile;
 
 pub use report::Report;
 
-/// Size of the ext4 image each run gets.
+/// Size of the ext4 image each run gets: room for the default retention (1 GiB) of the aged
+/// runs, the active segment and the spare.
 const IMAGE_BYTES: u64 = 2 << 30;
+/// Payload of the aging flood's messages, and how many each of its publishers sends a round.
+const AGE_MESSAGE: usize = 64 << 10;
+const AGE_PUBLISHERS: usize = 4;
+const AGE_ROUND: usize = 64;
+/// After aging, the trickle runs this long before the warmup: the flood's aftermath (ext4's
+/// writeback of dirty pages and metadata expires after 30 s, retention's deletions, the
+/// journal's checkpoints) is not the steady state.
+const AGE_SETTLE: Duration = Duration::from_secs(30);
+/// The aging gives up after this many bytes (the default retention is 1 GiB).
+const AGE_LIMIT: u64 = 3 << 30;
+
+pub use crate::cli::DirState;
+
+impl DirState {
+    pub fn store(self) -> &'static str {
+        match self {
+            Self::Fresh => "tern fresh dir",
+            Self::Steady => "tern steady",
+        }
+    }
+}
+
+/// What aging a data directory took.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Aged {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub segments_deleted: f64,
+}
 
 /// What `tern-bench wear` runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +79,8 @@ pub struct WearOptions {
     /// The measured interval.
     pub seconds: Duration,
     pub repetitions: usize,
+    /// The data directories tern runs from (each repetition runs each).
+    pub states: Vec<DirState>,
     pub dir: Option<PathBuf>,
     pub no_loop: bool,
     /// Card the lifetime is projected for.
@@ -47,6 +88,8 @@ pub struct WearOptions {
     pub card_cycles: u64,
     /// Extra TOML appended to tern's config (printed in the report).
     pub tern_extra: String,
+    /// Remount each loop-mounted image with `lazytime` (inode times kept in memory).
+    pub lazytime: bool,
 }
 
 impl WearOptions {
@@ -60,6 +103,9 @@ impl WearOptions {
         }
         if self.repetitions == 0 {
             return bad("--repetitions", "must be at least 1");
+        }
+        if self.states.is_empty() {
+            return bad("--states", "must name fresh, steady or both");
         }
         if self.seconds.is_zero() {
             return bad("--seconds", "must be at least 1");
@@ -89,6 +135,14 @@ pub struct Measured {
     pub commits_per_sec: f64,
     /// Of `device_bytes`, the ext4 journal's (`/proc/fs/jbd2/<dev>-8/info`), where readable.
     pub journal_bytes: Option<u64>,
+    /// tern only: bytes its log handed to write calls (batches and zeros ahead), and of them
+    /// the batches stored (the partition's growth).
+    pub written_bytes: Option<u64>,
+    pub stored_bytes: Option<u64>,
+    /// tern only: the commit window its wear controller chose at the end.
+    pub window_ms: Option<f64>,
+    /// tern only, steady state: the aging before the run.
+    pub aged: Option<Aged>,
 }
 
 impl Measured {
@@ -108,6 +162,10 @@ impl Measured {
             p99_ms: ms(99.0),
             commits_per_sec,
             journal_bytes: None,
+            written_bytes: None,
+            stored_bytes: None,
+            window_ms: None,
+            aged: None,
         }
     }
 }
@@ -121,11 +179,13 @@ pub fn options(args: &crate::cli::WearArgs) -> WearOptions {
         warmup: Duration::from_secs(args.warmup),
         seconds: Duration::from_secs(args.seconds),
         repetitions: args.repetitions,
+        states: args.states.clone(),
         dir: args.dir.clone(),
         no_loop: args.no_loop,
         card_bytes: args.card_bytes,
         card_cycles: args.card_cycles,
         tern_extra: args.tern_config.replace("\\n", "\n"),
+        lazytime: args.lazytime,
     }
 }
 
@@ -143,48 +203,88 @@ pub fn run(options: &WearOptions) -> Result<Report, BenchError> {
     let mut report = Report::new(options);
     for &rate in &options.rates {
         for rep in 1..=options.repetitions {
-            eprintln!("tern bench wear: {rate} msg/s, run {rep}: tern");
-            let target = Target::prepare(&parent, IMAGE_BYTES, !options.no_loop)?;
-            report.counted_by(&target);
-            let tern = runtime.block_on(tern_run(options, &target, rate))?;
-            drop(target);
+            let mut cadence = 0.0;
+            for &state in &options.states {
+                eprintln!(
+                    "tern bench wear: {rate} msg/s, run {rep}: {}",
+                    state.store()
+                );
+                let target = prepare(options, &parent)?;
+                report.counted_by(&target);
+                let tern = runtime.block_on(tern_run(options, &target, rate, state))?;
+                drop(target);
+                cadence = tern.commits_per_sec;
+                report.add_tern(rate, state, tern);
+            }
             #[cfg(feature = "sqlite")]
             {
                 eprintln!("tern bench wear: {rate} msg/s, run {rep}: SQLite");
-                let interval = Duration::from_secs_f64(1.0 / tern.commits_per_sec.max(0.1));
-                let target = Target::prepare(&parent, IMAGE_BYTES, !options.no_loop)?;
+                // The cadence of the last tern run (the steady state's when it ran).
+                let interval = Duration::from_secs_f64(1.0 / f64::max(cadence, 0.1));
+                let target = prepare(options, &parent)?;
                 let db = target.dir().join("sqlite");
                 let lite =
                     sqlite::run(&target, &db, rate, options.size, interval, options.seconds)?;
                 report.add_sqlite(rate, lite);
             }
-            report.add_tern(rate, tern);
         }
     }
     Ok(report)
 }
 
-/// One trickle against a fresh `tern serve` whose data directory is on `target`.
+/// A fresh image (or directory), remounted with `lazytime` when asked.
+fn prepare(options: &WearOptions, parent: &Path) -> Result<Target, BenchError> {
+    let target = Target::prepare(parent, IMAGE_BYTES, !options.no_loop)?;
+    let on_loop = matches!(target.counter(), crate::log::device::Counter::Device { .. });
+    if options.lazytime && on_loop {
+        let dir = target.dir().display().to_string();
+        let out = std::process::Command::new("mount")
+            .args(["-o", "remount,lazytime", &dir])
+            .output()
+            .map_err(|source| BenchError::Io {
+                what: "remounting with lazytime",
+                source,
+            })?;
+        if !out.status.success() {
+            return Err(BenchError::Tool {
+                program: "mount".to_owned(),
+                message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
+        }
+    }
+    Ok(target)
+}
+
+/// One trickle against a fresh `tern serve` whose data directory is on `target`, aged first
+/// for the steady state.
 async fn tern_run(
     options: &WearOptions,
     target: &Target,
     rate: f64,
+    state: DirState,
 ) -> Result<Measured, BenchError> {
     let data_dir = target.dir().join("tern");
     let mut server = Server::tern_configured(&options.tern_config(&data_dir))?;
     let admin = server.wait_for_line("admin endpoint listening on ")?;
+    let aged = match state {
+        DirState::Fresh => None,
+        DirState::Steady => Some(age(server.addr, admin).await?),
+    };
     let shape = trickle::Trickle {
         clients: options.clients,
         rate,
         size: options.size,
     };
     let running = trickle::start(server.addr, shape).await?;
+    if aged.is_some() {
+        tokio::time::sleep(AGE_SETTLE).await;
+    }
     tokio::time::sleep(options.warmup).await;
     let journal0 = journal_bytes(target);
-    let (bytes0, commits0) = snapshot(target, admin)?;
+    let s0 = snapshot(target, admin)?;
     let t0 = tokio::time::Instant::now();
     tokio::time::sleep(options.seconds).await;
-    let (bytes1, commits1) = snapshot(target, admin)?;
+    let s1 = snapshot(target, admin)?;
     let journal1 = journal_bytes(target);
     let t1 = tokio::time::Instant::now();
     let acked = running.stop().await?;
@@ -196,12 +296,58 @@ async fn tern_run(
     let elapsed = t1 - t0;
     let mut measured = Measured::new(
         latencies,
-        bytes1.saturating_sub(bytes0),
+        s1.device.saturating_sub(s0.device),
         elapsed,
-        (commits1 - commits0).max(0.0) / elapsed.as_secs_f64(),
+        (s1.commits - s0.commits).max(0.0) / elapsed.as_secs_f64(),
     );
     measured.journal_bytes = journal0.zip(journal1).map(|(a, b)| b.saturating_sub(a));
+    measured.written_bytes = Some((s1.written - s0.written).max(0.0) as u64);
+    measured.stored_bytes = Some((s1.stored - s0.stored).max(0.0) as u64);
+    measured.window_ms = Some(s1.window_s * 1e3);
+    measured.aged = aged;
     Ok(measured)
+}
+
+/// Floods the server with large QoS 1 messages, in rounds of 16 MiB, until retention (the
+/// default, 1 GiB) has deleted a segment (its file becomes the spare) and a roll after that has
+/// taken the spare for the active segment: from then on the trickle writes into blocks that
+/// hold older batches, as in a card's steady state.
+async fn age(broker: SocketAddr, admin: SocketAddr) -> Result<Aged, BenchError> {
+    let started = tokio::time::Instant::now();
+    let shape = load::Load {
+        publishers: AGE_PUBLISHERS,
+        messages: AGE_ROUND,
+        size: AGE_MESSAGE,
+        qos1: true,
+        window: 8,
+    };
+    let round_bytes = (AGE_PUBLISHERS * AGE_ROUND * AGE_MESSAGE) as u64;
+    let mut bytes = 0;
+    // Segments rolled when a deletion was first seen.
+    let mut rolled_at_delete = None;
+    loop {
+        let metrics = http_get(admin, "/metrics")?;
+        let deleted = metric(&metrics, "tern_log_segments_deleted_total").unwrap_or(0.0);
+        let rolled = metric(&metrics, "tern_log_segments_rolled_total").unwrap_or(0.0);
+        if deleted >= 1.0 {
+            let at = *rolled_at_delete.get_or_insert(rolled);
+            if rolled > at {
+                return Ok(Aged {
+                    bytes,
+                    seconds: started.elapsed().as_secs_f64(),
+                    segments_deleted: deleted,
+                });
+            }
+        }
+        if bytes >= AGE_LIMIT {
+            return Err(BenchError::Invalid {
+                option: "aging",
+                reason: "retention recycled no segment after 3 GiB (not the default retention?)",
+            });
+        }
+        load::run(broker, shape, &format!("age{}", bytes / round_bytes)).await?;
+        bytes += round_bytes;
+    }
 }
 
 /// Bytes the ext4 journal of the loop device has written since it was mounted: transactions
@@ -227,15 +373,34 @@ fn parse_jbd2(text: &str) -> Option<u64> {
     Some(transactions * logged * 4096)
 }
 
-/// Device bytes written (after writing back everything dirty) and tern's group commits so far.
-fn snapshot(target: &Target, admin: SocketAddr) -> Result<(u64, f64), BenchError> {
+/// The counters of one moment of a tern run.
+struct Snapshot {
+    /// Device bytes written, after writing back everything dirty.
+    device: u64,
+    commits: f64,
+    /// Bytes the log handed to write calls.
+    written: f64,
+    /// Bytes the bench's partition holds.
+    stored: f64,
+    window_s: f64,
+}
+
+fn snapshot(target: &Target, admin: SocketAddr) -> Result<Snapshot, BenchError> {
     target.sync()?;
-    let written = target.written()?;
+    let device = target.written()?;
     let metrics = http_get(admin, "/metrics")?;
-    Ok((
-        written,
-        metric(&metrics, "tern_log_commits_total").unwrap_or(0.0),
-    ))
+    let get = |name| metric(&metrics, name).unwrap_or(0.0);
+    Ok(Snapshot {
+        device,
+        commits: get("tern_log_commits_total"),
+        written: get("tern_log_bytes_written_total"),
+        stored: metric(
+            &metrics,
+            "tern_log_partition_bytes{topic=\"mqtt\",partition=\"0\"}",
+        )
+        .unwrap_or(0.0),
+        window_s: get("tern_log_commit_window_seconds"),
+    })
 }
 
 /// The value of the unlabelled sample `name` in a Prometheus text page.
@@ -291,11 +456,13 @@ mod tests {
             warmup: Duration::from_secs(1),
             seconds: Duration::from_secs(1),
             repetitions: 1,
+            states: vec![DirState::Fresh, DirState::Steady],
             dir: None,
             no_loop: true,
             card_bytes: 32_000_000_000,
             card_cycles: 1000,
             tern_extra: String::new(),
+            lazytime: false,
         };
         let text = options.tern_config(Path::new("d"));
         assert_eq!(
