@@ -259,7 +259,7 @@ pub struct KafkaBenchArgs {
     #[arg(long, value_name = "CLASSPATH", required = true)]
     pub kafka_classpath: String,
     /// Records produced and consumed per run.
-    #[arg(long, value_name = "N", default_value_t = 200_000)]
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub records: u64,
     /// Value bytes per record.
     #[arg(long, value_name = "S", default_value_t = 100)]
@@ -406,7 +406,7 @@ mod tests {
         let options = parse(&[]).expect("defaults");
         assert_eq!(
             (options.records, options.size, options.repetitions),
-            (200_000, 100, 3)
+            (1_000_000, 100, 3)
         );
         assert_eq!(options.kafka_classpath, "jars/*");
         let options = parse(&["--records", "5", "--dir", "d"]).expect("flags");
