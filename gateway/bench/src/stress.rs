@@ -116,7 +116,7 @@ async fn run_task(log: Log, pid: u32, task: u32, appends: u64) -> Result<(), Ben
                 timestamp_ms: i64::try_from(seq).unwrap_or(0),
                 key: Some(format!("task{task}").into_bytes()),
                 value: stress_value(pid, task, seq, i).into_bytes(),
-                headers: vec![("seq".into(), seq.to_le_bytes().to_vec())],
+                headers: vec![("seq".into(), seq.to_le_bytes().to_vec().into())],
             })
             .collect();
         let offset = log

@@ -16,6 +16,8 @@
     reason = "Kafka's protocol is big-endian by definition"
 )]
 
+use std::borrow::Cow;
+
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
@@ -197,7 +199,7 @@ fn to_log(record: KafkaRecord, now_ms: i64) -> Record {
             .map(|(name, value)| {
                 (
                     name.to_string().into(),
-                    value.map(|v| v.to_vec()).unwrap_or_default(),
+                    value.map(|v| v.to_vec()).unwrap_or_default().into(),
                 )
             })
             .collect(),
@@ -243,7 +245,11 @@ fn to_kafka(stored: StoredRecord) -> KafkaRecord {
         .into_iter()
         .map(|(name, value)| {
             let name = StrBytes::from_string(name.into_owned());
-            (name, Some(Bytes::from(value)))
+            let value = match value {
+                Cow::Borrowed(fixed) => Bytes::from_static(fixed),
+                Cow::Owned(owned) => Bytes::from(owned),
+            };
+            (name, Some(value))
         })
         .collect();
     KafkaRecord {

@@ -288,7 +288,7 @@ fn decode_record(r: &mut Reader<'_>, first: i64) -> Result<Record, DecodeError> 
         let name = std::str::from_utf8(r.bytes()?)
             .map_err(|_| DecodeError::Corrupt("header name is not UTF-8"))?
             .to_owned();
-        headers.push((name.into(), r.bytes()?.to_vec()));
+        headers.push((name.into(), r.bytes()?.to_vec().into()));
     }
     if !r.is_empty() {
         return Err(DecodeError::Corrupt("bytes after the record's last field"));

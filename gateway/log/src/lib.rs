@@ -62,13 +62,17 @@ pub use wear::WearStatus;
 /// at run time. The bytes on disk are the same either way.
 pub type HeaderName = Cow<'static, str>;
 
+/// A header's value: borrowed for fixed values (tern-mqtt's one-byte `mqtt.qos` and
+/// `mqtt.retain`), owned otherwise. The bytes on disk are the same either way.
+pub type HeaderValue = Cow<'static, [u8]>;
+
 /// One record as producers give it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub timestamp_ms: i64,
     pub key: Option<Vec<u8>>,
     pub value: Vec<u8>,
-    pub headers: Vec<(HeaderName, Vec<u8>)>,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl Record {
@@ -77,7 +81,7 @@ impl Record {
         self.headers
             .iter()
             .find(|(key, _)| key == name)
-            .map(|(_, value)| value.as_slice())
+            .map(|(_, value)| &**value)
     }
 
     /// Uncompressed size for batching and read limits: key, value and headers.

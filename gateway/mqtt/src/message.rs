@@ -6,7 +6,7 @@
 use bytes::Bytes;
 
 use super::codec::{PublishProperties, QoS};
-use tern_log::{HeaderName, Record};
+use tern_log::{HeaderName, HeaderValue, Record};
 
 pub const TOPIC: &str = "mqtt.topic";
 pub const QOS: &str = "mqtt.qos";
@@ -45,10 +45,10 @@ impl Message {
         let properties = self.properties.as_ref().map_or(0, property_headers);
         let mut headers = Vec::with_capacity(4 + properties);
         headers.extend([
-            (TOPIC.into(), self.topic.into_bytes()),
-            (QOS.into(), vec![b'0' + self.qos as u8]),
-            (RETAIN.into(), vec![if self.retain { b'1' } else { b'0' }]),
-            (CLIENT_ID.into(), self.client_id.into_bytes()),
+            (TOPIC.into(), self.topic.into_bytes().into()),
+            (QOS.into(), qos_value(self.qos).into()),
+            (RETAIN.into(), retain_value(self.retain).into()),
+            (CLIENT_ID.into(), self.client_id.into_bytes().into()),
         ]);
         if let Some(p) = &self.properties {
             push_properties(&mut headers, p);
@@ -103,26 +103,46 @@ fn property_headers(p: &PublishProperties) -> usize {
         + p.user_properties.len()
 }
 
-fn push_properties(headers: &mut Vec<(HeaderName, Vec<u8>)>, p: &PublishProperties) {
+fn push_properties(headers: &mut Vec<(HeaderName, HeaderValue)>, p: &PublishProperties) {
     if let Some(format) = p.payload_format_indicator {
-        headers.push((PAYLOAD_FORMAT.into(), format.to_string().into_bytes()));
+        headers.push((
+            PAYLOAD_FORMAT.into(),
+            format.to_string().into_bytes().into(),
+        ));
     }
     if let Some(expiry) = p.message_expiry_interval {
-        headers.push((MESSAGE_EXPIRY.into(), expiry.to_string().into_bytes()));
+        headers.push((
+            MESSAGE_EXPIRY.into(),
+            expiry.to_string().into_bytes().into(),
+        ));
     }
     if let Some(content_type) = &p.content_type {
-        headers.push((CONTENT_TYPE.into(), content_type.as_bytes().to_vec()));
+        headers.push((CONTENT_TYPE.into(), content_type.as_bytes().to_vec().into()));
     }
     if let Some(topic) = &p.response_topic {
-        headers.push((RESPONSE_TOPIC.into(), topic.as_bytes().to_vec()));
+        headers.push((RESPONSE_TOPIC.into(), topic.as_bytes().to_vec().into()));
     }
     if let Some(data) = &p.correlation_data {
-        headers.push((CORRELATION_DATA.into(), data.to_vec()));
+        headers.push((CORRELATION_DATA.into(), data.to_vec().into()));
     }
     for (name, value) in &p.user_properties {
         let name = format!("{USER_PREFIX}{name}");
-        headers.push((name.into(), value.as_bytes().to_vec()));
+        headers.push((name.into(), value.as_bytes().to_vec().into()));
     }
+}
+
+/// The `mqtt.qos` value: one fixed byte, borrowed (no allocation per record).
+fn qos_value(qos: QoS) -> &'static [u8] {
+    match qos {
+        QoS::AtMostOnce => b"0",
+        QoS::AtLeastOnce => b"1",
+        QoS::ExactlyOnce => b"2",
+    }
+}
+
+/// The `mqtt.retain` value: `0` or `1`, borrowed.
+fn retain_value(retain: bool) -> &'static [u8] {
+    if retain { b"1" } else { b"0" }
 }
 
 fn text(record: &Record, name: &str) -> Option<String> {
@@ -139,7 +159,7 @@ fn read_properties(record: &Record) -> Option<PublishProperties> {
         .iter()
         .filter_map(|(name, value)| {
             let name = name.strip_prefix(USER_PREFIX)?;
-            Some((name.to_owned(), String::from_utf8(value.clone()).ok()?))
+            Some((name.to_owned(), String::from_utf8(value.to_vec()).ok()?))
         })
         .collect();
     let properties = PublishProperties {

@@ -213,9 +213,9 @@ fn a_durable_qos1_publish_takes_few_allocations() {
     let per_publish = allocations as f64 / PUBLISHES as f64;
     println!("allocations per durable QoS 1 publish: {per_publish:.2}");
     // 14.50 before the header names were borrowed and the message moved into its record
-    // (issue #16), 8.30 after.
+    // (issue #16), 8.30 after, 6.30 with the fixed `mqtt.qos`/`mqtt.retain` values borrowed.
     assert!(
-        per_publish <= 10.0,
+        per_publish <= 8.0,
         "{per_publish:.2} allocations per publish"
     );
 }

@@ -538,7 +538,7 @@ pub fn upstream_record(stored: &StoredRecord, source: &Provenance, format: Value
     let mut headers: BTreeMap<String, Vec<u8>> = record
         .headers
         .iter()
-        .map(|(name, value)| (name.to_string(), value.clone()))
+        .map(|(name, value)| (name.to_string(), value.to_vec()))
         .collect();
     let value = match format {
         ValueFormat::Raw => record.value.clone(),

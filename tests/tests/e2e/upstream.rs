@@ -31,7 +31,7 @@ fn edge_log(count: u64) -> anyhow::Result<MemoryLog> {
                 timestamp_ms: now_ms(),
                 key: Some(format!("dev-{}", offset % 7).into_bytes()),
                 value: format!("p{partition}-{offset:06}-{}", "x".repeat(200)).into_bytes(),
-                headers: vec![("unit".into(), b"C".to_vec())],
+                headers: vec![("unit".into(), b"C".to_vec().into())],
             })
             .collect();
         runtime.block_on(log.append(TOPIC, partition, records))?;

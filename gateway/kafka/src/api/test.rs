@@ -410,7 +410,7 @@ mod data_path {
                 timestamp_ms: 5,
                 key: None,
                 value: b"woke".to_vec(),
-                headers: vec![("mqtt.topic".into(), b"a/b".to_vec())],
+                headers: vec![("mqtt.topic".into(), b"a/b".to_vec().into())],
             };
             log.append("t", 0, vec![record]).await.expect("append");
         });

@@ -88,8 +88,8 @@ fn produced_batches_of_every_codec_become_log_records_with_headers() {
                     key: Some(b"k".to_vec()),
                     value: b"v1".to_vec(),
                     headers: vec![
-                        ("mqtt.topic".into(), b"cmd/7".to_vec()),
-                        ("x".into(), Vec::new())
+                        ("mqtt.topic".into(), b"cmd/7".to_vec().into()),
+                        ("x".into(), Vec::new().into())
                     ],
                 },
                 Record {
@@ -113,7 +113,7 @@ fn stored_records_come_back_with_their_offsets_timestamps_and_headers() {
                 timestamp_ms: 1_000 + offset as i64,
                 key: None,
                 value: vec![offset as u8],
-                headers: vec![("mqtt.topic".into(), b"a/b".to_vec())],
+                headers: vec![("mqtt.topic".into(), b"a/b".to_vec().into())],
             },
         })
         .collect();

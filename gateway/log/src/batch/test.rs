@@ -12,7 +12,7 @@ fn sample() -> Vec<Record> {
             timestamp_ms: 1000,
             key: Some(b"k".to_vec()),
             value: b"hi".to_vec(),
-            headers: vec![("h".into(), b"x".to_vec())],
+            headers: vec![("h".into(), b"x".to_vec().into())],
         },
         Record {
             timestamp_ms: 999,
@@ -110,7 +110,10 @@ fn arb_record() -> impl Strategy<Value = Record> {
             timestamp_ms,
             key,
             value,
-            headers: headers.into_iter().map(|(n, v)| (n.into(), v)).collect(),
+            headers: headers
+                .into_iter()
+                .map(|(n, v)| (n.into(), v.into()))
+                .collect(),
         })
 }
 

@@ -26,7 +26,7 @@ pub fn record(producer: u64, seq: u64, ts: i64) -> Record {
         key: (seq % 3 == 0).then(|| format!("k{producer}").into_bytes()),
         value: format!("p{producer}-s{seq}-{}", "x".repeat((seq % 7) as usize * 9)).into_bytes(),
         headers: if seq % 2 == 0 {
-            vec![("h".into(), seq.to_le_bytes().to_vec())]
+            vec![("h".into(), seq.to_le_bytes().to_vec().into())]
         } else {
             Vec::new()
         },

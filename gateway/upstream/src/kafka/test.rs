@@ -30,8 +30,8 @@ fn upstream_records_carry_edge_fields_and_tern_headers() {
             key: Some(b"k".to_vec()),
             value: b"v".to_vec(),
             headers: vec![
-                ("tern-offset".into(), b"spoofed".to_vec()),
-                ("unit".into(), b"C".to_vec()),
+                ("tern-offset".into(), b"spoofed".to_vec().into()),
+                ("unit".into(), b"C".to_vec().into()),
             ],
         },
     };
