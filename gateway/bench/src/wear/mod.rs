@@ -203,6 +203,8 @@ pub fn run(options: &WearOptions) -> Result<Report, BenchError> {
     let mut report = Report::new(options);
     for &rate in &options.rates {
         for rep in 1..=options.repetitions {
+            // The cadence of the last tern run, which SQLite commits at.
+            #[cfg(feature = "sqlite")]
             let mut cadence = 0.0;
             for &state in &options.states {
                 eprintln!(
@@ -213,7 +215,10 @@ pub fn run(options: &WearOptions) -> Result<Report, BenchError> {
                 report.counted_by(&target);
                 let tern = runtime.block_on(tern_run(options, &target, rate, state))?;
                 drop(target);
-                cadence = tern.commits_per_sec;
+                #[cfg(feature = "sqlite")]
+                {
+                    cadence = tern.commits_per_sec;
+                }
                 report.add_tern(rate, state, tern);
             }
             #[cfg(feature = "sqlite")]
