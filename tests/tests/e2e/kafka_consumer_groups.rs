@@ -201,6 +201,33 @@ fn kill(child: &mut Child, signal: i32) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// kcat's balanced consumer in `group` on tern reads `mqtt` from the earliest offset to the end
+/// and commits; the values it read.
+pub(super) fn kcat_group(gateway: &Gateway, group: &str) -> anyhow::Result<Vec<String>> {
+    let output = Command::new("kcat")
+        .args(["-b", &gateway.kafka.to_string(), "-G", group, "mqtt"])
+        .args([
+            "-X",
+            "auto.offset.reset=earliest",
+            "-e",
+            "-q",
+            "-f",
+            "%s\\n",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .context("kcat")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "kcat: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
 /// kcat's balanced consumer (`-G`) reads every record once; its commits are tern cursors that
 /// hold after a restart: `kafka-consumer-groups --describe` shows them with zero lag, and a
 /// second kcat in the group starts after them.
@@ -209,31 +236,7 @@ fn kcat_consumes_in_a_group_and_its_offsets_survive_a_restart() -> anyhow::Resul
     let dir = TempDir::new("kafka-group-kcat")?;
     let mut gateway = start(dir.path())?;
     let sent = publish(&gateway, "a", 25)?;
-    let kcat = |gateway: &Gateway| -> anyhow::Result<Vec<String>> {
-        let output = Command::new("kcat")
-            .args(["-b", &gateway.kafka.to_string(), "-G", "analytics", "mqtt"])
-            .args([
-                "-X",
-                "auto.offset.reset=earliest",
-                "-e",
-                "-q",
-                "-f",
-                "%s\\n",
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .context("kcat")?;
-        anyhow::ensure!(
-            output.status.success(),
-            "kcat: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        Ok(String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect())
-    };
-    let got = kcat(&gateway)?;
+    let got = kcat_group(&gateway, "analytics")?;
     assert_eq!(got.len(), sent.len(), "each record once");
     assert_eq!(got.iter().cloned().collect::<BTreeSet<_>>(), sent);
     let offsets = committed(&gateway, "analytics")?;
@@ -262,7 +265,7 @@ fn kcat_consumes_in_a_group_and_its_offsets_survive_a_restart() -> anyhow::Resul
         );
     }
     let more = publish(&gateway, "b", 3)?;
-    let got = kcat(&gateway)?;
+    let got = kcat_group(&gateway, "analytics")?;
     assert_eq!(
         got.into_iter().collect::<BTreeSet<_>>(),
         more,

@@ -17,6 +17,8 @@ use tern_tests::kafka_tools::{
 };
 use tern_tests::{Gateway, KafkaCluster, ServeOptions, TempDir, wait_until};
 
+use super::kafka_consumer_groups::kcat_group;
+
 const PARTITIONS: u32 = 3;
 const CONSOLE_CONSUMER: &str = "org.apache.kafka.tools.consumer.ConsoleConsumer";
 const CONSOLE_PRODUCER: &str = "org.apache.kafka.tools.ConsoleProducer";
@@ -61,30 +63,6 @@ fn publish(gateway: &Gateway, tag: &str, per_device: usize) -> anyhow::Result<()
         }
     }
     Ok(())
-}
-
-/// kcat's balanced consumer in `group` on tern reads from the earliest offset to the end and
-/// commits; the number of records it read.
-fn kcat_group(gateway: &Gateway, group: &str) -> anyhow::Result<usize> {
-    let output = Command::new("kcat")
-        .args(["-b", &gateway.kafka.to_string(), "-G", group, "mqtt"])
-        .args([
-            "-X",
-            "auto.offset.reset=earliest",
-            "-e",
-            "-q",
-            "-f",
-            "%s\\n",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .context("kcat")?;
-    anyhow::ensure!(
-        output.status.success(),
-        "kcat: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(String::from_utf8_lossy(&output.stdout).lines().count())
 }
 
 /// The console consumer's arguments that read `total` records of `topic` from the start, with
@@ -258,7 +236,7 @@ fn mirror_maker_2_pulls_a_tern_topic_into_the_datacenter_cluster() -> anyhow::Re
     )?;
     publish(&gateway, "a", 20)?;
     // A local application's group on tern reads everything and commits.
-    let read = kcat_group(&gateway, "historian")?;
+    let read = kcat_group(&gateway, "historian")?.len();
     assert_eq!(
         read,
         20 * PARTITIONS as usize,
