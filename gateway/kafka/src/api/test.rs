@@ -3,9 +3,11 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
-    RequestHeader,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, MetadataRequest,
+    MetadataResponse, ProduceRequest, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tern_log::{LogPort, MemoryLog};
@@ -44,17 +46,27 @@ pub(crate) fn conn() -> Conn {
 
 /// A request frame of `api` at `version` with `body`, decoded as the connection does.
 pub(crate) fn request<B: Encodable>(api: ApiKey, version: i16, body: &B) -> Request {
+    header::decode(request_bytes(api, version, 1, body).freeze()).expect("decode")
+}
+
+/// The bytes of a request frame (without its length) of `api` at `version` with `body`.
+pub(crate) fn request_bytes<B: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &B,
+) -> BytesMut {
     let header = RequestHeader::default()
         .with_request_api_key(api as i16)
         .with_request_api_version(version)
-        .with_correlation_id(1)
+        .with_correlation_id(correlation_id)
         .with_client_id(Some(StrBytes::from_static_str("test")));
     let mut buf = BytesMut::new();
     header
         .encode(&mut buf, api.request_header_version(version))
         .expect("header");
     body.encode(&mut buf, version).expect("body");
-    header::decode(buf.freeze()).expect("decode")
+    buf
 }
 
 /// The body a reply resolves to.
@@ -239,18 +251,54 @@ async fn metadata_names_one_broker_leading_every_partition_and_creates_when_allo
     assert!(!ctx.log.topics().iter().any(|t| t.name == "missing"));
 }
 
+/// `topic` as a request names it.
+pub(crate) fn name(topic: &str) -> TopicName {
+    TopicName(StrBytes::from_string(topic.to_owned()))
+}
+
+/// A Produce of `records` to partition 0 of `topic`.
+pub(crate) fn produce(topic: &str, acks: i16, records: Bytes) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(acks)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(name(topic))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(records)),
+                ]),
+        ])
+}
+
+/// A Fetch of partition 0 of `topic` from `offset`, at most 1 MiB.
+pub(crate) fn fetch(topic: &str, offset: i64, max_wait_ms: i32, min_bytes: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(min_bytes)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(name(topic))
+                .with_partitions(vec![
+                    FetchPartition::default()
+                        .with_partition(0)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(1 << 20),
+                ]),
+        ])
+}
+
 mod data_path {
     use std::time::Duration;
 
+    use super::{fetch, name, produce};
+
     use bytes::Bytes;
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::{
-        ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
-        ProduceRequest, ProduceResponse, TopicName,
+        ApiKey, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, ProduceResponse,
     };
-    use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::records::{Compression, RecordBatchDecoder};
     use tern_log::{LogPort, Record};
 
@@ -275,41 +323,6 @@ mod data_path {
             *last ^= 0xff;
         }
         Bytes::from(bytes)
-    }
-
-    fn name(topic: &str) -> TopicName {
-        TopicName(StrBytes::from_string(topic.to_owned()))
-    }
-
-    fn produce(topic: &str, acks: i16, records: Bytes) -> ProduceRequest {
-        ProduceRequest::default()
-            .with_acks(acks)
-            .with_topic_data(vec![
-                TopicProduceData::default()
-                    .with_name(name(topic))
-                    .with_partition_data(vec![
-                        PartitionProduceData::default()
-                            .with_index(0)
-                            .with_records(Some(records)),
-                    ]),
-            ])
-    }
-
-    fn fetch(topic: &str, offset: i64, max_wait_ms: i32, min_bytes: i32) -> FetchRequest {
-        FetchRequest::default()
-            .with_max_wait_ms(max_wait_ms)
-            .with_min_bytes(min_bytes)
-            .with_max_bytes(1 << 20)
-            .with_topics(vec![
-                FetchTopic::default()
-                    .with_topic(name(topic))
-                    .with_partitions(vec![
-                        FetchPartition::default()
-                            .with_partition(0)
-                            .with_fetch_offset(offset)
-                            .with_partition_max_bytes(1 << 20),
-                    ]),
-            ])
     }
 
     fn values(response: &FetchResponse) -> Vec<(i64, String)> {

@@ -6,17 +6,14 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
 use tern_auth::{Access, AclConfig, Anonymous, Security};
 use tern_log::{LogPort, MemoryLog};
 
 use super::Ctx;
-use super::test::{call, ctx};
+use super::test::{call, ctx, fetch, name, produce};
 use crate::records::tests::{Produced, produced};
 
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
@@ -45,10 +42,6 @@ fn guarded() -> Ctx<MemoryLog> {
         ctx.log.create_topic(topic, 1).expect("topic");
     }
     ctx
-}
-
-fn name(topic: &str) -> TopicName {
-    TopicName(StrBytes::from_string(topic.to_owned()))
 }
 
 #[tokio::test]
@@ -85,19 +78,10 @@ async fn metadata_lists_only_topics_the_client_may_read_or_write() {
     );
 }
 
-fn produce(topic: &str, headers: Headers<'_>) -> ProduceRequest {
+/// An acks=all Produce of one record with `headers` to partition 0 of `topic`.
+fn produce_one(topic: &str, headers: Headers<'_>) -> ProduceRequest {
     let records: Vec<Produced<'_>> = vec![(1, None, b"v", headers)];
-    ProduceRequest::default()
-        .with_acks(-1)
-        .with_topic_data(vec![
-            TopicProduceData::default()
-                .with_name(name(topic))
-                .with_partition_data(vec![
-                    PartitionProduceData::default()
-                        .with_index(0)
-                        .with_records(Some(produced(Compression::None, &records))),
-                ]),
-        ])
+    produce(topic, -1, produced(Compression::None, &records))
 }
 
 #[tokio::test]
@@ -117,7 +101,7 @@ async fn produce_needs_write_on_the_topic_and_on_the_records_mqtt_topic() {
     ];
     for (topic, headers, code) in cases {
         let response: ProduceResponse =
-            call(&ctx, ApiKey::Produce, 9, &produce(topic, headers)).await;
+            call(&ctx, ApiKey::Produce, 9, &produce_one(topic, headers)).await;
         let partition = &response.responses[0].partition_responses[0];
         assert_eq!(
             partition.error_code, code,
@@ -134,18 +118,7 @@ async fn fetch_needs_read_and_administration_needs_both() {
         ("feed", 0),
         ("inbox", TOPIC_AUTHORIZATION_FAILED),
     ] {
-        let fetch = FetchRequest::default()
-            .with_max_bytes(1 << 20)
-            .with_topics(vec![
-                FetchTopic::default()
-                    .with_topic(name(topic))
-                    .with_partitions(vec![
-                        FetchPartition::default()
-                            .with_partition(0)
-                            .with_partition_max_bytes(1 << 20),
-                    ]),
-            ]);
-        let response: FetchResponse = call(&ctx, ApiKey::Fetch, 12, &fetch).await;
+        let response: FetchResponse = call(&ctx, ApiKey::Fetch, 12, &fetch(topic, 0, 0, 0)).await;
         assert_eq!(
             response.responses[0].partitions[0].error_code, code,
             "{topic}"

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tern_auth::{Anonymous, Security};
@@ -48,16 +48,7 @@ async fn send<W: AsyncWrite + Unpin, B: Encodable>(
     version: i16,
     body: &B,
 ) {
-    let header = RequestHeader::default()
-        .with_request_api_key(api as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(7)
-        .with_client_id(Some(StrBytes::from_static_str("test")));
-    let mut buf = BytesMut::new();
-    header
-        .encode(&mut buf, api.request_header_version(version))
-        .expect("header");
-    body.encode(&mut buf, version).expect("body");
+    let buf = crate::api::test::request_bytes(api, version, 7, body);
     frame::write_frame(stream, &[&buf[..]])
         .await
         .expect("write");
