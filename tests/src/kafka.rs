@@ -38,18 +38,21 @@ const START_TIMEOUT: Duration = Duration::from_secs(180);
 /// The jars' directory, fetched through Maven on first use.
 pub fn kafka_classpath() -> anyhow::Result<String> {
     static FETCHED: OnceLock<Result<String, String>> = OnceLock::new();
-    FETCHED
-        .get_or_init(|| fetch_jars().map_err(|err| format!("{err:#}")))
-        .clone()
-        .map_err(anyhow::Error::msg)
+    let dir = workspace_root().join("tests").join("kafka");
+    maven_classpath(&FETCHED, &dir, "kafka_2.13-", "Kafka")
 }
 
-fn fetch_jars() -> anyhow::Result<String> {
-    fetch_maven_jars(
-        &workspace_root().join("tests").join("kafka"),
-        "kafka_2.13-",
-        "Kafka",
-    )
+/// [`fetch_maven_jars`] once per test process: the first call's answer is every call's.
+pub(crate) fn maven_classpath(
+    fetched: &'static OnceLock<Result<String, String>>,
+    dir: &Path,
+    marker: &str,
+    what: &str,
+) -> anyhow::Result<String> {
+    fetched
+        .get_or_init(|| fetch_maven_jars(dir, marker, what).map_err(|err| format!("{err:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
 }
 
 /// The `cache/` beside the pom in `dir` as a classpath: filled by `mvn dependency:copy-dependencies`

@@ -9,21 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
-use crate::kafka::{KafkaCluster, fetch_maven_jars};
+use crate::kafka::{KafkaCluster, maven_classpath};
 use crate::workspace_root;
 
 /// The MirrorMaker jars' directory as a classpath, fetched through Maven on first use.
 pub fn mirror_classpath() -> anyhow::Result<String> {
     static FETCHED: OnceLock<Result<String, String>> = OnceLock::new();
-    FETCHED
-        .get_or_init(|| fetch_jars().map_err(|err| format!("{err:#}")))
-        .clone()
-        .map_err(anyhow::Error::msg)
-}
-
-fn fetch_jars() -> anyhow::Result<String> {
     let dir = workspace_root().join("tests").join("kafka").join("mirror");
-    fetch_maven_jars(&dir, "connect-mirror-", "MirrorMaker")
+    maven_classpath(&FETCHED, &dir, "connect-mirror-", "MirrorMaker")
 }
 
 /// A running dedicated MirrorMaker 2. Dropping it kills its JVM by PID.
