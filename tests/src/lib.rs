@@ -422,7 +422,21 @@ impl Gateway {
             Ok(status.is_some())
         })?;
         self.child = None;
+        self.drain_stderr(Instant::now() + Duration::from_secs(5));
         status.context("tern exited without a status")
+    }
+
+    /// Collects what tern wrote to stderr up to the pipe's end (the reader thread ends there),
+    /// so that what an exited process said last is in [`Gateway::stderr_lines`]: the thread may
+    /// still hold lines after `try_wait` saw the exit.
+    fn drain_stderr(&mut self, deadline: Instant) {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => self.log.push(line),
+                Err(_) => return,
+            }
+        }
     }
 
     /// Stops the gateway with SIGTERM and checks that it exits with status 0 within 15 s (a
