@@ -1,7 +1,7 @@
 //! Kafka's v2 record batches ↔ log records, through kafka-protocol's batch codec: Produce's
 //! batches (any codec kafka-protocol has: gzip, snappy, lz4, zstd) become [`Record`]s with their
 //! headers, and Fetch gets stored records back as one uncompressed batch whose offsets are the
-//! log's offsets.
+//! log's offsets ([`FetchBatch`]).
 //!
 //! Mapping: a null value is stored as an empty value and a null header value as an empty one
 //! (the log has no nulls); a timestamp of -1 or a `LogAppendTime` batch gets the broker's
@@ -16,7 +16,7 @@
     reason = "Kafka's protocol is big-endian by definition"
 )]
 
-use std::borrow::Cow;
+use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::indexmap::IndexMap;
@@ -25,7 +25,7 @@ use kafka_protocol::records::{
     Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
     RecordEncodeOptions, TimestampType,
 };
-use tern_log::{Record, StoredRecord};
+use tern_log::{Record, RecordView};
 
 /// Offset of a v2 batch's magic byte, of its attributes and of its record count.
 const MAGIC_AT: usize = 16;
@@ -206,53 +206,115 @@ fn to_log(record: KafkaRecord, now_ms: i64) -> Record {
     }
 }
 
-/// Stored records as one uncompressed v2 batch (several if kafka-protocol splits them). Takes
-/// the records by value: keys, values and headers move into the batch's records without a copy,
-/// and the output buffer is sized up front (a fetch answers thousands of records).
-pub fn encode(records: Vec<StoredRecord>) -> Result<Bytes, RecordsError> {
-    let estimate = records.iter().map(encoded_size_hint).sum::<usize>() + BATCH_OVERHEAD;
-    let kafka: Vec<KafkaRecord> = records.into_iter().map(to_kafka).collect();
-    let mut buf = BytesMut::with_capacity(estimate);
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, kafka.iter(), &options)
-        .map_err(|err| RecordsError::Corrupt(err.to_string()))?;
-    Ok(buf.freeze())
+/// Stored records gathered for one Fetch partition, then written as one uncompressed v2 batch
+/// (several if kafka-protocol splits them) whose offsets are the log's. The log's reader lends
+/// each record from its segment ([`tern_log::LogPort::read_each`]); its key, value and header
+/// bytes are copied once, into one buffer, and kafka-protocol's encoder writes the batch from
+/// slices of that buffer: no allocation per record, but a header map for a record that has
+/// headers (kafka-protocol's record type holds them in one).
+#[derive(Debug, Default)]
+pub struct FetchBatch {
+    data: BytesMut,
+    records: Vec<Gathered>,
+    /// (name, value) ranges in `data`, each record's run named by [`Gathered::headers`].
+    headers: Vec<(Range<usize>, Range<usize>)>,
+}
+
+/// One record of a [`FetchBatch`], its bytes as ranges of the batch's buffer.
+#[derive(Debug)]
+struct Gathered {
+    offset: i64,
+    timestamp_ms: i64,
+    key: Option<Range<usize>>,
+    value: Range<usize>,
+    headers: Range<usize>,
+}
+
+/// What a [`FetchBatch`] reserves up front at most, whatever a client's byte budget says.
+const MAX_RESERVE: usize = 1 << 20;
+
+impl FetchBatch {
+    /// An empty batch expecting about `bytes` of records.
+    pub fn with_capacity(bytes: usize) -> Self {
+        Self {
+            data: BytesMut::with_capacity(bytes.min(MAX_RESERVE)),
+            records: Vec::new(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Adds the record stored at `offset`.
+    pub fn push(&mut self, offset: u64, record: &RecordView<'_>) {
+        let first_header = self.headers.len();
+        let key = record.key.map(|key| self.put(key));
+        let value = self.put(record.value);
+        for (name, value) in record.headers() {
+            let name = self.put(name.as_bytes());
+            let value = self.put(value);
+            self.headers.push((name, value));
+        }
+        self.records.push(Gathered {
+            offset: i64::try_from(offset).unwrap_or(i64::MAX),
+            timestamp_ms: record.timestamp_ms,
+            key,
+            value,
+            headers: first_header..self.headers.len(),
+        });
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Range<usize> {
+        let start = self.data.len();
+        self.data.extend_from_slice(bytes);
+        start..self.data.len()
+    }
+
+    /// The batch's bytes, sized up front (a fetch answers thousands of records).
+    pub fn encode(self) -> Result<Bytes, RecordsError> {
+        let Self {
+            data,
+            records,
+            headers,
+        } = self;
+        let estimate = data.len() + records.len() * RECORD_OVERHEAD + BATCH_OVERHEAD;
+        let data = data.freeze();
+        let kafka = records
+            .into_iter()
+            .map(|record| {
+                let names = headers.get(record.headers.clone()).unwrap_or_default();
+                to_kafka(&data, record, names)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut buf = BytesMut::with_capacity(estimate + headers.len() * HEADER_OVERHEAD);
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, kafka.iter(), &options)
+            .map_err(|err| RecordsError::Corrupt(err.to_string()))?;
+        Ok(buf.freeze())
+    }
 }
 
 /// A v2 batch header (61 bytes), rounded up.
 const BATCH_OVERHEAD: usize = 64;
+/// At most, the varints of one record in a v2 batch beyond its key and value: length,
+/// attributes, timestamp and offset deltas, key and value lengths, header count.
+const RECORD_OVERHEAD: usize = 30;
+/// At most, the two length varints of one header.
+const HEADER_OVERHEAD: usize = 10;
 
-/// About the bytes one record takes in a v2 batch: its key, value and headers plus at most five
-/// bytes per varint (length, attributes, deltas and each length inside).
-fn encoded_size_hint(stored: &StoredRecord) -> usize {
-    let record = &stored.record;
-    let headers: usize = record
-        .headers
-        .iter()
-        .map(|(name, value)| name.len() + value.len() + 10)
-        .sum();
-    record.key.as_ref().map_or(0, Vec::len) + record.value.len() + headers + 30
-}
-
-fn to_kafka(stored: StoredRecord) -> KafkaRecord {
-    let offset = i64::try_from(stored.offset).unwrap_or(i64::MAX);
-    let record = stored.record;
-    let headers: IndexMap<StrBytes, Option<Bytes>> = record
-        .headers
-        .into_iter()
-        .map(|(name, value)| {
-            let name = StrBytes::from_string(name.into_owned());
-            let value = match value {
-                Cow::Borrowed(fixed) => Bytes::from_static(fixed),
-                Cow::Owned(owned) => Bytes::from(owned),
-            };
-            (name, Some(value))
-        })
-        .collect();
-    KafkaRecord {
+fn to_kafka(
+    data: &Bytes,
+    record: Gathered,
+    headers: &[(Range<usize>, Range<usize>)],
+) -> Result<KafkaRecord, RecordsError> {
+    let mut map = IndexMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let name = StrBytes::from_utf8(data.slice(name.clone()))
+            .map_err(|_| RecordsError::Corrupt("a stored header name is not UTF-8".to_owned()))?;
+        map.insert(name, Some(data.slice(value.clone())));
+    }
+    Ok(KafkaRecord {
         transactional: false,
         control: false,
         delete_horizon: false,
@@ -260,15 +322,15 @@ fn to_kafka(stored: StoredRecord) -> KafkaRecord {
         producer_id: -1,
         producer_epoch: -1,
         timestamp_type: TimestampType::Creation,
-        offset,
+        offset: record.offset,
         // Offset minus sequence is what kafka-protocol keeps constant within one batch; without
         // a producer id the sequence means nothing to consumers.
-        sequence: offset as i32,
+        sequence: record.offset as i32,
         timestamp: record.timestamp_ms,
-        key: record.key.map(Bytes::from),
-        value: Some(Bytes::from(record.value)),
-        headers,
-    }
+        key: record.key.map(|key| data.slice(key)),
+        value: Some(data.slice(record.value)),
+        headers: map,
+    })
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! Pure encoding and decoding over byte slices: this module never touches files, and its decoder
 //! never panics or allocates more than the input justifies, whatever the bytes.
 
-use super::Record;
+use super::{Record, RecordView};
 
 /// First eight bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"TERNSEG\0";
@@ -219,6 +219,13 @@ pub fn check_batch(bytes: &[u8]) -> Result<BatchHeader, DecodeError> {
 
 /// Decodes and checks the batch at the start of `bytes`: its header and records.
 pub fn decode_batch(bytes: &[u8]) -> Result<(BatchHeader, Vec<Record>), DecodeError> {
+    let (header, views) = decode_views(bytes)?;
+    Ok((header, views.iter().map(RecordView::to_record).collect()))
+}
+
+/// Decodes and checks the batch at the start of `bytes`, its records borrowed: every record is
+/// checked before any is returned, so a batch is read whole or not at all.
+pub fn decode_views(bytes: &[u8]) -> Result<(BatchHeader, Vec<RecordView<'_>>), DecodeError> {
     let header = check_batch(bytes)?;
     let body = bytes
         .get(BATCH_HEADER_LEN..header.length as usize)
@@ -270,7 +277,7 @@ fn encode_record(record: &Record, first: i64, out: &mut Vec<u8>) {
     }
 }
 
-fn decode_record(r: &mut Reader<'_>, first: i64) -> Result<Record, DecodeError> {
+fn decode_record<'a>(r: &mut Reader<'a>, first: i64) -> Result<RecordView<'a>, DecodeError> {
     let body_len = r.len_prefix()?;
     let mut r = Reader::new(r.take(body_len)?);
     let timestamp_ms = first.wrapping_add(unzigzag(r.uvarint()?));
@@ -278,26 +285,36 @@ fn decode_record(r: &mut Reader<'_>, first: i64) -> Result<Record, DecodeError> 
         -1 => None,
         n => {
             let n = usize::try_from(n).map_err(|_| DecodeError::Corrupt("negative key length"))?;
-            Some(r.take(n)?.to_vec())
+            Some(r.take(n)?)
         }
     };
-    let value = r.bytes()?.to_vec();
+    let value = r.bytes()?;
     let count = r.len_prefix()?;
-    let mut headers = Vec::with_capacity(count.min(r.remaining() / 2));
+    let headers = r.bytes;
     for _ in 0..count {
-        let name = std::str::from_utf8(r.bytes()?)
-            .map_err(|_| DecodeError::Corrupt("header name is not UTF-8"))?
-            .to_owned();
-        headers.push((name.into(), r.bytes()?.to_vec().into()));
+        std::str::from_utf8(r.bytes()?)
+            .map_err(|_| DecodeError::Corrupt("header name is not UTF-8"))?;
+        r.bytes()?;
     }
     if !r.is_empty() {
         return Err(DecodeError::Corrupt("bytes after the record's last field"));
     }
-    Ok(Record {
+    Ok(RecordView::encoded(
         timestamp_ms,
         key,
         value,
+        count,
         headers,
+    ))
+}
+
+/// The `count` headers encoded in `bytes`, which [`decode_record`] checked: names are UTF-8 and
+/// every length fits (anything else ends the iteration early, never panics).
+pub(crate) fn headers(bytes: &[u8], count: usize) -> impl Iterator<Item = (&str, &[u8])> {
+    let mut r = Reader::new(bytes);
+    (0..count).map_while(move |_| {
+        let name = std::str::from_utf8(r.bytes().ok()?).ok()?;
+        Some((name, r.bytes().ok()?))
     })
 }
 
@@ -358,10 +375,6 @@ impl<'a> Reader<'a> {
 
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
-    }
-
-    pub fn remaining(&self) -> usize {
-        self.bytes.len()
     }
 
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {

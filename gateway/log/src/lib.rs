@@ -98,6 +98,93 @@ pub struct StoredRecord {
     pub record: Record,
 }
 
+/// A durable record as it lies in its segment: a [`Record`]'s fields borrowed, nothing copied
+/// or allocated ([`LogPort::read_each`]). Its batch's CRC and every field were checked before
+/// the view was made.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    pub timestamp_ms: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: &'a [u8],
+    headers: HeadersView<'a>,
+}
+
+/// Where a view's headers are: still encoded in the segment (checked, decoded again on each
+/// [`RecordView::headers`]), or in a [`Record`] (the in-memory log, [`RecordView::of`]).
+#[derive(Debug, Clone, Copy)]
+enum HeadersView<'a> {
+    Encoded { count: usize, bytes: &'a [u8] },
+    Owned(&'a [(HeaderName, HeaderValue)]),
+}
+
+impl<'a> RecordView<'a> {
+    /// A view of a record held in memory.
+    pub fn of(record: &'a Record) -> Self {
+        Self {
+            timestamp_ms: record.timestamp_ms,
+            key: record.key.as_deref(),
+            value: &record.value,
+            headers: HeadersView::Owned(&record.headers),
+        }
+    }
+
+    /// A view of a record decoded from a batch, its `count` headers still encoded in
+    /// `headers` (checked by the decoder).
+    pub(crate) fn encoded(
+        timestamp_ms: i64,
+        key: Option<&'a [u8]>,
+        value: &'a [u8],
+        count: usize,
+        headers: &'a [u8],
+    ) -> Self {
+        Self {
+            timestamp_ms,
+            key,
+            value,
+            headers: HeadersView::Encoded {
+                count,
+                bytes: headers,
+            },
+        }
+    }
+
+    /// How many headers the record has.
+    pub fn header_count(&self) -> usize {
+        match self.headers {
+            HeadersView::Encoded { count, .. } => count,
+            HeadersView::Owned(headers) => headers.len(),
+        }
+    }
+
+    /// The headers, in their stored order.
+    pub fn headers(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + use<'a> {
+        let (encoded, owned) = match self.headers {
+            HeadersView::Encoded { count, bytes } => (Some(batch::headers(bytes, count)), None),
+            HeadersView::Owned(headers) => (
+                None,
+                Some(headers.iter().map(|(name, value)| (&**name, &**value))),
+            ),
+        };
+        encoded
+            .into_iter()
+            .flatten()
+            .chain(owned.into_iter().flatten())
+    }
+
+    /// The record, copied out of its segment.
+    pub fn to_record(&self) -> Record {
+        Record {
+            timestamp_ms: self.timestamp_ms,
+            key: self.key.map(<[u8]>::to_vec),
+            value: self.value.to_vec(),
+            headers: self
+                .headers()
+                .map(|(name, value)| (name.to_owned().into(), value.to_vec().into()))
+                .collect(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicInfo {
     pub name: String,

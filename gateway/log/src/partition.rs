@@ -23,7 +23,7 @@ use super::fs::{Fs, ReadFile, WriteFile};
 use super::index::{self, IndexBuilder, IndexView, OffsetEntry};
 use super::segment::{self, Active, Damage, Mapped};
 use super::stats::{Counters, PartitionStats};
-use super::{Record, StoredRecord};
+use super::{Record, RecordView, StoredRecord};
 
 /// What every partition of one log shares.
 #[derive(Debug)]
@@ -184,8 +184,8 @@ impl View {
     }
 }
 
-fn approx_size(record: &Record) -> usize {
-    record.value.len() + record.key.as_ref().map_or(0, Vec::len) + 16
+fn approx_size(record: &RecordView<'_>) -> usize {
+    record.value.len() + record.key.map_or(0, <[u8]>::len) + 16
 }
 
 impl Partition {
@@ -439,12 +439,30 @@ impl Partition {
 
     /// Records with offset >= `from`, up to about `max_bytes` (at least one if any exist).
     pub fn read(&self, from: u64, max_bytes: usize) -> Result<Vec<StoredRecord>> {
+        let mut out = Vec::new();
+        self.read_each(from, max_bytes, &mut |offset, view| {
+            out.push(StoredRecord {
+                offset,
+                record: view.to_record(),
+            });
+        })?;
+        Ok(out)
+    }
+
+    /// Visits the records with offset >= `from`, up to about `max_bytes` (at least one if any
+    /// exist), borrowed from their segment; returns how many it visited.
+    pub fn read_each(
+        &self,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>),
+    ) -> Result<usize> {
         let mut from = from;
         loop {
             let Some((view, _)) = self.view(from)? else {
-                return Ok(Vec::new());
+                return Ok(0);
             };
-            let mut out = Vec::new();
+            let mut count = 0;
             let mut size = 0usize;
             let mut last_seen = from;
             self.walk_view(&view, from, |header, bytes| {
@@ -452,29 +470,30 @@ impl Partition {
                 if header.next_offset() <= from {
                     return ControlFlow::Continue(());
                 }
-                let Ok((_, records)) = batch::decode_batch(bytes) else {
+                let Ok((_, records)) = batch::decode_views(bytes) else {
                     return ControlFlow::Continue(());
                 };
-                for (offset, record) in (header.base_offset..).zip(records) {
+                for (offset, record) in (header.base_offset..).zip(&records) {
                     if offset < from {
                         continue;
                     }
-                    size += approx_size(&record);
-                    out.push(StoredRecord { offset, record });
+                    size += approx_size(record);
+                    count += 1;
+                    visit(offset, record);
                     if size >= max_bytes {
                         return ControlFlow::Break(());
                     }
                 }
                 ControlFlow::Continue(())
             });
-            if !out.is_empty() {
-                return Ok(out);
+            if count > 0 {
+                return Ok(count);
             }
             // Nothing readable here (damage): go on with the next segment, up to the end of the
             // partition (not of this segment: records after a damaged end are still there).
             let next = self.segment_end(view.base()).max(last_seen).max(from + 1);
             if next >= self.offsets().1 {
-                return Ok(Vec::new());
+                return Ok(0);
             }
             from = next;
         }
@@ -508,7 +527,7 @@ impl Partition {
                 if header.max_timestamp < ts || header.next_offset() <= start {
                     return ControlFlow::Continue(());
                 }
-                let Ok((_, records)) = batch::decode_batch(bytes) else {
+                let Ok((_, records)) = batch::decode_views(bytes) else {
                     return ControlFlow::Continue(());
                 };
                 found = (header.base_offset..)

@@ -12,7 +12,7 @@ use std::pin::Pin;
 
 use tokio::sync::watch;
 
-use crate::{Log, LogError, Record, StoredRecord, TopicInfo, TopicSettings};
+use crate::{Log, LogError, Record, RecordView, StoredRecord, TopicInfo, TopicSettings};
 
 /// A queued append: resolves with its base offset once durable.
 pub type Queued = Pin<Box<dyn Future<Output = Result<u64, LogError>> + Send>>;
@@ -59,6 +59,22 @@ pub trait LogPort: Clone + Send + Sync + 'static {
         from: u64,
         max_bytes: usize,
     ) -> Result<Vec<StoredRecord>, LogError>;
+    /// [`LogPort::read`]'s records, each seen by `visit` with its offset and borrowed where
+    /// the port can (from the segment, without copies); returns how many it saw.
+    fn read_each(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>),
+    ) -> Result<usize, LogError> {
+        let records = self.read(topic, partition, from, max_bytes)?;
+        for stored in &records {
+            visit(stored.offset, &RecordView::of(&stored.record));
+        }
+        Ok(records.len())
+    }
     /// (start offset, end offset = next offset to be written).
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError>;
     /// The first offset whose record timestamp (ms since the epoch) is at least `ts_ms`,
@@ -145,6 +161,17 @@ impl LogPort for Log {
         max_bytes: usize,
     ) -> Result<Vec<StoredRecord>, LogError> {
         Log::read(self, topic, partition, from, max_bytes)
+    }
+
+    fn read_each(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>),
+    ) -> Result<usize, LogError> {
+        Log::read_each(self, topic, partition, from, max_bytes, visit)
     }
 
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError> {

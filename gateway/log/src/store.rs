@@ -20,7 +20,9 @@ use super::fs::{Fs, RealFs};
 use super::partition::{Partition, Shared};
 use super::stats::{Counters, LogStats, PartitionStats};
 use super::writer::{self, AppendRequest};
-use super::{Record, StoredRecord, TopicInfo, check_topic_name, datadir, meta, recovery};
+use super::{
+    Record, RecordView, StoredRecord, TopicInfo, check_topic_name, datadir, meta, recovery,
+};
 
 mod admin;
 
@@ -301,6 +303,20 @@ impl Log {
         max_bytes: usize,
     ) -> Result<Vec<StoredRecord>> {
         self.partition(topic, partition)?.read(from, max_bytes)
+    }
+
+    /// [`Log::read`]'s records, borrowed from their segments: `visit` sees each with its offset;
+    /// returns how many it saw.
+    pub fn read_each(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>),
+    ) -> Result<usize> {
+        self.partition(topic, partition)?
+            .read_each(from, max_bytes, visit)
     }
 
     /// (start offset, end offset = next offset to be written).

@@ -199,8 +199,12 @@ fn read_partition<L: LogPort>(
     if offset == end || budget == 0 {
         return answer.with_records(Some(Default::default()));
     }
-    let stored = match log.read(topic, partition, offset, budget) {
-        Ok(stored) => stored,
+    let mut batch = records::FetchBatch::with_capacity(budget);
+    let read = log.read_each(topic, partition, offset, budget, &mut |offset, record| {
+        batch.push(offset, record);
+    });
+    match read {
+        Ok(_) => {}
         Err(tern_log::LogError::OffsetOutOfRange { .. }) => {
             return answer.with_error_code(ResponseError::OffsetOutOfRange.code());
         }
@@ -208,8 +212,8 @@ fn read_partition<L: LogPort>(
             tracing::warn!(topic, partition, %err, "kafka fetch cannot read the log");
             return answer.with_error_code(ResponseError::KafkaStorageError.code());
         }
-    };
-    match records::encode(stored) {
+    }
+    match batch.encode() {
         Ok(batch) => answer.with_records(Some(batch)),
         Err(err) => {
             tracing::warn!(topic, partition, %err, "kafka fetch cannot encode records");

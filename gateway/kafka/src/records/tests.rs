@@ -8,7 +8,7 @@ use kafka_protocol::records::{
     Compression, Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use proptest::prelude::*;
-use tern_log::{Record, StoredRecord};
+use tern_log::{Record, RecordView, StoredRecord};
 
 use super::*;
 
@@ -117,7 +117,11 @@ fn stored_records_come_back_with_their_offsets_timestamps_and_headers() {
             },
         })
         .collect();
-    let batch = encode(stored.clone()).expect("encode");
+    let mut gathered = FetchBatch::with_capacity(0);
+    for s in &stored {
+        gathered.push(s.offset, &RecordView::of(&s.record));
+    }
+    let batch = gathered.encode().expect("encode");
     let mut buf = batch.clone();
     let sets = RecordBatchDecoder::decode_all(&mut buf).expect("decode");
     assert_eq!(sets.len(), 1, "one batch");
