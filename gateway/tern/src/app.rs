@@ -29,6 +29,7 @@ pub fn serve(config: Config, source: Source) -> anyhow::Result<()> {
         Ok((before, after)) => tracing::info!(before, after, "file-descriptor limit"),
         Err(err) => tracing::warn!(%err, "cannot raise the file-descriptor limit"),
     }
+    crate::heap::tune();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads())
         .thread_name("tern-worker")
@@ -40,6 +41,7 @@ pub fn serve(config: Config, source: Source) -> anyhow::Result<()> {
         let signals = Signals::install().context("cannot install signal handlers")?;
         let hangup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
         tokio::spawn(signals.watch(trigger));
+        tokio::spawn(crate::heap::trim_periodically());
         run(config, shutdown, Some((source, hangup))).await
     })
 }

@@ -12,6 +12,7 @@ mod config;
 mod cursors;
 mod device;
 mod health;
+mod heap;
 mod reload;
 mod status;
 mod systemd;
