@@ -6,7 +6,8 @@
 //!   (fsync after every append, as durable as tern) and Kafka's default topic (acks from the
 //!   page cache, no fsync);
 //! - consume: `kcat -C -o beginning -e` of the same records from each broker;
-//! - memory: tern's resident set before and with a consumer group of 3 (`kcat -G`) attached
+//! - memory: tern's resident set (all of it, and its anonymous part: without the mapped
+//!   segment pages the kernel can drop) idle and with a consumer group of 3 (`kcat -G`) attached
 //!   and caught up.
 //!
 //! Runs interleave the brokers, `--repetitions` times each, after one untimed warm-up round
@@ -35,6 +36,9 @@ const GROUP_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long the caught-up group stays attached (heartbeats, fetches waiting) before the
 /// second reading.
 const GROUP_SETTLE: Duration = Duration::from_secs(3);
+
+/// How long tern idles before the idle reading.
+const IDLE_SETTLE: Duration = Duration::from_secs(7);
 
 /// What `tern-bench kafka` runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,6 +90,7 @@ pub fn run(options: &KafkaBenchOptions) -> Result<Report, BenchError> {
     kcat::produce(&kafka.bootstrap, "bench-consume", &values)?;
     kcat::consume(&tern_addr, "bench-consume", options.records, &out)?;
     kcat::consume(&kafka.bootstrap, "bench-consume", options.records, &out)?;
+    eprintln!("consume warm-up done");
     for run in 0..options.repetitions {
         report.tern_consume.push(rate(kcat::consume(
             &tern_addr,
@@ -103,7 +108,11 @@ pub fn run(options: &KafkaBenchOptions) -> Result<Report, BenchError> {
     }
     drop(kafka);
 
+    // Idle for longer than tern's heap trim period (5 s), so the idle figure is what an idle
+    // gateway holds, not what the consume runs just freed.
+    std::thread::sleep(IDLE_SETTLE);
     report.rss_idle_kib = tern.rss_kib()?.0;
+    report.anon_idle_kib = tern.anon_kib()?;
     let mut members = kcat::Members::join(&tern_addr, "bench", "bench-consume", GROUP_MEMBERS)?;
     let deadline = Instant::now() + GROUP_TIMEOUT;
     while members.received() < options.records {
@@ -120,6 +129,7 @@ pub fn run(options: &KafkaBenchOptions) -> Result<Report, BenchError> {
     let caught_up = tern.rss_kib()?.0;
     std::thread::sleep(GROUP_SETTLE);
     report.rss_group_kib = caught_up.max(tern.rss_kib()?.0);
+    report.anon_group_kib = tern.anon_kib()?;
     drop(members);
     Ok(report)
 }

@@ -37,6 +37,9 @@ pub struct Report {
     pub kafka_consume: Vec<f64>,
     pub rss_idle_kib: u64,
     pub rss_group_kib: u64,
+    /// The anonymous part of each (heap and stacks; the rest is mapped segment pages).
+    pub anon_idle_kib: u64,
+    pub anon_group_kib: u64,
 }
 
 /// The medians, ratios and targets of a [`Report`].
@@ -160,10 +163,13 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "tern RSS: {:.1} MiB idle, {:.1} MiB with a consumer group of {GROUP_MEMBERS} \
-             (kcat -G) caught up: +{:.2} MiB",
+             (kcat -G) caught up: +{:.2} MiB; anonymous (without mapped segments) {:.1} MiB \
+             idle, {:.1} MiB with the group",
             self.rss_idle_kib as f64 / 1024.0,
             self.rss_group_kib as f64 / 1024.0,
-            s.group_growth_mib
+            s.group_growth_mib,
+            self.anon_idle_kib as f64 / 1024.0,
+            self.anon_group_kib as f64 / 1024.0,
         )?;
         for t in &s.targets {
             writeln!(
@@ -204,6 +210,8 @@ mod tests {
             kafka_consume: vec![2000.0, 2000.0, 2000.0],
             rss_idle_kib: 10 * 1024,
             rss_group_kib: 15 * 1024,
+            anon_idle_kib: 2 * 1024,
+            anon_group_kib: 3 * 1024,
             ..Report::default()
         }
     }

@@ -195,6 +195,21 @@ impl Server {
     }
 
     /// The child's resident set (`VmRSS`) and its peak (`VmHWM`), in KiB.
+    /// The resident anonymous memory (heap and stacks, without mapped files such as tern's
+    /// sealed segments), in KiB.
+    pub fn anon_kib(&self) -> Result<u64, BenchError> {
+        let path = format!("/proc/{}/status", self.pid());
+        let status = std::fs::read_to_string(&path).map_err(|source| BenchError::Io {
+            what: "reading the broker's /proc status",
+            source,
+        })?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("RssAnon:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or(BenchError::Proc { path })
+    }
+
     pub fn rss_kib(&self) -> Result<(u64, u64), BenchError> {
         let path = format!("/proc/{}/status", self.pid());
         let status = std::fs::read_to_string(&path).map_err(|source| BenchError::Io {
