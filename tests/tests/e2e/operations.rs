@@ -76,6 +76,13 @@ fn a_full_partition_is_not_ready_names_its_cursor_and_recovers_when_the_cursor_i
     let mut holder = RawClient::connect(gateway.mqtt, "holder", 30, false, false)?;
     assert_eq!(holder.subscribe("plant/#", 1, 1)?, 1);
     holder.disconnect()?;
+    // Gone before the filler publishes: a session still connected would take the first
+    // records (QoS 0 deliveries move its cursor at once) and hold fewer than the test counts.
+    wait_until(
+        Duration::from_secs(10),
+        "the holder's connection to close",
+        || Ok(gateway.metric_sum("tern_mqtt_connections", "")? == Some(0)),
+    )?;
     let admin = gateway.admin.to_string();
     wait_until(Duration::from_secs(10), "the session's cursor", || {
         let list = tern_json(&["cursors", "list", "--admin", &admin, "--json"])?;
