@@ -270,6 +270,10 @@ pub struct KafkaBenchArgs {
     /// Parent directory of both brokers' data [default: the system temporary directory].
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// Microseconds each fsync and fdatasync of both brokers waits first, as an SD card's or
+    /// eMMC's cache flush does (loads `libtern_flush_delay.so` from beside tern-bench).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub flush_delay_us: u64,
     /// Print one JSON object with every figure instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -293,6 +297,7 @@ impl KafkaBenchArgs {
             size: self.size,
             repetitions: self.repetitions,
             dir: self.dir.clone().unwrap_or_else(std::env::temp_dir),
+            flush_delay_us: self.flush_delay_us,
         })
     }
 }
@@ -409,8 +414,11 @@ mod tests {
             (1_000_000, 100, 3)
         );
         assert_eq!(options.kafka_classpath, "jars/*");
-        let options = parse(&["--records", "5", "--dir", "d"]).expect("flags");
+        assert_eq!(options.flush_delay_us, 0);
+        let options =
+            parse(&["--records", "5", "--dir", "d", "--flush-delay-us", "2000"]).expect("flags");
         assert_eq!((options.records, options.dir), (5, PathBuf::from("d")));
+        assert_eq!(options.flush_delay_us, 2000);
         assert!(parse(&["--records", "0"]).is_err());
         assert!(parse(&["--repetitions", "0"]).is_err());
         assert!(Cli::try_parse_from(["tern-bench", "kafka"]).is_err());

@@ -78,6 +78,10 @@ pub enum BenchError {
         "no tern binary at {path} (build it with `cargo build --release -p tern`, or set TERN_BIN)"
     )]
     NoTernBinary { path: PathBuf },
+    #[error(
+        "no flush-delay library at {path} (build it with `cargo build --release -p tern-flush-delay`)"
+    )]
+    NoFlushDelayLibrary { path: PathBuf },
     #[error("interrupted by a signal")]
     Interrupted,
     #[error("--broker {broker} is not a reachable HOST:PORT")]

@@ -66,7 +66,12 @@ pub struct Kafka {
 
 impl Kafka {
     /// Formats and starts a node under `parent`; returns once it logged that it started.
-    pub fn start(classpath: &str, parent: &Path) -> Result<Self, BenchError> {
+    /// `env` is added to the broker's environment.
+    pub fn start(
+        classpath: &str,
+        parent: &Path,
+        env: &[(String, String)],
+    ) -> Result<Self, BenchError> {
         let dir = parent.join(format!("tern-bench-kafka-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| BenchError::file("create", &dir, e))?;
@@ -91,6 +96,7 @@ impl Kafka {
         let log = dir.join("kafka.log");
         let child = java(classpath, &dir, HEAP, "kafka.Kafka")
             .arg(&config)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(log_file(&log)?)
             .stderr(log_file(&log)?)
             .spawn()

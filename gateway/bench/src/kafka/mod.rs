@@ -10,6 +10,9 @@
 //!   segment pages the kernel can drop) idle and with a consumer group of 3 (`kcat -G`) attached
 //!   and caught up.
 //!
+//! With `--flush-delay-us N` both brokers run with `tern-flush-delay` preloaded: each fsync and
+//! fdatasync waits N µs first, the flush latency of an SD card or eMMC (docs/kafka.md).
+//!
 //! Runs interleave the brokers, `--repetitions` times each, after one untimed warm-up round
 //! (each produce topic written once, each consume topic read once): without it the first run
 //! measured Kafka's JVM before its JIT compiled the hot paths (its first produce runs were half
@@ -34,8 +37,9 @@ pub const GROUP_MEMBERS: usize = 3;
 /// How long the members may take to join and read the topic.
 const GROUP_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long the caught-up group stays attached (heartbeats, fetches waiting) before the
-/// second reading.
-const GROUP_SETTLE: Duration = Duration::from_secs(3);
+/// second reading: longer than tern's heap trim period (5 s), so that reading holds what the
+/// attached group costs, not the fetch buffers its catching up just freed.
+const GROUP_SETTLE: Duration = Duration::from_secs(7);
 
 /// How long tern idles before the idle reading.
 const IDLE_SETTLE: Duration = Duration::from_secs(7);
@@ -49,14 +53,37 @@ pub struct KafkaBenchOptions {
     pub repetitions: usize,
     /// Parent of both brokers' data directories.
     pub dir: PathBuf,
+    /// Microseconds each fsync and fdatasync of either broker waits first (0: none).
+    pub flush_delay_us: u64,
+}
+
+/// The environment that loads `tern-flush-delay` into a broker, for a delay of `us` (none for
+/// 0): the library built beside this `tern-bench`.
+fn flush_delay_env(us: u64) -> Result<Vec<(String, String)>, BenchError> {
+    if us == 0 {
+        return Ok(Vec::new());
+    }
+    let exe = std::env::current_exe().map_err(|source| BenchError::Io {
+        what: "finding the running tern-bench",
+        source,
+    })?;
+    let library = exe.with_file_name("libtern_flush_delay.so");
+    if !library.is_file() {
+        return Err(BenchError::NoFlushDelayLibrary { path: library });
+    }
+    Ok(vec![
+        ("LD_PRELOAD".to_owned(), library.display().to_string()),
+        ("TERN_FLUSH_DELAY_US".to_owned(), us.to_string()),
+    ])
 }
 
 /// Runs the bench.
 pub fn run(options: &KafkaBenchOptions) -> Result<Report, BenchError> {
     let values = kcat::Values::write(&options.dir, options.records, options.size)?;
-    let tern = Server::tern_kafka(&options.dir)?;
+    let env = flush_delay_env(options.flush_delay_us)?;
+    let tern = Server::tern_kafka(&options.dir, &env)?;
     let tern_addr = tern.addr.to_string();
-    let kafka = broker::Kafka::start(&options.kafka_classpath, &options.dir)?;
+    let kafka = broker::Kafka::start(&options.kafka_classpath, &options.dir, &env)?;
     eprintln!("kafka started at {}, tern at {tern_addr}", kafka.bootstrap);
     kafka.create_topic("bench-produce-fsync", &["flush.messages=1"])?;
 
@@ -127,6 +154,7 @@ pub fn run(options: &KafkaBenchOptions) -> Result<Report, BenchError> {
         std::thread::sleep(Duration::from_millis(50));
     }
     let caught_up = tern.rss_kib()?.0;
+    report.anon_catchup_kib = tern.anon_kib()?;
     std::thread::sleep(GROUP_SETTLE);
     report.rss_group_kib = caught_up.max(tern.rss_kib()?.0);
     report.anon_group_kib = tern.anon_kib()?;

@@ -25,6 +25,8 @@ pub struct Report {
     pub records: u64,
     pub value_bytes: usize,
     pub repetitions: usize,
+    /// Microseconds each fsync and fdatasync of both brokers waited first (0: none).
+    pub flush_delay_us: u64,
     /// tern's configuration file (its data directory elided).
     pub tern_settings: String,
     /// Kafka's server.properties (its data directory elided) and heap.
@@ -37,8 +39,11 @@ pub struct Report {
     pub kafka_consume: Vec<f64>,
     pub rss_idle_kib: u64,
     pub rss_group_kib: u64,
-    /// The anonymous part of each (heap and stacks; the rest is mapped segment pages).
+    /// The anonymous part of each (heap and stacks; the rest is mapped segment pages): idle,
+    /// the moment the group caught up (its fetch buffers freed but not yet trimmed), and 7 s
+    /// later with the group still attached.
     pub anon_idle_kib: u64,
+    pub anon_catchup_kib: u64,
     pub anon_group_kib: u64,
 }
 
@@ -67,6 +72,7 @@ impl Report {
             records: options.records,
             value_bytes: options.size,
             repetitions: options.repetitions,
+            flush_delay_us: options.flush_delay_us,
             tern_settings: crate::mqtt::servers::tern_config(data, &[]),
             kafka_settings: format!(
                 "{}# heap {}\n",
@@ -134,6 +140,14 @@ impl fmt::Display for Report {
             "tern-bench kafka: {} records of {} B, client kcat, median of {} runs (records/s)",
             self.records, self.value_bytes, self.repetitions
         )?;
+        if self.flush_delay_us > 0 {
+            writeln!(
+                f,
+                "flush delay: every fsync and fdatasync of both brokers waited {} µs first \
+                 (tern-flush-delay preloaded)",
+                self.flush_delay_us
+            )?;
+        }
         writeln!(f, "{:<34} {:>12} {:>9}  runs", "", "records/s", "MB/s")?;
         let mut row = |name: &str, median: f64, all: &[f64]| {
             writeln!(
@@ -169,11 +183,13 @@ impl fmt::Display for Report {
             f,
             "tern RSS: {:.1} MiB idle, {:.1} MiB with a consumer group of {GROUP_MEMBERS} \
              (kcat -G) caught up: +{:.2} MiB; anonymous (without mapped segments) {:.1} MiB \
-             idle, {:.1} MiB with the group: +{:.2} MiB",
+             idle, {:.1} MiB as the group caught up, {:.1} MiB with the group attached 7 s \
+             later: +{:.2} MiB",
             self.rss_idle_kib as f64 / 1024.0,
             self.rss_group_kib as f64 / 1024.0,
             s.group_growth_mib,
             self.anon_idle_kib as f64 / 1024.0,
+            self.anon_catchup_kib as f64 / 1024.0,
             self.anon_group_kib as f64 / 1024.0,
             s.anon_growth_mib,
         )?;
@@ -217,6 +233,7 @@ mod tests {
             rss_idle_kib: 10 * 1024,
             rss_group_kib: 15 * 1024,
             anon_idle_kib: 2 * 1024,
+            anon_catchup_kib: 9 * 1024,
             anon_group_kib: 3 * 1024,
             ..Report::default()
         }

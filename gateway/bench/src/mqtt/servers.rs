@@ -82,31 +82,39 @@ impl Server {
             dir,
             &format!("{}{extra}", tern_config(&data_dir, mqtt)),
             "mqtt listener on ",
+            &[],
         )
     }
 
-    /// Starts `tern serve` on its defaults with its data under `parent` and waits for its Kafka
-    /// listener, whose address `addr` then is (the Kafka bench).
-    pub fn tern_kafka(parent: &Path) -> Result<Self, BenchError> {
+    /// Starts `tern serve` on its defaults with its data under `parent` and `env` added to its
+    /// environment, and waits for its Kafka listener, whose address `addr` then is (the Kafka
+    /// bench).
+    pub fn tern_kafka(parent: &Path, env: &[(String, String)]) -> Result<Self, BenchError> {
         let dir = TempDir::new_in(parent, "tern")?;
         let data_dir = dir.path().join("data");
-        Self::tern_from(dir, &tern_config(&data_dir, &[]), "kafka listener on ")
+        Self::tern_from(dir, &tern_config(&data_dir, &[]), "kafka listener on ", env)
     }
 
     /// Starts `tern serve` with exactly the config `text` (which must listen on loopback port
     /// 0 and name its own data directory) and waits for its MQTT listener.
     pub fn tern_configured(text: &str) -> Result<Self, BenchError> {
-        Self::tern_from(TempDir::new("tern")?, text, "mqtt listener on ")
+        Self::tern_from(TempDir::new("tern")?, text, "mqtt listener on ", &[])
     }
 
     /// Starts `tern serve` on `text` and waits for the address after `marker` in its log.
-    fn tern_from(dir: TempDir, text: &str, marker: &str) -> Result<Self, BenchError> {
+    fn tern_from(
+        dir: TempDir,
+        text: &str,
+        marker: &str,
+        env: &[(String, String)],
+    ) -> Result<Self, BenchError> {
         let config = dir.path().join("tern.toml");
         write_file(&config, text)?;
         let exe = crate::tern_binary()?;
         let mut command = Command::new(exe);
         command.arg("serve").arg("--config").arg(&config);
         command.env_remove("RUST_LOG");
+        command.envs(env.iter().map(|(k, v)| (k, v)));
         let (child, stderr) = spawn(command, "tern")?;
         let mut server = Self {
             child,
