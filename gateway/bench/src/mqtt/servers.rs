@@ -202,38 +202,35 @@ impl Server {
         Ok(ticks as f64 / per_second.max(1) as f64)
     }
 
-    /// The child's resident set (`VmRSS`) and its peak (`VmHWM`), in KiB.
     /// The resident anonymous memory (heap and stacks, without mapped files such as tern's
     /// sealed segments), in KiB.
     pub fn anon_kib(&self) -> Result<u64, BenchError> {
-        let path = format!("/proc/{}/status", self.pid());
-        let status = std::fs::read_to_string(&path).map_err(|source| BenchError::Io {
-            what: "reading the broker's /proc status",
-            source,
-        })?;
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("RssAnon:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-            .ok_or(BenchError::Proc { path })
+        let [anon] = self.status_kib(["RssAnon:"])?;
+        Ok(anon)
     }
 
+    /// The child's resident set (`VmRSS`) and its peak (`VmHWM`), in KiB.
     pub fn rss_kib(&self) -> Result<(u64, u64), BenchError> {
+        let [rss, peak] = self.status_kib(["VmRSS:", "VmHWM:"])?;
+        Ok((rss, peak))
+    }
+
+    /// The KiB figures of `/proc/<pid>/status` lines starting with `names`.
+    fn status_kib<const N: usize>(&self, names: [&str; N]) -> Result<[u64; N], BenchError> {
         let path = format!("/proc/{}/status", self.pid());
         let status = std::fs::read_to_string(&path).map_err(|source| BenchError::Io {
             what: "reading the broker's /proc status",
             source,
         })?;
-        let field = |name: &str| {
-            status
+        let mut out = [0; N];
+        for (slot, name) in out.iter_mut().zip(names) {
+            *slot = status
                 .lines()
                 .find_map(|line| line.strip_prefix(name))
                 .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        };
-        match (field("VmRSS:"), field("VmHWM:")) {
-            (Some(rss), Some(peak)) => Ok((rss, peak)),
-            _ => Err(BenchError::Proc { path }),
+                .ok_or_else(|| BenchError::Proc { path: path.clone() })?;
         }
+        Ok(out)
     }
 }
 
