@@ -40,17 +40,23 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
     }
 }
 
+/// The path of `name` in the directory of the running `tern-bench` (where cargo builds the
+/// workspace's other artefacts).
+pub fn beside_exe(name: &str) -> Result<PathBuf, BenchError> {
+    let exe = std::env::current_exe().map_err(|source| BenchError::Io {
+        what: "finding the running tern-bench",
+        source,
+    })?;
+    Ok(exe.with_file_name(name))
+}
+
 /// The `tern` binary a bench starts: `$TERN_BIN` when set, else the `tern` built beside this
 /// `tern-bench` (`cargo build --release -p tern -p tern-bench` puts both in one directory).
 pub fn tern_binary() -> Result<PathBuf, BenchError> {
     if let Some(path) = std::env::var_os("TERN_BIN") {
         return Ok(PathBuf::from(path));
     }
-    let exe = std::env::current_exe().map_err(|source| BenchError::Io {
-        what: "finding the running tern-bench",
-        source,
-    })?;
-    let beside = exe.with_file_name("tern");
+    let beside = beside_exe("tern")?;
     if beside.is_file() {
         Ok(beside)
     } else {

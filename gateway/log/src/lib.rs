@@ -173,14 +173,16 @@ impl<'a> RecordView<'a> {
 
     /// The record, copied out of its segment.
     pub fn to_record(&self) -> Record {
+        let mut headers = Vec::with_capacity(self.header_count());
+        headers.extend(
+            self.headers()
+                .map(|(name, value)| (name.to_owned().into(), value.to_vec().into())),
+        );
         Record {
             timestamp_ms: self.timestamp_ms,
             key: self.key.map(<[u8]>::to_vec),
             value: self.value.to_vec(),
-            headers: self
-                .headers()
-                .map(|(name, value)| (name.to_owned().into(), value.to_vec().into()))
-                .collect(),
+            headers,
         }
     }
 }

@@ -36,13 +36,11 @@ pub use report::Report;
 pub const GROUP_MEMBERS: usize = 3;
 /// How long the members may take to join and read the topic.
 const GROUP_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long the caught-up group stays attached (heartbeats, fetches waiting) before the
-/// second reading: longer than tern's heap trim period (5 s), so that reading holds what the
-/// attached group costs, not the fetch buffers its catching up just freed.
-const GROUP_SETTLE: Duration = Duration::from_secs(7);
-
-/// How long tern idles before the idle reading.
-const IDLE_SETTLE: Duration = Duration::from_secs(7);
+/// How long tern idles before the idle reading, and the caught-up group stays attached
+/// (heartbeats, fetches waiting) before the second reading: longer than tern's heap trim period
+/// (5 s), so each reading holds what an idle tern or the attached group costs, not buffers the
+/// runs before it just freed.
+const SETTLE: Duration = Duration::from_secs(7);
 
 /// What `tern-bench kafka` runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,11 +61,7 @@ fn flush_delay_env(us: u64) -> Result<Vec<(String, String)>, BenchError> {
     if us == 0 {
         return Ok(Vec::new());
     }
-    let exe = std::env::current_exe().map_err(|source| BenchError::Io {
-        what: "finding the running tern-bench",
-        source,
-    })?;
-    let library = exe.with_file_name("libtern_flush_delay.so");
+    let library = crate::beside_exe("libtern_flush_delay.so")?;
     if !library.is_file() {
         return Err(BenchError::NoFlushDelayLibrary { path: library });
     }
@@ -135,11 +129,8 @@ pub fn run(options: &KafkaBenchOptions) -> Result<Report, BenchError> {
     }
     drop(kafka);
 
-    // Idle for longer than tern's heap trim period (5 s), so the idle figure is what an idle
-    // gateway holds, not what the consume runs just freed.
-    std::thread::sleep(IDLE_SETTLE);
-    report.rss_idle_kib = tern.rss_kib()?.0;
-    report.anon_idle_kib = tern.anon_kib()?;
+    std::thread::sleep(SETTLE);
+    (report.rss_idle_kib, report.anon_idle_kib) = tern.rss_and_anon_kib()?;
     let mut members = kcat::Members::join(&tern_addr, "bench", "bench-consume", GROUP_MEMBERS)?;
     let deadline = Instant::now() + GROUP_TIMEOUT;
     while members.received() < options.records {
@@ -153,11 +144,11 @@ pub fn run(options: &KafkaBenchOptions) -> Result<Report, BenchError> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let caught_up = tern.rss_kib()?.0;
-    report.anon_catchup_kib = tern.anon_kib()?;
-    std::thread::sleep(GROUP_SETTLE);
-    report.rss_group_kib = caught_up.max(tern.rss_kib()?.0);
-    report.anon_group_kib = tern.anon_kib()?;
+    let caught_up;
+    (caught_up, report.anon_catchup_kib) = tern.rss_and_anon_kib()?;
+    std::thread::sleep(SETTLE);
+    let (settled, anon) = tern.rss_and_anon_kib()?;
+    (report.rss_group_kib, report.anon_group_kib) = (caught_up.max(settled), anon);
     drop(members);
     Ok(report)
 }

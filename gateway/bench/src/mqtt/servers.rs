@@ -202,11 +202,11 @@ impl Server {
         Ok(ticks as f64 / per_second.max(1) as f64)
     }
 
-    /// The resident anonymous memory (heap and stacks, without mapped files such as tern's
-    /// sealed segments), in KiB.
-    pub fn anon_kib(&self) -> Result<u64, BenchError> {
-        let [anon] = self.status_kib(["RssAnon:"])?;
-        Ok(anon)
+    /// [`Server::rss_kib`]'s resident set with its anonymous part (heap and stacks, without
+    /// mapped files such as tern's sealed segments), in KiB, from one reading.
+    pub fn rss_and_anon_kib(&self) -> Result<(u64, u64), BenchError> {
+        let [rss, anon] = self.status_kib(["VmRSS:", "RssAnon:"])?;
+        Ok((rss, anon))
     }
 
     /// The child's resident set (`VmRSS`) and its peak (`VmHWM`), in KiB.
