@@ -141,6 +141,13 @@ pub struct BenchLogArgs {
     /// Early-commit size for tern's append workloads instead of the default `flush.max_bytes`.
     #[arg(long, value_name = "BYTES")]
     pub commit_max_bytes: Option<u64>,
+    /// Run only the raw anchor and the main 1 KiB workload (64 appenders × 32 in flight):
+    /// for profiling the log's ceiling.
+    #[arg(long)]
+    pub main_only: bool,
+    /// Payload MiB per tern append run instead of the plan's (longer runs for a profiler).
+    #[arg(long, value_name = "MIB")]
+    pub append_mib: Option<u64>,
 }
 
 /// Flags of `tern-bench wear`.

@@ -58,6 +58,19 @@ pub fn ratio(a: f64, b: f64) -> f64 {
     if b == 0.0 { 0.0 } else { a / b }
 }
 
+/// CPU seconds this process has used so far, user plus system, all threads
+/// (`getrusage(RUSAGE_SELF)`, microsecond resolution).
+pub fn process_cpu_secs() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value, and getrusage only writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer is to a live, writable rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0.0;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,6 +27,9 @@ pub const ZERO_AHEAD: u64 = 256 << 10;
 /// A commit at least this large converts its own extents: zeroing ahead of it would cost more
 /// device bytes than the journal commit it saves.
 const ZERO_AHEAD_BELOW: u64 = 64 << 10;
+/// Commits at least this large start their device writes as soon as they are written
+/// (`WriteFile::start_writeback`), not only when their fdatasync starts.
+const WRITEBACK_AHEAD_LEN: u64 = 64 << 10;
 /// The zeros written ahead (up to a page boundary, then `ZERO_AHEAD`).
 static ZEROS: [u8; ZERO_AHEAD as usize + 4096] = [0; ZERO_AHEAD as usize + 4096];
 use super::error::{LogError, Result};
@@ -291,6 +294,12 @@ impl Partition {
             let err = super::roll::write_error(&self.topic, self.id, "write", &path, e);
             w.fail(self, &err);
             return Step::Answered;
+        }
+        if w.len >= WRITEBACK_AHEAD_LEN {
+            // Under load the previous commit's fdatasync is usually still running: start this
+            // one's device writes now, so its own fdatasync finds them under way (a hint; an
+            // error here changes nothing, the fdatasync still decides).
+            let _ = file.start_writeback(w.pos, w.len);
         }
         let (written_to, zeros) = zero_ahead(&*file, w.pos + w.len, w.len, written_to);
         self.shared.counters.wrote(zeros);

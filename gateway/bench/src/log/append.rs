@@ -39,10 +39,11 @@ pub async fn append(
         ..LogConfig::default()
     };
     let log = open(dir, &config).await?;
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), crate::stats::process_cpu_secs());
     let mut latencies = append_concurrently(&log, spec).await?;
     let secs = started.elapsed().as_secs_f64();
-    let fdatasyncs = log.stats().fsyncs;
+    let cpu_secs = crate::stats::process_cpu_secs() - cpu_before;
+    let stats = log.stats();
     log.close()
         .await
         .map_err(|source| BenchError::log("close", source))?;
@@ -55,7 +56,9 @@ pub async fn append(
         secs,
         device_bytes,
         latency: Latency::of(&mut latencies),
-        fdatasyncs: Some(fdatasyncs),
+        fdatasyncs: Some(stats.fsyncs),
+        fdatasync_secs: Some(stats.fsync_time.as_secs_f64()),
+        cpu_secs: Some(cpu_secs),
     })
 }
 
@@ -97,7 +100,10 @@ async fn appender(
 ) -> Result<Vec<Duration>, BenchError> {
     let mut latencies = Vec::new();
     let batch = spec.batch.max(1);
-    let mut inflight = tokio::task::JoinSet::new();
+    // Like an MQTT connection: queue each append on the partition's writer and await the
+    // answers in queueing order (the writer answers a partition's appends in that order),
+    // without a task per append.
+    let mut inflight = std::collections::VecDeque::new();
     loop {
         while inflight.len() < spec.inflight.max(1)
             && Instant::now() < deadline
@@ -105,18 +111,21 @@ async fn appender(
             && claimed.fetch_add(batch as u64, Ordering::Relaxed) < spec.max_records
         {
             let records: Vec<Record> = (0..batch).map(|_| record(spec.record_size)).collect();
-            let log = log.clone();
-            inflight.spawn(async move {
-                let started = Instant::now();
-                let appended = log.append(TOPIC, PARTITION, records).await;
-                appended.map(|_| started.elapsed())
-            });
+            let started = Instant::now();
+            let answer = log
+                .enqueue(TOPIC, PARTITION, records)
+                .await
+                .map_err(|source| BenchError::log("append", source))?;
+            inflight.push_back((started, answer));
         }
-        let Some(joined) = inflight.join_next().await else {
+        let Some((started, answer)) = inflight.pop_front() else {
             return Ok(latencies);
         };
-        let appended = joined.map_err(|err| BenchError::task("an append task", err))?;
-        latencies.push(appended.map_err(|source| BenchError::log("append", source))?);
+        let appended = answer
+            .await
+            .map_err(|_| BenchError::log("append", tern_log::LogError::Closed))?;
+        appended.map_err(|source| BenchError::log("append", source))?;
+        latencies.push(started.elapsed());
     }
 }
 

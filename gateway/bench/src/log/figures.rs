@@ -74,6 +74,15 @@ pub struct AppendFigures {
     pub fdatasyncs: u64,
     pub fdatasyncs_per_s: f64,
     pub payload_bytes_per_fsync: f64,
+    /// Mean time of one fdatasync, µs.
+    pub fdatasync_mean_us: f64,
+    /// Share of the run's wall time an fdatasync was running: near 1, the device's sync time
+    /// is the bound; well below, something before the sync is.
+    pub fdatasync_busy: f64,
+    /// CPU of the bench process (appenders and log) per record, µs.
+    pub cpu_us_per_record: f64,
+    /// That CPU ÷ the run's wall time: cores kept busy.
+    pub cpu_cores: f64,
     pub latency_p50_us: f64,
     pub latency_p99_us: f64,
     pub device_bytes: u64,
@@ -98,6 +107,10 @@ impl AppendFigures {
             fdatasyncs,
             fdatasyncs_per_s: ratio(fdatasyncs as f64, run.secs),
             payload_bytes_per_fsync: ratio(run.payload_bytes as f64, fdatasyncs as f64),
+            fdatasync_mean_us: ratio(run.fdatasync_secs.unwrap_or(0.0) * 1e6, fdatasyncs as f64),
+            fdatasync_busy: ratio(run.fdatasync_secs.unwrap_or(0.0), run.secs),
+            cpu_us_per_record: ratio(run.cpu_secs.unwrap_or(0.0) * 1e6, run.records as f64),
+            cpu_cores: ratio(run.cpu_secs.unwrap_or(0.0), run.secs),
             latency_p50_us: run.latency.p50_us,
             latency_p99_us: run.latency.p99_us,
             device_bytes: run.device_bytes,
@@ -183,6 +196,8 @@ mod tests {
                 p99_us: 900.0,
             },
             fdatasyncs: Some(50),
+            fdatasync_secs: Some(0.5),
+            cpu_secs: Some(3.0),
         }
     }
 
@@ -205,6 +220,10 @@ mod tests {
         assert!((figures.ratio_to_raw - 0.5).abs() < 1e-9);
         assert_eq!(figures.fdatasyncs_per_s, 25.0);
         assert_eq!(figures.payload_bytes_per_fsync, 204_800.0);
+        assert_eq!(figures.fdatasync_mean_us, 10_000.0);
+        assert_eq!(figures.fdatasync_busy, 0.25);
+        assert_eq!(figures.cpu_us_per_record, 300.0);
+        assert_eq!(figures.cpu_cores, 1.5);
         assert!((figures.write_amplification - 1.2).abs() < 1e-9);
     }
 

@@ -54,6 +54,11 @@ pub struct AppendRun {
     pub latency: Latency,
     /// fdatasync calls, where the store tells.
     pub fdatasyncs: Option<u64>,
+    /// Seconds spent inside those calls (one partition: at most one runs at a time).
+    pub fdatasync_secs: Option<f64>,
+    /// CPU seconds of the whole bench process during the run (appenders and log alike), where
+    /// measured.
+    pub cpu_secs: Option<f64>,
 }
 
 impl AppendRun {
@@ -159,6 +164,10 @@ pub fn run_log(args: &BenchLogArgs) -> Result<Report, BenchError> {
     if let Some(bytes) = args.commit_max_bytes {
         plan.flush.max_bytes = tern_core::ByteSize(bytes);
     }
+    if let Some(mib) = args.append_mib {
+        plan.append_bytes = mib << 20;
+        plan.append_budget = plan.append_budget.max(Duration::from_secs(mib / 16));
+    }
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let target = device::Target::prepare(&parent, plan.image_bytes, !args.no_loop)?;
     step(&format!("target: {}", target.description()))?;
@@ -169,8 +178,21 @@ pub fn run_log(args: &BenchLogArgs) -> Result<Report, BenchError> {
         |_| raw::sequential_write(&target, plan.raw_bytes, plan.raw_block),
         |r| r.mb_per_s,
     )?;
-    let mut report = Report::header(&plan, &target, raw);
+    step("one commit's cadence: buffered writes of flush.max_bytes, fdatasync after each")?;
+    let chunk = usize::try_from(plan.flush.max_bytes.0).unwrap_or(1 << 20);
+    let synced = repeat(
+        "synced write",
+        plan.runs,
+        |_| raw::synced_write(&target, plan.raw_bytes, chunk),
+        |r| r.mb_per_s,
+    )?;
+    let mut report = Report::header(&plan, &target, raw, synced);
     let runtime = runtime()?;
+    if args.main_only {
+        runtime.block_on(run_main(&plan, &target, &mut report))?;
+        report.finish();
+        return Ok(report);
+    }
     runtime.block_on(run_tern(&plan, &target, &mut report))?;
     #[cfg(feature = "sqlite")]
     {
@@ -219,6 +241,28 @@ async fn run_tern(
         plan.recovery_bytes >> 20
     ))?;
     report.recovery = Some(recovery::recovery(target, &dir, plan.recovery_bytes).await?);
+    remove(&dir)
+}
+
+/// The main 1 KiB workload alone (`--main-only`).
+async fn run_main(
+    plan: &Plan,
+    target: &device::Target,
+    report: &mut Report,
+) -> Result<(), BenchError> {
+    let dir = target.dir().join("log");
+    step(&format!(
+        "tern log append 1024 B, {} appenders × {} in flight",
+        plan.appenders,
+        Plan::INFLIGHT
+    ))?;
+    let spec = plan.append_spec(1024, 1, Plan::INFLIGHT);
+    let run = append_median(plan, target, &dir, &spec).await?;
+    report.append.push(figures::AppendFigures::new(
+        &spec,
+        &run,
+        report.raw.mb_per_s,
+    ));
     remove(&dir)
 }
 

@@ -1,5 +1,9 @@
-//! The anchor figure: sequential write bandwidth of the target's device, measured by writing a
-//! file with `O_DIRECT` in large aligned blocks and one `fdatasync` at the end.
+//! The anchor figures: sequential write bandwidth of the target's device, measured by writing a
+//! file with `O_DIRECT` in large aligned blocks and one `fdatasync` at the end; and the same
+//! device at a commit's cadence (`synced_write`): buffered writes of one commit's size into a
+//! preallocated file, each followed by its `fdatasync`, one at a time, as a partition's writer
+//! syncs. The second is the most a single partition's group commit can reach at that commit
+//! size with no CPU cost at all.
 //!
 //! It only writes its own scratch file and removes it afterwards; it never uses the log.
 
@@ -46,6 +50,68 @@ pub fn sequential_write(target: &Target, total: u64, block: usize) -> Result<Raw
         direct_io,
         device_bytes,
     })
+}
+
+/// What the device gives one partition's commits of `chunk` bytes: `total` bytes written into a
+/// file preallocated to `total` (as a segment is), each `chunk` followed by an fdatasync.
+pub fn synced_write(target: &Target, total: u64, chunk: usize) -> Result<SyncedRun, BenchError> {
+    let path = target.dir().join("raw-synced.bin");
+    target.drop_cache(&target.dir())?;
+    let buffer = vec![0xA5u8; chunk];
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(|source| io("open", &path, source))?;
+    preallocate(&file, total).map_err(|source| io("fallocate", &path, source))?;
+    let mut file = file;
+    let (mut written, mut syncs, mut sync_secs) = (0u64, 0u64, 0.0f64);
+    let started = Instant::now();
+    while written < total {
+        file.write_all(&buffer)
+            .map_err(|source| io("write", &path, source))?;
+        let sync_started = Instant::now();
+        file.sync_data()
+            .map_err(|source| io("fdatasync", &path, source))?;
+        sync_secs += sync_started.elapsed().as_secs_f64();
+        syncs += 1;
+        written += chunk as u64;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    std::fs::remove_file(&path).map_err(|source| io("remove", &path, source))?;
+    Ok(SyncedRun {
+        bytes: written,
+        chunk,
+        secs,
+        mb_per_s: written as f64 / secs / 1e6,
+        fdatasync_mean_us: sync_secs * 1e6 / syncs.max(1) as f64,
+    })
+}
+
+/// One `synced_write` run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SyncedRun {
+    pub bytes: u64,
+    /// Bytes per write and fdatasync.
+    pub chunk: usize,
+    pub secs: f64,
+    pub mb_per_s: f64,
+    pub fdatasync_mean_us: f64,
+}
+
+/// Preallocates `len` bytes as `fallocate(2)` mode 0 (tern's segments are preallocated so).
+fn preallocate(file: &std::fs::File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len =
+        libc::off_t::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: the descriptor is open for writing for the duration of the call.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Writes and fdatasyncs the file; whether O_DIRECT was used.
@@ -97,6 +163,13 @@ mod tests {
         assert_eq!(run.bytes, 4 << 20);
         assert!(run.mb_per_s.is_finite() && run.mb_per_s > 0.0, "{run:?}");
         assert!(!target.dir().join("raw-sequential.bin").exists());
+        let synced = synced_write(&target, 1 << 20, 256 << 10)?;
+        assert_eq!((synced.bytes, synced.chunk), (1 << 20, 256 << 10));
+        assert!(
+            synced.mb_per_s > 0.0 && synced.fdatasync_mean_us > 0.0,
+            "{synced:?}"
+        );
+        assert!(!target.dir().join("raw-synced.bin").exists());
         drop(target);
         std::fs::remove_dir_all(&parent).map_err(|source| io("rmdir", &parent, source))
     }

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::Plan;
 use super::device::{Counter, Target};
 use super::figures::{AppendFigures, FlashFigures, SqliteFigures};
-use super::raw::RawRun;
+use super::raw::{RawRun, SyncedRun};
 use super::read::ReadFigures;
 use super::recovery::RecoveryFigures;
 use crate::stats::ratio;
@@ -39,6 +39,9 @@ pub struct Report {
     /// Whether that window is the configuration's default (no `--commit-max-*` flag).
     pub commit_window_is_default: bool,
     pub raw: RawRun,
+    /// The device at one commit's cadence: `flush.max_bytes` written, then fdatasynced, one at
+    /// a time (the ceiling of one partition's group commit at that size, with no CPU cost).
+    pub synced: SyncedRun,
     /// tern's append workloads, 100 B then 1 KiB.
     pub append: Vec<AppendFigures>,
     pub read: Option<ReadFigures>,
@@ -48,7 +51,7 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn header(plan: &Plan, target: &Target, raw: RawRun) -> Self {
+    pub fn header(plan: &Plan, target: &Target, raw: RawRun, synced: SyncedRun) -> Self {
         let flush = &plan.flush;
         let (counter, counter_note) = match (target.counter(), target.fallback_reason()) {
             (Counter::Device { name }, _) => (
@@ -78,6 +81,7 @@ impl Report {
             commit_min_bytes: flush.min_bytes.0,
             commit_window_is_default: *flush == tern_log::FlushConfig::default(),
             raw,
+            synced,
             append: Vec::new(),
             read: None,
             recovery: None,
@@ -143,6 +147,16 @@ impl Report {
             raw.bytes >> 20,
             raw.mb_per_s
         );
+        let synced = &self.synced;
+        let _ = writeln!(
+            out,
+            "one commit's cadence ({} KiB buffered writes into a preallocated file, fdatasync \
+             after each, one at a time): {:.1} MB/s ({:.1}% of raw), fdatasync mean {:.0} µs",
+            synced.chunk >> 10,
+            synced.mb_per_s,
+            ratio(synced.mb_per_s, raw.mb_per_s) * 100.0,
+            synced.fdatasync_mean_us
+        );
     }
 
     fn write_append(&self, out: &mut String) {
@@ -164,7 +178,7 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "  {:>6} {:>5} {:>6} {:>10} {:>8} {:>7} {:>10} {:>12} {:>8} {:>8} {:>6}",
+            "  {:>6} {:>5} {:>6} {:>10} {:>8} {:>7} {:>10} {:>12} {:>8} {:>6} {:>6} {:>7} {:>8} {:>8} {:>6}",
             "record",
             "batch",
             "flight",
@@ -173,6 +187,10 @@ impl Report {
             "vs raw",
             "fsyncs/s",
             "bytes/fsync",
+            "fsync µs",
+            "busy",
+            "cores",
+            "CPU µs",
             "p50 µs",
             "p99 µs",
             "WA"
@@ -180,7 +198,7 @@ impl Report {
         for a in &self.append {
             let _ = writeln!(
                 out,
-                "  {:>5}B {:>5} {:>6} {:>10.0} {:>8.2} {:>6.1}% {:>10.0} {:>12.0} {:>8.0} {:>8.0} {:>6.3}",
+                "  {:>5}B {:>5} {:>6} {:>10.0} {:>8.2} {:>6.1}% {:>10.0} {:>12.0} {:>8.0} {:>5.0}% {:>6.2} {:>7.2} {:>8.0} {:>8.0} {:>6.3}",
                 a.record_size,
                 a.batch,
                 a.inflight,
@@ -189,6 +207,10 @@ impl Report {
                 a.ratio_to_raw * 100.0,
                 a.fdatasyncs_per_s,
                 a.payload_bytes_per_fsync,
+                a.fdatasync_mean_us,
+                a.fdatasync_busy * 100.0,
+                a.cpu_cores,
+                a.cpu_us_per_record,
                 a.latency_p50_us,
                 a.latency_p99_us,
                 a.write_amplification
@@ -213,6 +235,20 @@ impl Report {
                     raw_target * 100.0,
                     verdict(a.ratio_to_raw >= raw_target)
                 );
+                let _ = write!(
+                    out,
+                    "\n  where the {} B bound lies: {:.0}% of one commit's cadence ({:.1} MB/s \
+                     at {} KiB a sync); an fdatasync ran {:.0}% of the time (mean {:.0} µs); \
+                     the process kept {:.2} cores busy, {:.2} µs of CPU a record",
+                    a.record_size,
+                    ratio(a.mb_per_s, self.synced.mb_per_s) * 100.0,
+                    self.synced.mb_per_s,
+                    self.synced.chunk >> 10,
+                    a.fdatasync_busy * 100.0,
+                    a.fdatasync_mean_us,
+                    a.cpu_cores,
+                    a.cpu_us_per_record
+                );
             }
             let _ = writeln!(out);
         }
@@ -221,7 +257,8 @@ impl Report {
             "  (batch = records per append call; flight = appends each appender keeps \
              unacknowledged. The targets apply to the main workload, batch 1 × {} in flight: one \
              record per append as MQTT delivers them, within a QoS 1 window; flight 1 is the \
-             closed loop, each appender waiting for every ack)",
+             closed loop, each appender waiting for every ack; fsync µs = mean fdatasync time, busy = share of the run an fdatasync was running, \
+             cores and CPU µs = the bench process's CPU, appenders and log together)",
             Plan::INFLIGHT
         );
     }

@@ -62,6 +62,8 @@ pub fn append(
         device_bytes,
         latency: Latency::of(&mut latencies),
         fdatasyncs: None,
+        fdatasync_secs: None,
+        cpu_secs: None,
     })
 }
 

@@ -26,6 +26,13 @@ pub trait WriteFile: Send + Sync + Debug {
     fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<()>;
     /// fdatasync: everything written so far survives a power cut once this returns.
     fn sync_data(&self) -> io::Result<()>;
+    /// Asks the operating system to start writing `len` bytes from `pos` to the device now
+    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), without waiting and without any promise:
+    /// only a later [`WriteFile::sync_data`] makes them durable. A hint, so the default (and
+    /// any file that cannot) does nothing.
+    fn start_writeback(&self, _pos: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// Truncates or extends the file.
     fn set_len(&self, len: u64) -> io::Result<()>;
     fn len(&self) -> io::Result<u64>;
@@ -113,6 +120,22 @@ impl WriteFile for RealFile {
     }
     fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
+    }
+    fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let (Ok(pos), Ok(len)) = (libc::off64_t::try_from(pos), libc::off64_t::try_from(len))
+        else {
+            return Ok(());
+        };
+        // SAFETY: sync_file_range only reads the descriptor number, which `self.0` keeps open.
+        let rc = unsafe {
+            libc::sync_file_range(self.0.as_raw_fd(), pos, len, libc::SYNC_FILE_RANGE_WRITE)
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
