@@ -178,12 +178,14 @@ pub fn run_log(args: &BenchLogArgs) -> Result<Report, BenchError> {
         |_| raw::sequential_write(&target, plan.raw_bytes, plan.raw_block),
         |r| r.mb_per_s,
     )?;
-    step("one commit's cadence: buffered writes of flush.max_bytes, fdatasync after each")?;
+    step("pipelined commits without CPU: flush.max_bytes writes, one fdatasync at a time")?;
     let chunk = usize::try_from(plan.flush.max_bytes.0).unwrap_or(1 << 20);
+    let main = plan.append_spec(1024, 1, Plan::INFLIGHT);
+    let in_flight = (main.appenders * main.inflight * main.record_size) as u64;
     let synced = repeat(
         "synced write",
         plan.runs,
-        |_| raw::synced_write(&target, plan.raw_bytes, chunk),
+        |_| raw::synced_write(&target, plan.raw_bytes, chunk, in_flight),
         |r| r.mb_per_s,
     )?;
     let mut report = Report::header(&plan, &target, raw, synced);

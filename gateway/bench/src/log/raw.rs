@@ -1,9 +1,9 @@
 //! The anchor figures: sequential write bandwidth of the target's device, measured by writing a
 //! file with `O_DIRECT` in large aligned blocks and one `fdatasync` at the end; and the same
 //! device at a commit's cadence (`synced_write`): buffered writes of one commit's size into a
-//! preallocated file, each followed by its `fdatasync`, one at a time, as a partition's writer
-//! syncs. The second is the most a single partition's group commit can reach at that commit
-//! size with no CPU cost at all.
+//! preallocated file, pipelined as a partition's writer pipelines them (one fdatasync at a
+//! time, the next commit written meanwhile) with a workload's bytes in flight. The second is
+//! what one partition's group commit could reach on this device with no CPU cost at all.
 //!
 //! It only writes its own scratch file and removes it afterwards; it never uses the log.
 
@@ -52,9 +52,21 @@ pub fn sequential_write(target: &Target, total: u64, block: usize) -> Result<Raw
     })
 }
 
-/// What the device gives one partition's commits of `chunk` bytes: `total` bytes written into a
-/// file preallocated to `total` (as a segment is), each `chunk` followed by an fdatasync.
-pub fn synced_write(target: &Target, total: u64, chunk: usize) -> Result<SyncedRun, BenchError> {
+/// What the device gives one partition's group commit with no CPU cost: `total` bytes written
+/// in commits of `chunk` bytes into a file preallocated to `total` (as a segment is), pipelined
+/// as tern's writer pipelines them. One thread writes each commit (and starts its writeback,
+/// as tern does for large commits) while another runs one fdatasync at a time, each covering
+/// every commit written before it started; the writer stays at most `in_flight` bytes ahead of
+/// what is durable, as the appenders of a workload with that many bytes unacknowledged do.
+pub fn synced_write(
+    target: &Target,
+    total: u64,
+    chunk: usize,
+    in_flight: u64,
+) -> Result<SyncedRun, BenchError> {
+    use std::os::unix::fs::FileExt;
+    use std::sync::{Condvar, Mutex};
+
     let path = target.dir().join("raw-synced.bin");
     target.drop_cache(&target.dir())?;
     let buffer = vec![0xA5u8; chunk];
@@ -65,39 +77,127 @@ pub fn synced_write(target: &Target, total: u64, chunk: usize) -> Result<SyncedR
         .open(&path)
         .map_err(|source| io("open", &path, source))?;
     preallocate(&file, total).map_err(|source| io("fallocate", &path, source))?;
-    let mut file = file;
-    let (mut written, mut syncs, mut sync_secs) = (0u64, 0u64, 0.0f64);
+    let commits = total.div_ceil(chunk as u64);
+    let ahead = (in_flight / chunk as u64).max(1);
+    // Commits written, and commits durable.
+    let state = Mutex::new((0u64, 0u64));
+    let changed = Condvar::new();
     let started = Instant::now();
-    while written < total {
-        file.write_all(&buffer)
-            .map_err(|source| io("write", &path, source))?;
-        let sync_started = Instant::now();
-        file.sync_data()
-            .map_err(|source| io("fdatasync", &path, source))?;
-        sync_secs += sync_started.elapsed().as_secs_f64();
-        syncs += 1;
-        written += chunk as u64;
-    }
+    let (syncs, sync_secs, result) = std::thread::scope(|scope| {
+        let syncer = scope.spawn(|| -> (u64, f64, std::io::Result<()>) {
+            let (mut syncs, mut secs) = (0u64, 0.0f64);
+            loop {
+                let target_commits = {
+                    let mut st = state
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    while st.0 == st.1 && st.1 < commits {
+                        st = changed
+                            .wait(st)
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    }
+                    if st.1 >= commits {
+                        return (syncs, secs, Ok(()));
+                    }
+                    st.0
+                };
+                let sync_started = Instant::now();
+                if let Err(err) = file.sync_data() {
+                    let mut st = state
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    st.1 = commits;
+                    changed.notify_all();
+                    return (syncs, secs, Err(err));
+                }
+                secs += sync_started.elapsed().as_secs_f64();
+                syncs += 1;
+                let mut st = state
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                st.1 = target_commits;
+                changed.notify_all();
+            }
+        });
+        let mut written = Ok(());
+        for commit in 0..commits {
+            {
+                let mut st = state
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                while commit - st.1.min(commit) >= ahead && st.1 < commits {
+                    st = changed
+                        .wait(st)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+                if st.1 >= commits {
+                    break;
+                }
+            }
+            let pos = commit * chunk as u64;
+            if let Err(err) = file.write_all_at(&buffer, pos) {
+                written = Err(err);
+                break;
+            }
+            start_writeback(&file, pos, chunk as u64);
+            let mut st = state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st.0 = commit + 1;
+            changed.notify_all();
+        }
+        if written.is_err() {
+            let mut st = state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st.1 = commits;
+            changed.notify_all();
+        }
+        let (syncs, secs, synced) = syncer.join().unwrap_or((
+            0,
+            0.0,
+            Err(std::io::Error::other("the fdatasync thread panicked")),
+        ));
+        (syncs, secs, written.and(synced))
+    });
     let secs = started.elapsed().as_secs_f64();
+    result.map_err(|source| io("write and fdatasync", &path, source))?;
     std::fs::remove_file(&path).map_err(|source| io("remove", &path, source))?;
+    let bytes = commits * chunk as u64;
     Ok(SyncedRun {
-        bytes: written,
+        bytes,
         chunk,
+        in_flight: ahead * chunk as u64,
         secs,
-        mb_per_s: written as f64 / secs / 1e6,
+        mb_per_s: bytes as f64 / secs / 1e6,
         fdatasync_mean_us: sync_secs * 1e6 / syncs.max(1) as f64,
+        bytes_per_fdatasync: bytes as f64 / syncs.max(1) as f64,
     })
+}
+
+/// `sync_file_range(SYNC_FILE_RANGE_WRITE)`, as tern's writer calls it for large commits.
+fn start_writeback(file: &std::fs::File, pos: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(pos), Ok(len)) = (libc::off64_t::try_from(pos), libc::off64_t::try_from(len)) else {
+        return;
+    };
+    // SAFETY: sync_file_range only reads the descriptor number, which `file` keeps open.
+    let _ =
+        unsafe { libc::sync_file_range(file.as_raw_fd(), pos, len, libc::SYNC_FILE_RANGE_WRITE) };
 }
 
 /// One `synced_write` run.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SyncedRun {
     pub bytes: u64,
-    /// Bytes per write and fdatasync.
+    /// Bytes per commit (one write).
     pub chunk: usize,
+    /// How far the writer may run ahead of what is durable.
+    pub in_flight: u64,
     pub secs: f64,
     pub mb_per_s: f64,
     pub fdatasync_mean_us: f64,
+    pub bytes_per_fdatasync: f64,
 }
 
 /// Preallocates `len` bytes as `fallocate(2)` mode 0 (tern's segments are preallocated so).
@@ -163,8 +263,13 @@ mod tests {
         assert_eq!(run.bytes, 4 << 20);
         assert!(run.mb_per_s.is_finite() && run.mb_per_s > 0.0, "{run:?}");
         assert!(!target.dir().join("raw-sequential.bin").exists());
-        let synced = synced_write(&target, 1 << 20, 256 << 10)?;
+        let synced = synced_write(&target, 1 << 20, 256 << 10, 512 << 10)?;
         assert_eq!((synced.bytes, synced.chunk), (1 << 20, 256 << 10));
+        assert_eq!(synced.in_flight, 512 << 10);
+        assert!(
+            synced.bytes_per_fdatasync >= (256 << 10) as f64,
+            "{synced:?}"
+        );
         assert!(
             synced.mb_per_s > 0.0 && synced.fdatasync_mean_us > 0.0,
             "{synced:?}"
