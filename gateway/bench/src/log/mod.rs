@@ -215,28 +215,15 @@ async fn run_tern(
     let dir = target.dir().join("log");
     for record_size in Plan::RECORD_SIZES {
         for inflight in [1, Plan::INFLIGHT] {
-            step(&format!(
-                "tern log append {record_size} B, {} appenders × {inflight} in flight",
-                plan.appenders
-            ))?;
             let spec = plan.append_spec(record_size, 1, inflight);
-            let run = append_median(plan, target, &dir, &spec).await?;
-            let figures = figures::AppendFigures::new(&spec, &run, report.raw.mb_per_s);
-            report.append.push(figures);
+            append_row(plan, target, &dir, &spec, report).await?;
         }
     }
     step("tern log reads (sequential cold, random warm)")?;
     report.read = Some(read::reads(target, &dir, plan.read_samples).await?);
     remove(&dir)?;
-    step(&format!(
-        "tern log append 1024 B, {} appenders × {} records per append",
-        plan.appenders,
-        Plan::BATCH
-    ))?;
     let batched = plan.append_spec(1024, Plan::BATCH, 1);
-    let run = append_median(plan, target, &dir, &batched).await?;
-    let figures = figures::AppendFigures::new(&batched, &run, report.raw.mb_per_s);
-    report.append.push(figures);
+    append_row(plan, target, &dir, &batched, report).await?;
     remove(&dir)?;
     step(&format!(
         "tern log recovery after SIGKILL, {} MiB log",
@@ -253,19 +240,35 @@ async fn run_main(
     report: &mut Report,
 ) -> Result<(), BenchError> {
     let dir = target.dir().join("log");
-    step(&format!(
-        "tern log append 1024 B, {} appenders × {} in flight",
-        plan.appenders,
-        Plan::INFLIGHT
-    ))?;
     let spec = plan.append_spec(1024, 1, Plan::INFLIGHT);
-    let run = append_median(plan, target, &dir, &spec).await?;
-    report.append.push(figures::AppendFigures::new(
-        &spec,
-        &run,
-        report.raw.mb_per_s,
-    ));
+    append_row(plan, target, &dir, &spec, report).await?;
     remove(&dir)
+}
+
+/// One row of the append table: `spec`'s median run, announced as a step.
+async fn append_row(
+    plan: &Plan,
+    target: &device::Target,
+    dir: &std::path::Path,
+    spec: &AppendSpec,
+    report: &mut Report,
+) -> Result<(), BenchError> {
+    if spec.batch > 1 {
+        step(&format!(
+            "tern log append {} B, {} appenders × {} records per append",
+            spec.record_size, spec.appenders, spec.batch
+        ))?;
+    } else {
+        step(&format!(
+            "tern log append {} B, {} appenders × {} in flight",
+            spec.record_size, spec.appenders, spec.inflight
+        ))?;
+    }
+    let run = append_median(plan, target, dir, spec).await?;
+    report
+        .append
+        .push(figures::AppendFigures::new(spec, &run, report.raw.mb_per_s));
+    Ok(())
 }
 
 /// Runs the append workload `plan.runs` times and keeps the median run by records/s.
