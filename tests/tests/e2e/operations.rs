@@ -61,6 +61,16 @@ bytes = "16KiB"
 interval = "100ms"
 "#;
 
+/// Whether every publish received has been stored in the `mqtt` topic or refused.
+fn publishes_settled(gateway: &Gateway) -> anyhow::Result<bool> {
+    let count = |name, labels| -> anyhow::Result<u64> {
+        Ok(gateway.metric_sum(name, labels)?.unwrap_or(0))
+    };
+    let stored = count("tern_log_end_offset", "topic=\"mqtt\"")?;
+    let rejected = count("tern_mqtt_publishes_rejected_total", "")?;
+    Ok(stored + rejected == count("tern_mqtt_publishes_received_total", "")?)
+}
+
 #[test]
 fn a_full_partition_is_not_ready_names_its_cursor_and_recovers_when_the_cursor_is_deleted()
 -> anyhow::Result<()> {
@@ -95,6 +105,29 @@ fn a_full_partition_is_not_ready_names_its_cursor_and_recovers_when_the_cursor_i
         for _ in 0..20 {
             publisher.publish("plant/line-1", &payload, 0, 0, false)?;
         }
+        Ok(readyz(&gateway)?.0 == 503)
+    })?;
+    // A burst reaches the log as appends of several records: one of them may be refused while
+    // a single record still fits, and a publish still queued then makes the partition ready
+    // again. So let every publish be stored or refused, then fill with single records, each
+    // settled before the next, until one is refused: nothing smaller follows it.
+    wait_until(
+        Duration::from_secs(10),
+        "every burst publish stored or refused",
+        || publishes_settled(&gateway),
+    )?;
+    wait_until(Duration::from_secs(30), "a single record refused", || {
+        let rejected = gateway.metric_sum("tern_mqtt_publishes_rejected_total", "")?;
+        publisher.publish("plant/line-1", &payload, 0, 0, false)?;
+        wait_until(
+            Duration::from_secs(10),
+            "the publish stored or refused",
+            || publishes_settled(&gateway),
+        )?;
+        Ok(gateway.metric_sum("tern_mqtt_publishes_rejected_total", "")? > rejected)
+    })?;
+    // The health checker sees it at its next tick (`[health] interval`).
+    wait_until(Duration::from_secs(10), "not ready: partition full", || {
         Ok(readyz(&gateway)?.0 == 503)
     })?;
     let (_, body) = readyz(&gateway)?;
