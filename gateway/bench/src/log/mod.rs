@@ -141,6 +141,12 @@ impl Plan {
     /// window (inflight messages / MQTT 5 receive maximum).
     pub const INFLIGHT: usize = 32;
 
+    /// The main workload the targets apply to: 1 KiB records, one per append,
+    /// `Plan::INFLIGHT` appends in flight per appender.
+    pub fn main_spec(&self) -> AppendSpec {
+        self.append_spec(1024, 1, Self::INFLIGHT)
+    }
+
     /// tern's append workload for one record size, batch and in-flight window.
     pub fn append_spec(&self, record_size: usize, batch: usize, inflight: usize) -> AppendSpec {
         AppendSpec {
@@ -180,7 +186,7 @@ pub fn run_log(args: &BenchLogArgs) -> Result<Report, BenchError> {
     )?;
     step("pipelined commits without CPU: flush.max_bytes writes, one fdatasync at a time")?;
     let chunk = usize::try_from(plan.flush.max_bytes.0).unwrap_or(1 << 20);
-    let main = plan.append_spec(1024, 1, Plan::INFLIGHT);
+    let main = plan.main_spec();
     let in_flight = (main.appenders * main.inflight * main.record_size) as u64;
     let synced = repeat(
         "synced write",
@@ -240,8 +246,7 @@ async fn run_main(
     report: &mut Report,
 ) -> Result<(), BenchError> {
     let dir = target.dir().join("log");
-    let spec = plan.append_spec(1024, 1, Plan::INFLIGHT);
-    append_row(plan, target, &dir, &spec, report).await?;
+    append_row(plan, target, &dir, &plan.main_spec(), report).await?;
     remove(&dir)
 }
 

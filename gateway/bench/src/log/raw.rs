@@ -54,104 +54,79 @@ pub fn sequential_write(target: &Target, total: u64, block: usize) -> Result<Raw
 
 /// What the device gives one partition's group commit with no CPU cost: `total` bytes written
 /// in commits of `chunk` bytes into a file preallocated to `total` (as a segment is), pipelined
-/// as tern's writer pipelines them. One thread writes each commit (and starts its writeback,
-/// as tern does for large commits) while another runs one fdatasync at a time, each covering
-/// every commit written before it started; the writer stays at most `in_flight` bytes ahead of
-/// what is durable, as the appenders of a workload with that many bytes unacknowledged do.
+/// as tern's writer pipelines them and through the same file calls (`tern_log::RealFs`). One
+/// thread writes each commit and starts its writeback, as tern does for large commits; another
+/// runs one fdatasync at a time, each covering every commit written before it started. The
+/// writer stays at most `in_flight` bytes ahead of what is durable, as the appenders of a
+/// workload with that many bytes unacknowledged do.
 pub fn synced_write(
     target: &Target,
     total: u64,
     chunk: usize,
     in_flight: u64,
 ) -> Result<SyncedRun, BenchError> {
-    use std::os::unix::fs::FileExt;
-    use std::sync::{Condvar, Mutex};
+    use tern_log::Fs;
 
     let path = target.dir().join("raw-synced.bin");
     target.drop_cache(&target.dir())?;
     let buffer = vec![0xA5u8; chunk];
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .map_err(|source| io("open", &path, source))?;
-    preallocate(&file, total).map_err(|source| io("fallocate", &path, source))?;
+    let file = tern_log::RealFs
+        .create(&path)
+        .map_err(|source| io("create", &path, source))?;
+    file.preallocate(total)
+        .map_err(|source| io("fallocate", &path, source))?;
     let commits = total.div_ceil(chunk as u64);
     let ahead = (in_flight / chunk as u64).max(1);
-    // Commits written, and commits durable.
-    let state = Mutex::new((0u64, 0u64));
-    let changed = Condvar::new();
+    let pipeline = Pipeline::default();
     let started = Instant::now();
     let (syncs, sync_secs, result) = std::thread::scope(|scope| {
-        let syncer = scope.spawn(|| -> (u64, f64, std::io::Result<()>) {
+        let syncer = scope.spawn(|| {
             let (mut syncs, mut secs) = (0u64, 0.0f64);
             loop {
-                let target_commits = {
-                    let mut st = state
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    while st.0 == st.1 && st.1 < commits {
-                        st = changed
-                            .wait(st)
-                            .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    }
-                    if st.1 >= commits {
+                let covered = {
+                    let st =
+                        pipeline.wait_while(|st| st.written == st.durable && !st.done(commits));
+                    if st.done(commits) {
                         return (syncs, secs, Ok(()));
                     }
-                    st.0
+                    st.written
                 };
                 let sync_started = Instant::now();
-                if let Err(err) = file.sync_data() {
-                    let mut st = state
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    st.1 = commits;
-                    changed.notify_all();
-                    return (syncs, secs, Err(err));
-                }
+                let synced = file.sync_data();
                 secs += sync_started.elapsed().as_secs_f64();
                 syncs += 1;
-                let mut st = state
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                st.1 = target_commits;
-                changed.notify_all();
+                let failed = synced.is_err();
+                {
+                    let mut st = pipeline.lock();
+                    st.durable = if failed { st.durable } else { covered };
+                    st.stopped |= failed;
+                }
+                pipeline.changed.notify_all();
+                if let Err(err) = synced {
+                    return (syncs, secs, Err(err));
+                }
             }
         });
         let mut written = Ok(());
         for commit in 0..commits {
+            if pipeline
+                .wait_while(|st| commit - st.durable >= ahead && !st.stopped)
+                .stopped
             {
-                let mut st = state
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                while commit - st.1.min(commit) >= ahead && st.1 < commits {
-                    st = changed
-                        .wait(st)
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                }
-                if st.1 >= commits {
-                    break;
-                }
+                break;
             }
             let pos = commit * chunk as u64;
-            if let Err(err) = file.write_all_at(&buffer, pos) {
+            if let Err(err) = file.write_at(pos, &buffer) {
                 written = Err(err);
                 break;
             }
-            start_writeback(&file, pos, chunk as u64);
-            let mut st = state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            st.0 = commit + 1;
-            changed.notify_all();
+            let _ = file.start_writeback(pos, chunk as u64);
+            pipeline.lock().written = commit + 1;
+            pipeline.changed.notify_all();
         }
         if written.is_err() {
-            let mut st = state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            st.1 = commits;
-            changed.notify_all();
+            pipeline.lock().stopped = true;
+            pipeline.changed.notify_all();
         }
         let (syncs, secs, synced) = syncer.join().unwrap_or((
             0,
@@ -162,6 +137,7 @@ pub fn synced_write(
     });
     let secs = started.elapsed().as_secs_f64();
     result.map_err(|source| io("write and fdatasync", &path, source))?;
+    drop(file);
     std::fs::remove_file(&path).map_err(|source| io("remove", &path, source))?;
     let bytes = commits * chunk as u64;
     Ok(SyncedRun {
@@ -175,15 +151,44 @@ pub fn synced_write(
     })
 }
 
-/// `sync_file_range(SYNC_FILE_RANGE_WRITE)`, as tern's writer calls it for large commits.
-fn start_writeback(file: &std::fs::File, pos: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    let (Ok(pos), Ok(len)) = (libc::off64_t::try_from(pos), libc::off64_t::try_from(len)) else {
-        return;
-    };
-    // SAFETY: sync_file_range only reads the descriptor number, which `file` keeps open.
-    let _ =
-        unsafe { libc::sync_file_range(file.as_raw_fd(), pos, len, libc::SYNC_FILE_RANGE_WRITE) };
+/// `synced_write`'s two threads meet here: commits written, commits durable, and whether either
+/// thread stopped on an error.
+#[derive(Default)]
+struct Pipeline {
+    state: std::sync::Mutex<PipelineState>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct PipelineState {
+    written: u64,
+    durable: u64,
+    stopped: bool,
+}
+
+impl PipelineState {
+    /// Nothing is left for the fdatasync thread.
+    fn done(&self, commits: u64) -> bool {
+        self.stopped || self.durable >= commits
+    }
+}
+
+impl Pipeline {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PipelineState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The state once `blocked` no longer holds.
+    fn wait_while(
+        &self,
+        blocked: impl FnMut(&mut PipelineState) -> bool,
+    ) -> std::sync::MutexGuard<'_, PipelineState> {
+        self.changed
+            .wait_while(self.lock(), blocked)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// One `synced_write` run.
@@ -198,20 +203,6 @@ pub struct SyncedRun {
     pub mb_per_s: f64,
     pub fdatasync_mean_us: f64,
     pub bytes_per_fdatasync: f64,
-}
-
-/// Preallocates `len` bytes as `fallocate(2)` mode 0 (tern's segments are preallocated so).
-fn preallocate(file: &std::fs::File, len: u64) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let len =
-        libc::off_t::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
-    // SAFETY: the descriptor is open for writing for the duration of the call.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 /// Writes and fdatasyncs the file; whether O_DIRECT was used.

@@ -259,8 +259,9 @@ impl Report {
             "  (batch = records per append call; flight = appends each appender keeps \
              unacknowledged. The targets apply to the main workload, batch 1 × {} in flight: one \
              record per append as MQTT delivers them, within a QoS 1 window; flight 1 is the \
-             closed loop, each appender waiting for every ack; fsync µs = mean fdatasync time, busy = share of the run an fdatasync was running, \
-             cores and CPU µs = the bench process's CPU, appenders and log together)",
+             closed loop, each appender waiting for every ack; fsync µs = mean fdatasync time, \
+             busy = share of the run an fdatasync was running, cores and CPU µs = the bench \
+             process's CPU, appenders and log together)",
             Plan::INFLIGHT
         );
     }
