@@ -64,32 +64,27 @@ pub async fn handle<L: LogPort>(
     let plans = plan(ctx, conn, request, &body);
     let max_bytes = usize::try_from(body.max_bytes).unwrap_or(0);
     let min_bytes = usize::try_from(body.min_bytes).unwrap_or(0);
+    // Watched before the first read, so an append between the two is not missed.
+    let mut watches = subscribe(&ctx.log, &plans);
     let first = collect(ctx, &plans, max_bytes);
     let wait = Duration::from_millis(u64::try_from(body.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
     if first.bytes >= min_bytes || first.failed || wait.is_zero() {
         return Ok(Reply::Now(encode(ApiKey::Fetch, version, &first.response)?));
     }
-    let mut watches: Vec<watch::Receiver<u64>> = plans
-        .iter()
-        .flat_map(|plan| {
-            plan.partitions
-                .iter()
-                .filter_map(|w| w.target.ok())
-                .filter_map(|p| ctx.log.subscribe(&plan.topic, p).ok())
-        })
-        .collect();
     let log = ctx.log.clone();
     let mut shutdown = ctx.shutdown.clone();
     let answer = async move {
         let deadline = tokio::time::Instant::now() + wait;
-        let ctx_log = log;
         loop {
             let stop = tokio::select! {
                 () = any_changed(&mut watches) => false,
                 () = tokio::time::sleep_until(deadline) => true,
                 () = shutdown.wait() => true,
             };
-            let now = collect_from(&ctx_log, &plans, max_bytes);
+            // Subscribed again before reading: a partition deleted (and perhaps created again)
+            // meanwhile is watched anew, and no append after the read goes unseen.
+            watches = subscribe(&log, &plans);
+            let now = collect_from(&log, &plans, max_bytes);
             if stop || now.failed || now.bytes >= min_bytes {
                 return encode(ApiKey::Fetch, version, &now.response);
             }
@@ -226,15 +221,31 @@ fn to_i64(offset: u64) -> i64 {
     i64::try_from(offset).unwrap_or(i64::MAX)
 }
 
-/// Resolves when any of `watches` reports a new durable end (never, for none).
+/// The durable-end watch of every requested partition that exists now.
+fn subscribe<L: LogPort>(log: &L, plans: &[Plan]) -> Vec<watch::Receiver<u64>> {
+    plans
+        .iter()
+        .flat_map(|plan| {
+            plan.partitions
+                .iter()
+                .filter_map(|w| w.target.ok())
+                .filter_map(|p| log.subscribe(&plan.topic, p).ok())
+        })
+        // A watch closed already (its partition just deleted) would wake the wait at once.
+        .filter(|watch| watch.has_changed().is_ok())
+        .collect()
+}
+
+/// Resolves when any of `watches` reports a new durable end or is closed (its partition was
+/// deleted, or the log is closing): either way the answer must be looked at again. Never
+/// resolves for no watch. Each call polls fresh `changed` futures, and none is polled again
+/// once it has completed (tokio's futures abort the process when resumed after completion).
 async fn any_changed(watches: &mut [watch::Receiver<u64>]) {
     let mut changes: Vec<Pin<Box<_>>> = watches.iter_mut().map(|w| Box::pin(w.changed())).collect();
     poll_fn(|cx| {
         for change in &mut changes {
-            match change.as_mut().poll(cx) {
-                Poll::Ready(Ok(())) => return Poll::Ready(()),
-                // The partition is gone (the log is closing): wait for the others or the end.
-                Poll::Ready(Err(_)) | Poll::Pending => {}
+            if change.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
             }
         }
         Poll::Pending

@@ -299,3 +299,5 @@ pub(crate) mod test;
 mod test_acl;
 #[cfg(test)]
 mod test_admin;
+#[cfg(test)]
+mod test_long_poll;
