@@ -44,16 +44,49 @@ configure() {
   esac
 }
 
+# Holds tern's default loopback ports (MQTT 1883, admin 9090, Kafka 9092) where they are free,
+# as another broker on the machine would, until its standard input closes; prints "held" when
+# it listens. A test that depends on a default port being free fails under it.
+hold_default_ports() {
+  python3 -c '
+import socket, sys
+held = []
+for port in (1883, 9090, 9092):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        s.listen(1)
+        held.append(s)
+    except OSError:
+        pass
+print("held", flush=True)
+sys.stdin.read()
+'
+}
+
 # Runs the release binary under QEMU: `--version`, then `tern serve` on loopback ports the OS
-# picks, one QoS 1 publish with mosquitto_pub, SIGTERM (exit 0), and the record read back with
+# picks (every listener: while it runs, the default ports are held by another process), one
+# QoS 1 publish with mosquitto_pub, SIGTERM (exit 0), and the record read back with
 # `tern log dump`. Waits for the binary's own lines, never a fixed time.
 smoke() {
+  local held holder status=0
+  held=$(mktemp)
+  # The holder lives as long as this file descriptor stays open.
+  exec {holder}> >(hold_default_ports >"$held")
+  for _ in $(seq 100); do grep -q held "$held" 2>/dev/null && break; sleep 0.1; done
+  serve_one_publish "$@" || status=1
+  exec {holder}>&-
+  rm -f "$held"
+  return "$status"
+}
+
+serve_one_publish() {
   local runner=$1 binary=$2 dir log pid addr port line
   $runner "$binary" --version || return 1
   dir=$(mktemp -d)
   log="$dir/stderr"
   $runner "$binary" serve --data-dir "$dir/data" --mqtt-listen 127.0.0.1:0 \
-    --admin-listen 127.0.0.1:0 2>"$log" &
+    --admin-listen 127.0.0.1:0 --kafka-listen 127.0.0.1:0 2>"$log" &
   pid=$!
   for _ in $(seq 600); do
     grep -q ' ready' "$log" 2>/dev/null && break

@@ -23,6 +23,8 @@ packages=(
   python3
   # `tern-bench log` as root: mkfs.ext4 for the image, losetup and mount for the loop mount.
   e2fsprogs mount util-linux
+  # `ip`: the one test of the default ports brings up loopback in a network namespace of its own.
+  iproute2
   # A C compiler for the bundled SQLite of the bench's comparison (feature sqlite of tern-bench).
   gcc libc6-dev
   # The real Apache Kafka 4.x test cluster (tests/src/kafka.rs): Java 17 and Maven for its jars.

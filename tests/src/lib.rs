@@ -330,6 +330,27 @@ impl Gateway {
         Ok(gateway)
     }
 
+    /// [`Gateway::start_exact`] in a network namespace of its own (`unshare --net`, loopback
+    /// up; needs root, as the test command does): the default ports are tern's whatever else
+    /// on the machine holds them. Reach its listeners with [`in_netns_of`].
+    pub fn start_exact_isolated(cwd: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        let mut command = Command::new("unshare");
+        command
+            .args([
+                "--net",
+                "--",
+                "sh",
+                "-c",
+                "ip link set lo up && exec \"$0\" \"$@\"",
+            ])
+            .arg(tern_binary()?)
+            .args(args)
+            .current_dir(cwd);
+        let mut gateway = Self::spawn_command(command)?;
+        gateway.wait_ready(Duration::from_secs(30))?;
+        Ok(gateway)
+    }
+
     fn spawn_command(mut command: Command) -> anyhow::Result<Self> {
         command
             .env("RUST_LOG", "info")
@@ -630,6 +651,33 @@ pub fn free_port() -> anyhow::Result<SocketAddr> {
         }
     }
     bail!("no new free loopback port after 100 tries")
+}
+
+/// Runs `work` on a thread that has joined the network namespace of process `pid` (a gateway
+/// of [`Gateway::start_exact_isolated`]), so its sockets reach that namespace's loopback.
+pub fn in_netns_of<T: Send>(
+    pid: u32,
+    work: impl FnOnce() -> anyhow::Result<T> + Send,
+) -> anyhow::Result<T> {
+    use std::os::fd::AsRawFd;
+    let namespace = std::fs::File::open(format!("/proc/{pid}/ns/net"))
+        .with_context(|| format!("cannot open the network namespace of pid {pid}"))?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                // SAFETY: setns only reads the descriptor, which outlives the call; it moves
+                // this thread alone, which ends with the scope.
+                if unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    bail!(
+                        "cannot join the network namespace of pid {pid}: {}",
+                        std::io::Error::last_os_error()
+                    );
+                }
+                work()
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("the namespace thread panicked"))?
+    })
 }
 
 /// A minimal HTTP/1.1 GET: (status, body).

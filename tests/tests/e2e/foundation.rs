@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use tern_tests::{Gateway, ServeOptions, TempDir, run_tern, workspace_root};
+use tern_tests::{Gateway, ServeOptions, TempDir, http_get, in_netns_of, run_tern, workspace_root};
 
 #[test]
 fn serve_answers_healthz_and_metrics() -> anyhow::Result<()> {
@@ -27,14 +27,22 @@ fn serve_with_no_arguments_uses_the_embedded_defaults() -> anyhow::Result<()> {
     assert!(stdout.contains("127.0.0.1:9090"), "{stdout}");
 
     // Exactly `tern serve`: the default admin port answers and ./tern-data appears in the cwd.
-    // This is the only test that uses the default ports.
+    // This is the only test that uses the default ports, in a network namespace of its own:
+    // another broker on the machine may hold them (both cross suites once failed on that).
+    // Held here as another broker would hold them (where they are free), for the whole test.
+    let _held: Vec<std::net::TcpListener> = [1883, 9090, 9092]
+        .into_iter()
+        .filter_map(|port| std::net::TcpListener::bind(("127.0.0.1", port)).ok())
+        .collect();
     let cwd = TempDir::new("defaults")?;
-    let mut gateway = Gateway::start_exact(cwd.path(), &["serve"])?;
+    let mut gateway = Gateway::start_exact_isolated(cwd.path(), &["serve"])?;
     assert_eq!(gateway.admin.to_string(), "127.0.0.1:9090");
     assert_eq!(gateway.kafka.to_string(), "127.0.0.1:9092");
-    let (status, body) = gateway.admin_get("/healthz")?;
+    let admin = gateway.admin;
+    let pid = gateway.pid().expect("running");
+    let (status, body) = in_netns_of(pid, || http_get(admin, "/healthz"))?;
     assert_eq!((status, body.as_str()), (200, "ok\n"));
-    let (status, body) = gateway.admin_get("/metrics")?;
+    let (status, body) = in_netns_of(pid, || http_get(admin, "/metrics"))?;
     assert_eq!(status, 200);
     assert!(body.contains("tern_uptime_seconds"), "{body}");
     assert!(cwd.path().join("tern-data").join("LOCK").is_file());
