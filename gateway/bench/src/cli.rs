@@ -372,6 +372,10 @@ pub struct MqttBenchArgs {
     /// Unacknowledged QoS 1 publishes per connection in the deep run [default: 256; quick: 128].
     #[arg(long, value_name = "W")]
     pub deep_window: Option<usize>,
+    /// Messages of the closed-loop run (one publisher, one QoS 1 publish in flight), 0 for
+    /// none [default: 200; quick: 40].
+    #[arg(long, value_name = "M")]
+    pub closed_loop_messages: Option<usize>,
     /// A few seconds' run that checks the bench works (smaller defaults).
     #[arg(long)]
     pub quick: bool,
@@ -396,6 +400,9 @@ impl MqttBenchArgs {
             idle_clients: self.idle_clients.unwrap_or(base.idle_clients),
             deep_publishers: self.deep_publishers.unwrap_or(base.deep_publishers),
             deep_window: self.deep_window.unwrap_or(base.deep_window),
+            closed_loop_messages: self
+                .closed_loop_messages
+                .unwrap_or(base.closed_loop_messages),
         }
     }
 }

@@ -69,6 +69,11 @@ pub struct WearConfig {
     /// Longest commit window the controller may choose: an acknowledgement waits at most this
     /// plus one fdatasync.
     pub max_ack_delay: HumanDuration,
+    /// How much of the budget a closed-loop producer (one that sends its next append only once
+    /// the last is answered) may spend at once: its commits get no window, and cost a page
+    /// each, while this much of the budget's time is saved up. 0: such commits are windowed
+    /// like a trickle's.
+    pub closed_loop_burst: HumanDuration,
 }
 
 impl Default for WearConfig {
@@ -79,6 +84,7 @@ impl Default for WearConfig {
             write_cycles: 1000,
             lifetime: HumanDuration(std::time::Duration::from_secs(20 * 31_557_600)),
             max_ack_delay: HumanDuration(std::time::Duration::from_millis(140)),
+            closed_loop_burst: HumanDuration(std::time::Duration::from_secs(3600)),
         }
     }
 }

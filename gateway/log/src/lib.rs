@@ -23,6 +23,7 @@ mod inspect;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
 mod meta;
+mod pace;
 mod partition;
 mod port;
 mod recovery;

@@ -202,10 +202,22 @@ impl MetricsSource for LogMetrics {
                 "Device bytes a second the log's commits are projected to cost at this window.",
                 wear.projected_bytes_per_sec,
             ),
+            (
+                "tern_log_closed_loop_credit_bytes",
+                "Device bytes closed-loop producers may still spend on unwindowed commits.",
+                wear.credit_bytes,
+            ),
         ];
         for (name, help, value) in gauges {
             write_single(out, name, "gauge", help, format_args!("{value:.3}"));
         }
+        write_single(
+            out,
+            "tern_log_closed_loop_commits_total",
+            "counter",
+            "Commits that got no window because their producer waited for each answer.",
+            wear.closed_loop_commits,
+        );
         let parts = self.0.partition_stats();
         let families: [Family; 3] = [
             (

@@ -14,6 +14,13 @@
 //! answers the configured `flush.min_delay` (throughput first; `min_bytes` keeps such commits
 //! large).
 //!
+//! A closed-loop producer (`pace.rs`) gets no window at all: its commits cost a page each, so
+//! they are paid from a credit that fills at the budget's rate up to `closed_loop_burst` of it
+//! and that every commit spends (its data and a page). A trickle's commits spend about what
+//! fills it; once a closed-loop producer has spent the credit, its commits get the window of a
+//! trickle again until it fills. Over any span, device writes stay within the budget plus one
+//! burst.
+//!
 //! Pure bookkeeping under one mutex, on tokio's clock (the unit tests pause it); it never does
 //! I/O and never blocks.
 
@@ -49,6 +56,10 @@ pub struct WearStatus {
     pub window: Duration,
     /// Projected device bytes a second at that window.
     pub projected_bytes_per_sec: f64,
+    /// Device bytes closed-loop producers may still spend at once (the saved credit).
+    pub credit_bytes: f64,
+    /// Commits that got no window because their producer was closed-loop.
+    pub closed_loop_commits: u64,
 }
 
 #[derive(Debug)]
@@ -62,6 +73,10 @@ struct State {
     active: HashSet<u64>,
     partitions: usize,
     window: Duration,
+    /// Device bytes saved up for closed-loop commits, and when it was last filled.
+    credit: f64,
+    filled: Instant,
+    closed_loop_commits: u64,
 }
 
 /// The log's one controller, shared by every partition's writer.
@@ -71,6 +86,8 @@ pub struct WearController {
     budget: Option<f64>,
     min: Duration,
     max: Duration,
+    /// Most credit saved: `closed_loop_burst` of the budget.
+    credit_cap: f64,
     state: Mutex<State>,
 }
 
@@ -79,11 +96,16 @@ impl WearController {
         let min = flush.min_delay.0.min(flush.max_delay.0);
         let budget = flush.wear.enabled.then(|| flush.wear.bytes_per_sec());
         let max = flush.wear.max_ack_delay.0.max(min);
+        let credit_cap = budget.unwrap_or(0.0) * flush.wear.closed_loop_burst.0.as_secs_f64();
         let mut this = Self {
             budget,
             min,
             max,
+            credit_cap,
             state: Mutex::new(State {
+                credit: credit_cap,
+                filled: Instant::now(),
+                closed_loop_commits: 0,
                 since: Instant::now(),
                 bytes: 0,
                 buckets: VecDeque::with_capacity(RATE_BUCKETS),
@@ -114,25 +136,50 @@ impl WearController {
         self.roll(&mut st);
         st.bytes += bytes;
         st.active.insert(partition);
+        self.fill(&mut st);
+        st.credit -= bytes as f64 + PAGE_BYTES;
     }
 
-    /// The window a commit opening now gets, or `None` without a budget (the configured
-    /// `min_delay` then applies).
-    pub fn window(&self) -> Option<Duration> {
-        self.budget?;
+    /// The window a commit opening now gets, or `None` without a budget and a closed-loop
+    /// producer (the configured `min_delay` then applies). A closed-loop producer's commit
+    /// gets none (`Some(ZERO)`) while the credit lasts, and always without a budget.
+    pub fn window(&self, closed_loop: bool) -> Option<Duration> {
+        let Some(_) = self.budget else {
+            return closed_loop.then(|| {
+                self.lock().closed_loop_commits += 1;
+                Duration::ZERO
+            });
+        };
         let mut st = self.lock();
         self.roll(&mut st);
+        self.fill(&mut st);
+        if closed_loop && st.credit > 0.0 {
+            st.closed_loop_commits += 1;
+            return Some(Duration::ZERO);
+        }
         Some(st.window)
+    }
+
+    /// Adds the credit earned since it was last filled, up to the cap.
+    fn fill(&self, st: &mut State) {
+        let now = Instant::now();
+        let earned =
+            now.saturating_duration_since(st.filled).as_secs_f64() * self.budget.unwrap_or(0.0);
+        st.credit = (st.credit + earned).min(self.credit_cap);
+        st.filled = now;
     }
 
     pub fn status(&self) -> WearStatus {
         let mut st = self.lock();
         self.roll(&mut st);
+        self.fill(&mut st);
         WearStatus {
             budget_bytes_per_sec: self.budget.unwrap_or(0.0),
             arrival_bytes_per_sec: st.rate,
             window: st.window,
             projected_bytes_per_sec: projected(st.rate, st.partitions, st.window),
+            credit_bytes: st.credit.max(0.0),
+            closed_loop_commits: st.closed_loop_commits,
         }
     }
 
@@ -243,7 +290,7 @@ mod tests {
         );
         // 10 msg/s leaves more room: a shorter window.
         feed(&c, 10, 170, 20).await;
-        let slow = c.window().expect("a budget");
+        let slow = c.window(false).expect("a budget");
         assert!(slow < status.window, "{slow:?} !< {:?}", status.window);
         assert!(c.status().projected_bytes_per_sec <= budget * 1.001);
     }
@@ -253,10 +300,10 @@ mod tests {
         let c = controller(true);
         // 150 msg/s of 200 B: the budget wants a longer window than 140 ms allows.
         feed(&c, 150, 200, 20).await;
-        assert_eq!(c.window(), Some(Duration::from_millis(140)));
+        assert_eq!(c.window(false), Some(Duration::from_millis(140)));
         // Nothing arrives: the rate decays, the window shrinks, never below min_delay.
         tokio::time::advance(Duration::from_secs(60)).await;
-        let idle = c.window().expect("a budget");
+        let idle = c.window(false).expect("a budget");
         assert!(idle >= Duration::from_millis(10) && idle < Duration::from_millis(100));
     }
 
@@ -268,10 +315,14 @@ mod tests {
             c.committed(0, 1_000_000);
             tokio::time::advance(Duration::from_millis(10)).await;
         }
-        assert_eq!(c.window(), Some(Duration::from_millis(10)), "over budget");
+        assert_eq!(
+            c.window(false),
+            Some(Duration::from_millis(10)),
+            "over budget"
+        );
         feed(&c, 100, 150, 1).await;
         assert_eq!(
-            c.window(),
+            c.window(false),
             Some(Duration::from_millis(10)),
             "still remembered"
         );
@@ -288,17 +339,21 @@ mod tests {
     async fn a_rate_over_the_budget_gets_min_delay_and_partitions_share_the_budget() {
         let c = controller(true);
         feed(&c, 1000, 100, 10).await;
-        assert_eq!(c.window(), Some(Duration::from_millis(10)), "over budget");
+        assert_eq!(
+            c.window(false),
+            Some(Duration::from_millis(10)),
+            "over budget"
+        );
         let two = controller_up_to(Duration::from_secs(1));
         for _ in 0..200 {
             two.committed(1, 50);
             two.committed(2, 50);
             tokio::time::advance(Duration::from_millis(10)).await;
         }
-        let w2 = two.window().expect("on");
+        let w2 = two.window(false).expect("on");
         let one = controller_up_to(Duration::from_secs(1));
         feed(&one, 100, 100, 2).await;
-        let w1 = one.window().expect("on");
+        let w1 = one.window(false).expect("on");
         assert!(
             (w2.as_secs_f64() / w1.as_secs_f64() - 2.0).abs() < 0.1,
             "{w2:?} vs {w1:?}"
@@ -306,15 +361,63 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_closed_loop_producer_gets_no_window_while_the_credit_lasts() {
+        let mut flush = FlushConfig::default();
+        flush.wear.closed_loop_burst = HumanDuration(Duration::from_secs(10));
+        let c = WearController::new(&flush);
+        let budget = c.status().budget_bytes_per_sec;
+        assert!(
+            (c.status().credit_bytes - 10.0 * budget).abs() < 1.0,
+            "starts full"
+        );
+        // A closed-loop producer commits 100 B every 2 ms: 2 MB/s of device writes, 40x the
+        // budget, until the 10 s of credit is spent (after about a quarter of a second).
+        let mut unwindowed: u32 = 0;
+        while c.window(true).expect("a budget").is_zero() {
+            unwindowed += 1;
+            c.committed(0, 100);
+            tokio::time::advance(Duration::from_millis(2)).await;
+        }
+        // Each commit costs its data and a page, and 2 ms earn 2 ms of the budget back.
+        let expected = 10.0 * budget / (100.0 + PAGE_BYTES - 0.002 * budget);
+        assert!(
+            (f64::from(unwindowed) - expected).abs() <= 2.0,
+            "{unwindowed} unwindowed, expected {expected:.0}"
+        );
+        assert_eq!(c.status().closed_loop_commits, u64::from(unwindowed));
+        // Spent: its commits are windowed like a trickle's until the credit fills again.
+        assert!(!c.window(true).expect("a budget").is_zero());
+        assert!(!c.window(false).expect("a budget").is_zero(), "a trickle");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(c.window(true), Some(Duration::ZERO), "filled again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_credit_or_without_a_budget_a_closed_loop_producer_is_windowed_or_free() {
+        let mut flush = FlushConfig::default();
+        flush.wear.closed_loop_burst = HumanDuration(Duration::ZERO);
+        let none = WearController::new(&flush);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(
+            !none.window(true).expect("a budget").is_zero(),
+            "no burst allowed"
+        );
+        flush.wear.enabled = false;
+        let off = WearController::new(&flush);
+        assert_eq!(off.window(true), Some(Duration::ZERO));
+        assert_eq!(off.window(false), None, "min_delay applies");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn without_a_budget_the_configured_window_applies() {
         let c = controller(false);
         feed(&c, 100, 170, 5).await;
-        assert_eq!(c.window(), None);
+        assert_eq!(c.window(false), None);
         let mut flush = FlushConfig::default();
         flush.wear.max_ack_delay = HumanDuration(Duration::from_millis(1));
         // An acceptable delay below min_delay leaves min_delay.
         assert_eq!(
-            WearController::new(&flush).window(),
+            WearController::new(&flush).window(false),
             Some(Duration::from_millis(10))
         );
     }

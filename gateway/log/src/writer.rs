@@ -29,6 +29,7 @@ pub use super::commit::AppendRequest;
 use super::commit::{Step, Tip, Written};
 use super::config::{Durability, FlushConfig};
 use super::error::Result;
+use super::pace::Pace;
 use super::partition::Partition;
 pub use super::roll::create_segment;
 
@@ -53,6 +54,8 @@ struct Writer {
     syncing: Option<Syncing>,
     /// The reused encoding buffer.
     buf: Vec<u8>,
+    /// Whether the producers wait for each answer (`pace.rs`).
+    pace: Pace,
 }
 
 /// Runs the writer until every sender is dropped, then makes everything durable.
@@ -65,6 +68,7 @@ pub async fn run(part: Arc<Partition>, rx: mpsc::Receiver<AppendRequest>) {
         written: Vec::new(),
         syncing: None,
         buf: Vec::new(),
+        pace: Pace::default(),
     };
     writer.run().await;
 }
@@ -180,13 +184,20 @@ impl Writer {
     /// Collects the requests of one commit window (see the module doc for the rule).
     async fn gather(&mut self, first: AppendRequest) -> VecDeque<AppendRequest> {
         let shared = Arc::clone(&self.part.shared);
-        let window = Window::new(&shared.config.flush, self.periodic, shared.wear.window());
+        let held = self.pace.opens(self.syncing.is_none());
+        let window = Window::new(
+            &shared.config.flush,
+            self.periodic,
+            shared.wear.window(!held),
+        );
         let mut bytes = first.len;
         let mut requests = VecDeque::from([first]);
+        let mut last_arrival = Instant::now();
         while bytes < window.max_bytes {
             if let Ok(request) = self.rx.try_recv() {
                 bytes += request.len;
                 requests.push_back(request);
+                last_arrival = Instant::now();
                 continue;
             }
             let idle = self.syncing.is_none();
@@ -200,12 +211,14 @@ impl Writer {
                     Some(request) => {
                         bytes += request.len;
                         requests.push_back(request);
+                        last_arrival = Instant::now();
                     }
                     None => break,
                 },
                 () = tokio::time::sleep_until(window.wake(idle)) => {}
             }
         }
+        self.pace.closes(last_arrival);
         shared
             .wear
             .committed(Arc::as_ptr(&self.part) as usize as u64, bytes);
@@ -304,7 +317,10 @@ impl Writer {
             Err(self.part.failed_error(&reason))
         });
         match done {
-            Ok(()) => self.part.publish_written(syncing.batches),
+            Ok(()) => {
+                self.part.publish_written(syncing.batches);
+                self.pace.answered();
+            }
             Err(err) => {
                 let later = std::mem::take(&mut self.written);
                 for w in syncing.batches.into_iter().chain(later) {

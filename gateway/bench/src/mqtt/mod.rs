@@ -10,6 +10,7 @@
 //! It must never assert a target (it prints whether each is met) and never touch a process it did
 //! not start.
 
+mod closed_loop;
 pub(crate) mod load;
 mod report;
 pub(crate) mod servers;
@@ -44,6 +45,8 @@ pub struct BenchOptions {
     pub deep_publishers: usize,
     /// Unacknowledged QoS 1 publishes per connection in the deep run.
     pub deep_window: usize,
+    /// Messages of the closed-loop run (one publisher, one publish in flight; 0: none).
+    pub closed_loop_messages: usize,
 }
 
 impl BenchOptions {
@@ -60,6 +63,7 @@ impl BenchOptions {
             idle_clients: 1_000,
             deep_publishers: 64,
             deep_window: 256,
+            closed_loop_messages: 200,
         }
     }
 
@@ -72,6 +76,7 @@ impl BenchOptions {
             idle_clients: 100,
             deep_publishers: 8,
             deep_window: 128,
+            closed_loop_messages: 40,
             ..Self::full()
         }
     }
@@ -215,13 +220,19 @@ fn side_by_side(
         with_peak(&tern, tern_memory)?,
         with_peak(&mosquitto, mosquitto_memory)?,
     ];
+    let closed_loop = if options.closed_loop_messages > 0 && options.qos != Some(0) {
+        let windowed = Server::tern_with(&settings, closed_loop::WINDOWED)?;
+        let load = closed_loop::load(options.closed_loop_messages, options.size);
+        let servers = [&tern, &windowed, &mosquitto];
+        Some(runtime.block_on(closed_loop::measure(servers, load, options.repetitions))?)
+    } else {
+        None
+    };
     let settings = settings.iter().map(|line| format!("mqtt.{line}")).collect();
-    Ok(Report::side_by_side(
-        options,
-        [tern_figures, mosquitto_figures],
-        memory,
-        settings,
-    ))
+    let mut report =
+        Report::side_by_side(options, [tern_figures, mosquitto_figures], memory, settings);
+    report.closed_loop = closed_loop;
+    Ok(report)
 }
 
 /// One load run against a child broker, with the CPU time the broker spent on it.

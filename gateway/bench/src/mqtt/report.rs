@@ -179,6 +179,9 @@ pub struct Report {
     pub tern_memory: Option<Memory>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mosquitto_memory: Option<Memory>,
+    /// The closed-loop producer's run (`closed_loop.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closed_loop: Option<super::closed_loop::ClosedLoop>,
     pub targets: Vec<Target>,
 }
 
@@ -221,6 +224,7 @@ impl Report {
             ratio: None,
             tern_memory: None,
             mosquitto_memory: None,
+            closed_loop: None,
             targets: Vec::new(),
         }
     }
@@ -284,6 +288,7 @@ impl Report {
             ratio: Some(ratio),
             tern_memory: Some(tern_memory),
             mosquitto_memory: Some(mosquitto_memory),
+            closed_loop: None,
             targets,
         }
     }
@@ -325,6 +330,9 @@ impl std::fmt::Display for Report {
             columns.push(("mosquitto".to_owned(), m, self.mosquitto_memory));
         }
         f.write_str(&table(&columns, self.ratio.is_some()))?;
+        if let Some(closed_loop) = &self.closed_loop {
+            write!(f, "{closed_loop}")?;
+        }
         for t in &self.targets {
             writeln!(
                 f,

@@ -55,6 +55,10 @@ fn quick_bench_prints_every_figure_side_by_side() -> anyhow::Result<()> {
     assert!((ratio - tern / mosquitto).abs() < 1e-9 * ratio);
     figure(&report, "ratio.qos0_msgs_per_sec");
     figure(&report, "ratio.idle_rss");
+    for broker in ["tern", "tern_windowed", "mosquitto"] {
+        figure(&report, &format!("closed_loop.{broker}.msgs_per_sec"));
+        figure(&report, &format!("closed_loop.{broker}.p50_ms"));
+    }
     for broker in ["tern", "mosquitto"] {
         for name in ["idle_clients", "start_kib", "idle_kib", "peak_kib"] {
             figure(&report, &format!("{broker}_memory.{name}"));

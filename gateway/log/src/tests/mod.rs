@@ -2,6 +2,7 @@
 //! model-based round trips and lookups, retention, index rebuild, cursors, and power cuts.
 
 mod clock;
+mod closed_loop;
 mod crash;
 mod damage;
 mod model;
