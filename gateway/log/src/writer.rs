@@ -14,6 +14,9 @@
 //! previous one returns (one fdatasync at a time per partition, covering every batch written
 //! before it started); its appends are answered only after it returned.
 //!
+//! A closed-loop producer (its next append only once the last is answered, `pace.rs`) gains
+//! nothing from a window: its commits get none while the wear controller's credit lasts.
+//!
 //! Only this task writes the partition's files; readers see a commit only after it is durable
 //! (`sync`) or written (`periodic`).
 
