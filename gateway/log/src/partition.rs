@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
-use super::batch::{self, SEGMENT_HEADER_LEN, SegmentHeader};
+use super::batch::{self, SEGMENT_HEADER_LEN};
 use super::cache::FileCache;
 use super::clock::Timekeeper;
 use super::config::{LogConfig, OnFull, TopicSettings};
@@ -420,14 +420,16 @@ impl Partition {
             let Err(damage) = walked else { return };
             self.report(view, &damage);
             let resynced = match view {
-                View::Sealed { log, .. } => SegmentHeader::decode(log.bytes()).ok().and_then(|h| {
-                    segment::resync(
-                        log.bytes(),
-                        damage.position,
-                        h.generation,
-                        next_offset.get(),
-                    )
-                }),
+                View::Sealed { log, base, .. } => {
+                    segment::header(log.bytes(), *base).ok().and_then(|(h, _)| {
+                        segment::resync(
+                            log.bytes(),
+                            damage.position,
+                            h.generation,
+                            next_offset.get(),
+                        )
+                    })
+                }
                 View::Active { .. } => None,
             };
             match resynced.or_else(|| self.next_entry_after(view, damage.position)) {

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::batch::{self, SEGMENT_HEADER_LEN, SegmentHeader};
+use super::batch::{SEGMENT_HEADER_LEN, SegmentHeader};
 use super::config::TopicSettings;
 use super::error::{LogError, Result};
 use super::fs::{self, Fs};
@@ -72,10 +72,21 @@ pub fn open_partition(
     ))
 }
 
-/// Reads the header of a segment file, if it has a valid one.
-fn read_header(fs: &dyn Fs, path: &Path) -> Option<SegmentHeader> {
-    let file = fs.open_read(path).ok()?;
-    SegmentHeader::decode(file.bytes()).ok()
+/// The generation of a sealed segment's batches: its header's, or, when the header is damaged
+/// and its batches intact, theirs (`segment::header`, the rule every reader follows); 0 when
+/// neither can be read.
+fn sealed_generation(fs: &dyn Fs, path: &Path, base: u64) -> u32 {
+    let Ok(file) = fs.open_read(path) else {
+        return 0;
+    };
+    match segment::header(file.bytes(), base) {
+        Ok((header, None)) => header.generation,
+        Ok((header, Some(damage))) => {
+            tracing::error!(segment = %path.display(), reason = %damage.reason, generation = header.generation, "damaged header of a sealed segment, its batches intact: reads take the generation from them");
+            header.generation
+        }
+        Err(_) => 0,
+    }
 }
 
 /// Describes a sealed segment, rebuilding its indexes if they do not match it.
@@ -85,7 +96,7 @@ fn open_sealed(shared: &Shared, dir: &Path, base: u64, next: u64) -> Result<Seal
     let len = fs
         .file_len(&log)
         .map_err(|e| LogError::io("stat", &log, e))?;
-    let generation = read_header(fs, &log).map_or(0, |h| h.generation);
+    let generation = sealed_generation(fs, &log, base);
     let offsets = fs.read(&segment::index_path(dir, base)).ok();
     let times = fs.read(&segment::time_index_path(dir, base)).ok();
     let valid = |bytes: &Option<Vec<u8>>, time| {
@@ -216,7 +227,7 @@ fn open_active(
         move |e| LogError::io(op, path, e)
     };
     let mut mapped = mapped;
-    if let Some(header) = damaged_header_before_batches(mapped.bytes(), base) {
+    if let Ok((header, Some(_))) = segment::header(mapped.bytes(), base) {
         tracing::error!(segment = %path.display(), generation = header.generation, "damaged header of the active segment, its batches intact: header rewritten from them");
         file.write_at(0, &header.encode()).map_err(io("write"))?;
         mapped = fs
@@ -274,18 +285,4 @@ fn open_active(
         .timed_sync(|| fs.sync_dir(dir))
         .map_err(|e| LogError::io("fsync directory", dir, e))?;
     Ok(active)
-}
-
-/// The header a segment whose own header is damaged (bad magic or CRC) must have had, when a
-/// valid batch starts right after it at the file's base offset: damage, not a crash while the
-/// file was created (its header is synced before any batch is written), so the batches are kept.
-fn damaged_header_before_batches(bytes: &[u8], base: u64) -> Option<SegmentHeader> {
-    if SegmentHeader::decode(bytes).is_ok() {
-        return None;
-    }
-    let first = batch::check_batch(bytes.get(SEGMENT_HEADER_LEN..)?).ok()?;
-    (first.base_offset == base).then_some(SegmentHeader {
-        generation: first.generation,
-        base_offset: base,
-    })
 }

@@ -238,6 +238,8 @@ pub enum End {
 #[derive(Debug)]
 pub struct Scan {
     pub header: SegmentHeader,
+    /// The file's own header was damaged and `header` was taken from its batches.
+    pub header_damage: Option<Damage>,
     /// Bytes up to the end of the last valid batch.
     pub valid_len: u64,
     /// Offset after the last valid batch.
@@ -259,15 +261,45 @@ impl Scan {
     }
 }
 
+/// A segment's header as every reader takes it (recovery, the broker's reads, `tern log dump`
+/// and `verify`): the file's own when it is valid. When it is damaged (bad magic or CRC) and a
+/// valid batch starts right after it at the file's base offset, the header those batches imply,
+/// with the damage: the header is synced before any batch is written, so this is damage, not a
+/// crash while the file was created, and the batches are intact. `Err` when neither (a header
+/// of a newer format version is never taken for damage).
+pub fn header(bytes: &[u8], base: u64) -> Result<(SegmentHeader, Option<Damage>), Damage> {
+    let damage = match SegmentHeader::decode(bytes) {
+        Ok(header) => return Ok((header, None)),
+        Err(err @ batch::DecodeError::UnsupportedVersion { .. }) => {
+            return Err(Damage {
+                position: 0,
+                reason: format!("segment header: {err}"),
+            });
+        }
+        Err(err) => Damage {
+            position: 0,
+            reason: format!("segment header: {err}"),
+        },
+    };
+    let first = bytes
+        .get(SEGMENT_HEADER_LEN..)
+        .and_then(|b| batch::check_batch(b).ok())
+        .filter(|first| first.base_offset == base)
+        .ok_or_else(|| damage.clone())?;
+    let header = SegmentHeader {
+        generation: first.generation,
+        base_offset: base,
+    };
+    Ok((header, Some(damage)))
+}
+
 /// Validates a whole segment: header, then batches, each with the file's generation and the
 /// next dense offset. An invalid batch followed by a valid one (see [`resync`]) is damage, skipped
-/// and listed; the first invalid batch with no valid one after it ends the segment. `Err` when
-/// the file header itself is unusable.
+/// and listed; the first invalid batch with no valid one after it ends the segment. A damaged
+/// header whose batches are intact is taken from them ([`header`]) and noted in
+/// `header_damage`. `Err` when the file header is unusable.
 pub fn scan(bytes: &[u8], expected_base: u64, index_interval: u64) -> Result<Scan, Damage> {
-    let header = SegmentHeader::decode(bytes).map_err(|e| Damage {
-        position: 0,
-        reason: format!("segment header: {e}"),
-    })?;
+    let (header, header_damage) = header(bytes, expected_base)?;
     if header.base_offset != expected_base {
         return Err(Damage {
             position: 0,
@@ -279,6 +311,7 @@ pub fn scan(bytes: &[u8], expected_base: u64, index_interval: u64) -> Result<Sca
     }
     let mut scan = Scan {
         header,
+        header_damage,
         valid_len: SEGMENT_HEADER_LEN as u64,
         end_offset: expected_base,
         index: IndexBuilder::new(index_interval),

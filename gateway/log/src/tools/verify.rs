@@ -96,6 +96,18 @@ fn verify_partition(fs: &dyn Fs, log_dir: &Path, topic: &str, p: u32, report: &m
                 continue;
             }
         };
+        if let Some(damage) = &scan.header_damage {
+            let reason = format!(
+                "{}; its batches are intact and read with their generation {}",
+                damage.reason, scan.header.generation
+            );
+            if last {
+                let path = path.display();
+                report.note(&format!("{path}: {reason} (rewritten on next start)"));
+            } else {
+                report.damage(&path, damage.position, &reason);
+            }
+        }
         let lost: u64 = scan.skipped.iter().map(|s| s.lost.end - s.lost.start).sum();
         records += scan.end_offset - base - lost;
         expected = Some(scan.end_offset);
@@ -150,7 +162,7 @@ fn verify_indexes(
     report: &mut Report<'_>,
 ) {
     let mut starts = BTreeMap::new();
-    let generation = crate::batch::SegmentHeader::decode(log).map_or(0, |h| h.generation);
+    let generation = segment::header(log, base).map_or(0, |(h, _)| h.generation);
     let _ = segment::walk_all(
         log,
         SEGMENT_HEADER_LEN as u64,
