@@ -10,6 +10,7 @@
 //! of the `[[upstream]]` settings' fields).
 
 mod bandwidth;
+mod client;
 mod config;
 mod driver;
 mod error;
@@ -24,6 +25,9 @@ mod shared;
 mod supervisor;
 
 pub use bandwidth::BURST as BANDWIDTH_BURST;
+pub use client::frame as kafka_frame;
+pub use client::group::Commit;
+pub use client::{ClientError, SaslError};
 pub use config::{
     Codec, Mode, SaslMechanism, SaslSettings, SharedKey, TlsSettings, UpstreamConfig, ValueFormat,
 };
@@ -31,8 +35,6 @@ pub use driver::StatusMap;
 pub use error::UpstreamError;
 pub use follower::next_edge_offset;
 pub use group::GroupClient;
-pub use group::frame as kafka_frame;
-pub use group::wire::Commit;
 pub use kafka::KafkaUpstream;
 pub use metrics::UpstreamMetrics;
 pub use provenance::{Provenance, gateway_id, upstream_topic};
