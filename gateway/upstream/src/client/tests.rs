@@ -100,6 +100,41 @@ fn metadata_v8_never_creates_topics() -> Result<(), ClientError> {
 }
 
 #[test]
+fn create_topics_v2_carries_the_topic_configs() -> Result<(), ClientError> {
+    let request = metadata::create_topic_request("t", 2, 3, &[("retention.ms", "1")]);
+    let frame = encode_request(&request, 2, 7)?;
+    // topics [1]: "t", 2 partitions, replication 3, assignments [0], configs [1]:
+    // "retention.ms" = "1"; timeout 10000 ms, validate_only false.
+    let body: Vec<u8> = [
+        &[
+            0, 0, 0, 1, 0, 1, b't', 0, 0, 0, 2, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1,
+        ][..],
+        &[0, 12],
+        b"retention.ms",
+        &[0, 1, b'1'],
+        &[0, 0, 0x27, 0x10, 0],
+    ]
+    .concat();
+    let mut expected = header_v1(14 + body.len() as u8, 19, 2);
+    expected.extend_from_slice(&body);
+    assert_eq!(frame.as_ref(), expected);
+    Ok(())
+}
+
+#[test]
+fn init_producer_id_v0_asks_for_an_idempotent_producer() -> Result<(), ClientError> {
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000);
+    let frame = encode_request(&request, 0, 7)?;
+    // transactional_id null (length -1), transaction timeout 60000 ms.
+    let mut expected = header_v1(14 + 6, 22, 0);
+    expected.extend_from_slice(&[0xff, 0xff, 0, 0, 0xea, 0x60]);
+    assert_eq!(frame.as_ref(), expected);
+    Ok(())
+}
+
+#[test]
 fn an_api_versions_answer_decodes_and_a_foreign_correlation_id_is_refused() {
     // correlation 7, error 0, api_keys [1]: Produce 3..=11.
     let frame = Bytes::from_static(&[0, 0, 0, 7, 0, 0, 0, 0, 0, 1, 0, 0, 0, 3, 0, 11]);
