@@ -135,6 +135,47 @@ fn init_producer_id_v0_asks_for_an_idempotent_producer() -> Result<(), ClientErr
 }
 
 #[test]
+fn produce_v3_sends_one_batch_with_acks_all() -> Result<(), ClientError> {
+    let options = produce::ProduceOptions {
+        timeout: std::time::Duration::from_secs(30),
+        transactional_id: None,
+    };
+    let batch = Bytes::from_static(b"BATCH");
+    let frame = encode_request(&produce::produce_request("t", 0, batch, &options), 3, 7)?;
+    // transactional_id null, acks -1, timeout 30000 ms, topic_data [1]: "t", partitions [1]:
+    // index 0, records (int32 length 5) "BATCH".
+    let body: Vec<u8> = [
+        &[0xff, 0xff, 0xff, 0xff, 0, 0, 0x75, 0x30][..],
+        &[0, 0, 0, 1, 0, 1, b't', 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 5],
+        b"BATCH",
+    ]
+    .concat();
+    let mut expected = header_v1(14 + body.len() as u8, 0, 3);
+    expected.extend_from_slice(&body);
+    assert_eq!(frame.as_ref(), expected);
+    Ok(())
+}
+
+#[test]
+fn fetch_v4_asks_for_one_partition_from_an_offset() -> Result<(), ClientError> {
+    let frame = encode_request(&fetch::fetch_request("t", 0, 41), 4, 7)?;
+    // replica -1, max_wait 1000 ms, min_bytes 1, max_bytes 8 MiB, read uncommitted,
+    // topics [1]: "t", partitions [1]: 0, fetch offset 41, partition max bytes 8 MiB.
+    let body: Vec<u8> = [
+        &[
+            0xff, 0xff, 0xff, 0xff, 0, 0, 0x03, 0xe8, 0, 0, 0, 1, 0, 0x80, 0, 0, 0,
+        ][..],
+        &[0, 0, 0, 1, 0, 1, b't', 0, 0, 0, 1, 0, 0, 0, 0],
+        &[0, 0, 0, 0, 0, 0, 0, 41, 0, 0x80, 0, 0],
+    ]
+    .concat();
+    let mut expected = header_v1(14 + body.len() as u8, 1, 4);
+    expected.extend_from_slice(&body);
+    assert_eq!(frame.as_ref(), expected);
+    Ok(())
+}
+
+#[test]
 fn an_api_versions_answer_decodes_and_a_foreign_correlation_id_is_refused() {
     // correlation 7, error 0, api_keys [1]: Produce 3..=11.
     let frame = Bytes::from_static(&[0, 0, 0, 7, 0, 0, 0, 0, 0, 1, 0, 0, 0, 3, 0, 11]);
@@ -198,7 +239,7 @@ fn decode_all_versions<R: Api>(body: &[u8]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn response_decoders_never_panic(body in proptest::collection::vec(any::<u8>(), 0..256)) {
