@@ -2,9 +2,13 @@
 # Checks the workspace's shape, the facts docs/ARCHITECTURE.md states as invariants:
 #   - the shipped `tern` binary's crate graph (`cargo tree -e normal`) has no rusqlite and no
 #     tern-bench: no benchmark code is compiled into what is flashed onto a gateway;
-#   - only tern-mqtt depends on rumqttd, only tern-upstream on rskafka, and only tern-upstream and
-#     tern-kafka on kafka-protocol (among the gateway's crates; the tests crate drives them as
-#     reference clients);
+#   - only tern-mqtt depends on rumqttd, no gateway crate on rskafka (the tests crate keeps it as
+#     a reference client), and only tern-upstream and tern-kafka on kafka-protocol (among the
+#     gateway's crates; the tests crate drives them as reference clients);
+#   - inside tern-upstream only the client module (`src/client/`) opens connections
+#     (`TcpStream::connect`) or names kafka-protocol (tests decoding its batches aside), and
+#     tern-core's Kafka framing (`tern_core::frame`) is used only by the Kafka listener and the
+#     bench's proxy, never by tern-upstream;
 #   - the storage engine reaches files only through its `fs/` module (so the power-cut
 #     simulation covers every write); `datadir.rs`, the lock beside the log, is the one exception;
 #   - the gateway's crates form no import cycle (cargo refuses cycles between crates) and no
@@ -27,7 +31,7 @@ direct_users() {
     awk '{print $1}' | grep -v "^$1$" | grep '^tern' | sort -u || true
 }
 # dep:owner[,owner...]
-for pair in rumqttd:tern-mqtt rskafka:tern-upstream kafka-protocol:tern-upstream,tern-kafka; do
+for pair in rumqttd:tern-mqtt rskafka:tern-tests kafka-protocol:tern-upstream,tern-kafka; do
   dep=${pair%%:*}
   owners=${pair##*:}
   owner=${owners//,/ and }
@@ -39,6 +43,20 @@ for pair in rumqttd:tern-mqtt rskafka:tern-upstream kafka-protocol:tern-upstream
     fail=1
   fi
 done
+
+# tern-upstream's one Kafka client: connections and the codec only under src/client/.
+upstream_net=$(grep -rlE 'TcpStream::connect|kafka_protocol' gateway/upstream/src --include='*.rs' |
+  grep -vE '^gateway/upstream/src/(client/|.*test\.rs$)' || true)
+if [ -n "$upstream_net" ]; then
+  echo "layout: Kafka connections or kafka-protocol outside tern-upstream's client/: $upstream_net" >&2
+  fail=1
+fi
+core_frame=$(grep -rlE 'tern_core::frame' gateway --include='*.rs' |
+  grep -vE '^gateway/(kafka|core|bench)/' || true)
+if [ -n "$core_frame" ]; then
+  echo "layout: tern-core's Kafka framing used outside the listener and the bench: $core_frame" >&2
+  fail=1
+fi
 
 direct_io=$(grep -rlE 'std::fs|\bFile::|OpenOptions' gateway/log/src --include='*.rs' |
   grep -vE '^gateway/log/src/(fs/|datadir\.rs|tests/|.*test\.rs)' || true)

@@ -27,7 +27,7 @@ impl LevelHandle {
     }
 }
 
-/// Installs the stderr subscriber with `directives` (such as `"info"` or `"warn,rskafka=off"`)
+/// Installs the stderr subscriber with `directives` (such as `"info"` or `"warn,tern_upstream=debug"`)
 /// unless `RUST_LOG` is set, which wins.
 pub fn init(directives: &str) -> LevelHandle {
     let from_env = EnvFilter::try_from_default_env().ok();

@@ -1,5 +1,5 @@
 //! The `bandwidth` cap of one upstream: a token bucket held by its Kafka connection
-//! (`kafka.rs`), so all of its forwarders share it, charged with the bytes of every produce
+//! (`kafka/`), so all of its forwarders share it, charged with the bytes of every produce
 //! request before it is sent. It holds up to one second's
 //! worth of bytes (the burst), and the forwarders read batches no larger than that, so the link
 //! never sees more than the cap plus one burst in any window. It only delays callers; it never

@@ -16,7 +16,7 @@ use crate::error::UpstreamError;
 use crate::provenance::Provenance;
 
 /// The wait between attempts while Kafka cannot be reached at all: every partition's session
-/// tries again after it, and the cluster handle (`kafka.rs`) lets at most one connect per
+/// tries again after it, and the cluster handle (`kafka/`) lets at most one connect per
 /// interval out for the whole upstream, so probing a link that is down stays cheap and a
 /// session resumes within about this long of the link's return.
 pub const PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);

@@ -3,17 +3,23 @@
 //! that meet a failure build the variant that names it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tern_log::LogError;
 
-use crate::group::GroupError;
+use crate::client::ClientError;
 
 /// Why forwarding stopped or could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UpstreamError {
-    #[error("cannot connect to Kafka at {bootstrap}: {message}")]
-    Connect { bootstrap: String, message: String },
+    #[error("cannot connect to Kafka at {bootstrap}: {source}")]
+    Connect {
+        bootstrap: String,
+        /// Shared: a connect that failed is answered again for a short while without trying.
+        #[source]
+        source: Arc<ClientError>,
+    },
     #[error("Kafka {op} on {topic}: {message}")]
     Kafka {
         op: &'static str,
@@ -28,18 +34,24 @@ pub enum UpstreamError {
         topic: String,
         message: String,
     },
-    /// The idempotent producer (mirror mode) failed: a broker's refusal or a lost connection.
+    /// A request to the cluster failed: a broker's refusal, or a lost connection
+    /// ([`ClientError::is_unreachable`]).
     #[error("Kafka {op} on {topic}: {source}")]
-    Produce {
+    Client {
         op: &'static str,
         topic: String,
-        source: GroupError,
+        #[source]
+        source: ClientError,
     },
     #[error(
-        "upstream topic {topic} is missing and cannot be created ({reason}); create it with as \
+        "upstream topic {topic} is missing and cannot be created ({source}); create it with as \
          many partitions as the edge topic"
     )]
-    MissingTopic { topic: String, reason: String },
+    MissingTopic {
+        topic: String,
+        #[source]
+        source: ClientError,
+    },
     #[error(
         "upstream {topic}/{partition}: the record at offset {offset} was not mirrored from this \
          edge partition (no matching tern-topic/tern-partition/tern-offset headers)"
@@ -74,7 +86,8 @@ pub enum UpstreamError {
     Group {
         op: &'static str,
         group: String,
-        source: GroupError,
+        #[source]
+        source: ClientError,
     },
     #[error("upstream TLS: CA file {path}: {message}")]
     Tls { path: PathBuf, message: String },
@@ -86,7 +99,7 @@ impl UpstreamError {
     pub fn is_unreachable(&self) -> bool {
         match self {
             Self::Connect { .. } | Self::Unreachable { .. } => true,
-            Self::Group { source, .. } | Self::Produce { source, .. } => source.is_unreachable(),
+            Self::Group { source, .. } | Self::Client { source, .. } => source.is_unreachable(),
             _ => false,
         }
     }

@@ -1,7 +1,7 @@
 //! The seam between forwarding and the Kafka client: [`Cluster`] (topics and partition handles
 //! of one upstream) and [`Follower`] (one upstream partition: its offsets, the headers of a
 //! record, produce), the few operations the forwarders need, so their catch-up, settle and resume
-//! run against a fake in unit tests and against rskafka (`kafka.rs`) in the gateway. It also
+//! run against a fake in unit tests and against the Kafka client (`kafka/`) in the gateway. It also
 //! asks the catch-up question through them ([`next_edge_offset`]). It never retries, and never
 //! names the Kafka client.
 

@@ -1,15 +1,17 @@
 //! Forwarding the edge log upstream to the datacenter's Kafka. Mirror mode: every edge
 //! partition has a follower partition upstream that catches up exactly once, in order, after
 //! every outage (`mirror.rs` has the protocol). Shared mode: many gateways write into one topic
-//! per edge topic, at least once, with progress in a consumer group (`shared/`, `group/`). Both
-//! run their partition sessions through `driver.rs`, started by `supervisor.rs`. Only `kafka.rs`
-//! imports the Kafka client, behind the `follower.rs` traits, and only `group/` speaks Kafka's
-//! group-offset requests itself; nothing here appends to the edge log or answers devices.
+//! per edge topic, at least once, with progress in a consumer group (`shared/`, `group.rs`). Both
+//! run their partition sessions through `driver.rs`, started by `supervisor.rs`. Kafka is spoken
+//! by one client, `client/` (on kafka-protocol), the only module that opens Kafka connections;
+//! `kafka/` puts it behind the `follower.rs` traits and `group.rs` keeps shared mode's
+//! coordinator connection. Nothing here appends to the edge log or answers devices.
 //!
 //! This file only declares the modules and re-exports what other crates use (and the types
 //! of the `[[upstream]]` settings' fields).
 
 mod bandwidth;
+mod client;
 mod config;
 mod driver;
 mod error;
@@ -24,6 +26,9 @@ mod shared;
 mod supervisor;
 
 pub use bandwidth::BURST as BANDWIDTH_BURST;
+pub use client::frame as kafka_frame;
+pub use client::group::Commit;
+pub use client::{ClientError, SaslError};
 pub use config::{
     Codec, Mode, SaslMechanism, SaslSettings, SharedKey, TlsSettings, UpstreamConfig, ValueFormat,
 };
@@ -31,8 +36,6 @@ pub use driver::StatusMap;
 pub use error::UpstreamError;
 pub use follower::next_edge_offset;
 pub use group::GroupClient;
-pub use group::frame as kafka_frame;
-pub use group::wire::Commit;
 pub use kafka::KafkaUpstream;
 pub use metrics::UpstreamMetrics;
 pub use provenance::{Provenance, gateway_id, upstream_topic};

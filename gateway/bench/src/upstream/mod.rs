@@ -112,8 +112,8 @@ impl UpstreamBenchOptions {
 /// Runs the bench described by `options` and returns every figure.
 pub fn run(options: &UpstreamBenchOptions) -> Result<Report, BenchError> {
     options.validate()?;
-    // The forwarder's warnings, but not rskafka's errors while the bench waits for new topics.
-    tern_core::logging::init("warn,rskafka=off");
+    // The forwarder's warnings.
+    tern_core::logging::init("warn");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

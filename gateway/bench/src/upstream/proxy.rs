@@ -1,9 +1,10 @@
 //! A loopback TCP proxy between a Kafka client and a cluster that counts the bytes in each
 //! direction, for the bench's bytes-on-the-wire figure. A Kafka client connects to the brokers
 //! that Metadata responses advertise, not to its bootstrap address, so the proxy reads the
-//! request/response framing and rewrites the broker list of every Metadata response (versions
-//! 0-8; both decoded by tern-upstream's `kafka_frame`) to point at one proxy listener per broker, started on first sight. Counts are taken on
-//! the bytes as Kafka sent or received them, before any rewrite.
+//! request/response framing (tern-core's size-prefixed frames) and rewrites the broker list of
+//! every Metadata response (versions 0-8, the ones tern's client sends; decoded by
+//! tern-upstream's `kafka_frame`) to point at one proxy listener per broker, started on first
+//! sight. Counts are taken on the bytes as Kafka sent or received them, before any rewrite.
 //!
 //! It never changes any other byte, never listens beyond 127.0.0.1, and stops every task it
 //! started when it is dropped.
@@ -18,9 +19,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
 use crate::BenchError;
-use tern_upstream::kafka_frame::{
-    self, API_METADATA, FrameError, MetadataResponse, RequestHeader, WireError,
-};
+use tern_core::frame::{self as framing, FrameError};
+use tern_upstream::kafka_frame::{self, API_METADATA, MetadataResponse, RequestHeader, WireError};
 
 /// Largest frame accepted in either direction.
 const MAX_FRAME: usize = 256 * 1024 * 1024;
@@ -225,7 +225,7 @@ fn rewrite(frame: &[u8], version: i16, shared: &Arc<Shared>) -> std::io::Result<
 
 /// One length-prefixed frame (without its length); `None` at a clean end of stream.
 async fn read_frame(from: &mut OwnedReadHalf) -> std::io::Result<Option<Vec<u8>>> {
-    kafka_frame::read_frame(from, MAX_FRAME)
+    framing::read_frame(from, MAX_FRAME)
         .await
         .map_err(|err| match err {
             FrameError::Io(err) => err,
@@ -234,5 +234,5 @@ async fn read_frame(from: &mut OwnedReadHalf) -> std::io::Result<Option<Vec<u8>>
 }
 
 async fn write_frame(to: &mut OwnedWriteHalf, frame: &[u8]) -> std::io::Result<()> {
-    kafka_frame::write_frame(to, &[frame]).await
+    framing::write_frame(to, &[frame]).await
 }

@@ -1,8 +1,15 @@
-//! Unit tests of `kafka.rs`: TLS settings and the upstream copy of an edge record.
+//! Unit tests of `kafka/`: TLS settings, the upstream copy of an edge record, and batches.
+
+use std::collections::BTreeMap;
 
 use kafka_protocol::records::RecordBatchDecoder;
+use tern_log::StoredRecord;
 
+use super::record::*;
 use super::*;
+use crate::client::produce::{self, OutRecord, SEQUENCE_WRAP};
+use crate::config::{Codec, ValueFormat};
+use crate::provenance::{H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC, Provenance};
 
 #[test]
 fn a_ca_file_without_certificates_is_a_clear_error() -> std::io::Result<()> {
@@ -42,8 +49,8 @@ fn upstream_records_carry_edge_fields_and_tern_headers() {
     };
     let record = upstream_record(&edge, &source, ValueFormat::Raw);
     assert_eq!(record.key.as_deref(), Some(&b"k"[..]));
-    assert_eq!(record.value.as_deref(), Some(&b"v"[..]));
-    assert_eq!(record.timestamp.timestamp_millis(), 1_700_000_000_123);
+    assert_eq!(record.value, b"v");
+    assert_eq!(record.timestamp_ms, 1_700_000_000_123);
     let header = |name: &str| record.headers.get(name).map(Vec::as_slice);
     assert_eq!(header("unit"), Some(&b"C"[..]));
     assert_eq!(header(H_OFFSET), Some(&b"42"[..]));
@@ -82,8 +89,7 @@ fn readings_can_be_forwarded_as_json_and_undecodable_values_stay_raw() {
         },
     };
     let record = upstream_record(&edge(encoded), &source, ValueFormat::ReadingJson);
-    let json: serde_json::Value =
-        serde_json::from_slice(record.value.as_deref().unwrap_or_default()).expect("JSON");
+    let json: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
     assert_eq!(json["device_id"], 7);
     assert_eq!(json["sequence"], 3);
     assert!(!record.headers.contains_key(H_DECODE_ERROR));
@@ -93,7 +99,7 @@ fn readings_can_be_forwarded_as_json_and_undecodable_values_stay_raw() {
         &source,
         ValueFormat::ReadingJson,
     );
-    assert_eq!(record.value.as_deref(), Some(&b"not a reading"[..]));
+    assert_eq!(record.value, b"not a reading");
     let reason = record
         .headers
         .get(H_DECODE_ERROR)
@@ -125,21 +131,18 @@ fn produced_bytes_count_key_value_every_header_and_framing() {
 
 #[test]
 fn batches_are_split_in_order_under_the_byte_limit() {
-    let record = |len: usize| Record {
+    let record = |len: usize| OutRecord {
         key: None,
-        value: Some(vec![b'x'; len]),
+        value: vec![b'x'; len],
         headers: BTreeMap::new(),
-        timestamp: DateTime::<Utc>::default(),
+        timestamp_ms: 0,
     };
     // 86 + 14 = 100 bytes each; a limit of 250 holds two; a record above it travels alone.
     let records = vec![record(86), record(86), record(86), record(486), record(86)];
     let sizes: Vec<(Vec<usize>, u64)> = split(records, 250)
         .into_iter()
         .map(|(batch, bytes)| {
-            let lens = batch
-                .iter()
-                .map(|r| r.value.as_ref().map_or(0, Vec::len))
-                .collect();
+            let lens = batch.iter().map(|r| r.value.len()).collect();
             (lens, bytes)
         })
         .collect();
@@ -154,12 +157,12 @@ fn batches_are_split_in_order_under_the_byte_limit() {
     );
 }
 
-fn record_of(bytes: usize) -> Record {
-    Record {
+fn record_of(bytes: usize) -> OutRecord {
+    OutRecord {
         key: None,
-        value: Some(vec![b'x'; bytes]),
+        value: vec![b'x'; bytes],
         headers: BTreeMap::new(),
-        timestamp: DateTime::<Utc>::from_timestamp_millis(0).unwrap_or_default(),
+        timestamp_ms: 0,
     }
 }
 
@@ -167,16 +170,16 @@ fn record_of(bytes: usize) -> Record {
 fn idempotent_batches_hold_consecutive_sequences_only() {
     let size = produced_bytes(&record_of(10));
     // A gap in edge offsets and the sequence wrap both start a new request.
-    let wrap = producer::SEQUENCE_WRAP;
+    let wrap = SEQUENCE_WRAP;
     let offsets = [5, 6, 7, 9, 10, wrap - 1, wrap, wrap + 1];
-    let records: Vec<Record> = offsets.iter().map(|_| record_of(10)).collect();
+    let records: Vec<OutRecord> = offsets.iter().map(|_| record_of(10)).collect();
     let lengths: Vec<usize> = split_idempotent(records, &offsets, 100 * size)
         .iter()
         .map(|(batch, _)| batch.len())
         .collect();
     assert_eq!(lengths, [3, 2, 1, 2]);
     // And the byte limit still applies.
-    let records: Vec<Record> = (0..5).map(|_| record_of(10)).collect();
+    let records: Vec<OutRecord> = (0..5).map(|_| record_of(10)).collect();
     let lengths: Vec<usize> = split_idempotent(records, &[0, 1, 2, 3, 4], 2 * size)
         .iter()
         .map(|(batch, _)| batch.len())
@@ -187,12 +190,12 @@ fn idempotent_batches_hold_consecutive_sequences_only() {
 #[test]
 fn an_idempotent_batch_carries_the_producer_and_the_edge_offsets_as_sequences()
 -> Result<(), Box<dyn std::error::Error>> {
-    let identity = producer::Identity {
+    let identity = crate::producer::Identity {
         cluster_id: "c".into(),
         producer_id: 4711,
         epoch: 2,
     };
-    let mut records: Vec<OutRecord> = (0..3).map(|_| out_record(record_of(10))).collect();
+    let mut records: Vec<OutRecord> = (0..3).map(|_| record_of(10)).collect();
     records[1]
         .headers
         .insert("tern-offset".into(), b"7985".to_vec());
@@ -203,7 +206,7 @@ fn an_idempotent_batch_carries_the_producer_and_the_edge_offsets_as_sequences()
         Codec::Snappy,
         Codec::Zstd,
     ] {
-        let encoded = producer::encode_batch(&identity, 7984, records.clone(), codec)?;
+        let encoded = produce::encode_batch(identity.stamp(), 7984, records.clone(), codec)?;
         let info = RecordBatchDecoder::decode_batch_info(&mut encoded.clone())?;
         assert_eq!(info.len(), 1, "one batch per request");
         let mut encoded = encoded;

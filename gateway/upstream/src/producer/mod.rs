@@ -1,77 +1,53 @@
 //! Mirror mode's idempotent producer: Kafka's own duplicate detection for a resent batch.
-//! rskafka sends every batch with producer id -1, so a batch that a leader held uncommitted
-//! (waiting for a dead follower to leave the ISR) while tern reconnected and sent it again was
-//! stored twice. Here every batch carries a producer id and epoch from InitProducerId, kept on
-//! disk per cluster (`state.rs`) so a restarted gateway keeps them, and base sequence = the
-//! first record's edge offset (mod 2^31, Kafka's wrap): a resend of the same edge records is
-//! the same sequence, which the leader answers as a duplicate instead of appending it. The
-//! requests (Metadata v7, InitProducerId v1, Produce v7, all from Kafka 2.1 to 4.x) are encoded
-//! and decoded by the `kafka-protocol` crate's codec and sent over `group/conn.rs`'s connection
-//! (TLS, SASL). It never retries: an error ends the session, and the catch-up decides again.
+//! A plain producer sends every batch with producer id -1, so a batch that a leader held
+//! uncommitted (waiting for a dead follower to leave the ISR) while tern reconnected and sent it
+//! again was stored twice. Here every batch carries a producer id and epoch from InitProducerId,
+//! kept on disk per cluster (`state.rs`) so a restarted gateway keeps them, and base sequence =
+//! the first record's edge offset (mod 2^31, Kafka's wrap): a resend of the same edge records is
+//! the same sequence, which the leader answers as a duplicate instead of appending it. It owns
+//! the identity only: the requests go through the client module (`client/produce.rs`,
+//! `client/metadata.rs`), and it never opens a connection itself nor retries: an error ends the
+//! session, and the catch-up decides again.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
-use kafka_protocol::messages::init_producer_id_response::InitProducerIdResponse;
-use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
-use kafka_protocol::messages::metadata_response::MetadataResponse;
-use kafka_protocol::messages::produce_request::{
-    PartitionProduceData, ProduceRequest, TopicProduceData,
-};
-use kafka_protocol::messages::produce_response::ProduceResponse;
-use kafka_protocol::messages::{ApiKey, RequestHeader, TopicName};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use tokio::sync::Mutex;
 
-use crate::config::{Codec, SaslSettings};
-use crate::group::GroupError;
-use crate::group::conn::{CLIENT_ID, Connection};
+use crate::client::produce::{self, NO_PRODUCER_ID, Stamp};
+use crate::client::{ClientError, Connection, metadata};
 
 pub mod state;
 
 pub use state::Identity;
 
-/// Request versions: the newest non-flexible ones every broker from 2.1 to 4.x accepts.
-const METADATA: (i16, i16) = (ApiKey::Metadata as i16, 7);
-const INIT_PRODUCER_ID: (i16, i16) = (ApiKey::InitProducerId as i16, 1);
-const PRODUCE: (i16, i16) = (ApiKey::Produce as i16, 7);
-
-/// How long the leader may hold an acks=all produce before answering (Kafka's
-/// `request.timeout.ms` default); the connection waits a little longer for the answer.
-const PRODUCE_TIMEOUT_MS: i32 = 30_000;
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-const PRODUCE_WAIT: Duration = Duration::from_secs(35);
-
-/// The producer id of a batch without idempotence (and its epoch and sequence are −1 too).
-const NO_PRODUCER_ID: i64 = -1;
-
-/// Kafka's sequence numbers are int32 and wrap from `i32::MAX` to 0.
-pub const SEQUENCE_WRAP: u64 = 1 << 31;
-
-/// The sequence number of the record at `edge_offset`.
-pub fn sequence_of(edge_offset: u64) -> i32 {
-    i32::try_from(edge_offset % SEQUENCE_WRAP).unwrap_or(0)
-}
-
-/// Kafka error codes the producer acts on.
-pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
 /// The broker lost or never had this producer's state, or the identity is stale: get a new one.
 pub fn needs_new_identity(code: i16) -> bool {
     matches!(code, 47 | 49 | 59)
 }
 
-/// The producer of one upstream cluster: its connection settings and its identity.
+impl Identity {
+    /// What this identity's batches say about their producer.
+    pub fn stamp(&self) -> Stamp {
+        Stamp {
+            producer_id: self.producer_id,
+            epoch: self.epoch,
+            transactional: false,
+        }
+    }
+}
+
+/// The identity of the bench's plain producer: producer id and epoch −1.
+fn plain_identity() -> Identity {
+    Identity {
+        cluster_id: String::new(),
+        producer_id: NO_PRODUCER_ID,
+        epoch: -1,
+    }
+}
+
+/// The producer of one upstream cluster: its identity there.
 #[derive(Debug)]
 pub struct Producer {
-    bootstrap: Vec<String>,
-    tls: Option<Arc<rustls::ClientConfig>>,
-    sasl: Option<SaslSettings>,
     state_dir: Option<PathBuf>,
     identity: Mutex<Option<Identity>>,
     /// Bench only (`UpstreamConfig::bench_without_idempotence`): batches carry producer id −1
@@ -81,16 +57,8 @@ pub struct Producer {
 }
 
 impl Producer {
-    pub fn new(
-        bootstrap: Vec<String>,
-        tls: Option<Arc<rustls::ClientConfig>>,
-        sasl: Option<SaslSettings>,
-        state_dir: Option<PathBuf>,
-    ) -> Self {
+    pub fn new(state_dir: Option<PathBuf>) -> Self {
         Self {
-            bootstrap,
-            tls,
-            sasl,
             state_dir,
             identity: Mutex::new(None),
             plain: false,
@@ -106,52 +74,18 @@ impl Producer {
         }
     }
 
-    async fn open(&self, addr: &str, timeout: Duration) -> Result<Connection, GroupError> {
-        let needed = [
-            ("Metadata", METADATA),
-            ("InitProducerId", INIT_PRODUCER_ID),
-            ("Produce", PRODUCE),
-        ];
-        Connection::open_for(
-            addr,
-            self.tls.as_ref(),
-            self.sasl.as_ref(),
-            timeout,
-            &needed,
-        )
-        .await
-    }
-
-    /// A connection to the first bootstrap server that answers.
-    async fn bootstrap(&self) -> Result<Connection, GroupError> {
-        let mut tried = Vec::new();
-        for addr in &self.bootstrap {
-            match self.open(addr, REQUEST_TIMEOUT).await {
-                Ok(connection) => return Ok(connection),
-                Err(err) => tried.push(err.to_string()),
-            }
-        }
-        Err(GroupError::NoBroker {
-            tried: tried.join("; "),
-        })
-    }
-
     /// This gateway's producer identity at the cluster: the one in memory, else the one stored
-    /// for the cluster's id, else a new one from InitProducerId (stored before it is used).
-    pub async fn identity(&self) -> Result<Identity, GroupError> {
+    /// for the cluster's id, else a new one from InitProducerId (stored before it is used),
+    /// asked over `connection` (any broker of the cluster).
+    pub async fn identity(&self, connection: &mut Connection) -> Result<Identity, ClientError> {
         if self.plain {
-            return Ok(Identity {
-                cluster_id: String::new(),
-                producer_id: NO_PRODUCER_ID,
-                epoch: -1,
-            });
+            return Ok(plain_identity());
         }
         let mut guard = self.identity.lock().await;
         if let Some(identity) = guard.as_ref() {
             return Ok(identity.clone());
         }
-        let mut connection = self.bootstrap().await?;
-        let metadata = metadata(&mut connection, None).await?;
+        let metadata = metadata::metadata(connection, None).await?;
         let cluster_id = metadata
             .cluster_id
             .as_ref()
@@ -166,38 +100,30 @@ impl Producer {
             *guard = Some(stored.clone());
             return Ok(stored);
         }
-        let request = InitProducerIdRequest::default()
-            .with_transactional_id(None)
-            .with_transaction_timeout_ms(60_000);
-        let body = call(
-            &mut connection,
-            "InitProducerId",
-            INIT_PRODUCER_ID,
-            &request,
-        )
-        .await?;
-        let answer = decode::<InitProducerIdResponse>("InitProducerId", body, INIT_PRODUCER_ID)?;
-        if answer.error_code != 0 {
-            return Err(GroupError::kafka(
-                "InitProducerId",
-                answer.error_code,
-                String::new(),
-            ));
-        }
+        let (producer_id, epoch) = produce::init_producer_id(connection, None).await?;
         let identity = Identity {
             cluster_id,
-            producer_id: answer.producer_id.0,
-            epoch: answer.producer_epoch,
+            producer_id,
+            epoch,
         };
         if let Some(dir) = &self.state_dir {
-            state::store(dir, &identity).map_err(|source| GroupError::Io {
-                addr: dir.display().to_string(),
+            state::store(dir, &identity).map_err(|source| ClientError::State {
+                path: state::path(dir, &identity.cluster_id),
                 source,
             })?;
         }
         tracing::info!(cluster = %identity.cluster_id, producer_id = identity.producer_id, epoch = identity.epoch, "new upstream producer identity");
         *guard = Some(identity.clone());
         Ok(identity)
+    }
+
+    /// The identity in use if it is known without asking the cluster (the bench's plain one
+    /// always is).
+    pub async fn cached(&self) -> Option<Identity> {
+        if self.plain {
+            return Some(plain_identity());
+        }
+        self.identity.lock().await.clone()
     }
 
     /// Forgets `stale` (if it is still the identity in use), so the next batch gets a new one:
@@ -216,236 +142,13 @@ impl Producer {
             }
         }
     }
-
-    /// A connection to the current leader of `topic`/`partition`.
-    pub async fn leader(&self, topic: &str, partition: i32) -> Result<Connection, GroupError> {
-        let mut connection = self.bootstrap().await?;
-        let metadata = metadata(&mut connection, Some(topic)).await?;
-        let leader = metadata
-            .topics
-            .iter()
-            .filter(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-            .flat_map(|t| t.partitions.iter())
-            .find(|p| p.partition_index == partition)
-            .map(|p| (p.error_code, p.leader_id.0));
-        let leader = match leader {
-            Some((0, leader)) => leader,
-            Some((code, _)) => {
-                return Err(GroupError::kafka(
-                    "Metadata",
-                    code,
-                    format!(" for {topic}/{partition}"),
-                ));
-            }
-            None => {
-                return Err(GroupError::kafka(
-                    "Metadata",
-                    3,
-                    format!(" for {topic}/{partition}"),
-                ));
-            }
-        };
-        let broker = metadata
-            .brokers
-            .iter()
-            .find(|b| b.node_id.0 == leader)
-            .ok_or_else(|| {
-                GroupError::kafka("Metadata", 5, format!(": leader {leader} not listed"))
-            })?;
-        let host = broker.host.as_str();
-        let addr = if host.contains(':') {
-            format!("[{host}]:{}", broker.port)
-        } else {
-            format!("{host}:{}", broker.port)
-        };
-        self.open(&addr, PRODUCE_WAIT).await
-    }
-}
-
-/// An upstream record as the producer sends it (`kafka.rs` builds it; the `tern-*` headers are
-/// in `headers`, in name order).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutRecord {
-    pub timestamp_ms: i64,
-    pub key: Option<Vec<u8>>,
-    pub value: Vec<u8>,
-    pub headers: std::collections::BTreeMap<String, Vec<u8>>,
-}
-
-/// One batch for Produce: records with producer id, epoch and sequences from `first_offset`.
-pub fn encode_batch(
-    identity: &Identity,
-    first_offset: u64,
-    records: Vec<OutRecord>,
-    codec: Codec,
-) -> Result<Bytes, GroupError> {
-    let records: Vec<Record> = records
-        .into_iter()
-        .zip(first_offset..)
-        .zip(0i64..)
-        .map(|((record, edge_offset), offset)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: identity.producer_id,
-            producer_epoch: identity.epoch,
-            timestamp_type: TimestampType::Creation,
-            offset,
-            // Without a producer id the batch's base sequence is −1; the codec derives it from
-            // the first record and keeps records in one batch only while offset − sequence stays
-            // the same, so record i gets i − 1.
-            sequence: match identity.producer_id {
-                NO_PRODUCER_ID => i32::try_from(offset).map_or(-1, |i| i.wrapping_sub(1)),
-                _ => sequence_of(edge_offset),
-            },
-            timestamp: record.timestamp_ms,
-            key: record.key.map(Bytes::from),
-            value: Some(Bytes::from(record.value)),
-            headers: record
-                .headers
-                .into_iter()
-                .map(|(k, v)| (StrBytes::from_string(k), Some(Bytes::from(v))))
-                .collect(),
-        })
-        .collect();
-    let compression = match codec {
-        Codec::None => Compression::None,
-        Codec::Gzip => Compression::Gzip,
-        Codec::Lz4 => Compression::Lz4,
-        Codec::Snappy => Compression::Snappy,
-        Codec::Zstd => Compression::Zstd,
-    };
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression,
-    };
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &records, &options)
-        .map_err(|e| encode_error("Produce", &e))?;
-    Ok(buf.freeze())
-}
-
-/// Produces one encoded batch to `topic`/`partition` over `leader` with acks=all. A duplicate
-/// (the leader already holds this sequence) is success.
-pub async fn produce(
-    leader: &mut Connection,
-    topic: &str,
-    partition: i32,
-    batch: Bytes,
-) -> Result<(), GroupError> {
-    let request = ProduceRequest::default()
-        .with_transactional_id(None)
-        .with_acks(-1)
-        .with_timeout_ms(PRODUCE_TIMEOUT_MS)
-        .with_topic_data(vec![
-            TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                .with_partition_data(vec![
-                    PartitionProduceData::default()
-                        .with_index(partition)
-                        .with_records(Some(batch)),
-                ]),
-        ]);
-    let body = call(leader, "Produce", PRODUCE, &request).await?;
-    let answer = decode::<ProduceResponse>("Produce", body, PRODUCE)?;
-    let code = answer
-        .responses
-        .iter()
-        .filter(|t| t.name.0.as_str() == topic)
-        .flat_map(|t| t.partition_responses.iter())
-        .find(|p| p.index == partition)
-        .map(|p| p.error_code);
-    match code {
-        Some(0 | DUPLICATE_SEQUENCE_NUMBER) => Ok(()),
-        Some(code) => Err(GroupError::kafka(
-            "Produce",
-            code,
-            format!(" for {topic}/{partition}"),
-        )),
-        None => Err(GroupError::kafka(
-            "Produce",
-            3,
-            format!(": no answer for {topic}/{partition}"),
-        )),
-    }
-}
-
-async fn metadata(
-    connection: &mut Connection,
-    topic: Option<&str>,
-) -> Result<MetadataResponse, GroupError> {
-    let topics = topic
-        .map(|t| {
-            vec![
-                MetadataRequestTopic::default()
-                    .with_name(Some(TopicName(StrBytes::from_string(t.to_owned())))),
-            ]
-        })
-        .unwrap_or_default();
-    let request = MetadataRequest::default()
-        .with_topics(Some(topics))
-        .with_allow_auto_topic_creation(false);
-    let body = call(connection, "Metadata", METADATA, &request).await?;
-    decode::<MetadataResponse>("Metadata", body, METADATA)
-}
-
-/// One request: size, header v1 (these versions are not flexible), then the body in `version`.
-async fn call<R: Encodable>(
-    connection: &mut Connection,
-    api: &'static str,
-    (key, version): (i16, i16),
-    request: &R,
-) -> Result<Bytes, GroupError> {
-    let answer = connection
-        .try_call(api, |correlation_id| {
-            let header = RequestHeader::default()
-                .with_request_api_key(key)
-                .with_request_api_version(version)
-                .with_correlation_id(correlation_id)
-                .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
-            let mut frame = BytesMut::new();
-            frame.put_i32(0);
-            header
-                .encode(&mut frame, 1)
-                .map_err(|e| encode_error(api, &e))?;
-            request
-                .encode(&mut frame, version)
-                .map_err(|e| encode_error(api, &e))?;
-            let size = i32::try_from(frame.len() - 4).map_err(|_| GroupError::Codec {
-                api,
-                message: "request too large".to_owned(),
-            })?;
-            if let Some(mut prefix) = frame.get_mut(..4) {
-                prefix.put_i32(size);
-            }
-            Ok(frame.to_vec())
-        })
-        .await?;
-    Ok(Bytes::from(answer))
-}
-
-fn decode<R: Decodable>(
-    api: &'static str,
-    mut body: Bytes,
-    (_, version): (i16, i16),
-) -> Result<R, GroupError> {
-    R::decode(&mut body, version).map_err(|e| GroupError::Codec {
-        api,
-        message: e.to_string(),
-    })
-}
-
-fn encode_error(api: &'static str, err: &impl std::fmt::Display) -> GroupError {
-    GroupError::Codec {
-        api,
-        message: err.to_string(),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::produce::{OutRecord, SEQUENCE_WRAP, encode_batch, sequence_of};
+    use crate::config::Codec;
 
     #[test]
     fn sequences_are_edge_offsets_wrapping_like_kafka() {
@@ -469,7 +172,8 @@ mod tests {
         };
         let header = |identity: &Identity| {
             let records = vec![record(), record(), record()];
-            let batch = encode_batch(identity, 7984, records, Codec::None).expect("encodes");
+            let batch =
+                encode_batch(identity.stamp(), 7984, records, Codec::None).expect("encodes");
             // One batch (Produce takes one per partition): its length field covers the rest.
             let length = bytes::Buf::get_u32(&mut batch.get(8..12).expect("a batch length"));
             assert_eq!(length as usize + 12, batch.len(), "one batch");

@@ -16,12 +16,13 @@ use std::sync::Arc;
 use tern_core::shutdown::Shutdown;
 use tern_log::{LogPort, StoredRecord};
 
+use crate::client::group::Commit;
+use crate::client::{ClientError, Settings};
 use crate::config::{Mode, UpstreamConfig};
 use crate::driver::{self, StatusMap, edge_error, resume_within, run_sessions};
 use crate::error::UpstreamError;
 use crate::follower::{Cluster, Follower};
-use crate::group::wire::Commit;
-use crate::group::{GroupClient, GroupError};
+use crate::group::GroupClient;
 use crate::kafka::tls_config;
 use crate::provenance::Provenance;
 
@@ -45,12 +46,12 @@ pub fn group_client(
         .group
         .clone()
         .unwrap_or_else(|| format!("{}{gateway}", config.topic_prefix));
-    Ok(Some(Arc::new(GroupClient::new(
-        config.bootstrap.clone(),
+    let settings = Settings {
+        bootstrap: config.bootstrap.clone(),
         tls,
-        config.sasl.clone(),
-        group,
-    ))))
+        sasl: config.sasl.clone(),
+    };
+    Ok(Some(Arc::new(GroupClient::new(settings, group))))
 }
 
 /// Forwards one edge partition into the shared topic.
@@ -240,7 +241,7 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
             .map_err(|e| edge_error("commit cursor", e))
     }
 
-    fn group_error(&self, op: &'static str, source: GroupError) -> UpstreamError {
+    fn group_error(&self, op: &'static str, source: ClientError) -> UpstreamError {
         UpstreamError::Group {
             op,
             group: self.group.group().to_owned(),

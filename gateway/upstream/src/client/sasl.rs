@@ -1,7 +1,8 @@
-//! The client side of the SASL mechanisms `[upstream.sasl]` offers, as the group client needs
-//! them: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677), on the key derivation
-//! tern-auth's SCRAM server uses (one implementation of the RFC's formulas). It only turns server messages into client messages and checks the server's
-//! final signature; sending them (SaslHandshake v1, SaslAuthenticate v1) is `conn.rs`'s job.
+//! The client side of the SASL mechanisms `[upstream.sasl]` offers, for every upstream
+//! connection: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677), on the key
+//! derivation tern-auth's SCRAM server uses (one implementation of the RFC's formulas). It only
+//! turns server messages into client messages and checks the server's final signature; it never
+//! sends anything (SaslHandshake and SaslAuthenticate are `conn.rs`'s job).
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;

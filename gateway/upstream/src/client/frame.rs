@@ -1,23 +1,29 @@
-//! Kafka's framing, shared by the group client's connection (`conn.rs`) and by tools that sit
-//! between a Kafka client and a cluster (tern-bench's byte-counting proxy): size-prefixed frames
-//! (tern-core's, re-exported), the request header, a response's correlation id,
-//! and the broker list at the head of a Metadata response (versions 0-8, the non-flexible ones;
-//! rskafka speaks 0-4), which a proxy rewrites to point at itself. Everything after the broker
-//! list is kept as opaque bytes, so a rewrite changes no other byte.
+//! Kafka frames as a tool between a Kafka client and a cluster sees them (tern-bench's
+//! byte-counting proxy, which forwards the size-prefixed frames with tern-core's framing): the
+//! request header, a response's correlation id, and the broker list at the head of a Metadata
+//! response (versions 0-8, the non-flexible ones; the client module never asks for a later one,
+//! `client::MAX_VERSIONS`), which a proxy rewrites to point at itself. Everything after the
+//! broker list is kept as opaque bytes, so a rewrite changes no other byte.
 //!
-//! Decoders never panic: a short frame is [`WireError::Incomplete`]. It knows nothing about
-//! connections, timeouts or what other requests mean.
+//! Decoders never panic: a short frame is [`WireError::Incomplete`]. It never opens a
+//! connection and knows nothing about timeouts or what other requests mean.
 #![expect(
     clippy::big_endian_bytes,
     reason = "Kafka's protocol is big-endian by definition"
 )]
 
-pub use super::wire::WireError;
+/// Why a frame could not be split.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    #[error("frame ends early: {needed} more bytes needed for {what}")]
+    Incomplete { what: &'static str, needed: usize },
+    #[error("invalid {what} in frame")]
+    Invalid { what: &'static str },
+}
 
 /// Kafka's API key of Metadata requests.
 pub const API_METADATA: i16 = 3;
-
-pub use tern_core::frame::{FrameError, read_frame, write_frame};
 
 /// The start of a request frame (header v1+).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,4 +167,5 @@ impl MetadataResponse {
 }
 
 #[cfg(test)]
+#[path = "frame_test.rs"]
 mod test;
