@@ -4,6 +4,12 @@
 //! created when the client allows it and `auto_create_topics` is on, as Kafka's
 //! `auto.create.topics.enable`. Only topics the client may read or write are listed (see
 //! `Ctx::sees`).
+//!
+//! Named, `__consumer_offsets` is an internal topic of one partition: tern coordinates every
+//! group, so a client that finds a coordinator may expect Kafka's offsets topic to exist (its
+//! committed offsets are tern's cursors, `docs/consumer-model.md`). Nothing can be produced to
+//! or fetched from it, as from any internal topic; a full listing leaves it out, as it does
+//! tern's own `__…` topics that a client may not see.
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -23,6 +29,9 @@ pub const VERSIONS: Versions = Versions { min: 0, max: 12 };
 
 /// The one broker's id.
 pub const NODE_ID: i32 = 0;
+
+/// Kafka's committed-offsets topic, answered when named (module doc).
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// The cluster id in every Metadata answer.
 pub const CLUSTER_ID: &str = "tern";
@@ -82,6 +91,9 @@ fn named<L: LogPort>(
 ) -> Lookup {
     if !ctx.sees(conn, request, name) {
         return Err(kafka_protocol::ResponseError::TopicAuthorizationFailed);
+    }
+    if name == OFFSETS_TOPIC {
+        return Ok(1);
     }
     let create = create && ctx.allows(conn, request, Want::Publish, name);
     topics::lookup(&ctx.log, name, create)

@@ -241,11 +241,18 @@ async fn metadata_names_one_broker_leading_every_partition_and_creates_when_allo
         ("missing", false, 3),
         ("made", true, 0),
         ("bad/name", true, 17),
+        ("__consumer_offsets", false, 0),
     ] {
         let request = request(ApiKey::Metadata, 12, &named(name, create));
         let reply = body(dispatch(&ctx, &mut conn(), &request).await.expect("reply")).await;
         let response: MetadataResponse = decode_as(reply.expect("answered"), 12);
         assert_eq!(response.topics[0].error_code, code, "{name}");
+        // Kafka's offsets topic: internal, one partition (franz-go's tests wait for it).
+        let internal = name.starts_with("__");
+        assert_eq!(response.topics[0].is_internal, internal, "{name}");
+        if internal {
+            assert_eq!(response.topics[0].partitions.len(), 1);
+        }
     }
     assert!(ctx.log.topics().iter().any(|t| t.name == "made"));
     assert!(!ctx.log.topics().iter().any(|t| t.name == "missing"));
