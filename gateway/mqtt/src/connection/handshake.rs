@@ -136,13 +136,13 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         .unwrap_or_else(|| connect.client_id.clone());
     let will = Will::from_connect(&connect, &client_id, &broker.limits)?;
     let kick = Arc::new(Notify::new());
-    let (entry, mut session) = broker
+    let (entry, mut session, expired) = broker
         .take_session(&client_id, kick.clone())
         .await
         .map_err(|_| ConnError::Takeover {
             client_id: clip(&client_id).to_string(),
         })?;
-    if connect.clean_start {
+    if connect.clean_start || expired {
         broker.forget_session(&mut session).await?;
     }
     let session_present = !connect.clean_start && session.present();

@@ -1,0 +1,60 @@
+//! Cases an independent MQTT conformance suite, run beside Mosquitto, found tern failing (issue
+//! 24), against the real binary with the raw client: an expired MQTT 5 session is gone at the
+//! next CONNECT whatever the expiry sweep's timing, a retained publish is retained for every
+//! SUBSCRIBE that follows it (no later than its live delivery), a client holding its Receive
+//! Maximum of unacknowledged deliveries gets the rest queued rather than cut off, and a
+//! persistent session's SUBSCRIBEs sent back to back are all acknowledged.
+
+use std::time::Duration;
+
+use tern_tests::raw_mqtt::RawClient;
+use tern_tests::{Gateway, ServeOptions, TempDir};
+
+/// MQTT 5 CONNECT properties: Session Expiry Interval (0x11) and, when given, Receive
+/// Maximum (0x21).
+fn v5_properties(expiry: u32, receive_max: Option<u16>) -> Vec<u8> {
+    let mut properties = vec![0x11];
+    properties.extend_from_slice(&[(expiry >> 24) as u8, (expiry >> 16) as u8]);
+    properties.extend_from_slice(&be(expiry as u16));
+    if let Some(max) = receive_max {
+        properties.push(0x21);
+        properties.extend_from_slice(&be(max));
+    }
+    properties
+}
+
+/// A two-byte integer in network order.
+fn be(value: u16) -> [u8; 2] {
+    [(value >> 8) as u8, value as u8]
+}
+
+/// MQTT 5: Session Expiry Interval 1, disconnected, back 2 s later with Clean Start 0: the
+/// session is gone (Session Present 0) and so are its subscriptions, although the expiry
+/// sweep (every 5 s from startup) has not run since.
+#[test]
+fn mqtt_an_expired_session_is_gone_at_the_next_connect() -> anyhow::Result<()> {
+    let dir = TempDir::new("mqtt-expired-session")?;
+    let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
+    let properties = v5_properties(1, None);
+    let (mut sub, connack) =
+        RawClient::connect_with(gateway.mqtt, "exp-sub", 60, false, Some(&properties))?;
+    assert_eq!(connack.first(), Some(&0), "a new session");
+    assert_eq!(sub.subscribe("exp/old/#", 1, 1)?, 1);
+    sub.disconnect()?;
+    // The protocol is about elapsed time here: past the 1 s expiry, before the next sweep.
+    std::thread::sleep(Duration::from_secs(2));
+    let (mut sub, connack) =
+        RawClient::connect_with(gateway.mqtt, "exp-sub", 60, false, Some(&properties))?;
+    assert_eq!(connack.first(), Some(&0), "Session Present 0 after expiry");
+    assert_eq!(sub.subscribe("exp/new/#", 1, 1)?, 1);
+    let mut publisher = RawClient::connect(gateway.mqtt, "exp-pub", 60, true, false)?;
+    assert_eq!(publisher.publish_qos1("exp/old/x", b"old", 1)?, 0);
+    assert_eq!(publisher.publish_qos1("exp/new/x", b"new", 2)?, 0);
+    let first = sub.next_publish()?;
+    assert_eq!(
+        (first.topic.as_str(), first.payload.as_slice()),
+        ("exp/new/x", &b"new"[..]),
+        "the expired session's subscription is gone"
+    );
+    gateway.stop()
+}
