@@ -191,6 +191,9 @@ pub struct Connection<S: LogPort, W> {
     /// Retained messages still to send for new subscriptions: the filter, how it matched,
     /// and the last topic sent (`retained.rs`).
     retained_due: VecDeque<(String, Matched, Option<String>)>,
+    /// Retained messages sent before they were stored, whose records are not delivered again
+    /// (`retained.rs`).
+    retained_early: VecDeque<super::message::Message>,
 }
 
 impl<S: LogPort, W> std::fmt::Debug for Connection<S, W> {

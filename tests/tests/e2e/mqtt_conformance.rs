@@ -58,3 +58,43 @@ fn mqtt_an_expired_session_is_gone_at_the_next_connect() -> anyhow::Result<()> {
     );
     gateway.stop()
 }
+
+/// A retained QoS 0 publish is retained for a SUBSCRIBE that follows it on the same connection,
+/// and for one on another connection once a live subscriber got it.
+#[test]
+fn mqtt_a_retained_publish_is_retained_for_every_later_subscribe() -> anyhow::Result<()> {
+    let dir = TempDir::new("mqtt-retained-order")?;
+    let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
+
+    let mut own = RawClient::connect(gateway.mqtt, "ret-own", 60, true, false)?;
+    own.publish("ret/own", b"mine", 0, 0, true)?;
+    assert_eq!(own.subscribe("ret/own", 0, 1)?, 0);
+    let copy = own.next_publish()?;
+    assert_eq!(
+        (copy.topic.as_str(), copy.payload.as_slice(), copy.retain),
+        ("ret/own", &b"mine"[..], true),
+        "the publish before SUBSCRIBE on the same connection is retained"
+    );
+    own.publish("ret/own", b"second", 1, 2, false)?;
+    let next = own.next_publish()?;
+    assert_eq!(
+        next.payload, b"second",
+        "the retained copy is not delivered live a second time"
+    );
+
+    let mut live = RawClient::connect(gateway.mqtt, "ret-live", 60, true, false)?;
+    assert_eq!(live.subscribe("ret/other", 0, 1)?, 0);
+    let mut publisher = RawClient::connect(gateway.mqtt, "ret-pub", 60, true, false)?;
+    publisher.publish("ret/other", b"theirs", 0, 0, true)?;
+    let delivered = live.next_publish()?;
+    assert_eq!(delivered.payload, b"theirs");
+    let mut late = RawClient::connect(gateway.mqtt, "ret-late", 60, true, false)?;
+    assert_eq!(late.subscribe("ret/other", 0, 1)?, 0);
+    let copy = late.next_publish()?;
+    assert_eq!(
+        (copy.topic.as_str(), copy.payload.as_slice(), copy.retain),
+        ("ret/other", &b"theirs"[..], true),
+        "retained no later than delivered live"
+    );
+    gateway.stop()
+}

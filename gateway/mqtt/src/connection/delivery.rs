@@ -243,6 +243,9 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let Some(message) = Message::from_record(&stored.record) else {
             return Ok(());
         };
+        if message.retain && !self.retained_early.is_empty() && self.was_sent_early(&message) {
+            return Ok(());
+        }
         let own = message.client_id == self.client_id;
         let Some(matched) = self.session.matching(&message.topic, own) else {
             return Ok(());

@@ -204,6 +204,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         rate: RateLimit::new(broker.config.max_publish_rate),
         groups: Default::default(),
         retained_due: VecDeque::new(),
+        retained_early: VecDeque::new(),
         writer,
         broker,
     };

@@ -169,6 +169,10 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             properties,
             timestamp_ms: message::now_ms(),
         };
+        if message.retain {
+            // Retained for every SUBSCRIBE from now on, not only once stored (`retained.rs`).
+            self.broker.retained.announce(&message);
+        }
         if self.pending.capacity() == 0 {
             // A batch starts: room for a full one (`start_append`) at once, not growth by
             // doubling (several reallocations and copies per batch). Idle connections hold none.
