@@ -98,3 +98,42 @@ fn mqtt_a_retained_publish_is_retained_for_every_later_subscribe() -> anyhow::Re
     );
     gateway.stop()
 }
+
+/// One client with a persistent session (Clean Session 0) sends 1,000 SUBSCRIBEs back to back,
+/// one filter each: every one is acknowledged, in order, and a publish matching the last is
+/// delivered. (Each used to wait for its own durable commit; `tern-bench mqtt` prints how long
+/// the 1,000 take.)
+#[test]
+fn mqtt_a_thousand_subscribes_on_a_persistent_session_are_all_acknowledged() -> anyhow::Result<()> {
+    let dir = TempDir::new("mqtt-many-subscribes")?;
+    let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
+    let mut sub = RawClient::connect(gateway.mqtt, "many-subs", 60, false, false)?;
+    let mut packets = Vec::new();
+    for pkid in 1..=1000u16 {
+        let filter = format!("many/{pkid}");
+        let mut body = be(pkid).to_vec();
+        body.extend_from_slice(&be(filter.len() as u16));
+        body.extend_from_slice(filter.as_bytes());
+        body.push(1);
+        packets.push(0x82);
+        packets.push(body.len() as u8);
+        packets.extend_from_slice(&body);
+    }
+    sub.write_raw(&packets)?;
+    for pkid in 1..=1000u16 {
+        let (first, body) = sub.read_packet()?;
+        assert_eq!(
+            (first, body.as_slice()),
+            (0x90, &[be(pkid)[0], be(pkid)[1], 1][..]),
+            "SUBACK {pkid} in order"
+        );
+    }
+    let mut publisher = RawClient::connect(gateway.mqtt, "many-pub", 60, true, false)?;
+    assert_eq!(publisher.publish_qos1("many/1000", b"last", 1)?, 0);
+    let got = sub.next_publish()?;
+    assert_eq!(
+        (got.topic.as_str(), got.payload.as_slice()),
+        ("many/1000", &b"last"[..])
+    );
+    gateway.stop()
+}

@@ -13,6 +13,7 @@
 pub(crate) mod load;
 mod report;
 pub(crate) mod servers;
+mod subscribes;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -184,7 +185,13 @@ async fn one_broker(options: &BenchOptions, addr: SocketAddr) -> Result<Report, 
             figures.add(kind, Run::new(measured, None));
         }
     }
-    Ok(Report::single(options, addr, figures))
+    let measured_s = Some(subscribes::persistent_subscribes(addr, "bench-subs-b").await?);
+    let subscribes = subscribes::SubscribeFigures {
+        subscribes: subscribes::SUBSCRIBES,
+        measured_s,
+        ..Default::default()
+    };
+    Ok(Report::single(options, addr, figures).with_subscribes(subscribes))
 }
 
 /// tern and Mosquitto as children, the same load against each, interleaved run by run.
@@ -207,6 +214,17 @@ fn side_by_side(
             mosquitto_figures.add(kind, run);
         }
     }
+    let subscribes = subscribes::SubscribeFigures {
+        subscribes: subscribes::SUBSCRIBES,
+        tern_s: Some(
+            runtime.block_on(subscribes::persistent_subscribes(tern.addr, "bench-subs-t"))?,
+        ),
+        mosquitto_s: Some(runtime.block_on(subscribes::persistent_subscribes(
+            mosquitto.addr,
+            "bench-subs-m",
+        ))?),
+        measured_s: None,
+    };
     let with_peak = |server: &Server, memory: Memory| -> Result<Memory, BenchError> {
         let (_, peak_kib) = server.rss_kib()?;
         Ok(Memory { peak_kib, ..memory })
@@ -216,12 +234,10 @@ fn side_by_side(
         with_peak(&mosquitto, mosquitto_memory)?,
     ];
     let settings = settings.iter().map(|line| format!("mqtt.{line}")).collect();
-    Ok(Report::side_by_side(
-        options,
-        [tern_figures, mosquitto_figures],
-        memory,
-        settings,
-    ))
+    Ok(
+        Report::side_by_side(options, [tern_figures, mosquitto_figures], memory, settings)
+            .with_subscribes(subscribes),
+    )
 }
 
 /// One load run against a child broker, with the CPU time the broker spent on it.

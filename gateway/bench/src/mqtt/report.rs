@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::BenchOptions;
 use super::load::Measured;
+use super::subscribes::SubscribeFigures;
 use crate::report::Target;
 use crate::stats::{median, percentile};
 
@@ -179,6 +180,9 @@ pub struct Report {
     pub tern_memory: Option<Memory>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mosquitto_memory: Option<Memory>,
+    /// 1,000 SUBSCRIBEs on a persistent session (`subscribes.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subscribes: Option<SubscribeFigures>,
     pub targets: Vec<Target>,
 }
 
@@ -221,6 +225,7 @@ impl Report {
             ratio: None,
             tern_memory: None,
             mosquitto_memory: None,
+            subscribes: None,
             targets: Vec::new(),
         }
     }
@@ -284,8 +289,16 @@ impl Report {
             ratio: Some(ratio),
             tern_memory: Some(tern_memory),
             mosquitto_memory: Some(mosquitto_memory),
+            subscribes: None,
             targets,
         }
+    }
+
+    /// The report with the persistent-session SUBSCRIBE figure (and tern's target for it).
+    pub fn with_subscribes(mut self, subscribes: SubscribeFigures) -> Self {
+        self.targets.extend(subscribes.target());
+        self.subscribes = Some(subscribes);
+        self
     }
 }
 
@@ -325,6 +338,9 @@ impl std::fmt::Display for Report {
             columns.push(("mosquitto".to_owned(), m, self.mosquitto_memory));
         }
         f.write_str(&table(&columns, self.ratio.is_some()))?;
+        if let Some(subscribes) = &self.subscribes {
+            write!(f, "{subscribes}")?;
+        }
         for t in &self.targets {
             writeln!(
                 f,

@@ -205,6 +205,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         groups: Default::default(),
         retained_due: VecDeque::new(),
         retained_early: VecDeque::new(),
+        saves: Default::default(),
         writer,
         broker,
     };
