@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use anyhow::{Context, bail};
 use tern_tests::raw_mqtt::RawClient;
 use tern_tests::{Gateway, ServeOptions, TempDir};
 
@@ -136,4 +137,95 @@ fn mqtt_a_thousand_subscribes_on_a_persistent_session_are_all_acknowledged() -> 
         ("many/1000", &b"last"[..])
     );
     gateway.stop()
+}
+
+/// MQTT 5: CONNACK says Subscription Identifiers are available, and a persistent session's
+/// identifier comes with each matching delivery, also after a gateway restart.
+#[test]
+fn mqtt_subscription_identifiers_are_sent_with_deliveries_across_a_restart() -> anyhow::Result<()> {
+    let dir = TempDir::new("mqtt-subscription-ids")?;
+    let properties = v5_properties(600, None);
+    for restart in [false, true] {
+        let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
+        let (mut sub, connack) =
+            RawClient::connect_with(gateway.mqtt, "sid-sub", 60, false, Some(&properties))?;
+        let available = property(connack.get(2..).unwrap_or_default(), 0x29)?;
+        assert_ne!(available, Some(0), "Subscription Identifier Available");
+        assert_eq!(connack.first(), Some(&u8::from(restart)), "Session Present");
+        if !restart {
+            let filter = "sid/#";
+            let mut body = be(1).to_vec();
+            body.extend_from_slice(&[2, 0x0b, 42]);
+            body.extend_from_slice(&be(filter.len() as u16));
+            body.extend_from_slice(filter.as_bytes());
+            body.push(1);
+            sub.write_packet(0x82, &body)?;
+            let (first, suback) = sub.read_packet()?;
+            assert_eq!((first, suback.last()), (0x90, Some(&1)), "SUBACK");
+        }
+        let mut publisher = RawClient::connect(gateway.mqtt, "sid-pub", 60, true, false)?;
+        assert_eq!(publisher.publish_qos1("sid/x", b"m", 1)?, 0);
+        let (first, body) = sub.read_packet()?;
+        assert_eq!(first >> 4, 3, "PUBLISH: {body:?}");
+        let topic_len = usize::from(*body.get(1).unwrap_or(&0));
+        let at = 2 + topic_len + 2;
+        let id = property(body.get(at..).unwrap_or_default(), 0x0b)?;
+        assert_eq!(
+            id,
+            Some(42),
+            "the subscription identifier (restarted: {restart})"
+        );
+        let pkid = body.get(at - 2..at).unwrap_or_default().to_vec();
+        sub.write_packet(0x40, &pkid)?;
+        sub.disconnect()?;
+        gateway.stop()?;
+    }
+    Ok(())
+}
+
+/// The value of property `id` in an MQTT 5 property list (its length first), as a number.
+fn property(bytes: &[u8], id: u8) -> anyhow::Result<Option<u32>> {
+    let (len, mut at) = varint(bytes, 0)?;
+    let end = at + len as usize;
+    while at < end {
+        let key = *bytes.get(at).context("short properties")?;
+        at += 1;
+        let u16_at = |at: usize| -> anyhow::Result<usize> {
+            let b = bytes.get(at..at + 2).context("short properties")?;
+            Ok(usize::from(b[0]) << 8 | usize::from(b[1]))
+        };
+        let (value, next) = match key {
+            0x0b => varint(bytes, at)?,
+            0x01 | 0x24 | 0x25 | 0x28 | 0x29 | 0x2a => {
+                (u32::from(*bytes.get(at).context("short")?), at + 1)
+            }
+            0x13 | 0x21 | 0x22 | 0x23 => (u16_at(at)? as u32, at + 2),
+            0x02 | 0x11 | 0x27 => (0, at + 4),
+            0x03 | 0x08 | 0x09 | 0x12 | 0x1a | 0x1c | 0x1f => (0, at + 2 + u16_at(at)?),
+            0x26 => {
+                let value_at = at + 2 + u16_at(at)?;
+                (0, value_at + 2 + u16_at(value_at)?)
+            }
+            other => bail!("unexpected property {other:#x}"),
+        };
+        if key == id {
+            return Ok(Some(value));
+        }
+        at = next;
+    }
+    Ok(None)
+}
+
+/// A variable byte integer at `at`: (value, the offset after it).
+fn varint(bytes: &[u8], mut at: usize) -> anyhow::Result<(u32, usize)> {
+    let mut value = 0u32;
+    for shift in [0, 7, 14, 21] {
+        let byte = *bytes.get(at).context("short variable byte integer")?;
+        at += 1;
+        value |= u32::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok((value, at));
+        }
+    }
+    bail!("variable byte integer too long")
 }

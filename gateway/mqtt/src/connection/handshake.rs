@@ -165,7 +165,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         topic_alias_max: Some(broker.config.topic_alias_maximum),
         assigned_client_identifier: assigned,
         wildcard_subscription_available: Some(1),
-        subscription_identifiers_available: Some(0),
+        subscription_identifiers_available: Some(1),
         shared_subscription_available: Some(1),
         server_keep_alive,
         ..ConnAckProperties::default()
