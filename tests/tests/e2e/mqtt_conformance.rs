@@ -2,8 +2,10 @@
 //! 24), against the real binary with the raw client: an expired MQTT 5 session is gone at the
 //! next CONNECT whatever the expiry sweep's timing, a retained publish is retained for every
 //! SUBSCRIBE that follows it (no later than its live delivery), a client holding its Receive
-//! Maximum of unacknowledged deliveries gets the rest queued rather than cut off, and a
-//! persistent session's SUBSCRIBEs sent back to back are all acknowledged.
+//! Maximum of unacknowledged deliveries gets the rest queued and is still served (these two
+//! passed before the fixes too: the case that broke is not reproduced), a persistent
+//! session's SUBSCRIBEs sent back to back are all acknowledged, and subscription identifiers
+//! are announced and delivered.
 
 use std::time::Duration;
 
@@ -27,6 +29,19 @@ fn v5_properties(expiry: u32, receive_max: Option<u16>) -> Vec<u8> {
 /// A two-byte integer in network order.
 fn be(value: u16) -> [u8; 2] {
     [(value >> 8) as u8, value as u8]
+}
+
+/// PINGREQ → PINGRESP: everything sent before was handled and the connection is still served.
+fn served(client: &mut RawClient) -> anyhow::Result<()> {
+    client.write_packet(0xc0, &[])?;
+    loop {
+        let (first, body) = client.read_packet()?;
+        match first {
+            0xd0 => return Ok(()),
+            0xe0 => bail!("DISCONNECT {body:?} instead of PINGRESP"),
+            _ => {}
+        }
+    }
 }
 
 /// MQTT 5: Session Expiry Interval 1, disconnected, back 2 s later with Clean Start 0: the
@@ -228,4 +243,96 @@ fn varint(bytes: &[u8], mut at: usize) -> anyhow::Result<(u32, usize)> {
         }
     }
     bail!("variable byte integer too long")
+}
+
+/// MQTT 5: a subscriber with Receive Maximum 1 holding one unacknowledged QoS 1 delivery is
+/// still served: PINGREQ and SUBSCRIBE are answered, and the queued delivery follows its PUBACK.
+#[test]
+fn mqtt_a_client_at_its_receive_maximum_is_still_served() -> anyhow::Result<()> {
+    let dir = TempDir::new("mqtt-flow-control")?;
+    let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
+    let properties = v5_properties(0, Some(1));
+    let (mut sub, _) =
+        RawClient::connect_with(gateway.mqtt, "fc-sub", 60, true, Some(&properties))?;
+    assert_eq!(sub.subscribe("fc/a", 1, 1)?, 1);
+    let mut publisher = RawClient::connect(gateway.mqtt, "fc-pub", 60, true, true)?;
+    assert_eq!(publisher.publish_qos1("fc/a", b"fill-quota", 1)?, 0);
+    assert_eq!(publisher.publish_qos1("fc/a", b"queued", 2)?, 0);
+    let first = sub.next_publish_unacked()?;
+    assert_eq!(first.payload, b"fill-quota");
+    sub.write_packet(0xc0, &[])?;
+    let (got, body) = sub.read_packet()?;
+    assert_eq!(
+        (got, body.as_slice()),
+        (0xd0, &[][..]),
+        "PINGRESP at zero quota"
+    );
+    assert_eq!(sub.subscribe("fc/b", 0, 2)?, 0, "SUBACK at zero quota");
+    sub.write_packet(0x40, &be(first.pkid.context("QoS 1")?))?;
+    let second = sub.next_publish_unacked()?;
+    assert_eq!(second.payload, b"queued");
+    gateway.stop()
+}
+
+/// MQTT 5: a subscriber with Receive Maximum 2 that holds two unacknowledged QoS 1 deliveries
+/// gets the others as it acknowledges, and is never disconnected for it.
+#[test]
+fn mqtt_deliveries_beyond_the_clients_receive_maximum_wait_for_its_acks() -> anyhow::Result<()> {
+    let dir = TempDir::new("mqtt-flow-control")?;
+    let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
+    let properties = v5_properties(0, Some(2));
+    let (mut sub, _) =
+        RawClient::connect_with(gateway.mqtt, "fc-sub", 60, true, Some(&properties))?;
+    assert_eq!(sub.subscribe("fc/#", 1, 1)?, 1);
+    // The subscriber publishes too, as the conformance case does, while it holds its maximum.
+    let mut publisher = RawClient::connect(gateway.mqtt, "fc-pub", 60, true, false)?;
+    for i in 0..3u16 {
+        let payload = format!("p{i}");
+        assert_eq!(
+            publisher.publish_qos1("fc/x", payload.as_bytes(), i + 1)?,
+            0
+        );
+    }
+    let mut held = vec![sub.next_publish_unacked()?, sub.next_publish_unacked()?];
+    for i in 3..6u16 {
+        let payload = format!("p{i}");
+        sub.publish("fc/y", payload.as_bytes(), 1, i + 1, false)?;
+    }
+    let mut got = Vec::new();
+    while got.len() < 6 {
+        let oldest = held.remove(0);
+        let pkid = oldest.pkid.context("a QoS 1 delivery has a packet id")?;
+        got.push(String::from_utf8_lossy(&oldest.payload).into_owned());
+        sub.write_packet(0x40, &be(pkid))?;
+        while held.len() < 2 && got.len() + held.len() < 6 {
+            let (first, body) = sub.read_packet()?;
+            match first >> 4 {
+                3 => held.push(sub_publish(first, &body)?),
+                14 => bail!("DISCONNECT {body:?} while holding the Receive Maximum"),
+                _ => {}
+            }
+        }
+    }
+    got.sort();
+    assert_eq!(got, ["p0", "p1", "p2", "p3", "p4", "p5"]);
+    served(&mut sub)?;
+    gateway.stop()
+}
+
+/// A QoS 1 PUBLISH (MQTT 5) as (packet id, payload).
+fn sub_publish(first: u8, body: &[u8]) -> anyhow::Result<tern_tests::raw_mqtt::Received> {
+    let short = || anyhow::anyhow!("short PUBLISH {body:?}");
+    let topic_len = usize::from(*body.first().ok_or_else(short)?) << 8
+        | usize::from(*body.get(1).ok_or_else(short)?);
+    let topic = body.get(2..2 + topic_len).ok_or_else(short)?;
+    let at = 2 + topic_len;
+    let pkid = body.get(at..at + 2).ok_or_else(short)?;
+    let properties = usize::from(*body.get(at + 2).ok_or_else(short)?);
+    Ok(tern_tests::raw_mqtt::Received {
+        topic: String::from_utf8_lossy(topic).into_owned(),
+        payload: body.get(at + 3 + properties..).ok_or_else(short)?.to_vec(),
+        pkid: Some(u16::from(pkid[0]) << 8 | u16::from(pkid[1])),
+        dup: first & 0x08 != 0,
+        retain: first & 1 != 0,
+    })
 }
