@@ -49,13 +49,21 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(())
     }
 
-    /// Gives every partition a subscription may read a position and a watcher; a partition
-    /// without one starts at `starts` (a `tern-start`), else at the log end.
+    /// Gives every partition the (non-shared) `filters` just subscribed may read a position and
+    /// a watcher; a partition without one starts at `starts` (a `tern-start`), else at the log
+    /// end. Only the new filters are looked at: a SUBSCRIBE costs the same however many
+    /// subscriptions the session holds.
     pub(super) async fn track_partitions(
         &mut self,
+        filters: &[String],
         starts: &BTreeMap<PartitionId, u64>,
     ) -> Result<(), ConnError> {
-        self.track_partitions_of(false, starts).await
+        let wanted = filters
+            .iter()
+            .filter(|f| !is_shared(f))
+            .flat_map(|f| self.broker.partitions_for(f))
+            .collect();
+        self.track(wanted, false, starts).await
     }
 
     /// Whether the session already reads `partition` or has a stored cursor there (which a
@@ -79,7 +87,6 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         resumed: bool,
         starts: &BTreeMap<PartitionId, u64>,
     ) -> Result<(), ConnError> {
-        let name = cursor_name(&self.client_id);
         let wanted: Vec<PartitionId> = self
             .session
             .subscriptions
@@ -87,6 +94,17 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             .filter(|s| !is_shared(&s.filter))
             .flat_map(|s| self.broker.partitions_for(&s.filter))
             .collect();
+        self.track(wanted, resumed, starts).await
+    }
+
+    /// [`Self::track_partitions_of`] for the partitions `wanted`.
+    async fn track(
+        &mut self,
+        wanted: Vec<PartitionId>,
+        resumed: bool,
+        starts: &BTreeMap<PartitionId, u64>,
+    ) -> Result<(), ConnError> {
+        let name = cursor_name(&self.client_id);
         for partition in wanted {
             if !self.session.positions.contains_key(&partition) {
                 self.load_lease(&partition);

@@ -268,7 +268,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 }
             }
         }
-        self.track_partitions(&starts).await?;
+        self.track_partitions(&changed, &starts).await?;
         let changes = changed
             .into_iter()
             .map(|filter| {
