@@ -50,6 +50,7 @@ mod out_alias;
 mod packets;
 mod quota;
 mod rate;
+mod resend;
 mod retained;
 mod saves;
 mod share;
@@ -195,6 +196,8 @@ pub struct Connection<S: LogPort, W> {
     /// Retained messages sent before they were stored, whose records are not delivered again
     /// (`retained.rs`).
     retained_early: VecDeque<super::message::Message>,
+    /// Packet ids of resumed deliveries not re-sent yet (`resend.rs`).
+    resend: VecDeque<u16>,
     /// Subscription changes of a persistent session on their way to `__mqtt_state`.
     saves: saves::SubscriptionSaves,
 }

@@ -3,7 +3,8 @@
 //! next CONNECT whatever the expiry sweep's timing, a retained publish is retained for every
 //! SUBSCRIBE that follows it (no later than its live delivery), a client holding its Receive
 //! Maximum of unacknowledged deliveries gets the rest queued and is still served (these two
-//! passed before the fixes too: the case that broke is not reproduced), a persistent
+//! passed before the fixes too: the case that broke is not reproduced) and a resumed
+//! session's re-sends stay within the client's new Receive Maximum, a persistent
 //! session's SUBSCRIBEs sent back to back are all acknowledged, and subscription identifiers
 //! are announced and delivered.
 
@@ -315,6 +316,49 @@ fn mqtt_deliveries_beyond_the_clients_receive_maximum_wait_for_its_acks() -> any
     }
     got.sort();
     assert_eq!(got, ["p0", "p1", "p2", "p3", "p4", "p5"]);
+    served(&mut sub)?;
+    gateway.stop()
+}
+
+/// MQTT 5: a persistent session resumed by a client announcing a smaller Receive Maximum gets
+/// its unacknowledged deliveries re-sent one window at a time, never all at once.
+#[test]
+fn mqtt_resumed_deliveries_respect_the_new_receive_maximum() -> anyhow::Result<()> {
+    let dir = TempDir::new("mqtt-resend-window")?;
+    let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
+    let wide = v5_properties(600, Some(3));
+    let (mut sub, _) = RawClient::connect_with(gateway.mqtt, "rs-sub", 60, false, Some(&wide))?;
+    assert_eq!(sub.subscribe("rs/#", 1, 1)?, 1);
+    let mut publisher = RawClient::connect(gateway.mqtt, "rs-pub", 60, true, false)?;
+    for i in 0..3u16 {
+        let payload = format!("r{i}");
+        assert_eq!(
+            publisher.publish_qos1("rs/x", payload.as_bytes(), i + 1)?,
+            0
+        );
+    }
+    for _ in 0..3 {
+        sub.next_publish_unacked()?;
+    }
+    served(&mut sub)?;
+    drop(sub);
+    let narrow = v5_properties(600, Some(1));
+    let (mut sub, connack) =
+        RawClient::connect_with(gateway.mqtt, "rs-sub", 60, false, Some(&narrow))?;
+    assert_eq!(connack.first(), Some(&1), "Session Present");
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let resent = sub.next_publish_unacked()?;
+        assert!(resent.dup, "re-sent with DUP: {resent:?}");
+        // The quota is what is under test: nothing may follow before the PUBACK.
+        sub.set_timeout(Duration::from_millis(500))?;
+        let early = sub.read_packet();
+        assert!(early.is_err(), "beyond Receive Maximum 1: {early:?}");
+        sub.set_timeout(Duration::from_secs(10))?;
+        sub.write_packet(0x40, &be(resent.pkid.context("QoS 1")?))?;
+        got.push(String::from_utf8_lossy(&resent.payload).into_owned());
+    }
+    assert_eq!(got, ["r0", "r1", "r2"]);
     served(&mut sub)?;
     gateway.stop()
 }

@@ -30,25 +30,6 @@ const READ_BYTES: usize = 32 * 1024;
 pub(super) const OUT_HIGH_WATER: usize = 64 * 1024;
 
 impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
-    /// Resends unacknowledged deliveries (PUBLISH with DUP and its full topic, or PUBREL once
-    /// PUBREC came), sets up positions, and starts delivering.
-    pub(super) async fn resume(&mut self) -> Result<(), ConnError> {
-        let inflight: Vec<Inflight> = self.session.inflight.values().cloned().collect();
-        for mut entry in inflight {
-            if entry.released {
-                self.send(Outgoing::PubRel {
-                    pkid: entry.publish.pkid,
-                })?;
-                continue;
-            }
-            entry.publish.dup = true;
-            self.send(Outgoing::Publish(Box::new(entry.publish)))?;
-        }
-        self.track_partitions_of(true, &BTreeMap::new()).await?;
-        self.wake.notify_one();
-        Ok(())
-    }
-
     /// Gives every partition the (non-shared) `filters` just subscribed may read a position and
     /// a watcher; a partition without one starts at `starts` (a `tern-start`), else at the log
     /// end. Only the new filters are looked at: a SUBSCRIBE costs the same however many
@@ -82,7 +63,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// restored at CONNECT: each of their partitions had a cursor (it is committed before the
     /// subscription is stored), so a missing one was lost (a damaged cursor log) and delivery
     /// starts at the earliest retained record, redelivering rather than skipping.
-    async fn track_partitions_of(
+    pub(super) async fn track_partitions_of(
         &mut self,
         resumed: bool,
         starts: &BTreeMap<PartitionId, u64>,
@@ -154,9 +135,17 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(())
     }
 
+    /// Whether the in-flight window (min(`mqtt.inflight`, the client's Receive Maximum)) is
+    /// full: deliveries sent on this connection, or released QoS 2 ones, not yet acknowledged
+    /// (those still to be re-sent after a reconnect, `resend.rs`, are not on the wire).
     pub(super) fn window_full(&self) -> bool {
         let window = usize::from(self.broker.config.inflight).min(self.client_receive_max);
-        self.session.inflight.len() >= window
+        let held = self
+            .session
+            .inflight
+            .len()
+            .saturating_sub(self.resend.len());
+        held >= window
             || self.session.inflight_bytes >= self.broker.config.max_queued_bytes.0 as usize
     }
 

@@ -206,6 +206,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         retained_due: VecDeque::new(),
         retained_early: VecDeque::new(),
         saves: Default::default(),
+        resend: VecDeque::new(),
         writer,
         broker,
     };

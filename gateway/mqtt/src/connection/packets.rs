@@ -30,6 +30,9 @@ use tern_log::LogPort;
 impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     pub(super) async fn handle(&mut self, packet: super::Incoming) -> Result<Flow, ConnError> {
         use super::Incoming as In;
+        if let In::PubAck { pkid } | In::PubRec { pkid, .. } | In::PubComp { pkid } = &packet {
+            self.resend_acknowledged(*pkid);
+        }
         match packet {
             In::Connect(_) => return Err(protocol("second CONNECT")),
             In::Publish(publish) => self.publish(*publish).await?,
