@@ -254,11 +254,14 @@ impl<S: LogPort> Broker<S> {
 
     /// Takes the session of `client_id` for a new connection: asks the current holder to leave
     /// (client-id takeover) and waits until it has. `kick` is how this connection will be asked.
+    /// The flag says the session expired while no connection held it (its deadline passed,
+    /// whether or not the sweep of [`Broker::expire_sessions`] ran since): the caller forgets
+    /// it before use.
     pub(crate) async fn take_session(
         &self,
         client_id: &str,
         kick: Arc<Notify>,
-    ) -> Result<(Arc<SessionEntry>, OwnedMutexGuard<Session>), Elapsed> {
+    ) -> Result<(Arc<SessionEntry>, OwnedMutexGuard<Session>, bool), Elapsed> {
         let entry = {
             let mut sessions = self.lock_sessions();
             sessions
@@ -270,18 +273,21 @@ impl<S: LogPort> Broker<S> {
             previous.notify_one();
         }
         let guard = tokio::time::timeout(TAKEOVER_WAIT, entry.session.clone().lock_owned()).await?;
-        {
+        let expired = {
             let mut holder = entry.holder();
             if let Some(other) = holder.kick.replace(kick) {
                 other.notify_one();
             }
-            holder.disconnected_at = None;
-        }
+            let since = holder.disconnected_at.take();
+            since.is_some_and(|since| expiry_passed(guard.expiry, since))
+        };
         entry.generation.fetch_add(1, Ordering::SeqCst);
-        Ok((entry, guard))
+        Ok((entry, guard, expired))
     }
 
-    /// Ends sessions whose expiry has passed since their connection closed.
+    /// Ends sessions whose expiry has passed since their connection closed, so an abandoned
+    /// session does not hold its state for ever; a CONNECT does not rely on it
+    /// ([`Broker::take_session`] checks the deadline itself).
     pub(crate) async fn expire_sessions(&self) {
         let expired: Vec<(String, Arc<SessionEntry>)> = {
             let sessions = self.lock_sessions();
@@ -296,10 +302,7 @@ impl<S: LogPort> Broker<S> {
                 continue;
             };
             let since = entry.holder().disconnected_at;
-            let due = since.is_some_and(|t| {
-                session.expiry != NEVER_EXPIRES
-                    && t.elapsed() >= Duration::from_secs(u64::from(session.expiry))
-            });
+            let due = since.is_some_and(|t| expiry_passed(session.expiry, t));
             if !due || !entry.is_idle() {
                 continue;
             }
@@ -362,6 +365,11 @@ impl<S: LogPort> Broker<S> {
     fn lock_sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<SessionEntry>>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Whether a session of `expiry` seconds, without a connection since `since`, has expired.
+fn expiry_passed(expiry: u32, since: Instant) -> bool {
+    expiry != NEVER_EXPIRES && since.elapsed() >= Duration::from_secs(u64::from(expiry))
 }
 
 /// The cursor-store name of a session's read positions.

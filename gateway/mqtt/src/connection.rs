@@ -50,7 +50,9 @@ mod out_alias;
 mod packets;
 mod quota;
 mod rate;
+mod resend;
 mod retained;
+mod saves;
 mod share;
 #[cfg(test)]
 mod test;
@@ -191,6 +193,13 @@ pub struct Connection<S: LogPort, W> {
     /// Retained messages still to send for new subscriptions: the filter, how it matched,
     /// and the last topic sent (`retained.rs`).
     retained_due: VecDeque<(String, Matched, Option<String>)>,
+    /// Retained messages sent before they were stored, whose records are not delivered again
+    /// (`retained.rs`).
+    retained_early: VecDeque<super::message::Message>,
+    /// Packet ids of resumed deliveries not re-sent yet (`resend.rs`).
+    resend: VecDeque<u16>,
+    /// Subscription changes of a persistent session on their way to `__mqtt_state`.
+    saves: saves::SubscriptionSaves,
 }
 
 impl<S: LogPort, W> std::fmt::Debug for Connection<S, W> {
@@ -205,6 +214,7 @@ impl<S: LogPort, W> std::fmt::Debug for Connection<S, W> {
 enum Event {
     Read(std::io::Result<usize>),
     Stored(Result<Ingested, tokio::task::JoinError>),
+    Saved(saves::SaveResult),
     Wake,
     Shared(String, Delivery),
     Kicked,
@@ -247,6 +257,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             let event = tokio::select! {
                 read = reader.read_buf(&mut inbuf.bytes), if can_read => Event::Read(read),
                 stored = appends::join_oldest(&mut self.appending) => Event::Stored(stored),
+                saved = self.saves.saved() => Event::Saved(saved),
                 () = self.wake.notified() => Event::Wake,
                 (filter, delivery) = self.groups.recv(), if !self.window_full() => {
                     Event::Shared(filter, delivery)
@@ -270,6 +281,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     inbuf.settle();
                 }
                 Event::Stored(done) => self.stored(done)?,
+                Event::Saved(saved) => Box::pin(self.saved(saved)).await?,
                 Event::Wake => self.deliver_more().await?,
                 Event::Shared(filter, delivery) => {
                     Box::pin(self.deliver_shared(filter, delivery)).await?;

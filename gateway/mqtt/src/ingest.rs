@@ -187,8 +187,9 @@ fn group<S: LogPort>(broker: &Broker<S>, batch: &mut [Pending]) -> Vec<Group> {
     }
     groups
 }
-/// Retained updates and QoS 2 marks for what was stored; a failure turns the outcome into
-/// `Failed` so no ack goes out.
+/// Retained updates and QoS 2 marks for what was stored (a retained publish not stored loses
+/// its early copy, `retained.rs`); a failure turns the outcome into `Failed` so no ack goes
+/// out.
 async fn settle<S: LogPort>(
     broker: &Broker<S>,
     client_id: &str,
@@ -196,11 +197,16 @@ async fn settle<S: LogPort>(
     outcomes: &mut [Outcome],
 ) {
     for (pending, outcome) in batch.iter().zip(outcomes.iter_mut()) {
+        let retained = pending.message.as_ref().filter(|m| m.retain);
         if !matches!(outcome, Outcome::Stored) {
+            if let Some(message) = retained {
+                broker.retained.withdraw(message);
+            }
             continue;
         }
-        if let Some(message) = pending.message.as_ref().filter(|m| m.retain) {
+        if let Some(message) = retained {
             if let Err(err) = broker.retained.update(message.clone()).await {
+                broker.retained.withdraw(message);
                 *outcome = refused(err);
                 continue;
             }

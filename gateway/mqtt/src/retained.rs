@@ -5,7 +5,11 @@
 //! either is refused ([`Retained::admits`] before the publish is stored, and again when it is
 //! settled, for publishes that raced). Memory holds the topics and their sizes; the messages
 //! stay in the state log, read back from it when a subscription walks the table in topic
-//! order ([`Retained::next_matching`]). Never delivers anything itself.
+//! order ([`Retained::next_matching`]). A retained publish is visible from the moment its
+//! connection accepts it ([`Retained::announce`]), before its record and state record are
+//! durable: a SUBSCRIBE that follows it (on any connection, and before its live delivery) gets
+//! it, as with Mosquitto; the early copy is dropped if the publish is not stored. Never
+//! delivers anything itself.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -39,6 +43,9 @@ struct Table {
     /// Retained topics and their payload sizes.
     messages: BTreeMap<String, usize>,
     bytes: u64,
+    /// Retained publishes accepted but not settled yet, the newest per topic (an empty
+    /// payload clears); they hide the durable entry of their topic.
+    early: BTreeMap<String, Message>,
 }
 
 /// What a retained message counts against `max_retained_bytes`.
@@ -66,6 +73,33 @@ impl Table {
     fn remove(&mut self, topic: &str) {
         if let Some(old) = self.messages.remove(topic) {
             self.bytes -= size(topic, old);
+        }
+    }
+
+    /// Forgets the early copy of `message` unless a newer publish replaced it.
+    fn settle_early(&mut self, message: &Message) {
+        if self.early.get(&message.topic) == Some(message) {
+            self.early.remove(&message.topic);
+        }
+    }
+
+    /// The first topic after `from` matching `filter`, with its early copy if it has one.
+    fn next_topic(&self, filter: &str, from: Bound<&str>) -> Option<(String, Option<Message>)> {
+        let durable = self
+            .messages
+            .range::<str, _>((from, Bound::Unbounded))
+            .map(|(topic, _)| topic)
+            .filter(|topic| !self.early.contains_key(*topic))
+            .find(|topic| topic::matches(filter, topic));
+        let early = self
+            .early
+            .range::<str, _>((from, Bound::Unbounded))
+            .filter(|(_, message)| !message.payload.is_empty())
+            .find(|(topic, _)| topic::matches(filter, topic));
+        match (durable, early) {
+            (Some(durable), Some((topic, _))) if durable < topic => Some((durable.clone(), None)),
+            (_, Some((topic, message))) => Some((topic.clone(), Some(message.clone()))),
+            (durable, None) => durable.map(|topic| (topic.clone(), None)),
         }
     }
 }
@@ -111,38 +145,61 @@ impl<S: LogPort> Retained<S> {
         fits
     }
 
+    /// Makes a retained publish the connection accepted visible at once, before it is stored
+    /// ([`Retained::update`] or [`Retained::withdraw`] settles it).
+    pub fn announce(&self, message: &Message) {
+        self.lock()
+            .early
+            .insert(message.topic.clone(), message.clone());
+    }
+
+    /// Drops the early copy of a retained publish that was not stored.
+    pub fn withdraw(&self, message: &Message) {
+        self.lock().settle_early(message);
+    }
+
     /// Durably stores (or clears, for an empty payload) the retained message of its topic;
     /// one over the limits (a publish that raced others past [`Retained::admits`]) is stored
     /// in the log but not retained.
     pub async fn update(&self, message: Message) -> Result<(), StateError> {
         if !self.admits(&message.topic, message.payload.len(), &message.client_id) {
+            self.withdraw(&message);
             return Ok(());
         }
         let topic = message.topic.clone();
         let payload_len = message.payload.len();
         self.state
-            .put_retained(&message, move || {
+            .put_retained(&message, || {
                 let mut table = self.lock();
                 if payload_len == 0 {
                     table.remove(&topic);
                 } else {
                     table.insert(topic, payload_len);
                 }
+                table.settle_early(&message);
                 self.publish_gauges(&table);
             })
             .await
     }
 
     /// The first retained message after topic `after` (from the start: `None`), in topic
-    /// order, whose topic matches `filter`, read from the state log. A message the log cannot
-    /// give back (damaged) is skipped with a warning.
-    pub fn next_matching(&self, filter: &str, after: Option<&str>) -> Option<Message> {
+    /// order, whose topic matches `filter`, and whether it is an early copy (not stored yet:
+    /// its record may still be delivered live). A stored one is read from the state log; one
+    /// the log cannot give back (damaged) is skipped with a warning.
+    pub fn next_matching(&self, filter: &str, after: Option<&str>) -> Option<(Message, bool)> {
         let mut after = after.map(str::to_owned);
         loop {
-            let topic = self.next_topic(filter, after.as_deref())?;
+            let from = match after.as_deref() {
+                Some(topic) => Bound::Excluded(topic),
+                None => Bound::Unbounded,
+            };
+            let (topic, early) = self.lock().next_topic(filter, from)?;
+            if let Some(message) = early {
+                return Some((message, true));
+            }
             let read = self.state.get(retained_key(&topic).as_bytes());
             match read.map(|r| r.as_ref().and_then(Message::from_record)) {
-                Ok(Some(message)) => return Some(message),
+                Ok(Some(message)) => return Some((message, false)),
                 Ok(None) => {}
                 Err(err) => {
                     tracing::warn!(topic = %clip(&topic), %err, "cannot read a retained message");
@@ -152,27 +209,12 @@ impl<S: LogPort> Retained<S> {
         }
     }
 
-    /// The first retained topic after `after` matching `filter`.
-    fn next_topic(&self, filter: &str, after: Option<&str>) -> Option<String> {
-        let table = self.lock();
-        let from = match after {
-            Some(topic) => Bound::Excluded(topic),
-            None => Bound::Unbounded,
-        };
-        table
-            .messages
-            .range::<str, _>((from, Bound::Unbounded))
-            .map(|(topic, _)| topic)
-            .find(|topic| topic::matches(filter, topic))
-            .cloned()
-    }
-
     /// Every retained message matching `filter`, in topic order.
     #[cfg(test)]
     pub fn matching(&self, filter: &str) -> Vec<Message> {
         let mut found = Vec::new();
         let mut after: Option<String> = None;
-        while let Some(next) = self.next_matching(filter, after.as_deref()) {
+        while let Some((next, _)) = self.next_matching(filter, after.as_deref()) {
             after = Some(next.topic.clone());
             found.push(next);
         }
@@ -274,6 +316,36 @@ mod tests {
         let loaded = state.load().await.expect("load");
         let reloaded = Retained::new(state, loaded.retained, LIMITS, metrics);
         assert_eq!(all(&reloaded, "#"), expected);
+    }
+
+    #[tokio::test]
+    async fn an_announced_message_is_retained_until_withdrawn_or_stored() {
+        let state = Arc::new(StateLog::new(MemoryLog::new(1)).expect("state"));
+        let retained = Retained::new(state, Vec::new(), LIMITS, Arc::default());
+        retained.update(message("a", b"old")).await.expect("update");
+        retained.announce(&message("a", b"new"));
+        retained.announce(&message("b", b"b"));
+        let early = retained.next_matching("#", None);
+        assert_eq!(
+            early,
+            Some((message("a", b"new"), true)),
+            "hides the stored one"
+        );
+        assert_eq!(
+            all(&retained, "#"),
+            [message("a", b"new"), message("b", b"b")]
+        );
+        retained.withdraw(&message("b", b"b"));
+        retained.announce(&message("a", b""));
+        assert_eq!(all(&retained, "#"), [], "an announced clear hides it too");
+        retained.update(message("a", b"new")).await.expect("update");
+        assert_eq!(all(&retained, "#"), [], "a newer announcement stays");
+        retained.update(message("a", b"")).await.expect("clear");
+        retained.update(message("c", b"c")).await.expect("update");
+        assert_eq!(
+            retained.next_matching("#", None),
+            Some((message("c", b"c"), false))
+        );
     }
 
     #[tokio::test]

@@ -19,6 +19,7 @@ mod mqtt_abuse_limits;
 mod mqtt_abuse_logins;
 mod mqtt_abuse_retained;
 mod mqtt_auth;
+mod mqtt_conformance;
 mod mqtt_consumer;
 mod mqtt_delivery;
 mod mqtt_durability;

@@ -14,6 +14,7 @@ mod closed_loop;
 pub(crate) mod load;
 mod report;
 pub(crate) mod servers;
+mod subscribes;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -189,7 +190,13 @@ async fn one_broker(options: &BenchOptions, addr: SocketAddr) -> Result<Report, 
             figures.add(kind, Run::new(measured, None));
         }
     }
-    Ok(Report::single(options, addr, figures))
+    let measured_s = Some(subscribes::persistent_subscribes(addr, "bench-subs-b").await?);
+    let subscribes = subscribes::SubscribeFigures {
+        subscribes: subscribes::SUBSCRIBES,
+        measured_s,
+        ..Default::default()
+    };
+    Ok(Report::single(options, addr, figures).with_subscribes(subscribes))
 }
 
 /// tern and Mosquitto as children, the same load against each, interleaved run by run.
@@ -212,6 +219,17 @@ fn side_by_side(
             mosquitto_figures.add(kind, run);
         }
     }
+    let subscribes = subscribes::SubscribeFigures {
+        subscribes: subscribes::SUBSCRIBES,
+        tern_s: Some(
+            runtime.block_on(subscribes::persistent_subscribes(tern.addr, "bench-subs-t"))?,
+        ),
+        mosquitto_s: Some(runtime.block_on(subscribes::persistent_subscribes(
+            mosquitto.addr,
+            "bench-subs-m",
+        ))?),
+        measured_s: None,
+    };
     let with_peak = |server: &Server, memory: Memory| -> Result<Memory, BenchError> {
         let (_, peak_kib) = server.rss_kib()?;
         Ok(Memory { peak_kib, ..memory })
@@ -230,7 +248,8 @@ fn side_by_side(
     };
     let settings = settings.iter().map(|line| format!("mqtt.{line}")).collect();
     let mut report =
-        Report::side_by_side(options, [tern_figures, mosquitto_figures], memory, settings);
+        Report::side_by_side(options, [tern_figures, mosquitto_figures], memory, settings)
+            .with_subscribes(subscribes);
     report.closed_loop = closed_loop;
     Ok(report)
 }

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::BenchOptions;
 use super::load::Measured;
+use super::subscribes::SubscribeFigures;
 use crate::report::Target;
 use crate::stats::{median, percentile};
 
@@ -182,6 +183,9 @@ pub struct Report {
     /// The closed-loop producer's run (`closed_loop.rs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub closed_loop: Option<super::closed_loop::ClosedLoop>,
+    /// 1,000 SUBSCRIBEs on a persistent session (`subscribes.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subscribes: Option<SubscribeFigures>,
     pub targets: Vec<Target>,
 }
 
@@ -225,6 +229,7 @@ impl Report {
             tern_memory: None,
             mosquitto_memory: None,
             closed_loop: None,
+            subscribes: None,
             targets: Vec::new(),
         }
     }
@@ -289,8 +294,16 @@ impl Report {
             tern_memory: Some(tern_memory),
             mosquitto_memory: Some(mosquitto_memory),
             closed_loop: None,
+            subscribes: None,
             targets,
         }
+    }
+
+    /// The report with the persistent-session SUBSCRIBE figure (and tern's target for it).
+    pub fn with_subscribes(mut self, subscribes: SubscribeFigures) -> Self {
+        self.targets.extend(subscribes.target());
+        self.subscribes = Some(subscribes);
+        self
     }
 }
 
@@ -332,6 +345,9 @@ impl std::fmt::Display for Report {
         f.write_str(&table(&columns, self.ratio.is_some()))?;
         if let Some(closed_loop) = &self.closed_loop {
             write!(f, "{closed_loop}")?;
+        }
+        if let Some(subscribes) = &self.subscribes {
+            write!(f, "{subscribes}")?;
         }
         for t in &self.targets {
             writeln!(

@@ -64,6 +64,10 @@ fn quick_bench_prints_every_figure_side_by_side() -> anyhow::Result<()> {
             figure(&report, &format!("{broker}_memory.{name}"));
         }
     }
+    for broker in ["tern", "mosquitto"] {
+        figure(&report, &format!("subscribes.{broker}_s"));
+    }
+    assert_eq!(report["subscribes"]["subscribes"], 1000, "{report:#}");
     // The quick run fits tern's default connection limit: tern runs with its defaults.
     assert_eq!(report["tern_settings"], serde_json::json!([]), "{report:#}");
     let targets = report["targets"]
@@ -73,7 +77,8 @@ fn quick_bench_prints_every_figure_side_by_side() -> anyhow::Result<()> {
     let names: Vec<&str> = targets.iter().filter_map(|t| t["name"].as_str()).collect();
     // The CPU ratio is a target only when Mosquitto's CPU was measurable (at least one tick).
     let cpu_measured = report["ratio"]["qos1_cpu_per_message"].is_f64();
-    assert_eq!(names.len(), if cpu_measured { 5 } else { 4 }, "{report:#}");
+    // ...and the persistent-session SUBSCRIBE figure (`subscribes.rs`) adds one.
+    assert_eq!(names.len(), if cpu_measured { 6 } else { 5 }, "{report:#}");
     for target in targets {
         assert!(target["met"].is_boolean(), "{target}");
         assert!(

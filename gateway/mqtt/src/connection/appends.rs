@@ -127,8 +127,10 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         }
     }
 
-    /// Waits for every queued publish to be settled (graceful shutdown, DISCONNECT).
+    /// Waits for every queued publish to be settled, and every subscription change to be
+    /// stored (graceful shutdown, DISCONNECT).
     pub(super) async fn drain_appends(&mut self) -> Result<(), ConnError> {
+        self.drain_saves().await?;
         self.start_append();
         while !self.appending.is_empty() {
             let done = join_oldest(&mut self.appending).await;

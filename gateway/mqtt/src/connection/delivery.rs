@@ -30,32 +30,21 @@ const READ_BYTES: usize = 32 * 1024;
 pub(super) const OUT_HIGH_WATER: usize = 64 * 1024;
 
 impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
-    /// Resends unacknowledged deliveries (PUBLISH with DUP and its full topic, or PUBREL once
-    /// PUBREC came), sets up positions, and starts delivering.
-    pub(super) async fn resume(&mut self) -> Result<(), ConnError> {
-        let inflight: Vec<Inflight> = self.session.inflight.values().cloned().collect();
-        for mut entry in inflight {
-            if entry.released {
-                self.send(Outgoing::PubRel {
-                    pkid: entry.publish.pkid,
-                })?;
-                continue;
-            }
-            entry.publish.dup = true;
-            self.send(Outgoing::Publish(Box::new(entry.publish)))?;
-        }
-        self.track_partitions_of(true, &BTreeMap::new()).await?;
-        self.wake.notify_one();
-        Ok(())
-    }
-
-    /// Gives every partition a subscription may read a position and a watcher; a partition
-    /// without one starts at `starts` (a `tern-start`), else at the log end.
+    /// Gives every partition the (non-shared) `filters` just subscribed may read a position and
+    /// a watcher; a partition without one starts at `starts` (a `tern-start`), else at the log
+    /// end. Only the new filters are looked at: a SUBSCRIBE costs the same however many
+    /// subscriptions the session holds.
     pub(super) async fn track_partitions(
         &mut self,
+        filters: &[String],
         starts: &BTreeMap<PartitionId, u64>,
     ) -> Result<(), ConnError> {
-        self.track_partitions_of(false, starts).await
+        let wanted = filters
+            .iter()
+            .filter(|f| !is_shared(f))
+            .flat_map(|f| self.broker.partitions_for(f))
+            .collect();
+        self.track(wanted, false, starts).await
     }
 
     /// Whether the session already reads `partition` or has a stored cursor there (which a
@@ -74,12 +63,11 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// restored at CONNECT: each of their partitions had a cursor (it is committed before the
     /// subscription is stored), so a missing one was lost (a damaged cursor log) and delivery
     /// starts at the earliest retained record, redelivering rather than skipping.
-    async fn track_partitions_of(
+    pub(super) async fn track_partitions_of(
         &mut self,
         resumed: bool,
         starts: &BTreeMap<PartitionId, u64>,
     ) -> Result<(), ConnError> {
-        let name = cursor_name(&self.client_id);
         let wanted: Vec<PartitionId> = self
             .session
             .subscriptions
@@ -87,6 +75,17 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             .filter(|s| !is_shared(&s.filter))
             .flat_map(|s| self.broker.partitions_for(&s.filter))
             .collect();
+        self.track(wanted, resumed, starts).await
+    }
+
+    /// [`Self::track_partitions_of`] for the partitions `wanted`.
+    async fn track(
+        &mut self,
+        wanted: Vec<PartitionId>,
+        resumed: bool,
+        starts: &BTreeMap<PartitionId, u64>,
+    ) -> Result<(), ConnError> {
+        let name = cursor_name(&self.client_id);
         for partition in wanted {
             if !self.session.positions.contains_key(&partition) {
                 self.load_lease(&partition);
@@ -136,9 +135,17 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(())
     }
 
+    /// Whether the in-flight window (min(`mqtt.inflight`, the client's Receive Maximum)) is
+    /// full: deliveries sent on this connection, or released QoS 2 ones, not yet acknowledged
+    /// (those still to be re-sent after a reconnect, `resend.rs`, are not on the wire).
     pub(super) fn window_full(&self) -> bool {
         let window = usize::from(self.broker.config.inflight).min(self.client_receive_max);
-        self.session.inflight.len() >= window
+        let held = self
+            .session
+            .inflight
+            .len()
+            .saturating_sub(self.resend.len());
+        held >= window
             || self.session.inflight_bytes >= self.broker.config.max_queued_bytes.0 as usize
     }
 
@@ -243,6 +250,9 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let Some(message) = Message::from_record(&stored.record) else {
             return Ok(());
         };
+        if message.retain && !self.retained_early.is_empty() && self.was_sent_early(&message) {
+            return Ok(());
+        }
         let own = message.client_id == self.client_id;
         let Some(matched) = self.session.matching(&message.topic, own) else {
             return Ok(());

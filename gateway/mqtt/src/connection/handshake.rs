@@ -136,13 +136,13 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         .unwrap_or_else(|| connect.client_id.clone());
     let will = Will::from_connect(&connect, &client_id, &broker.limits)?;
     let kick = Arc::new(Notify::new());
-    let (entry, mut session) = broker
+    let (entry, mut session, expired) = broker
         .take_session(&client_id, kick.clone())
         .await
         .map_err(|_| ConnError::Takeover {
             client_id: clip(&client_id).to_string(),
         })?;
-    if connect.clean_start {
+    if connect.clean_start || expired {
         broker.forget_session(&mut session).await?;
     }
     let session_present = !connect.clean_start && session.present();
@@ -165,7 +165,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         topic_alias_max: Some(broker.config.topic_alias_maximum),
         assigned_client_identifier: assigned,
         wildcard_subscription_available: Some(1),
-        subscription_identifiers_available: Some(0),
+        subscription_identifiers_available: Some(1),
         shared_subscription_available: Some(1),
         server_keep_alive,
         ..ConnAckProperties::default()
@@ -204,6 +204,9 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         rate: RateLimit::new(broker.config.max_publish_rate),
         groups: Default::default(),
         retained_due: VecDeque::new(),
+        retained_early: VecDeque::new(),
+        saves: Default::default(),
+        resend: VecDeque::new(),
         writer,
         broker,
     };

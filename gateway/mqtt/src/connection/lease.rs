@@ -21,6 +21,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Delivers as far as the window allows, committing leases where delivery waits for one.
     pub(super) async fn deliver_more(&mut self) -> Result<(), ConnError> {
         loop {
+            self.pump_resend()?;
             self.pump_retained()?;
             self.pump()?;
             if self.lease_due.is_empty() {

@@ -1,7 +1,8 @@
 //! The connected client's packets: PUBLISH into the append queue (Receive Maximum, topic
 //! aliases, ACLs), PUBREL, the acknowledgements of deliveries (PUBACK; PUBREC → PUBREL →
 //! PUBCOMP), SUBSCRIBE/UNSUBSCRIBE with options, retained messages and a `tern-start`
-//! (`replay.rs`; refused per filter with 0x83 and a reason string), PINGREQ and DISCONNECT.
+//! (`replay.rs`; refused per filter with 0x83 and a reason string; stored through the group
+//! commit of `saves.rs`), PINGREQ and DISCONNECT.
 //! Delivery itself lives in `delivery.rs`, shared subscriptions in `share.rs`.
 
 use std::collections::BTreeMap;
@@ -20,15 +21,18 @@ use super::super::metrics::MqttMetrics;
 use super::super::replay::{self, Start, StartError};
 use super::super::router::PartitionId;
 use super::super::session::{Matched, PubRecOutcome, Subscription};
-use super::super::state::StoredSubscription;
 use super::super::topic;
 use super::super::topic::is_shared;
+use super::saves::Done;
 use super::{ConnError, Connection, Flow};
 use tern_log::LogPort;
 
 impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     pub(super) async fn handle(&mut self, packet: super::Incoming) -> Result<Flow, ConnError> {
         use super::Incoming as In;
+        if let In::PubAck { pkid } | In::PubRec { pkid, .. } | In::PubComp { pkid } = &packet {
+            self.resend_acknowledged(*pkid);
+        }
         match packet {
             In::Connect(_) => return Err(protocol("second CONNECT")),
             In::Publish(publish) => self.publish(*publish).await?,
@@ -169,6 +173,10 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             properties,
             timestamp_ms: message::now_ms(),
         };
+        if message.retain {
+            // Retained for every SUBSCRIBE from now on, not only once stored (`retained.rs`).
+            self.broker.retained.announce(&message);
+        }
         if self.pending.capacity() == 0 {
             // A batch starts: room for a full one (`start_append`) at once, not growth by
             // doubling (several reallocations and copies per batch). Idle connections hold none.
@@ -204,7 +212,8 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             Err(err) => {
                 tracing::info!(client_id = %clip(&self.client_id), %err, "subscription start refused");
                 let codes = vec![SubAckCode::ImplementationSpecific; subscribe.filters.len()];
-                return self.send_suback(subscribe.pkid, codes, &[err.to_string()]);
+                let suback = self.suback(subscribe.pkid, codes, &[err.to_string()]);
+                return self.save_then(Vec::new(), vec![Done::Ack(suback)]).await;
             }
         };
         let mut starts = BTreeMap::new();
@@ -262,7 +271,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 }
             }
         }
-        self.track_partitions(&starts).await?;
+        self.track_partitions(&changed, &starts).await?;
         let changes = changed
             .into_iter()
             .map(|filter| {
@@ -275,11 +284,13 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 (filter, stored)
             })
             .collect();
-        self.save_subscriptions(changes).await?;
-        self.send_suback(subscribe.pkid, codes, &reasons)?;
-        for (filter, matched) in retained_for {
-            self.queue_retained(filter, matched);
-        }
+        let mut done = vec![Done::Ack(self.suback(subscribe.pkid, codes, &reasons))];
+        done.extend(
+            retained_for
+                .into_iter()
+                .map(|(filter, matched)| Done::Retained(filter, matched)),
+        );
+        self.save_then(changes, done).await?;
         self.deliver_more().await
     }
 
@@ -312,14 +323,9 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(())
     }
 
-    /// SUBACK with `reasons` as its MQTT 5 Reason String, unless the client asked for no
+    /// The SUBACK with `reasons` as its MQTT 5 Reason String, unless the client asked for no
     /// problem information or it would not fit the client's Maximum Packet Size.
-    fn send_suback(
-        &mut self,
-        pkid: u16,
-        codes: Vec<SubAckCode>,
-        reasons: &[String],
-    ) -> Result<(), ConnError> {
+    fn suback(&self, pkid: u16, codes: Vec<SubAckCode>, reasons: &[String]) -> Outgoing {
         let mut reason = reasons.join("; ");
         if reason.len() > MAX_REASON {
             let mut end = MAX_REASON;
@@ -330,11 +336,11 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         }
         let fits = reason.len() + codes.len() + 16 <= self.client_max_packet;
         let reason = (!reason.is_empty() && self.client_problem_info && fits).then_some(reason);
-        self.send(Outgoing::SubAck {
+        Outgoing::SubAck {
             pkid,
             codes,
             reason,
-        })
+        }
     }
 
     async fn unsubscribe(&mut self, pkid: u16, filters: &[String]) -> Result<(), ConnError> {
@@ -348,35 +354,11 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 self.unsubscribe_shared(filter).await?;
             }
         }
-        self.save_subscriptions(changes).await?;
-        self.send(Outgoing::UnsubAck {
+        let unsuback = Outgoing::UnsubAck {
             pkid,
             count: filters.len(),
-        })
-    }
-
-    /// Durably stores what changed in a persistent session's subscriptions (the session's
-    /// own record was written at CONNECT).
-    async fn save_subscriptions(
-        &mut self,
-        changes: Vec<(String, Option<StoredSubscription>)>,
-    ) -> Result<(), ConnError> {
-        if self.session.persistent() {
-            if !self.session.stored {
-                let stored = self.session.to_stored();
-                self.broker
-                    .state
-                    .put_session(&self.client_id, Some(&stored))
-                    .await?;
-                self.session.stored = true;
-                return Ok(());
-            }
-            self.broker
-                .state
-                .put_subscriptions(&self.client_id, &changes)
-                .await?;
-        }
-        Ok(())
+        };
+        self.save_then(changes, vec![Done::Ack(unsuback)]).await
     }
 }
 

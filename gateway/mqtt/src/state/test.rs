@@ -204,6 +204,50 @@ mod subscriptions {
     }
 
     #[tokio::test]
+    async fn subscription_identifiers_are_stored_and_older_records_without_them_load() {
+        let store = MemoryLog::new(1);
+        let log = StateLog::new(store.clone()).expect("state log");
+        // As a tern before subscription identifiers wrote them: no `id`, no MQTT 5 options.
+        let older = [
+            (
+                "session/old",
+                r#"{"expiry":60,"subscriptions":[{"filter":"a","qos":1}]}"#,
+            ),
+            ("sub/old\0b", r#"{"filter":"b","qos":2}"#),
+        ];
+        let records = older
+            .iter()
+            .map(|(key, value)| plain((*key).to_owned(), value.as_bytes().to_vec()))
+            .collect();
+        store.append(STATE_TOPIC, 0, records).await.expect("append");
+        let with_id = StoredSubscription {
+            id: Some(268_435_455),
+            ..sub("c", 1)
+        };
+        log.put_session("new", Some(&session(vec![with_id.clone()])))
+            .await
+            .expect("session");
+        let changed = StoredSubscription {
+            id: Some(7),
+            ..sub("d", 0)
+        };
+        log.put_subscriptions("new", &[("d".to_owned(), Some(changed.clone()))])
+            .await
+            .expect("sub");
+        let loaded = StateLog::new(store)
+            .expect("reopen")
+            .load()
+            .await
+            .expect("load");
+        assert_eq!(
+            loaded.sessions["old"].subscriptions,
+            [sub("a", 1), sub("b", 2)],
+            "older records load, without identifiers"
+        );
+        assert_eq!(loaded.sessions["new"].subscriptions, [with_id, changed]);
+    }
+
+    #[tokio::test]
     async fn changes_fold_over_the_session_record_and_survive_compaction() {
         let store = MemoryLog::new(1);
         let log = StateLog::new(store.clone()).expect("state log");
