@@ -51,17 +51,37 @@ async fn a_producer_that_sends_right_after_each_answer_loses_its_window_after_a_
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_late_append_or_a_busy_device_ends_it() {
+async fn a_producer_that_lingers_a_little_before_sending_again_is_closed_loop_too() {
+    // franz-go's producer, for one: 10 ms between an answer and its next request.
+    let mut pace = Pace::default();
+    let mut dropped = 0;
+    for _ in 0..(STREAK + 1 + PROBE) {
+        dropped += u32::from(!commit(&mut pace, Duration::from_millis(10), &[], true).await);
+    }
+    assert!(pace.closed_loop());
+    assert_eq!(dropped, PROBE - 1, "all but the probe, after the streak");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_ends_it_and_a_busy_device_delays_the_probe() {
     let mut pace = Pace::default();
     closed_loop(&mut pace, STREAK + 1).await;
     assert!(pace.closed_loop());
-    // Opened 40 ms after the answer: a trickle's append; this commit keeps its window.
-    assert!(commit(&mut pace, Duration::from_millis(40), &[], true).await);
+    // Two seconds without an append after the answer: the producer stopped.
+    assert!(commit(&mut pace, Duration::from_secs(2), &[], true).await);
     assert!(!pace.closed_loop());
     closed_loop(&mut pace, STREAK).await;
     assert!(pace.closed_loop());
-    assert!(commit(&mut pace, Duration::ZERO, &[], false).await, "busy");
-    assert!(!pace.closed_loop());
+    // Several closed-loop producers: a commit opens while the last one's fdatasync runs.
+    // It gets no window, and the probe waits for an idle device.
+    for _ in 0..2 * PROBE {
+        assert!(!commit(&mut pace, Duration::ZERO, &[], false).await, "busy");
+    }
+    assert!(pace.closed_loop());
+    assert!(
+        commit(&mut pace, Duration::ZERO, &[], true).await,
+        "the probe"
+    );
 }
 
 #[tokio::test(start_paused = true)]
