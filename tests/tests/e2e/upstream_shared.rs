@@ -18,6 +18,7 @@ use tern_tests::{DumpedRecord, Gateway, KafkaCluster, ServeOptions, TempDir, rea
 
 mod faults;
 mod group_client;
+mod txn_faults;
 
 const EDGE_TOPIC: &str = "mqtt";
 const UPSTREAM: &str = "tern.mqtt";
