@@ -270,6 +270,23 @@ impl KafkaCluster {
         }
     }
 
+    /// Arms every client proxy to cut the link when a request with `api_key` arrives (dropped
+    /// before the broker sees it); [`KafkaCluster::request_cut_fired`] tells when it did.
+    pub fn cut_clients_at_request(&self, api_key: i16) {
+        for node in &self.nodes {
+            node.proxy.cut_at_request(api_key);
+        }
+    }
+
+    /// Whether an armed request cut fired; it then cuts every client proxy.
+    pub fn request_cut_fired(&self) -> bool {
+        let fired = self.nodes.iter().any(|n| n.proxy.tripped());
+        if fired {
+            self.cut_clients();
+        }
+        fired
+    }
+
     /// Lets clients connect again after [`KafkaCluster::cut_clients`].
     pub fn restore_clients(&self) {
         for node in &self.nodes {

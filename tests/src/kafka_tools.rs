@@ -96,6 +96,24 @@ impl ConsumedRecord {
     }
 }
 
+/// A consumer's `isolation.level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// Only records of committed transactions (and non-transactional ones).
+    ReadCommitted,
+    /// Every record, aborted transactions' too.
+    ReadUncommitted,
+}
+
+impl Isolation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ReadCommitted => "read_committed",
+            Self::ReadUncommitted => "read_uncommitted",
+        }
+    }
+}
+
 impl KafkaCluster {
     /// Runs a Kafka tool class against this cluster's bootstrap servers.
     pub fn run_tool(&self, main_class: &str, args: &[&str]) -> anyhow::Result<Output> {
@@ -186,7 +204,48 @@ impl KafkaCluster {
             .with_context(|| format!("no end offset for {topic}/{partition} in:\n{text}"))
     }
 
-    /// Every record of `topic`/`partition`, read from offset 0 by the console consumer (no consumer
+    /// Every record of `topic`/`partition` a consumer with `isolation` sees, read from offset 0
+    /// by the console consumer (no consumer group) until no record arrived for `idle` (a
+    /// transactional topic's end offset counts its commit and abort markers, so the number of
+    /// records cannot be known in advance).
+    pub fn consume_isolated(
+        &self,
+        topic: &str,
+        partition: u32,
+        isolation: Isolation,
+        idle: Duration,
+    ) -> anyhow::Result<Vec<ConsumedRecord>> {
+        let (partition_arg, idle_arg) = (partition.to_string(), idle.as_millis().to_string());
+        let mut args = vec![
+            "--topic",
+            topic,
+            "--partition",
+            &partition_arg,
+            "--offset",
+            "earliest",
+            "--isolation-level",
+            isolation.name(),
+            "--timeout-ms",
+            &idle_arg,
+        ];
+        for property in FORMAT {
+            args.extend(["--formatter-property", property]);
+        }
+        let class = "org.apache.kafka.tools.consumer.ConsoleConsumer";
+        let output = java(self.dir(), TOOL_JVM, class)?
+            .arg("--bootstrap-server")
+            .arg(self.bootstrap())
+            .args(&args)
+            .output()
+            .with_context(|| format!("cannot run {class}"))?;
+        // The idle timeout ends the consumer; any other failure is the test's.
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() && !stderr.contains("TimeoutException") {
+            bail!("{class} {args:?} failed ({}):\n{stderr}", output.status);
+        }
+        parse_console_records(&output.stdout)
+    }
+
     /// group): first asks for the end offset, then consumes exactly that many records.
     pub fn consume_all(&self, topic: &str, partition: u32) -> anyhow::Result<Vec<ConsumedRecord>> {
         let end = self.end_offset(topic, partition)?;

@@ -1,10 +1,12 @@
 //! A loopback TCP proxy that tests can cut and restore, to simulate a WAN link between tern and
 //! Kafka going down. Cutting closes every open connection and refuses new ones until restored.
-//! It only forwards bytes; it never looks at or changes them.
+//! It forwards bytes unchanged; towards the broker it reads them as Kafka request frames (size,
+//! api key) so a test can arm a cut that fires when a given request arrives, before it is
+//! forwarded ([`TcpProxy::cut_at_request`]: a link lost between two requests of one exchange).
 
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,6 +20,10 @@ pub struct TcpProxy {
 #[derive(Debug, Default)]
 struct State {
     cut: AtomicBool,
+    /// The api key whose request cuts the proxy (−1: none armed).
+    cut_at: AtomicI32,
+    /// Set when an armed cut fired.
+    tripped: AtomicBool,
     stopped: AtomicBool,
     connections: Mutex<Vec<TcpStream>>,
 }
@@ -36,7 +42,10 @@ impl TcpProxy {
     pub fn start(listen: SocketAddr, target: SocketAddr) -> io::Result<Self> {
         let listener = TcpListener::bind(listen)?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(State::default());
+        let state = Arc::new(State {
+            cut_at: AtomicI32::new(-1),
+            ..State::default()
+        });
         let accept_state = Arc::clone(&state);
         std::thread::spawn(move || accept_loop(&listener, target, &accept_state));
         Ok(Self { addr, state })
@@ -52,9 +61,24 @@ impl TcpProxy {
         self.state.close_all();
     }
 
-    /// Accepts connections again.
+    /// Accepts connections again (and disarms a request cut that did not fire).
     pub fn restore(&self) {
+        self.state.cut_at.store(-1, Ordering::SeqCst);
         self.state.cut.store(false, Ordering::SeqCst);
+    }
+
+    /// Arms a cut: the next request with `api_key` is dropped and the proxy cuts, as
+    /// [`TcpProxy::cut`] (restore it the same way).
+    pub fn cut_at_request(&self, api_key: i16) {
+        self.state.tripped.store(false, Ordering::SeqCst);
+        self.state
+            .cut_at
+            .store(i32::from(api_key), Ordering::SeqCst);
+    }
+
+    /// Whether the armed cut fired.
+    pub fn tripped(&self) -> bool {
+        self.state.tripped.load(Ordering::SeqCst)
     }
 
     pub fn is_cut(&self) -> bool {
@@ -96,7 +120,8 @@ fn pump_both(client: TcpStream, server: TcpStream, state: &Arc<State>) -> io::Re
         connections.push(server.try_clone()?);
     }
     let (client_rx, server_rx) = (client.try_clone()?, server.try_clone()?);
-    std::thread::spawn(move || pump(client_rx, server));
+    let requests = Arc::clone(state);
+    std::thread::spawn(move || pump_requests(client_rx, server, &requests));
     std::thread::spawn(move || pump(server_rx, client));
     Ok(())
 }
@@ -104,6 +129,40 @@ fn pump_both(client: TcpStream, server: TcpStream, state: &Arc<State>) -> io::Re
 /// Copies `from` to `to` until either side closes, then closes both.
 fn pump(mut from: TcpStream, mut to: TcpStream) {
     let _ = io::copy(&mut from, &mut to);
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+/// Copies Kafka request frames from `from` to `to` until either side closes or the armed cut
+/// fires on a request (which is then not forwarded), then closes both.
+fn pump_requests(mut from: TcpStream, mut to: TcpStream, state: &State) {
+    let mut forward = || -> io::Result<()> {
+        loop {
+            let mut size = [0u8; 4];
+            from.read_exact(&mut size)?;
+            // Kafka's int32 size and int16 api key are big-endian.
+            let len = size.iter().fold(0usize, |n, &b| (n << 8) | usize::from(b));
+            if len > 256 << 20 {
+                return Err(io::Error::other(format!("a request frame of {len} bytes")));
+            }
+            let mut frame = vec![0u8; len];
+            from.read_exact(&mut frame)?;
+            let key = frame
+                .get(..2)
+                .map(|k| k.iter().fold(0i32, |n, &b| (n << 8) | i32::from(b)));
+            let armed = state.cut_at.load(Ordering::SeqCst);
+            if key.is_some_and(|k| k == armed) {
+                state.cut_at.store(-1, Ordering::SeqCst);
+                state.cut.store(true, Ordering::SeqCst);
+                state.tripped.store(true, Ordering::SeqCst);
+                state.close_all();
+                return Ok(());
+            }
+            to.write_all(&size)?;
+            to.write_all(&frame)?;
+        }
+    };
+    let _ = forward();
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
 }

@@ -21,8 +21,9 @@ pub struct UpstreamConfig {
     /// Edge topics to forward; empty forwards every topic. Internal topics (names starting with
     /// `__`, such as the MQTT session state) are never forwarded.
     pub topics: Vec<String>,
-    /// `mirror`: exactly once, one upstream topic per gateway and edge topic. `shared`: at least
-    /// once, one upstream topic per edge topic for every gateway, progress in a consumer group.
+    /// `mirror`: exactly once, one upstream topic per gateway and edge topic. `shared`: one
+    /// upstream topic per edge topic for every gateway, progress in a consumer group committed
+    /// with the records in one Kafka transaction (exactly once for `read_committed` consumers).
     pub mode: Mode,
     /// Shared mode: what Kafka's murmur2 partitioner hashes to pick the upstream partition.
     pub shared_key: SharedKey,

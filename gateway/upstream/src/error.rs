@@ -89,6 +89,15 @@ pub enum UpstreamError {
         #[source]
         source: ClientError,
     },
+    /// Shared mode's transaction failed: the session ends, and the next one starts a new
+    /// incarnation (InitProducerId), which aborts the open transaction.
+    #[error("transactional producer {transactional_id}: {op}: {source}")]
+    Transaction {
+        op: &'static str,
+        transactional_id: String,
+        #[source]
+        source: ClientError,
+    },
     #[error("upstream TLS: CA file {path}: {message}")]
     Tls { path: PathBuf, message: String },
 }
@@ -99,7 +108,9 @@ impl UpstreamError {
     pub fn is_unreachable(&self) -> bool {
         match self {
             Self::Connect { .. } | Self::Unreachable { .. } => true,
-            Self::Group { source, .. } | Self::Client { source, .. } => source.is_unreachable(),
+            Self::Group { source, .. }
+            | Self::Client { source, .. }
+            | Self::Transaction { source, .. } => source.is_unreachable(),
             _ => false,
         }
     }

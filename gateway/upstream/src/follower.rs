@@ -14,6 +14,16 @@ use crate::config::{Codec, ValueFormat};
 use crate::error::UpstreamError;
 use crate::provenance::{H_OFFSET, H_PARTITION, H_TOPIC, Provenance};
 
+/// What a transactional batch carries: the transactional id, the incarnation and the base
+/// sequence of its first record (the next follow on by one per record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnStamp<'a> {
+    pub transactional_id: &'a str,
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub first_sequence: i32,
+}
+
 /// One upstream cluster as the forwarders use it.
 pub trait Cluster: Send + Sync + 'static {
     /// A handle on one partition.
@@ -62,6 +72,18 @@ pub trait Follower: Send + Sync + 'static {
         codec: Codec,
         format: ValueFormat,
     ) -> impl Future<Output = Result<(), UpstreamError>> + Send;
+    /// Produces `records` from `source` inside `txn`'s open transaction (the partition was
+    /// added to it), as [`Follower::produce`] does otherwise. The fake ignores the transaction.
+    fn produce_in_txn(
+        &self,
+        records: &[StoredRecord],
+        source: &Provenance,
+        (codec, format): (Codec, ValueFormat),
+        txn: &TxnStamp<'_>,
+    ) -> impl Future<Output = Result<(), UpstreamError>> + Send {
+        let _ = txn;
+        self.produce(records, source, codec, format)
+    }
     /// The next produce does not follow on from the follower's last record (a gap in edge
     /// offsets): an idempotent producer starts its sequence over. Nothing to do by default.
     fn restart_sequence(&self) -> impl Future<Output = ()> + Send {

@@ -1,6 +1,7 @@
 //! Shared mode's progress: the group offsets of one consumer group, through its coordinator.
 //! It keeps one connection to the coordinator (found with FindCoordinator through the bootstrap
-//! servers, in order) and sends OffsetCommit and OffsetFetch over it, all through the client
+//! servers, in order) and sends OffsetCommit, OffsetFetch and a transaction's TxnOffsetCommit
+//! (asked again with backoff while the coordinator is loading, moved or busy) over it, all through the client
 //! module (`client/group.rs`). It never joins the group: commits are standalone, like a
 //! consumer that assigns its partitions itself. It never produces or fetches records, and
 //! never opens a connection except through `client::Connection`.
@@ -10,7 +11,11 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 
 use crate::client::group::{self as requests, Commit};
+use crate::client::txn::{self as txn_requests, TxnId};
 use crate::client::{ClientError, Connection, Settings};
+
+/// How long a transactional commit's retriable refusals are asked again.
+const RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// The group offsets of one consumer group, through its coordinator.
 #[derive(Debug)]
@@ -35,6 +40,11 @@ impl GroupClient {
         &self.group
     }
 
+    /// How the cluster is reached (the transactional producer connects the same way).
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
     /// Commits `commit` for the group; any failure drops the connection, so the next request
     /// finds the coordinator again.
     pub async fn commit(&self, commit: &Commit<'_>) -> Result<(), ClientError> {
@@ -43,6 +53,35 @@ impl GroupClient {
         let result = requests::offset_commit(&mut connection, &self.group, commit).await;
         self.keep(&mut guard, connection, &result);
         result
+    }
+
+    /// Commits `commit` for the group inside `txn`'s open transaction (AddOffsetsToTxn sent
+    /// first), asking again with backoff while the coordinator answers a retriable refusal.
+    pub async fn txn_commit(
+        &self,
+        commit: &Commit<'_>,
+        txn: &TxnId<'_>,
+    ) -> Result<(), ClientError> {
+        let deadline = tokio::time::Instant::now() + RETRY_FOR;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let mut guard = self.coordinator.lock().await;
+            let mut connection = self.connection(guard.take()).await?;
+            let result =
+                txn_requests::txn_offset_commit(&mut connection, txn, &self.group, commit).await;
+            self.keep(&mut guard, connection, &result);
+            drop(guard);
+            match result.as_ref().err().and_then(ClientError::code) {
+                Some(code)
+                    if txn_requests::is_retriable(code)
+                        && tokio::time::Instant::now() + backoff < deadline =>
+                {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                _ => return result,
+            }
+        }
     }
 
     /// The group's committed offset of `topic`/`partition`, `None` when it has none.

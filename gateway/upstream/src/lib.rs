@@ -1,7 +1,8 @@
 //! Forwarding the edge log upstream to the datacenter's Kafka. Mirror mode: every edge
 //! partition has a follower partition upstream that catches up exactly once, in order, after
 //! every outage (`mirror.rs` has the protocol). Shared mode: many gateways write into one topic
-//! per edge topic, at least once, with progress in a consumer group (`shared/`, `group.rs`). Both
+//! per edge topic, with progress in a consumer group committed with the records in one Kafka
+//! transaction, exactly once for `read_committed` consumers (`shared/`, `group.rs`, `txn.rs`). Both
 //! run their partition sessions through `driver.rs`, started by `supervisor.rs`. Kafka is spoken
 //! by one client, `client/` (on kafka-protocol), the only module that opens Kafka connections;
 //! `kafka/` puts it behind the `follower.rs` traits and `group.rs` keeps shared mode's
@@ -24,6 +25,7 @@ mod producer;
 mod provenance;
 mod shared;
 mod supervisor;
+mod txn;
 
 pub use bandwidth::BURST as BANDWIDTH_BURST;
 pub use client::frame as kafka_frame;

@@ -1,5 +1,5 @@
 //! A consumer group's offsets, as shared mode keeps its progress: FindCoordinator (where the
-//! group's coordinator is), OffsetCommit of one partition and OffsetFetch of it back. Commits
+//! group's coordinator is, or with key type 1 a transactional id's), OffsetCommit of one partition and OffsetFetch of it back. Commits
 //! are standalone (generation −1, no member id), like a consumer that assigns its partitions
 //! itself. It never joins a group, never keeps a coordinator (`group.rs` of the crate does) and
 //! never produces or fetches records.
@@ -35,10 +35,24 @@ fn group_id(group: &str) -> GroupId {
     GroupId(StrBytes::from_string(group.to_owned()))
 }
 
+/// FindCoordinator's key types: a consumer group, a transactional id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i8)]
+pub enum KeyType {
+    Group = 0,
+    Transaction = 1,
+}
+
+#[cfg(test)]
 /// The FindCoordinator request for `group` at `version` (v4+ ask for a list of keys).
 pub fn find_coordinator_request(group: &str, version: i16) -> FindCoordinatorRequest {
-    let key = StrBytes::from_string(group.to_owned());
-    let request = FindCoordinatorRequest::default().with_key_type(0);
+    coordinator_request(group, KeyType::Group, version)
+}
+
+/// The FindCoordinator request for `key` of `key_type` at `version`.
+pub fn coordinator_request(key: &str, key_type: KeyType, version: i16) -> FindCoordinatorRequest {
+    let key = StrBytes::from_string(key.to_owned());
+    let request = FindCoordinatorRequest::default().with_key_type(key_type as i8);
     match version {
         ..=3 => request.with_key(key),
         _ => request.with_coordinator_keys(vec![key]),
@@ -50,11 +64,21 @@ pub async fn find_coordinator(
     connection: &mut Connection,
     group: &str,
 ) -> Result<String, ClientError> {
+    find_coordinator_of(connection, group, KeyType::Group).await
+}
+
+/// `host:port` of the coordinator of `key` (a group or a transactional id).
+pub async fn find_coordinator_of(
+    connection: &mut Connection,
+    key: &str,
+    key_type: KeyType,
+) -> Result<String, ClientError> {
+    let group = key;
     let mut version = 0;
     let answer = connection
         .call(|v| {
             version = v;
-            find_coordinator_request(group, v)
+            coordinator_request(key, key_type, v)
         })
         .await?;
     let found = match version {
@@ -144,7 +168,9 @@ pub fn offset_fetch_request(
     partition: i32,
     version: i16,
 ) -> OffsetFetchRequest {
-    let request = OffsetFetchRequest::default().with_require_stable(false);
+    // v7+: an offset a transaction has not ended yet is refused (UNSTABLE_OFFSET_COMMIT, asked
+    // again later) instead of answered with the one before it.
+    let request = OffsetFetchRequest::default().with_require_stable(version >= 7);
     if version < 8 {
         return request
             .with_group_id(group_id(group))

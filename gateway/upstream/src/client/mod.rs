@@ -3,7 +3,8 @@
 //! ApiVersions negotiation, the one request/response path that writes the size prefix) and the
 //! requests the forwarders send — Metadata, leader discovery and CreateTopics (`metadata.rs`),
 //! Produce and InitProducerId (`produce.rs`), ListOffsets and Fetch (`fetch.rs`), and the group
-//! offsets (`group.rs`). `frame.rs` splits frames for tools that sit between a client and a
+//! offsets (`group.rs`), and the transactional producer's AddPartitionsToTxn, AddOffsetsToTxn,
+//! TxnOffsetCommit and EndTxn (`txn.rs`). `frame.rs` splits frames for tools that sit between a client and a
 //! cluster. It never retries a request and never decides what a failure means for forwarding:
 //! every error goes back to the caller as a [`ClientError`], and a connection that failed once
 //! is never used again. Nothing else in tern opens a Kafka connection (scripts/layout.sh).
@@ -23,9 +24,12 @@ pub mod group;
 pub mod metadata;
 pub mod produce;
 pub mod sasl;
+pub mod txn;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_test;
 
 pub use conn::Connection;
 pub use sasl::SaslError;
@@ -59,6 +63,10 @@ apis! {
     CreateTopicsRequest => CreateTopicsResponse, CreateTopics;
     InitProducerIdRequest => InitProducerIdResponse, InitProducerId;
     SaslAuthenticateRequest => SaslAuthenticateResponse, SaslAuthenticate;
+    AddPartitionsToTxnRequest => AddPartitionsToTxnResponse, AddPartitionsToTxn;
+    AddOffsetsToTxnRequest => AddOffsetsToTxnResponse, AddOffsetsToTxn;
+    TxnOffsetCommitRequest => TxnOffsetCommitResponse, TxnOffsetCommit;
+    EndTxnRequest => EndTxnResponse, EndTxn;
 }
 
 /// An error of the codec (`kafka-protocol` reports them as `anyhow` errors).
@@ -180,10 +188,13 @@ pub const CLIENT_ID: &str = "tern";
 
 /// The versions of each request the client speaks: within what kafka-protocol encodes, without
 /// the ones that name topics by id only (Produce and Fetch v13+), and Metadata up to v8, the
-/// non-flexible versions `frame.rs` (the bench's proxy) rewrites. A connection sends the
+/// non-flexible versions `frame.rs` (the bench's proxy) rewrites. The transactional requests stop
+/// before Kafka's transactions v2 (KIP-890: Produce v12, AddPartitionsToTxn v4+, EndTxn v5
+/// bump the epoch at every commit and add partitions implicitly); tern adds partitions and
+/// keeps its epoch itself. A connection sends the
 /// highest version both it and the broker accept (`Connection::version`).
 pub const MAX_VERSIONS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 12),
+    (ApiKey::Produce, 3, 11),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 1, 8),
@@ -195,6 +206,10 @@ pub const MAX_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 5),
+    (ApiKey::EndTxn, 0, 4),
 ];
 
 /// The versions of `api` the client speaks.
@@ -220,6 +235,10 @@ pub fn api_name(key: i16) -> &'static str {
         Ok(ApiKey::CreateTopics) => "CreateTopics",
         Ok(ApiKey::InitProducerId) => "InitProducerId",
         Ok(ApiKey::SaslAuthenticate) => "SaslAuthenticate",
+        Ok(ApiKey::AddPartitionsToTxn) => "AddPartitionsToTxn",
+        Ok(ApiKey::AddOffsetsToTxn) => "AddOffsetsToTxn",
+        Ok(ApiKey::TxnOffsetCommit) => "TxnOffsetCommit",
+        Ok(ApiKey::EndTxn) => "EndTxn",
         _ => "request",
     }
 }
@@ -265,10 +284,19 @@ pub fn error_name(code: i16) -> &'static str {
         45 => "OUT_OF_ORDER_SEQUENCE_NUMBER",
         46 => "DUPLICATE_SEQUENCE_NUMBER",
         47 => "INVALID_PRODUCER_EPOCH",
+        48 => "INVALID_TXN_STATE",
         49 => "INVALID_PRODUCER_ID_MAPPING",
+        50 => "INVALID_TRANSACTION_TIMEOUT",
+        51 => "CONCURRENT_TRANSACTIONS",
+        52 => "TRANSACTION_COORDINATOR_FENCED",
+        53 => "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        55 => "OPERATION_NOT_ATTEMPTED",
         58 => "SASL_AUTHENTICATION_FAILED",
         59 => "UNKNOWN_PRODUCER_ID",
         69 => "GROUP_ID_NOT_FOUND",
+        88 => "UNSTABLE_OFFSET_COMMIT",
+        90 => "PRODUCER_FENCED",
+        120 => "TRANSACTION_ABORTABLE",
         _ => "see Kafka's protocol error codes",
     }
 }

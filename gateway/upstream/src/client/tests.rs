@@ -217,6 +217,10 @@ fn the_highest_common_version_is_chosen() {
             ApiKey::CreateTopics => CreateTopicsRequest::VERSIONS,
             ApiKey::InitProducerId => InitProducerIdRequest::VERSIONS,
             ApiKey::SaslAuthenticate => SaslAuthenticateRequest::VERSIONS,
+            ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::VERSIONS,
+            ApiKey::AddOffsetsToTxn => AddOffsetsToTxnRequest::VERSIONS,
+            ApiKey::TxnOffsetCommit => TxnOffsetCommitRequest::VERSIONS,
+            ApiKey::EndTxn => EndTxnRequest::VERSIONS,
             _ => kafka_protocol::protocol::VersionRange { min: 0, max: -1 },
         };
         assert!(

@@ -1,8 +1,8 @@
 //! One upstream partition, the follower of one edge partition: a connection to its leader
 //! (found through the upstream's bootstrap connection), over which ListOffsets, Fetch of the
 //! last record's headers and Produce go. Mirror mode stamps every batch with the idempotent
-//! producer's identity and edge offsets as sequences; shared mode's batches carry no producer
-//! id (at least once). It never retries: any error drops the leader connection and ends the
+//! producer's identity and edge offsets as sequences; shared mode's batches carry the
+//! transactional producer's identity, the transactional flag and the sequences it hands out. It never retries: any error drops the leader connection and ends the
 //! call, and the forwarder's next session asks for a new handle.
 
 use std::collections::BTreeMap;
@@ -19,7 +19,7 @@ use crate::client::produce::{self, ProduceOptions, Stamp};
 use crate::client::{ClientError, Connection, metadata};
 use crate::config::{Codec, ValueFormat};
 use crate::error::UpstreamError;
-use crate::follower::Follower;
+use crate::follower::{Follower, TxnStamp};
 use crate::producer::{self as idempotence, Identity, Producer};
 use crate::provenance::Provenance;
 
@@ -161,6 +161,77 @@ impl UpstreamPartition {
     }
 }
 
+impl UpstreamPartition {
+    /// Produces `records` with acks=all, in order, as requests of at most the batch limit (see
+    /// [`super::KafkaUpstream::batch_limit`]), each once the bandwidth cap lets its bytes
+    /// through; stamped by the transaction when there is one, else by the idempotent producer
+    /// (mirror mode). An error ends the call; the requests before it are stored (or, in a
+    /// transaction, aborted with it), and the caller finds out where to go on.
+    async fn send(
+        &self,
+        records: &[StoredRecord],
+        source: &Provenance,
+        codec: Codec,
+        format: ValueFormat,
+        txn: Option<&TxnStamp<'_>>,
+    ) -> Result<(), UpstreamError> {
+        let batch = records
+            .iter()
+            .map(|r| upstream_record(r, source, format))
+            .collect();
+        let offsets: Vec<u64> = match txn {
+            // Sequences of the transaction: one per record from its first.
+            Some(txn) => (0..records.len() as u64)
+                .map(|i| u64::try_from(txn.first_sequence).unwrap_or(0) + i)
+                .collect(),
+            None => records.iter().map(|r| r.offset).collect(),
+        };
+        let identity = match txn {
+            Some(_) => None,
+            None => self.identity().await?,
+        };
+        let batches = match (&identity, txn) {
+            (Some(_), _) | (_, Some(_)) => split_idempotent(batch, &offsets, self.batch_limit),
+            (None, None) => split(batch, self.batch_limit),
+        };
+        let stamp = match txn {
+            Some(txn) => Stamp {
+                producer_id: txn.producer_id,
+                epoch: txn.epoch,
+                transactional: true,
+            },
+            None => identity
+                .as_ref()
+                .map_or(Stamp::PLAIN, |(_, identity)| identity.stamp()),
+        };
+        let options = ProduceOptions {
+            timeout: PRODUCE_TIMEOUT,
+            transactional_id: txn.map(|t| t.transactional_id),
+        };
+        let mut slot = self.leader.lock().await;
+        let mut first = 0;
+        for (batch, bytes) in batches {
+            let edge_offset = offsets.get(first).copied().unwrap_or(0);
+            first += batch.len();
+            self.bandwidth.acquire(bytes).await;
+            let encoded = produce::encode_batch(stamp, edge_offset, batch, codec)
+                .map_err(|e| self.error("produce", e))?;
+            let leader = self.leader_in(&mut slot).await?;
+            let produced =
+                produce::produce(leader, &self.topic, self.partition, encoded, &options).await;
+            if let Err(err) = &produced {
+                if let (Some((producer, identity)), Some(code)) = (&identity, err.code()) {
+                    if idempotence::needs_new_identity(code) {
+                        producer.renew(identity).await;
+                    }
+                }
+            }
+            self.settle(&mut slot, "produce", produced)?;
+        }
+        Ok(())
+    }
+}
+
 impl Follower for UpstreamPartition {
     fn topic(&self) -> &str {
         &self.topic
@@ -192,44 +263,19 @@ impl Follower for UpstreamPartition {
         codec: Codec,
         format: ValueFormat,
     ) -> Result<(), UpstreamError> {
-        let batch = records
-            .iter()
-            .map(|r| upstream_record(r, source, format))
-            .collect();
-        let offsets: Vec<u64> = records.iter().map(|r| r.offset).collect();
-        let identity = self.identity().await?;
-        let batches = match &identity {
-            Some(_) => split_idempotent(batch, &offsets, self.batch_limit),
-            None => split(batch, self.batch_limit),
-        };
-        let stamp = identity
-            .as_ref()
-            .map_or(Stamp::PLAIN, |(_, identity)| identity.stamp());
-        let options = ProduceOptions {
-            timeout: PRODUCE_TIMEOUT,
-            transactional_id: None,
-        };
-        let mut slot = self.leader.lock().await;
-        let mut first = 0;
-        for (batch, bytes) in batches {
-            let edge_offset = offsets.get(first).copied().unwrap_or(0);
-            first += batch.len();
-            self.bandwidth.acquire(bytes).await;
-            let encoded = produce::encode_batch(stamp, edge_offset, batch, codec)
-                .map_err(|e| self.error("produce", e))?;
-            let leader = self.leader_in(&mut slot).await?;
-            let produced =
-                produce::produce(leader, &self.topic, self.partition, encoded, &options).await;
-            if let Err(err) = &produced {
-                if let (Some((producer, identity)), Some(code)) = (&identity, err.code()) {
-                    if idempotence::needs_new_identity(code) {
-                        producer.renew(identity).await;
-                    }
-                }
-            }
-            self.settle(&mut slot, "produce", produced)?;
-        }
-        Ok(())
+        self.send(records, source, codec, format, None).await
+    }
+
+    /// Produces `records` inside the open transaction of `txn`: each request's batch carries
+    /// the transactional flag, and sequences from `txn.first_sequence` on.
+    async fn produce_in_txn(
+        &self,
+        records: &[StoredRecord],
+        source: &Provenance,
+        (codec, format): (Codec, ValueFormat),
+        txn: &TxnStamp<'_>,
+    ) -> Result<(), UpstreamError> {
+        self.send(records, source, codec, format, Some(txn)).await
     }
 
     /// The next batch does not follow on from what the partition holds (records left the edge

@@ -1,17 +1,22 @@
 //! Shared-mode forwarding: many gateways write into one upstream topic per edge topic,
 //! `{topic_prefix}{topic}`, each record in the partition Kafka's partitioner picks for its
-//! `shared_key`, with the same `tern-*` headers as mirror mode so consumers can deduplicate.
-//! Delivery is at least once: progress is the consumer-group offset (group
+//! `shared_key`, with the same `tern-*` headers as mirror mode. Delivery is exactly once for a
+//! `read_committed` consumer: progress is the consumer-group offset (group
 //! `{topic_prefix}{gateway_id}` by default) of upstream topic `{topic_prefix}{topic}`, partition
-//! = the edge partition, holding the next edge offset to forward; it is committed after every
-//! produced batch and read back (OffsetFetch) when a session starts, so records after the last
-//! commit may be sent again. The local cursor still holds edge retention back and is the
-//! fallback when the group has no offset. It never appends to the edge log and never reads
-//! records back from Kafka.
+//! = the edge partition, holding the next edge offset to forward, and each batch's records and
+//! that offset are committed in one Kafka transaction (transactional id
+//! `{topic_prefix}{gateway_id}.{topic}.{partition}`, see `txn.rs`): AddPartitionsToTxn,
+//! Produce, AddOffsetsToTxn, TxnOffsetCommit, EndTxn. A session starts with InitProducerId,
+//! which fences the previous incarnation and aborts what it left open, then reads the offset
+//! back (OffsetFetch, stable offsets only), so an aborted batch is sent again and a committed one
+//! never is. A caught-up forwarder starts at most one transaction per [`TXN_INTERVAL`]. The
+//! local cursor still holds edge retention back and is the fallback when the group has no
+//! offset. It never appends to the edge log and never reads records back from Kafka.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tern_core::shutdown::Shutdown;
 use tern_log::{LogPort, StoredRecord};
@@ -21,10 +26,15 @@ use crate::client::{ClientError, Settings};
 use crate::config::{Mode, UpstreamConfig};
 use crate::driver::{self, StatusMap, edge_error, resume_within, run_sessions};
 use crate::error::UpstreamError;
-use crate::follower::{Cluster, Follower};
+use crate::follower::{Cluster, Follower, TxnStamp};
 use crate::group::GroupClient;
 use crate::kafka::tls_config;
 use crate::provenance::Provenance;
+use crate::txn::TxnProducer;
+
+/// A forwarder that has caught up starts a transaction at most this often (a backlog does not
+/// wait): at 100 records/s on one edge partition, at most 10 transactions/s of about 10 records.
+pub const TXN_INTERVAL: Duration = Duration::from_millis(100);
 
 pub mod partitioner;
 
@@ -104,11 +114,26 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
         .await;
     }
 
-    /// One session: make sure the topic is usable, resume from the group offset, then produce
-    /// and commit batch after batch until an error or until the log closes.
+    /// `{prefix}{gateway}.{topic}.{partition}`: this edge partition's transactional id.
+    pub fn transactional_id(&self) -> String {
+        let source = &self.source;
+        let prefix = &self.config.topic_prefix;
+        format!(
+            "{prefix}{}.{}.{}",
+            source.gateway, source.topic, source.partition
+        )
+    }
+
+    /// One session: make sure the topic is usable, fence the previous incarnation, resume from
+    /// the group offset, then forward batch after batch, one transaction each, until an error
+    /// or until the log closes.
     async fn session(&self) -> Result<(), UpstreamError> {
         let partitions = self.prepare_topic().await?;
         let (topic, partition) = (&self.source.topic, self.source.partition);
+        let mut txn = TxnProducer::new(self.group.settings().clone(), self.transactional_id());
+        txn.init()
+            .await
+            .map_err(|source| self.txn_error(&txn, "init producer id", source))?;
         let mut next = self.resume().await?;
         driver::connected(&self.status, &self.source, next);
         let mut upstream = BTreeMap::new();
@@ -128,22 +153,31 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
                 }
                 continue;
             };
+            let started = tokio::time::Instant::now();
             let (count, bytes) = (
                 batch.len(),
                 batch.iter().map(|r| r.record.size()).sum::<usize>(),
             );
-            for (index, records) in self.split(batch, partitions) {
+            let split = self.split(batch, partitions);
+            let indexes: Vec<i32> = split.keys().map(|&i| index(i)).collect();
+            txn.add_partitions(&self.topic, &indexes)
+                .await
+                .map_err(|source| self.txn_error(&txn, "add partitions", source))?;
+            for (index, records) in split {
                 let target = match upstream.entry(index) {
                     Entry::Occupied(entry) => entry.into_mut(),
                     Entry::Vacant(entry) => {
                         entry.insert(self.kafka.partition(&self.topic, index).await?)
                     }
                 };
-                self.produce(target, &records).await?;
+                self.produce(&mut txn, target, index, &records).await?;
             }
             next = last + 1;
-            self.commit(next).await?;
+            self.commit(&mut txn, next).await?;
             driver::forwarded(&self.status, &self.source, next, count, bytes);
+            if bytes < max_bytes / 2 {
+                tokio::time::sleep_until(started + TXN_INTERVAL).await;
+            }
         }
     }
 
@@ -209,17 +243,34 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
         out
     }
 
+    /// Produces `records` to upstream partition `index` inside the open transaction.
     async fn produce(
         &self,
+        txn: &mut TxnProducer,
         upstream: &C::Partition,
+        index: u32,
         records: &[StoredRecord],
     ) -> Result<(), UpstreamError> {
-        let (codec, format) = (self.config.compression, self.config.value_format);
-        upstream.produce(records, &self.source, codec, format).await
+        let partition = self::index(index);
+        let first_sequence = txn.take_sequence(&self.topic, partition, records.len());
+        let Some(id) = txn.id() else {
+            return Err(self.txn_error(txn, "produce", not_initialised()));
+        };
+        let stamp = TxnStamp {
+            transactional_id: id.transactional_id,
+            producer_id: id.producer_id,
+            epoch: id.epoch,
+            first_sequence,
+        };
+        let settings = (self.config.compression, self.config.value_format);
+        upstream
+            .produce_in_txn(records, &self.source, settings, &stamp)
+            .await
     }
 
-    /// Commits `next` to the group, then to the local cursor.
-    async fn commit(&self, next: u64) -> Result<(), UpstreamError> {
+    /// Commits the transaction with `next` as the group offset (AddOffsetsToTxn,
+    /// TxnOffsetCommit, EndTxn), then `next` to the local cursor.
+    async fn commit(&self, txn: &mut TxnProducer, next: u64) -> Result<(), UpstreamError> {
         let (topic, partition) = (&self.source.topic, self.source.partition);
         let metadata = format!(
             "tern edge offset of {}/{topic}/{partition}",
@@ -231,14 +282,31 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
             offset: i64::try_from(next).unwrap_or(i64::MAX),
             metadata: &metadata,
         };
-        self.group
-            .commit(&commit)
+        txn.add_offsets(self.group.group())
             .await
-            .map_err(|source| self.group_error("commit offset", source))?;
+            .map_err(|source| self.txn_error(txn, "add offsets", source))?;
+        let Some(id) = txn.id() else {
+            return Err(self.txn_error(txn, "commit offset", not_initialised()));
+        };
+        self.group
+            .txn_commit(&commit, &id)
+            .await
+            .map_err(|source| self.group_error("commit offset in the transaction", source))?;
+        txn.end(true)
+            .await
+            .map_err(|source| self.txn_error(txn, "commit transaction", source))?;
         self.log
             .commit_cursor(&self.cursor_name(), topic, partition, next)
             .await
             .map_err(|e| edge_error("commit cursor", e))
+    }
+
+    fn txn_error(&self, txn: &TxnProducer, op: &'static str, source: ClientError) -> UpstreamError {
+        UpstreamError::Transaction {
+            op,
+            transactional_id: txn.transactional_id().to_owned(),
+            source,
+        }
     }
 
     fn group_error(&self, op: &'static str, source: ClientError) -> UpstreamError {
@@ -247,6 +315,14 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
             group: self.group.group().to_owned(),
             source,
         }
+    }
+}
+
+/// The error of a transactional request before InitProducerId answered.
+fn not_initialised() -> ClientError {
+    ClientError::Missing {
+        api: "transaction",
+        what: "producer id (InitProducerId first)".to_owned(),
     }
 }
 

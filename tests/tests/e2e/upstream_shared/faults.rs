@@ -1,7 +1,9 @@
-//! Shared mode under faults: while mosquitto_pub keeps publishing, the link to Kafka is cut and
-//! restored three times and tern is SIGKILLed and restarted. Every edge record must still be
-//! upstream (at least once), the copies must deduplicate to exactly the edge log, and the group
-//! offsets must end at the edge ends.
+//! Shared mode under faults: while mosquitto_pub keeps publishing (so a transaction is almost
+//! always open), the link to Kafka is cut and restored three times and tern is SIGKILLed and
+//! restarted. A `read_committed` consumer (Kafka's console consumer) must see every edge record
+//! exactly once and in edge order per key, and the group offsets must end at the edge ends. The
+//! negative control: a `read_uncommitted` consumer of the same run sees the copies of the
+//! transactions the faults aborted, so the checker can fail.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -10,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
+use tern_tests::kafka_tools::Isolation;
 use tern_tests::{Gateway, KafkaCluster, free_port};
 
 use super::{KEYS, SharedGateway, check_upstream, metric, wait_forwarded};
@@ -68,7 +71,7 @@ fn wait_forwarded_more(gateway: &mut Gateway, more: u64, what: &str) -> anyhow::
 /// proves nothing about power cuts; that proof is the fault-injecting file system in tern-log's
 /// tests (`gateway/log/src/tests/crash.rs`).
 #[test]
-fn shared_mode_is_at_least_once_across_link_cuts_and_its_own_sigkill() -> anyhow::Result<()> {
+fn shared_mode_is_exactly_once_across_link_cuts_and_its_own_sigkill() -> anyhow::Result<()> {
     let cluster = KafkaCluster::start()?;
     let mut shared = SharedGateway::new(&cluster, "gw-f")?;
     shared.options.mqtt_listen = Some(free_port()?);
@@ -119,18 +122,36 @@ fn shared_mode_is_at_least_once_across_link_cuts_and_its_own_sigkill() -> anyhow
     gateway.signal(libc::SIGTERM)?;
     gateway.wait_exit(Duration::from_secs(15))?;
 
-    let upstream = check_upstream(&cluster, std::slice::from_ref(&shared))?;
-    assert!(
-        upstream.records as u64 >= 50 * runs,
-        "{} records, {runs} runs",
-        upstream.records
+    let gateways = std::slice::from_ref(&shared);
+    let committed = check_upstream(&cluster, gateways, Isolation::ReadCommitted)?;
+    let uncommitted = check_upstream(&cluster, gateways, Isolation::ReadUncommitted)?;
+    eprintln!(
+        "read_committed consumer: {} records, {} distinct edge records, {} copies; \
+         read_uncommitted consumer: {} records, {} copies (aborted transactions)",
+        committed.seen,
+        committed.records,
+        committed.duplicates,
+        uncommitted.seen,
+        uncommitted.duplicates
     );
-    for (key, partitions) in &upstream.placement {
+    assert!(
+        committed.records as u64 >= 50 * runs,
+        "{} records, {runs} runs",
+        committed.records
+    );
+    assert_eq!(
+        committed.duplicates, 0,
+        "a read_committed consumer sees every edge record exactly once"
+    );
+    for (key, partitions) in &committed.placement {
         assert_eq!(partitions.len(), 1, "{key} in partitions {partitions:?}");
     }
-    eprintln!(
-        "{} edge records upstream at least once across 3 link cuts and a SIGKILL; {} copies resent",
-        upstream.records, upstream.duplicates
+    // Negative control: the faults aborted transactions whose records reached the brokers, and
+    // a consumer that reads them sees copies: the same checker fails on them.
+    assert!(
+        uncommitted.duplicates > 0,
+        "the read_uncommitted consumer saw no aborted copy: the faults did not hit an open \
+         transaction, so this run does not show the checker able to fail"
     );
     Ok(())
 }
