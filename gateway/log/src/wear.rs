@@ -16,10 +16,11 @@
 //!
 //! A closed-loop producer (`pace.rs`) gets no window at all: its commits cost a page each, so
 //! they are paid from a credit that fills at the budget's rate up to `closed_loop_burst` of it
-//! and that every commit spends (its data and a page). A trickle's commits spend about what
-//! fills it; once a closed-loop producer has spent the credit, its commits get the window of a
-//! trickle again until it fills. Over any span, device writes stay within the budget plus one
-//! burst.
+//! and that every commit spends (its data and a page), never below zero (a flood, data faster
+//! than any budget, leaves no debt, as its rate is forgotten within seconds). A trickle's
+//! commits spend about what fills it; once a closed-loop producer has spent the credit, its
+//! commits get the window of a trickle again until it fills. Over any span, device writes stay
+//! within the budget plus one burst, but for data that arrives faster than the budget.
 //!
 //! Pure bookkeeping under one mutex, on tokio's clock (the unit tests pause it); it never does
 //! I/O and never blocks.
@@ -137,7 +138,9 @@ impl WearController {
         st.bytes += bytes;
         st.active.insert(partition);
         self.fill(&mut st);
-        st.credit -= bytes as f64 + PAGE_BYTES;
+        // Never below zero: a flood (data faster than any budget) leaves no debt, as its rate
+        // is forgotten within seconds; what a closed-loop producer may spend is earned anew.
+        st.credit = (st.credit - (bytes as f64 + PAGE_BYTES)).max(0.0);
     }
 
     /// The window a commit opening now gets, or `None` without a budget and a closed-loop
@@ -153,7 +156,8 @@ impl WearController {
         let mut st = self.lock();
         self.roll(&mut st);
         self.fill(&mut st);
-        if closed_loop && st.credit > 0.0 {
+        // A page's worth at least: what such a commit costs beyond its data.
+        if closed_loop && st.credit >= PAGE_BYTES {
             st.closed_loop_commits += 1;
             return Some(Duration::ZERO);
         }
@@ -390,6 +394,15 @@ mod tests {
         assert!(!c.window(false).expect("a budget").is_zero(), "a trickle");
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(c.window(true), Some(Duration::ZERO), "filled again");
+        // A flood of 1 GB leaves no debt: a second of the budget is earned back in a second.
+        c.committed(0, 1_000_000_000);
+        assert!(!c.window(true).expect("a budget").is_zero(), "spent");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            c.window(true),
+            Some(Duration::ZERO),
+            "no debt after a flood"
+        );
     }
 
     #[tokio::test(start_paused = true)]
