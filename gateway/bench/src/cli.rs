@@ -236,6 +236,14 @@ pub struct UpstreamBenchArgs {
     /// Kafka's own producer (`ProducerPerformance`) on the same cluster. Without it, it is not.
     #[arg(long, value_name = "CLASSPATH")]
     pub kafka_classpath: Option<String>,
+    /// Another build's `tern` binary (e.g. an earlier commit's release build): the backlog is
+    /// also drained by `tern serve` of that build, beside this build's, in mirror and shared
+    /// mode, and the two are printed as a ratio.
+    #[arg(long, value_name = "PATH")]
+    pub compare_tern: Option<std::path::PathBuf>,
+    /// Seconds of the shared-mode run at 100 records/s that counts its transactions.
+    #[arg(long, value_name = "S", default_value_t = 10)]
+    pub sensor_seconds: u64,
     /// Print one JSON object with every figure instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -255,6 +263,8 @@ impl UpstreamBenchArgs {
             },
             bandwidth: self.bandwidth,
             kafka_classpath: self.kafka_classpath.clone(),
+            sensor_seconds: self.sensor_seconds,
+            compare_tern: self.compare_tern.clone(),
         }
     }
 }

@@ -70,6 +70,13 @@ pub struct UpstreamConfig {
     #[serde(skip)]
     #[doc(hidden)]
     pub bench_without_idempotence: bool,
+    /// Bench only (`tern-bench upstream` prints what shared mode's transactions cost): shared
+    /// mode produces plain batches and commits the group offset with a plain OffsetCommit after
+    /// them, as before transactions. Not a setting: a failure between the two sends the batch
+    /// again (at least once).
+    #[serde(skip)]
+    #[doc(hidden)]
+    pub bench_without_transactions: bool,
 }
 
 impl Default for UpstreamConfig {
@@ -97,6 +104,7 @@ impl Default for UpstreamConfig {
             tls: None,
             state_dir: None,
             bench_without_idempotence: false,
+            bench_without_transactions: false,
         }
     }
 }

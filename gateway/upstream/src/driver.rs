@@ -28,6 +28,8 @@ pub struct PartitionStatus {
     pub next: u64,
     pub forwarded_records: u64,
     pub forwarded_bytes: u64,
+    /// Batches committed upstream (in shared mode, one Kafka transaction each).
+    pub batches: u64,
     pub connected: bool,
     pub last_error: Option<String>,
 }
@@ -58,6 +60,7 @@ pub fn forwarded(status: &StatusMap, source: &Provenance, next: u64, records: us
         s.next = next;
         s.forwarded_records += records as u64;
         s.forwarded_bytes += bytes as u64;
+        s.batches += 1;
         s.last_error = None;
     });
 }

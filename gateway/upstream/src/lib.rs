@@ -34,12 +34,12 @@ pub use client::{ClientError, SaslError};
 pub use config::{
     Codec, Mode, SaslMechanism, SaslSettings, SharedKey, TlsSettings, UpstreamConfig, ValueFormat,
 };
-pub use driver::StatusMap;
+pub use driver::{PartitionStatus, StatusMap};
 pub use error::UpstreamError;
 pub use follower::next_edge_offset;
 pub use group::GroupClient;
 pub use kafka::KafkaUpstream;
 pub use metrics::UpstreamMetrics;
 pub use provenance::{Provenance, gateway_id, upstream_topic};
-pub use shared::group_client;
+pub use shared::{group_client, shared_topic};
 pub use supervisor::run;

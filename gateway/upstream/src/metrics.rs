@@ -22,7 +22,7 @@ impl<L> UpstreamMetrics<L> {
     }
 }
 
-const FAMILIES: [(&str, &str, &str); 5] = [
+const FAMILIES: [(&str, &str, &str); 6] = [
     (
         "tern_upstream_records_behind",
         "gauge",
@@ -37,6 +37,11 @@ const FAMILIES: [(&str, &str, &str); 5] = [
         "tern_upstream_forwarded_bytes_total",
         "counter",
         "Uncompressed bytes forwarded since start.",
+    ),
+    (
+        "tern_upstream_batches_total",
+        "counter",
+        "Batches committed upstream since start (in shared mode, one Kafka transaction each).",
     ),
     (
         "tern_upstream_connected",
@@ -68,7 +73,8 @@ impl<L: LogPort> MetricsSource for UpstreamMetrics<L> {
                         .map_or(0, |(_, end)| end.saturating_sub(s.next)),
                     1 => s.forwarded_records,
                     2 => s.forwarded_bytes,
-                    3 => u64::from(s.connected),
+                    3 => s.batches,
+                    4 => u64::from(s.connected),
                     _ => u64::from(s.last_error.is_some()),
                 };
                 let _ = writeln!(

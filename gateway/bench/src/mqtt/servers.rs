@@ -101,6 +101,20 @@ impl Server {
         Self::tern_from(TempDir::new("tern")?, text, "mqtt listener on ", &[])
     }
 
+    /// Starts `exe serve` (another build of tern) with a copy of the log directory `log` as its
+    /// log and `extra` (whole TOML tables) added to the bench's config, and waits for its MQTT
+    /// listener. The copy is removed with the server.
+    pub fn tern_build_on_copy(exe: &Path, log: &Path, extra: &str) -> Result<Self, BenchError> {
+        let dir = TempDir::new("tern")?;
+        let data_dir = dir.path().join("data");
+        copy_dir(log, &data_dir.join("log")).map_err(|source| BenchError::Io {
+            what: "copying the backlog's log",
+            source,
+        })?;
+        let text = format!("{}{extra}", tern_config(&data_dir, &[]));
+        Self::tern_exe_from(exe.to_path_buf(), dir, &text, "mqtt listener on ", &[])
+    }
+
     /// Starts `tern serve` on `text` and waits for the address after `marker` in its log.
     fn tern_from(
         dir: TempDir,
@@ -108,9 +122,19 @@ impl Server {
         marker: &str,
         env: &[(String, String)],
     ) -> Result<Self, BenchError> {
+        Self::tern_exe_from(crate::tern_binary()?, dir, text, marker, env)
+    }
+
+    /// [`Server::tern_from`] with the binary `exe`.
+    fn tern_exe_from(
+        exe: PathBuf,
+        dir: TempDir,
+        text: &str,
+        marker: &str,
+        env: &[(String, String)],
+    ) -> Result<Self, BenchError> {
         let config = dir.path().join("tern.toml");
         write_file(&config, text)?;
-        let exe = crate::tern_binary()?;
         let mut command = Command::new(exe);
         command.arg("serve").arg("--config").arg(&config);
         command.env_remove("RUST_LOG");
@@ -240,6 +264,22 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Copies the directory tree `from` to `to` (regular files and directories only, as a log
+/// directory holds).
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }
 
 /// `utime + stime` of a `/proc/<pid>/stat` line. The command name (field 2) is in parentheses

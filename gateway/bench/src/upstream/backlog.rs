@@ -22,13 +22,17 @@ use tern_core::ByteSize;
 use tern_log::{Log, LogConfig, Record};
 use tern_upstream::Codec;
 use tern_upstream::KafkaUpstream;
-use tern_upstream::upstream_topic;
 use tern_upstream::{self as forwarder, StatusMap};
+use tern_upstream::{Mode, PartitionStatus, shared_topic, upstream_topic};
 
 /// The edge topic of the backlog.
 const EDGE_TOPIC: &str = "bench";
 /// The edge topic drained under the `bandwidth` cap.
 const CAPPED_TOPIC: &str = "bench-capped";
+/// The edge topic of the transaction-rate run at sensor rates.
+const TRICKLE_TOPIC: &str = "bench-trickle";
+/// The sensor rate of that run, records per second (`--sensor-seconds` long).
+pub const TRICKLE_RATE: u64 = 100;
 /// How long the capped drain should take at the cap.
 const CAPPED_SECONDS: u64 = 10;
 /// Bytes Kafka's record format adds to each record beside key, value and header bytes, as the
@@ -43,11 +47,14 @@ const TERN_HEADERS: [&str; 4] = [
 ];
 
 /// Which drain: the backlog with the idempotent producer (what tern does), the backlog without
-/// it (the bench-only plain path, for its cost), or the capped topic under `bandwidth`.
+/// it (the bench-only plain path, for its cost), the backlog in shared mode with its Kafka
+/// transactions (what tern does) or without them (the bench-only at-least-once path: plain
+/// batches, then a plain OffsetCommit), or the capped topic under `bandwidth`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DrainKind {
     Idempotent,
     Plain,
+    Shared { transactions: bool },
     Capped { bytes_per_sec: u64 },
 }
 
@@ -59,6 +66,16 @@ pub struct Window {
     pub counted_bytes: u64,
     pub elapsed: Duration,
 }
+/// Figures of the transaction-rate run: a caught-up shared-mode forwarder fed a trickle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TrickleRun {
+    pub records: u64,
+    /// From the first append to the last record committed upstream.
+    pub elapsed: Duration,
+    /// Kafka transactions committed (each one EndTxn).
+    pub transactions: u64,
+}
+
 /// Records per append while building the backlog.
 const APPEND_BATCH: u64 = 5_000;
 
@@ -73,6 +90,8 @@ pub struct DrainRun {
     pub wire: Counted,
     /// Capped drains only.
     pub window: Option<Window>,
+    /// Batches the forwarder committed (in shared mode, one Kafka transaction each).
+    pub batches: u64,
 }
 
 /// The edge log holding the backlog; its directory is removed on drop.
@@ -146,15 +165,25 @@ impl Backlog {
     ) -> Result<DrainRun, BenchError> {
         let (edge_topic, records) = match kind {
             DrainKind::Capped { .. } => (CAPPED_TOPIC, self.capped_records),
-            DrainKind::Idempotent | DrainKind::Plain => (EDGE_TOPIC, self.records),
+            _ => (EDGE_TOPIC, self.records),
         };
-        let topic = upstream_topic(TOPIC_PREFIX, gateway, edge_topic);
         let target = options
             .kafka
             .first()
             .map(String::as_str)
             .unwrap_or_default();
         let mut config = options.upstream(Vec::new(), gateway, codec);
+        let topic = match kind {
+            DrainKind::Shared { transactions } => {
+                // A prefix of its own, so each drain has a new shared topic, group and
+                // transactional id.
+                config.mode = Mode::Shared;
+                config.topic_prefix = format!("{TOPIC_PREFIX}{gateway}.");
+                config.bench_without_transactions = !transactions;
+                shared_topic(&config.topic_prefix, edge_topic)
+            }
+            _ => upstream_topic(TOPIC_PREFIX, gateway, edge_topic),
+        };
         kafka
             .ensure_topic(&topic, 1, config.replication_factor)
             .await?;
@@ -168,7 +197,7 @@ impl Backlog {
                 config.bandwidth = ByteSize(bytes_per_sec);
                 Some(records / 5)
             }
-            DrainKind::Idempotent | DrainKind::Plain => None,
+            _ => None,
         };
         let (trigger, shutdown) = tern_core::shutdown::channel();
         let status = StatusMap::default();
@@ -180,11 +209,16 @@ impl Backlog {
             Arc::clone(&status),
             shutdown,
         ));
-        let done = match window_from {
-            None => wait_for_end(kafka, &topic, records)
+        let done = match (kind, window_from) {
+            // Transaction markers take offsets too: done is when the forwarder committed the
+            // last edge offset (with the records, in shared mode's transactions).
+            (DrainKind::Shared { .. }, _) => wait_for_commit(&status, edge_topic, records, &topic)
                 .await
                 .map(|done| (done, None)),
-            Some(from) => wait_for_window(kafka, &topic, from, records).await,
+            (_, None) => wait_for_end(kafka, &topic, records)
+                .await
+                .map(|done| (done, None)),
+            (_, Some(from)) => wait_for_window(kafka, &topic, from, records).await,
         };
         trigger.trigger();
         let _ = task.await;
@@ -203,7 +237,100 @@ impl Backlog {
             payload_bytes: records * self.size as u64,
             wire: proxy.counted(),
             window,
+            batches: committed(&status, edge_topic).batches,
         })
+    }
+
+    /// Feeds a caught-up shared-mode forwarder (transactions, the default `linger`) one record
+    /// every 1/[`TRICKLE_RATE`] s for `--sensor-seconds`, as a gateway at sensor rates does, and
+    /// counts the transactions it commits for them.
+    pub async fn trickle(
+        &self,
+        options: &UpstreamBenchOptions,
+        kafka: &KafkaUpstream,
+        gateway: &str,
+    ) -> Result<TrickleRun, BenchError> {
+        let log_error = |op| move |source| BenchError::log(op, source);
+        self.log
+            .ensure_topic(TRICKLE_TOPIC)
+            .map_err(log_error("create topic"))?;
+        let codec = tern_upstream::UpstreamConfig::default().compression;
+        let mut config = options.upstream(options.kafka.clone(), gateway, codec);
+        config.mode = Mode::Shared;
+        config.topic_prefix = format!("{TOPIC_PREFIX}{gateway}.");
+        config.topics = vec![TRICKLE_TOPIC.to_owned()];
+        let topic = shared_topic(&config.topic_prefix, TRICKLE_TOPIC);
+        kafka
+            .ensure_topic(&topic, 1, config.replication_factor)
+            .await?;
+        let (trigger, shutdown) = tern_core::shutdown::channel();
+        let status = StatusMap::default();
+        let task = tokio::spawn(forwarder::run(
+            config,
+            gateway.to_owned(),
+            self.log.clone(),
+            Arc::clone(&status),
+            shutdown,
+        ));
+        let result = self.feed(&status, &topic, options.sensor_seconds).await;
+        trigger.trigger();
+        let _ = task.await;
+        result
+    }
+
+    /// The trickle itself, once the forwarder is connected.
+    async fn feed(
+        &self,
+        status: &StatusMap,
+        upstream: &str,
+        seconds: u64,
+    ) -> Result<TrickleRun, BenchError> {
+        let deadline = Instant::now() + FORWARD_TIMEOUT;
+        while !committed(status, TRICKLE_TOPIC).connected {
+            if Instant::now() > deadline {
+                return Err(BenchError::Stalled {
+                    topic: upstream.to_owned(),
+                    expected: 0,
+                    got: 0,
+                    after: FORWARD_TIMEOUT,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let before = committed(status, TRICKLE_TOPIC).batches;
+        let records = TRICKLE_RATE * seconds;
+        let mut values = Telemetry::new(self.size);
+        let mut tick = tokio::time::interval(Duration::from_secs(1) / TRICKLE_RATE as u32);
+        let started = Instant::now();
+        for _ in 0..records {
+            tick.tick().await;
+            let record = Record {
+                timestamp_ms: chrono_now_ms(),
+                key: None,
+                value: values.next_value(),
+                headers: Vec::new(),
+            };
+            self.log
+                .append(TRICKLE_TOPIC, 0, vec![record])
+                .await
+                .map_err(|source| BenchError::log("append", source))?;
+        }
+        let done = wait_for_commit(status, TRICKLE_TOPIC, records, upstream).await?;
+        Ok(TrickleRun {
+            records,
+            elapsed: done.duration_since(started),
+            transactions: committed(status, TRICKLE_TOPIC).batches - before,
+        })
+    }
+
+    /// The backlog's log directory (a `tern serve` data directory's `log/`).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// The edge topic of the backlog and its records.
+    pub fn backlog_topic(&self) -> (&'static str, u64) {
+        (EDGE_TOPIC, self.records)
     }
 
     /// Records of the capped topic.
@@ -250,6 +377,39 @@ fn counted_bytes(size: usize, gateway: &str, edge_topic: &str, offset: u64) -> u
     let names: usize = TERN_HEADERS.iter().map(|h| h.len()).sum();
     let values = gateway.len() + edge_topic.len() + "0".len() + offset.to_string().len();
     (size + names + values) as u64 + RECORD_FRAMING
+}
+
+/// The forwarder's status of partition 0 of `edge_topic`.
+fn committed(status: &StatusMap, edge_topic: &str) -> PartitionStatus {
+    let map = status.lock().unwrap_or_else(|e| e.into_inner());
+    map.get(&(edge_topic.to_owned(), 0))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Waits until the forwarder of partition 0 of `edge_topic` reports every one of `expected`
+/// records committed upstream; returns when it did.
+async fn wait_for_commit(
+    status: &StatusMap,
+    edge_topic: &str,
+    expected: u64,
+    upstream: &str,
+) -> Result<Instant, BenchError> {
+    let started = Instant::now();
+    let mut got = 0;
+    while started.elapsed() < FORWARD_TIMEOUT {
+        got = committed(status, edge_topic).next;
+        if got >= expected {
+            return Ok(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err(BenchError::Stalled {
+        topic: upstream.to_owned(),
+        expected,
+        got,
+        after: FORWARD_TIMEOUT,
+    })
 }
 
 /// [`wait_for_end`] for a capped drain; also returns when the end offset first passed `from`

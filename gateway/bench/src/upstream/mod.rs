@@ -6,9 +6,11 @@
 //! proxy between that forwarder and Kafka (`proxy.rs`). In the same run, against the same
 //! cluster: Kafka's own producer sends as many records of the same size per codec (`java.rs`),
 //! the yardstick of the drain; the default codec's drain is repeated without the idempotent
-//! producer (its cost); and a smaller backlog is drained under a `bandwidth` cap (how much of the
-//! cap it uses). It owns the options and the order of measurements; the phases are `live.rs`,
-//! `backlog.rs` and `java.rs`, the figures `report.rs`.
+//! producer (its cost), and in shared mode with its Kafka transactions and without them (their
+//! cost); a smaller backlog is drained under a `bandwidth` cap (how much of the cap it uses); and
+//! a shared-mode forwarder fed 100 records/s counts the transactions it commits at sensor rates.
+//! It owns the options and the order of measurements; the phases are `live.rs`, `backlog.rs` and
+//! `java.rs`, the figures `report.rs`.
 //!
 //! It never starts or stops Kafka, never asserts a target (it prints whether each is met), and
 //! never touches a process or topic it did not create (its topics start with `tern-bench.`).
@@ -18,6 +20,7 @@ mod java;
 mod live;
 mod proxy;
 mod report;
+mod serve;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -27,7 +30,7 @@ use backlog::DrainKind;
 
 use crate::BenchError;
 use tern_upstream::KafkaUpstream;
-use tern_upstream::{Codec, UpstreamConfig};
+use tern_upstream::{Codec, Mode, UpstreamConfig};
 
 /// Prefix of every upstream topic the bench creates.
 pub const TOPIC_PREFIX: &str = "tern-bench.";
@@ -50,6 +53,10 @@ pub struct UpstreamBenchOptions {
     /// Java classpath holding Kafka's tools (`tests/kafka/cache/*`); without it the drain is
     /// not compared with Kafka's producer.
     pub kafka_classpath: Option<String>,
+    /// Seconds of the shared-mode run at sensor rate.
+    pub sensor_seconds: u64,
+    /// Another build's `tern`, whose `tern serve` drains the backlog beside this build's.
+    pub compare_tern: Option<std::path::PathBuf>,
 }
 
 impl UpstreamBenchOptions {
@@ -69,6 +76,11 @@ impl UpstreamBenchOptions {
                 "needs at least one host:port",
             ),
             (self.records == 0, "--records", "must be at least 1"),
+            (
+                self.sensor_seconds == 0,
+                "--sensor-seconds",
+                "must be at least 1",
+            ),
             (self.repetitions == 0, "--repetitions", "must be at least 1"),
             (
                 self.codecs.is_empty(),
@@ -142,6 +154,11 @@ pub fn run(options: &UpstreamBenchOptions) -> Result<Report, BenchError> {
     };
     let mut drains = Vec::new();
     let mut java_runs = Vec::new();
+    let mut serve_drains = Vec::new();
+    let mut builds = vec![(crate::tern_binary()?, serve::Build::This)];
+    if let Some(exe) = &options.compare_tern {
+        builds.push((exe.clone(), serve::Build::Compare));
+    }
     for rep in 0..options.repetitions {
         for &codec in &options.codecs {
             let name = codec_name(codec);
@@ -180,7 +197,54 @@ pub fn run(options: &UpstreamBenchOptions) -> Result<Report, BenchError> {
         let gateway = format!("{run_id}-{name}-plain-{rep}");
         let plain = backlog.drain(options, &kafka, &gateway, default_codec, DrainKind::Plain);
         drains.push(runtime.block_on(plain)?);
+        for transactions in [true, false] {
+            let how = if transactions { "txn" } else { "plain" };
+            progress(format_args!(
+                "draining it with {name} in shared mode, {}, run {}",
+                if transactions {
+                    "in Kafka transactions"
+                } else {
+                    "without transactions (at least once)"
+                },
+                rep + 1
+            ));
+            let gateway = format!("{run_id}-{name}-shared-{how}-{rep}");
+            let kind = DrainKind::Shared { transactions };
+            let shared = backlog.drain(options, &kafka, &gateway, default_codec, kind);
+            drains.push(runtime.block_on(shared)?);
+        }
+        for (exe, build) in &builds {
+            for mode in [Mode::Mirror, Mode::Shared] {
+                let gateway = format!(
+                    "{run_id}-serve-{}-{}-{rep}",
+                    build_name(*build),
+                    mode_name(mode)
+                );
+                progress(format_args!(
+                    "tern serve ({} build) drains it in {} mode, run {}",
+                    build_name(*build),
+                    mode_name(mode),
+                    rep + 1
+                ));
+                let (topic, records) = backlog.backlog_topic();
+                let drain = serve::drain(
+                    options,
+                    &kafka,
+                    (exe, *build),
+                    (backlog.dir(), topic, records),
+                    mode,
+                    &gateway,
+                );
+                serve_drains.push(runtime.block_on(drain)?);
+            }
+        }
     }
+    progress(format_args!(
+        "shared mode at {} records/s: counting its transactions",
+        backlog::TRICKLE_RATE
+    ));
+    let trickle =
+        runtime.block_on(backlog.trickle(options, &kafka, &format!("{run_id}-trickle")))?;
     progress(format_args!(
         "draining {} under a bandwidth cap of {} B/s",
         backlog.capped_records(),
@@ -193,14 +257,25 @@ pub fn run(options: &UpstreamBenchOptions) -> Result<Report, BenchError> {
     drains.push(runtime.block_on(backlog.drain(options, &kafka, &gateway, Codec::None, capped))?);
     runtime.block_on(backlog.close())?;
     let java_record_bytes = payloads.as_ref().map(|p| p.size);
-    Ok(Report::new(
-        options,
-        live,
-        built,
-        drains,
-        java_runs,
-        java_record_bytes,
-    ))
+    Ok(
+        Report::new(options, live, built, drains, java_runs, java_record_bytes)
+            .with_trickle(trickle)
+            .with_serve_drains(&serve_drains),
+    )
+}
+
+fn build_name(build: serve::Build) -> &'static str {
+    match build {
+        serve::Build::This => "this",
+        serve::Build::Compare => "compared",
+    }
+}
+
+pub fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Mirror => "mirror",
+        Mode::Shared => "shared",
+    }
 }
 
 /// What every run of Kafka's producer shares.
@@ -326,6 +401,8 @@ mod tests {
             codecs: UpstreamBenchOptions::ALL_CODECS.to_vec(),
             bandwidth: 125_000,
             kafka_classpath: None,
+            sensor_seconds: 10,
+            compare_tern: None,
         }
     }
 

@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::backlog::{DrainKind, DrainRun};
+use super::backlog::{DrainKind, DrainRun, TrickleRun};
 use super::java::JavaRun;
 use super::live::LiveRun;
-use super::{UpstreamBenchOptions, codec_name};
+use super::serve::{Build, ServeDrain};
+use super::{UpstreamBenchOptions, codec_name, mode_name};
 use crate::report::Target;
 use crate::stats;
 
@@ -47,6 +48,41 @@ pub struct Idempotence {
     /// 1 − idempotent ÷ plain: the share of the plain rate the idempotent producer costs
     /// (negative when it was faster).
     pub cost: f64,
+}
+
+/// The default codec's drain in shared mode with and without Kafka transactions (medians).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Transactions {
+    pub codec: &'static str,
+    pub transactional_records_per_sec: f64,
+    pub plain_records_per_sec: f64,
+    /// 1 − transactional ÷ plain (negative when it was faster).
+    pub cost: f64,
+    /// Transactions one drain committed (median): one per `max_batch_bytes` read.
+    pub transactions_per_drain: f64,
+}
+
+/// A caught-up shared-mode forwarder fed a sensor-rate trickle.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SensorRate {
+    pub records_per_sec: f64,
+    pub records: u64,
+    pub transactions: u64,
+    /// EndTxn requests per second this gateway sends (one per transaction).
+    pub transactions_per_sec: f64,
+    pub records_per_transaction: f64,
+}
+
+/// The backlog drained by `tern serve` of one build in one mode (medians).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServeFigure {
+    /// `this`, or `compared` (`--compare-tern`).
+    pub build: &'static str,
+    pub mode: &'static str,
+    pub seconds: f64,
+    pub records_per_sec: f64,
+    /// This build's rate ÷ the compared build's, on this build's line when both ran.
+    pub ratio_vs_compared: Option<f64>,
 }
 
 /// The drain under the `bandwidth` cap (no compression, one run).
@@ -113,6 +149,9 @@ pub struct Report {
     /// bytes as tern's headers take); absent when it was not run.
     pub kafka_producer_record_bytes: Option<usize>,
     pub idempotence: Option<Idempotence>,
+    pub transactions: Option<Transactions>,
+    pub sensor_rate: Option<SensorRate>,
+    pub serve_drains: Vec<ServeFigure>,
     pub capped: Option<Capped>,
     pub targets: Vec<Target>,
 }
@@ -161,6 +200,7 @@ impl Report {
             })
             .collect();
         let idempotence = plain_cost(&codec_drains, &drains);
+        let transactions = transactions_cost(&drains);
         let capped = drains.iter().find_map(capped);
         let mut targets: Vec<Target> = codec_drains
             .iter()
@@ -189,10 +229,91 @@ impl Report {
             drains: codec_drains,
             kafka_producer_record_bytes: java_record_bytes,
             idempotence,
+            transactions,
+            sensor_rate: None,
+            serve_drains: Vec::new(),
             capped,
             targets,
         }
     }
+
+    /// The report with the medians of the `tern serve` drains in `runs`, per build and mode.
+    pub fn with_serve_drains(self, runs: &[ServeDrain]) -> Self {
+        let rate = |r: &ServeDrain| r.records as f64 / r.elapsed.as_secs_f64().max(1e-9);
+        let figure = |build: Build, mode| {
+            let of = || {
+                runs.iter()
+                    .filter(move |r| r.build == build && r.mode == mode)
+            };
+            of().next()?;
+            Some((
+                median(of().map(|r| r.elapsed.as_secs_f64())),
+                median(of().map(rate)),
+            ))
+        };
+        let mut serve_drains = Vec::new();
+        for mode in [tern_upstream::Mode::Mirror, tern_upstream::Mode::Shared] {
+            let compared = figure(Build::Compare, mode);
+            if let Some((seconds, records_per_sec)) = figure(Build::This, mode) {
+                serve_drains.push(ServeFigure {
+                    build: "this",
+                    mode: mode_name(mode),
+                    seconds,
+                    records_per_sec,
+                    ratio_vs_compared: compared
+                        .map(|(_, other)| records_per_sec / other.max(f64::MIN_POSITIVE)),
+                });
+            }
+            if let Some((seconds, records_per_sec)) = compared {
+                serve_drains.push(ServeFigure {
+                    build: "compared",
+                    mode: mode_name(mode),
+                    seconds,
+                    records_per_sec,
+                    ratio_vs_compared: None,
+                });
+            }
+        }
+        Self {
+            serve_drains,
+            ..self
+        }
+    }
+
+    /// The report with the sensor-rate transaction figures of `run`.
+    pub fn with_trickle(self, run: TrickleRun) -> Self {
+        let seconds = run.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
+        Self {
+            sensor_rate: Some(SensorRate {
+                records_per_sec: run.records as f64 / seconds,
+                records: run.records,
+                transactions: run.transactions,
+                transactions_per_sec: run.transactions as f64 / seconds,
+                records_per_transaction: run.records as f64 / run.transactions.max(1) as f64,
+            }),
+            ..self
+        }
+    }
+}
+
+/// The default codec's shared-mode drains with transactions against those without, when both
+/// ran.
+fn transactions_cost(runs: &[DrainRun]) -> Option<Transactions> {
+    let of = |transactions| {
+        let kind = DrainKind::Shared { transactions };
+        runs.iter().filter(move |d| d.kind == kind)
+    };
+    let codec = codec_name(of(true).next()?.codec);
+    let with = median(of(true).map(rate));
+    let without = median(of(false).map(rate));
+    of(false).next()?;
+    Some(Transactions {
+        codec,
+        transactional_records_per_sec: with,
+        plain_records_per_sec: without,
+        cost: 1.0 - with / without.max(f64::MIN_POSITIVE),
+        transactions_per_drain: median(of(true).map(|d| d.batches as f64)),
+    })
 }
 
 /// The default codec's idempotent drain against its plain drains, when both ran.
@@ -344,6 +465,41 @@ impl std::fmt::Display for Report {
                 i.cost * 100.0
             )?;
         }
+        if let Some(t) = &self.transactions {
+            writeln!(
+                f,
+                "shared mode, transactions' cost ({}): {:.0} records/s in transactions \
+                 ({:.0} per drain), {:.0} without (plain OffsetCommit, at least once): {:.1} %",
+                t.codec,
+                t.transactional_records_per_sec,
+                t.transactions_per_drain,
+                t.plain_records_per_sec,
+                t.cost * 100.0
+            )?;
+        }
+        for d in &self.serve_drains {
+            write!(
+                f,
+                "tern serve drain ({} mode, {} build): {:.2} s, {:.0} records/s",
+                d.mode, d.build, d.seconds, d.records_per_sec
+            )?;
+            match d.ratio_vs_compared {
+                Some(ratio) => writeln!(f, "; this / compared build: {ratio:.2}")?,
+                None => writeln!(f)?,
+            }
+        }
+        if let Some(r) = &self.sensor_rate {
+            writeln!(
+                f,
+                "shared mode at {:.0} records/s (1 partition, {} records): {} transactions, \
+                 {:.1} EndTxn/s, {:.1} records per transaction",
+                r.records_per_sec,
+                r.records,
+                r.transactions,
+                r.transactions_per_sec,
+                r.records_per_transaction
+            )?;
+        }
         match &self.capped {
             Some(c) => writeln!(
                 f,
@@ -401,7 +557,7 @@ mod tests {
     use super::super::backlog::Window;
     use super::super::proxy::Counted;
     use super::*;
-    use tern_upstream::Codec;
+    use tern_upstream::{Codec, Mode};
 
     fn run(kind: DrainKind, codec: Codec, secs: u64, to_kafka: u64) -> DrainRun {
         DrainRun {
@@ -415,6 +571,16 @@ mod tests {
                 from_kafka: 640,
             },
             window: None,
+            batches: 4,
+        }
+    }
+
+    fn serve(build: Build, mode: Mode, secs: u64) -> ServeDrain {
+        ServeDrain {
+            build,
+            mode,
+            records: 1000,
+            elapsed: Duration::from_secs(secs),
         }
     }
 
@@ -436,6 +602,8 @@ mod tests {
             codecs: vec![Codec::Zstd],
             bandwidth: 125_000,
             kafka_classpath: Some("jars/*".into()),
+            sensor_seconds: 10,
+            compare_tern: None,
         };
         let live = LiveRun {
             messages: 100,
@@ -464,6 +632,20 @@ mod tests {
             zstd(4, 16_000),
             zstd(2, 64_000),
             run(DrainKind::Plain, Codec::Zstd, 1, 64_000),
+            run(
+                DrainKind::Shared { transactions: true },
+                Codec::Zstd,
+                4,
+                64_000,
+            ),
+            run(
+                DrainKind::Shared {
+                    transactions: false,
+                },
+                Codec::Zstd,
+                2,
+                64_000,
+            ),
             capped,
         ];
         let big = JavaRun {
@@ -478,7 +660,17 @@ mod tests {
             runs,
             javas,
             Some(150),
-        );
+        )
+        .with_trickle(TrickleRun {
+            records: 1000,
+            elapsed: Duration::from_secs(10),
+            transactions: 100,
+        })
+        .with_serve_drains(&[
+            serve(Build::This, Mode::Mirror, 2),
+            serve(Build::Compare, Mode::Mirror, 4),
+            serve(Build::This, Mode::Shared, 5),
+        ]);
         assert_eq!(
             report.drains.len(),
             1,
@@ -500,6 +692,13 @@ mod tests {
         let idempotence = report.idempotence.expect("plain drain");
         assert_eq!(idempotence.plain_records_per_sec, 1000.0);
         assert_eq!(idempotence.cost, 0.5);
+        let transactions = report.transactions.expect("shared drains");
+        assert_eq!(transactions.transactional_records_per_sec, 250.0);
+        assert_eq!(transactions.plain_records_per_sec, 500.0);
+        assert_eq!(transactions.cost, 0.5);
+        let sensor = report.sensor_rate.expect("trickle");
+        assert_eq!(sensor.transactions_per_sec, 10.0);
+        assert_eq!(sensor.records_per_transaction, 10.0);
         let cap = report.capped.expect("capped drain");
         assert_eq!(cap.counted_bytes_per_sec, 120_000.0);
         assert_eq!(cap.utilisation, 0.96);
@@ -515,6 +714,14 @@ mod tests {
              -1): 50.0 %",
             "bandwidth cap 125000 B/s (none, 1000 records, 12.0 s): 120000 B/s as the cap counts \
              them, 96.0 % of the cap; 120000 B/s on the wire",
+            "shared mode, transactions' cost (zstd): 250 records/s in transactions (4 per \
+             drain), 500 without (plain OffsetCommit, at least once): 50.0 %",
+            "shared mode at 100 records/s (1 partition, 1000 records): 100 transactions, 10.0 \
+             EndTxn/s, 10.0 records per transaction",
+            "tern serve drain (mirror mode, this build): 2.00 s, 500 records/s; this / compared \
+             build: 2.00",
+            "tern serve drain (mirror mode, compared build): 4.00 s, 250 records/s\n",
+            "tern serve drain (shared mode, this build): 5.00 s, 200 records/s\n",
             "target zstd drain / kafka producer >= 0.8: measured 1.250 met",
             "target capped drain / bandwidth cap >= 0.95: measured 0.960 met",
             "(8640000 records x 64 B) over 1 Mbit/s with zstd: 0.6 h",
@@ -539,6 +746,8 @@ mod tests {
             codecs: vec![Codec::Lz4],
             bandwidth: 125_000,
             kafka_classpath: None,
+            sensor_seconds: 10,
+            compare_tern: None,
         };
         let runs = vec![run(DrainKind::Idempotent, Codec::Lz4, 1, 32_000)];
         let report = Report::new(&options, Vec::new(), Duration::ZERO, runs, Vec::new(), None);

@@ -1,7 +1,9 @@
 //! `tern-bench upstream` against the real three-node cluster with a small backlog: the bench
 //! runs its live phase through a `tern serve` child, drains the backlog once per codec and runs
 //! Kafka's own producer (from the cluster's jars) beside each drain, drains once more without the
-//! idempotent producer and once under a bandwidth cap. This checks that every figure is present
+//! idempotent producer, in shared mode with and without its transactions, and once under a
+//! bandwidth cap, and counts shared mode's transactions at 100 records/s; `tern serve` drains
+//! the backlog in both modes. This checks that every figure is present
 //! and sane, that the bench's own arithmetic holds and that the table prints the ratio, cost and
 //! cap lines; it asserts no timing and no performance target.
 
@@ -40,6 +42,8 @@ fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()
         "1",
         "--kafka-classpath",
         &classpath,
+        "--sensor-seconds",
+        "2",
         "--json",
     ];
     let (status, stdout, stderr) = run_bench(&args)?;
@@ -67,6 +71,11 @@ fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()
     }
     for line in [
         "idempotent producer cost (lz4): ",
+        "shared mode, transactions' cost (lz4): ",
+        "shared mode at ",
+        " EndTxn/s, ",
+        "tern serve drain (mirror mode, this build): ",
+        "tern serve drain (shared mode, this build): ",
         "bandwidth cap 125000 B/s (none, ",
         "% of the cap",
         "target capped drain / bandwidth cap >= 0.95: measured ",
@@ -78,6 +87,31 @@ fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()
 
 fn check_report(report: &Value) -> anyhow::Result<()> {
     assert_eq!(figure(report, "shape.records"), 20_000.0);
+    // Shared mode drained the whole backlog with and without transactions (the bench waits for
+    // the forwarder's last committed offset), in at least one transaction.
+    assert!(figure(report, "transactions.transactional_records_per_sec") > 0.0);
+    assert!(figure(report, "transactions.plain_records_per_sec") > 0.0);
+    assert!(figure(report, "transactions.transactions_per_drain") >= 1.0);
+    // 2 s at 100 records/s: every record committed, in fewer transactions than records and at
+    // most one per 100 ms (TXN_INTERVAL) plus the first.
+    assert_eq!(figure(report, "sensor_rate.records"), 200.0);
+    let transactions = figure(report, "sensor_rate.transactions");
+    let seconds = 200.0 / figure(report, "sensor_rate.records_per_sec");
+    assert!(
+        transactions >= 1.0 && transactions <= seconds * 10.0 + 1.0,
+        "{transactions} transactions in {seconds} s"
+    );
+    // `tern serve` (this build; no --compare-tern) drained the backlog in both modes.
+    let serve = report["serve_drains"].as_array().expect("serve drains");
+    let modes: Vec<&str> = serve.iter().filter_map(|d| d["mode"].as_str()).collect();
+    assert_eq!(modes, ["mirror", "shared"]);
+    for (i, d) in serve.iter().enumerate() {
+        assert_eq!(d["build"], "this");
+        assert!(d["ratio_vs_compared"].is_null());
+        let rate = figure(report, &format!("serve_drains.{i}.records_per_sec"));
+        let seconds = figure(report, &format!("serve_drains.{i}.seconds"));
+        assert!((rate * seconds - 20_000.0).abs() < 1.0, "{d}");
+    }
     assert_eq!(figure(report, "shape.size"), 64.0);
     // The live run: 20,000 messages over 16 publishers, all forwarded (the bench checks the
     // upstream count exactly and fails on a duplicate).

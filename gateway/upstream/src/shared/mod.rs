@@ -131,9 +131,12 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
         let partitions = self.prepare_topic().await?;
         let (topic, partition) = (&self.source.topic, self.source.partition);
         let mut txn = TxnProducer::new(self.group.settings().clone(), self.transactional_id());
-        txn.init()
-            .await
-            .map_err(|source| self.txn_error(&txn, "init producer id", source))?;
+        let transactional = !self.config.bench_without_transactions;
+        if transactional {
+            txn.init()
+                .await
+                .map_err(|source| self.txn_error(&txn, "init producer id", source))?;
+        }
         let mut next = self.resume().await?;
         driver::connected(&self.status, &self.source, next);
         let mut upstream = BTreeMap::new();
@@ -159,10 +162,12 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
                 batch.iter().map(|r| r.record.size()).sum::<usize>(),
             );
             let split = self.split(batch, partitions);
-            let indexes: Vec<i32> = split.keys().map(|&i| index(i)).collect();
-            txn.add_partitions(&self.topic, &indexes)
-                .await
-                .map_err(|source| self.txn_error(&txn, "add partitions", source))?;
+            if transactional {
+                let indexes: Vec<i32> = split.keys().map(|&i| index(i)).collect();
+                txn.add_partitions(&self.topic, &indexes)
+                    .await
+                    .map_err(|source| self.txn_error(&txn, "add partitions", source))?;
+            }
             for (index, records) in split {
                 let target = match upstream.entry(index) {
                     Entry::Occupied(entry) => entry.into_mut(),
@@ -170,10 +175,17 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
                         entry.insert(self.kafka.partition(&self.topic, index).await?)
                     }
                 };
-                self.produce(&mut txn, target, index, &records).await?;
+                if transactional {
+                    self.produce(&mut txn, target, index, &records).await?;
+                } else {
+                    let settings = (self.config.compression, self.config.value_format);
+                    target
+                        .produce(&records, &self.source, settings.0, settings.1)
+                        .await?;
+                }
             }
             next = last + 1;
-            self.commit(&mut txn, next).await?;
+            self.commit(transactional.then_some(&mut txn), next).await?;
             driver::forwarded(&self.status, &self.source, next, count, bytes);
             if bytes < max_bytes / 2 {
                 tokio::time::sleep_until(started + TXN_INTERVAL).await;
@@ -269,8 +281,10 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
     }
 
     /// Commits the transaction with `next` as the group offset (AddOffsetsToTxn,
-    /// TxnOffsetCommit, EndTxn), then `next` to the local cursor.
-    async fn commit(&self, txn: &mut TxnProducer, next: u64) -> Result<(), UpstreamError> {
+    /// TxnOffsetCommit, EndTxn), then `next` to the local cursor. Without a transaction (bench
+    /// only, [`UpstreamConfig::bench_without_transactions`]) a plain OffsetCommit after the
+    /// records: at least once, a failure between the two sends the batch again.
+    async fn commit(&self, txn: Option<&mut TxnProducer>, next: u64) -> Result<(), UpstreamError> {
         let (topic, partition) = (&self.source.topic, self.source.partition);
         let metadata = format!(
             "tern edge offset of {}/{topic}/{partition}",
@@ -282,6 +296,26 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
             offset: i64::try_from(next).unwrap_or(i64::MAX),
             metadata: &metadata,
         };
+        match txn {
+            Some(txn) => self.commit_in_txn(txn, &commit).await?,
+            None => self
+                .group
+                .commit(&commit)
+                .await
+                .map_err(|source| self.group_error("commit offset", source))?,
+        }
+        self.log
+            .commit_cursor(&self.cursor_name(), topic, partition, next)
+            .await
+            .map_err(|e| edge_error("commit cursor", e))
+    }
+
+    /// AddOffsetsToTxn, TxnOffsetCommit of `commit`, EndTxn.
+    async fn commit_in_txn(
+        &self,
+        txn: &mut TxnProducer,
+        commit: &Commit<'_>,
+    ) -> Result<(), UpstreamError> {
         txn.add_offsets(self.group.group())
             .await
             .map_err(|source| self.txn_error(txn, "add offsets", source))?;
@@ -289,16 +323,12 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
             return Err(self.txn_error(txn, "commit offset", not_initialised()));
         };
         self.group
-            .txn_commit(&commit, &id)
+            .txn_commit(commit, &id)
             .await
             .map_err(|source| self.group_error("commit offset in the transaction", source))?;
         txn.end(true)
             .await
-            .map_err(|source| self.txn_error(txn, "commit transaction", source))?;
-        self.log
-            .commit_cursor(&self.cursor_name(), topic, partition, next)
-            .await
-            .map_err(|e| edge_error("commit cursor", e))
+            .map_err(|source| self.txn_error(txn, "commit transaction", source))
     }
 
     fn txn_error(&self, txn: &TxnProducer, op: &'static str, source: ClientError) -> UpstreamError {
