@@ -130,15 +130,16 @@ pub fn create_topic_request(
         .with_validate_only(false)
 }
 
-/// Creates `topic` over `controller` (a broker forwards it where the cluster needs). A topic
-/// that already exists is success.
+/// Creates `topic` with `configs` over `controller` (a broker forwards it where the cluster
+/// needs): `true` when this request created it, `false` when it already existed (created
+/// meanwhile by another gateway or by hand; its configs are then whatever it has).
 pub async fn create_topic(
     controller: &mut Connection,
     topic: &str,
     partitions: i32,
     replication: i16,
     configs: &[(&str, &str)],
-) -> Result<(), ClientError> {
+) -> Result<bool, ClientError> {
     let request = create_topic_request(topic, partitions, replication, configs);
     let answer = controller.call(|_| request).await?;
     let result = answer
@@ -150,7 +151,8 @@ pub async fn create_topic(
             what: format!("result for {topic}"),
         })?;
     match result.error_code {
-        0 | TOPIC_ALREADY_EXISTS => Ok(()),
+        0 => Ok(true),
+        TOPIC_ALREADY_EXISTS => Ok(false),
         code => {
             let context = result
                 .error_message

@@ -121,6 +121,38 @@ fn create_topics_v2_carries_the_topic_configs() -> Result<(), ClientError> {
     Ok(())
 }
 
+/// What tern sends for an upstream topic with the default settings, at v5 (the first flexible
+/// version; a 4.x broker negotiates v7, which only adds response fields): the topic config
+/// `message.timestamp.type = LogAppendTime`, so Kafka's time retention counts from arrival.
+#[test]
+fn create_topics_v5_carries_tern_s_log_append_time_config() -> Result<(), ClientError> {
+    let configs = crate::config::UpstreamConfig::default().create_topic_configs();
+    let configs: Vec<(&str, &str)> = configs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let request = metadata::create_topic_request("t", 2, 3, &configs);
+    let frame = encode_request(&request, 5, 7)?;
+    // Header v2 (tagged fields 0); topics compact [1]: "t", 2 partitions, replication 3,
+    // assignments compact [0], configs compact [1]: "message.timestamp.type" = "LogAppendTime"
+    // (compact strings: length + 1), config and topic tagged fields; timeout 10000 ms,
+    // validate_only false, body tagged fields.
+    let body: Vec<u8> = [
+        &[0, 2, 2, b't', 0, 0, 0, 2, 0, 3, 1, 2][..],
+        &[23],
+        b"message.timestamp.type",
+        &[14],
+        b"LogAppendTime",
+        &[0, 0],
+        &[0, 0, 0x27, 0x10, 0, 0],
+    ]
+    .concat();
+    let mut expected = header_v1(14 + body.len() as u8, 19, 5);
+    expected.extend_from_slice(&body);
+    assert_eq!(frame.as_ref(), expected);
+    Ok(())
+}
+
 #[test]
 fn init_producer_id_v0_asks_for_an_idempotent_producer() -> Result<(), ClientError> {
     let request = InitProducerIdRequest::default()

@@ -45,6 +45,8 @@ pub struct KafkaUpstream {
     bandwidth: Arc<Bandwidth>,
     /// The most bytes one produce request carries ([`produced_bytes`]).
     batch_limit: u64,
+    /// Topic configs sent with CreateTopics (`UpstreamConfig::create_topic_configs`).
+    topic_configs: Vec<(String, String)>,
 }
 
 /// The bootstrap connection of one upstream, opened on first use and dropped as soon as a
@@ -196,6 +198,7 @@ impl KafkaUpstream {
             bootstrap: config.bootstrap.join(","),
             batch_limit: bandwidth.batch_limit(config.max_batch_bytes.0),
             bandwidth,
+            topic_configs: config.create_topic_configs(),
         })
     }
 
@@ -212,8 +215,11 @@ impl KafkaUpstream {
         self.batch_limit
     }
 
-    /// Creates `topic` with `partitions` partitions unless it exists. A cluster that refuses
-    /// (policy, ACLs, too few brokers) yields [`UpstreamError::MissingTopic`] naming the topic.
+    /// Creates `topic` with `partitions` partitions and the upstream's topic configs
+    /// (`message.timestamp.type=LogAppendTime` unless `topic_configs` says otherwise) unless it
+    /// exists; an existing topic is used as it is, its configs never altered. A cluster that
+    /// refuses (policy, ACLs, too few brokers, a bad topic config) yields
+    /// [`UpstreamError::MissingTopic`] naming the topic.
     pub async fn ensure_topic(
         &self,
         topic: &str,
@@ -233,21 +239,45 @@ impl KafkaUpstream {
             i16::try_from(replication).unwrap_or(i16::MAX),
         );
         let controller = metadata::broker(&listed, listed.controller_id.0);
+        let configs: Vec<(&str, &str)> = self
+            .topic_configs
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
         let created = match controller {
             Some(addr) if addr != connection.addr() => {
                 let settings = &self.slot.settings;
                 match Connection::open(&addr, settings, CONNECT_TIMEOUT).await {
                     Ok(mut controller) => {
-                        metadata::create_topic(&mut controller, topic, partitions, replication, &[])
-                            .await
+                        metadata::create_topic(
+                            &mut controller,
+                            topic,
+                            partitions,
+                            replication,
+                            &configs,
+                        )
+                        .await
                     }
                     Err(err) => Err(err),
                 }
             }
-            _ => metadata::create_topic(&mut connection, topic, partitions, replication, &[]).await,
+            _ => {
+                metadata::create_topic(&mut connection, topic, partitions, replication, &configs)
+                    .await
+            }
         };
         match created {
-            Ok(()) => Ok(()),
+            Ok(true) => {
+                tracing::info!(topic, partitions, configs = ?configs, "created the upstream topic");
+                Ok(())
+            }
+            Ok(false) => {
+                tracing::info!(
+                    topic,
+                    "the upstream topic was created meanwhile; its configs are not tern's to change"
+                );
+                Ok(())
+            }
             Err(source @ ClientError::Kafka { .. }) => Err(UpstreamError::MissingTopic {
                 topic: topic.to_owned(),
                 source,

@@ -9,7 +9,7 @@ use super::record::*;
 use super::*;
 use crate::client::produce::{self, OutRecord, SEQUENCE_WRAP};
 use crate::config::{Codec, ValueFormat};
-use crate::provenance::{H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC, Provenance};
+use crate::provenance::{H_GATEWAY, H_OFFSET, H_PARTITION, H_TIMESTAMP, H_TOPIC, Provenance};
 
 #[test]
 fn a_ca_file_without_certificates_is_a_clear_error() -> std::io::Result<()> {
@@ -38,6 +38,7 @@ fn upstream_records_carry_edge_fields_and_tern_headers() {
             value: b"v".to_vec(),
             headers: vec![
                 ("tern-offset".into(), b"spoofed".to_vec().into()),
+                ("tern-timestamp".into(), b"spoofed".to_vec().into()),
                 ("unit".into(), b"C".to_vec().into()),
             ],
         },
@@ -57,6 +58,7 @@ fn upstream_records_carry_edge_fields_and_tern_headers() {
     assert_eq!(header(H_GATEWAY), Some(&b"gw1"[..]));
     assert_eq!(header(H_TOPIC), Some(&b"sensors"[..]));
     assert_eq!(header(H_PARTITION), Some(&b"3"[..]));
+    assert_eq!(header(H_TIMESTAMP), Some(&b"1700000000123"[..]));
 }
 
 #[test]
@@ -124,8 +126,8 @@ fn produced_bytes_count_key_value_every_header_and_framing() {
         partition: 0,
     };
     let record = upstream_record(&edge, &source, ValueFormat::Raw);
-    // tern-gateway gw, tern-topic t, tern-partition 0, tern-offset 7.
-    let headers = (12 + 2) + (10 + 1) + (14 + 1) + (11 + 1);
+    // tern-gateway gw, tern-topic t, tern-partition 0, tern-offset 7, tern-timestamp 0.
+    let headers = (12 + 2) + (10 + 1) + (14 + 1) + (11 + 1) + (14 + 1);
     assert_eq!(produced_bytes(&record), 3 + 100 + headers + 14);
 }
 
