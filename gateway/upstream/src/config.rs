@@ -435,10 +435,13 @@ mod tests {
             ])
         );
         // `tern config check` prints the table and it parses back the same.
-        let printed = toml::to_string(&config).map_err(|e| {
-            <toml::de::Error as serde::de::Error>::custom(format!("prints: {e}"))
-        })?;
-        assert_eq!(toml::from_str::<UpstreamConfig>(&printed)?, config, "{printed}");
+        let printed = toml::to_string(&config)
+            .map_err(|e| <toml::de::Error as serde::de::Error>::custom(format!("prints: {e}")))?;
+        assert_eq!(
+            toml::from_str::<UpstreamConfig>(&printed)?,
+            config,
+            "{printed}"
+        );
         config
             .topic_configs
             .insert("Retention MS".into(), TopicConfigValue::Integer(1));

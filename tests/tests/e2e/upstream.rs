@@ -306,6 +306,11 @@ fn a_backlog_older_than_retention_stays_in_the_topics_tern_creates() -> anyhow::
             .any(|c| c.starts_with("message.timestamp.type=") || c.starts_with("retention.ms=")),
         "{control_configs:?}"
     );
+    // What tern's own DescribeConfigs reads (its warning about an existing CreateTime topic).
+    let topics = [UPSTREAM, SHARED_UPSTREAM, CONTROL_UPSTREAM];
+    let types = timestamp_types(&cluster, &topics)?;
+    println!("message.timestamp.type of {topics:?} as tern describes them: {types:?}");
+    assert_eq!(types, ["LogAppendTime", "LogAppendTime", "CreateTime"]);
     let control = Forwarder::start_with(&cluster.bootstrap(), &log, |config| {
         config.gateway_id = Some(CONTROL_GATEWAY.to_owned());
     })?;
@@ -355,6 +360,31 @@ fn a_backlog_older_than_retention_stays_in_the_topics_tern_creates() -> anyhow::
     );
     println!("test wall time {:?}", started.elapsed());
     Ok(())
+}
+
+/// `message.timestamp.type` of each of `topics` as tern's client reads it with DescribeConfigs.
+fn timestamp_types(cluster: &KafkaCluster, topics: &[&str]) -> anyhow::Result<Vec<String>> {
+    const NAME: &str = "message.timestamp.type";
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let config = UpstreamConfig {
+        bootstrap: cluster.bootstrap().split(',').map(str::to_owned).collect(),
+        ..UpstreamConfig::default()
+    };
+    runtime.block_on(async {
+        let kafka = tern_upstream::KafkaUpstream::connect(&config).await?;
+        let mut types = Vec::new();
+        for topic in topics {
+            let configs = kafka.topic_configs(topic, &[NAME]).await?;
+            let kind = configs
+                .into_iter()
+                .find_map(|(name, value)| value.filter(|_| name == NAME))
+                .with_context(|| format!("no {NAME} for {topic}"))?;
+            types.push(kind);
+        }
+        Ok(types)
+    })
 }
 
 /// The shared-mode topic of the edge topic (`{topic_prefix}{t}`).

@@ -47,6 +47,8 @@ pub struct KafkaUpstream {
     batch_limit: u64,
     /// Topic configs sent with CreateTopics (`UpstreamConfig::create_topic_configs`).
     topic_configs: Vec<(String, String)>,
+    /// Existing topics whose timestamp type was already checked (once per topic and process).
+    checked: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// The bootstrap connection of one upstream, opened on first use and dropped as soon as a
@@ -199,6 +201,7 @@ impl KafkaUpstream {
             batch_limit: bandwidth.batch_limit(config.max_batch_bytes.0),
             bandwidth,
             topic_configs: config.create_topic_configs(),
+            checked: std::sync::Mutex::default(),
         })
     }
 
@@ -232,6 +235,12 @@ impl KafkaUpstream {
             .await
             .map_err(|e| error("list topics", e))?;
         if metadata::partition_count(&listed, topic).map_err(|e| error("list topics", e))? > 0 {
+            let first =
+                (self.checked.lock().unwrap_or_else(|e| e.into_inner())).insert(topic.to_owned());
+            if first {
+                self.check_existing(&mut connection, generation, topic)
+                    .await;
+            }
             return Ok(());
         }
         let (partitions, replication) = (
@@ -284,6 +293,42 @@ impl KafkaUpstream {
             }),
             Err(err) => Err(error("create topic", err)),
         }
+    }
+
+    /// Warns when the existing `topic` (which tern never alters) keeps producer timestamps
+    /// (`CreateTime`): Kafka then deletes a backlog older than its `retention.ms` as it lands.
+    /// Asked once per topic; a broker that does not answer (ACLs, a lost connection) only costs
+    /// the warning.
+    async fn check_existing(&self, connection: &mut Connection, generation: u64, topic: &str) {
+        match metadata::topic_configs(connection, topic, &CHECKED_CONFIGS).await {
+            Ok(configs) => {
+                if let Some(warning) = existing_topic_warning(&configs) {
+                    tracing::warn!(topic, "{warning}");
+                }
+            }
+            Err(err) => {
+                let err = self
+                    .slot
+                    .error(generation, "describe configs", topic.to_owned(), err);
+                tracing::debug!(topic, %err, "cannot check the upstream topic's timestamp type");
+            }
+        }
+    }
+
+    /// The values the broker gives for `names` of `topic` (DescribeConfigs: set on the topic or
+    /// the brokers' defaults).
+    pub async fn topic_configs(
+        &self,
+        topic: &str,
+        names: &[&str],
+    ) -> Result<Vec<(String, Option<String>)>, UpstreamError> {
+        let (generation, mut connection) = self.slot.connection().await?;
+        metadata::topic_configs(&mut connection, topic, names)
+            .await
+            .map_err(|e| {
+                self.slot
+                    .error(generation, "describe configs", topic.to_owned(), e)
+            })
     }
 
     /// A handle on `topic`/`partition` at its current leader.
@@ -344,6 +389,31 @@ impl Cluster for KafkaUpstream {
     ) -> Result<UpstreamPartition, UpstreamError> {
         KafkaUpstream::partition(self, topic, partition).await
     }
+}
+
+/// The configs of an existing topic that [`existing_topic_warning`] looks at.
+const CHECKED_CONFIGS: [&str; 2] = ["message.timestamp.type", "retention.ms"];
+
+/// What to warn about an existing upstream topic with `configs` (DescribeConfigs' answer for
+/// [`CHECKED_CONFIGS`]): nothing unless it keeps producer timestamps (`CreateTime`).
+pub(crate) fn existing_topic_warning(configs: &[(String, Option<String>)]) -> Option<String> {
+    let value = |name: &str| {
+        configs
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.as_deref())
+    };
+    if value("message.timestamp.type") != Some("CreateTime") {
+        return None;
+    }
+    let retention = value("retention.ms").unwrap_or("?");
+    Some(format!(
+        "the upstream topic exists with message.timestamp.type=CreateTime and \
+         retention.ms={retention}: Kafka deletes forwarded records whose edge timestamps are older \
+         than that as they arrive (a backlog after a long outage), and refuses records stamped more \
+         than message.timestamp.after.max.ms ahead; tern does not alter existing topics: set \
+         message.timestamp.type=LogAppendTime on it (docs/upstream.md, \"Topics tern creates\")"
+    ))
 }
 
 /// A rustls client configuration trusting the CAs in `settings.ca_file` (PEM).

@@ -230,3 +230,24 @@ fn an_idempotent_batch_carries_the_producer_and_the_edge_offsets_as_sequences()
     }
     Ok(())
 }
+
+#[test]
+fn an_existing_create_time_topic_is_warned_about_and_log_append_time_is_not() {
+    let configs = |kind: Option<&str>| -> Vec<(String, Option<String>)> {
+        let mut configs = vec![("retention.ms".to_owned(), Some("604800000".to_owned()))];
+        if let Some(kind) = kind {
+            configs.push(("message.timestamp.type".to_owned(), Some(kind.to_owned())));
+        }
+        configs
+    };
+    let warning = super::existing_topic_warning(&configs(Some("CreateTime")));
+    let warning = warning.unwrap_or_default();
+    assert!(warning.contains("retention.ms=604800000"), "{warning}");
+    assert!(warning.contains("LogAppendTime"), "{warning}");
+    assert_eq!(
+        super::existing_topic_warning(&configs(Some("LogAppendTime"))),
+        None
+    );
+    // A broker that leaves the config out (or hides it) is not guessed at.
+    assert_eq!(super::existing_topic_warning(&configs(None)), None);
+}
