@@ -76,10 +76,19 @@ pub struct PartitionState {
     pub isr: Vec<u32>,
 }
 
+/// Which clock a record's timestamp is: the producer's (`CreateTime`) or the broker's on arrival
+/// (`LogAppendTime`, a topic with `message.timestamp.type=LogAppendTime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+}
+
 /// One record as the console consumer prints it (text keys, values and header values).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumedRecord {
     pub offset: u64,
+    pub timestamp_type: TimestampType,
     pub timestamp_ms: i64,
     pub headers: Vec<(String, String)>,
     pub key: Option<String>,
@@ -180,6 +189,89 @@ impl KafkaCluster {
             .find(|s| s.partition == partition)
             .and_then(|s| s.leader)
             .with_context(|| format!("{topic}/{partition} has no leader"))
+    }
+
+    /// `kafka-topics --create` with an explicit replica assignment (one `a:b:c` list of broker
+    /// ids per partition, the first one its leader while it runs) and `configs` (`name=value`).
+    pub fn create_topic_assigned(
+        &self,
+        topic: &str,
+        assignment: &[&[u32]],
+        configs: &[&str],
+    ) -> anyhow::Result<()> {
+        let assignment: Vec<String> = assignment
+            .iter()
+            .map(|replicas| {
+                let ids: Vec<String> = replicas.iter().map(u32::to_string).collect();
+                ids.join(":")
+            })
+            .collect();
+        let assignment = assignment.join(",");
+        let mut args = vec![
+            "--create",
+            "--topic",
+            topic,
+            "--replica-assignment",
+            &assignment,
+        ];
+        for config in configs {
+            args.extend(["--config", config]);
+        }
+        self.run_tool("org.apache.kafka.tools.TopicCommand", &args)?;
+        Ok(())
+    }
+
+    /// The configs `kafka-topics --describe` lists for `topic` (`name=value`, sorted by name):
+    /// those that differ from Kafka's defaults, set on the topic or in the brokers'
+    /// configuration (this harness's `min.insync.replicas=2`, for one).
+    pub fn topic_config_overrides(&self, topic: &str) -> anyhow::Result<Vec<String>> {
+        let output = self.run_tool(
+            "org.apache.kafka.tools.TopicCommand",
+            &["--describe", "--topic", topic],
+        )?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let configs = text
+            .lines()
+            .find(|line| line.starts_with("Topic:"))
+            .and_then(|line| {
+                line.split('\t')
+                    .find_map(|f| f.trim().strip_prefix("Configs:"))
+            })
+            .with_context(|| format!("no Configs in the description of {topic}:\n{text}"))?;
+        let mut configs: Vec<String> = configs
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .collect();
+        configs.sort();
+        Ok(configs)
+    }
+
+    /// `kafka-get-offsets --time TIME` (`earliest`: the log start offset, which retention moves;
+    /// `latest`: the end offset) of every partition of `topic`, by partition.
+    pub fn offsets_at(
+        &self,
+        topic: &str,
+        time: &str,
+    ) -> anyhow::Result<std::collections::BTreeMap<u32, u64>> {
+        let output = self.run_tool(
+            "org.apache.kafka.tools.GetOffsetShell",
+            &["--topic", topic, "--time", time],
+        )?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let prefix = format!("{topic}:");
+        let offsets: std::collections::BTreeMap<u32, u64> = text
+            .lines()
+            .filter_map(|line| {
+                let (partition, offset) = line.strip_prefix(&prefix)?.split_once(':')?;
+                Some((partition.parse().ok()?, offset.trim().parse().ok()?))
+            })
+            .collect();
+        if offsets.is_empty() {
+            bail!("no {time} offsets for {topic} in:\n{text}");
+        }
+        Ok(offsets)
     }
 
     /// `kafka-get-offsets --time latest`: the partition's end offset (next offset to be written).
@@ -307,15 +399,21 @@ const FORMAT: &[&str] = &[
     "null.literal=<null>",
 ];
 
-/// `CreateTime:TS\tOffset:N\tHEADERS\tKEY\tVALUE`.
+/// `CreateTime:TS\tOffset:N\tHEADERS\tKEY\tVALUE` (`LogAppendTime:TS` on a topic that has it).
 fn parse_record_line(line: &str) -> anyhow::Result<ConsumedRecord> {
     let fields: Vec<&str> = line.splitn(5, '\t').collect();
     let [ts, offset, headers, key, value] = fields[..] else {
         bail!("unexpected console consumer line {line:?}");
     };
+    let (timestamp_type, ts) = if let Some(ts) = ts.strip_prefix("CreateTime:") {
+        (TimestampType::CreateTime, ts)
+    } else if let Some(ts) = ts.strip_prefix("LogAppendTime:") {
+        (TimestampType::LogAppendTime, ts)
+    } else {
+        bail!("no timestamp in {line:?}");
+    };
     let timestamp_ms = ts
-        .strip_prefix("CreateTime:")
-        .and_then(|t| t.parse().ok())
+        .parse()
         .with_context(|| format!("no timestamp in {line:?}"))?;
     let offset = offset
         .strip_prefix("Offset:")
@@ -335,6 +433,7 @@ fn parse_record_line(line: &str) -> anyhow::Result<ConsumedRecord> {
     let key = (key != "<null>").then(|| key.to_owned());
     Ok(ConsumedRecord {
         offset,
+        timestamp_type,
         timestamp_ms,
         headers,
         key,
@@ -371,11 +470,16 @@ mod tests {
         let record = parse_record_line(line)?;
         assert_eq!(record.offset, 7);
         assert_eq!(record.timestamp_ms, 1_795_943_224_507);
+        assert_eq!(record.timestamp_type, TimestampType::CreateTime);
         assert_eq!(record.header("tern-offset"), Some("7"));
         assert_eq!(record.key.as_deref(), Some("k1"));
         assert_eq!(record.value, "v\tx");
         let bare = parse_record_line("CreateTime:1\tOffset:0\tNO_HEADERS\t<null>\tv")?;
         assert_eq!((bare.headers.len(), bare.key), (0, None));
+        let appended = parse_record_line("LogAppendTime:42\tOffset:1\tNO_HEADERS\t<null>\tv")?;
+        assert_eq!(appended.timestamp_type, TimestampType::LogAppendTime);
+        assert_eq!(appended.timestamp_ms, 42);
+        assert!(parse_record_line("NoTimestampType:-1\tOffset:1\tNO_HEADERS\t<null>\tv").is_err());
         Ok(())
     }
 

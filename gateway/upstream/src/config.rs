@@ -1,6 +1,7 @@
 //! `[[upstream]]`: where and how the edge log is forwarded to Kafka. Only describes settings and
 //! checks them; it never connects anywhere.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -49,6 +50,11 @@ pub struct UpstreamConfig {
     pub bandwidth: ByteSize,
     /// Replication factor of upstream topics tern creates.
     pub replication_factor: u16,
+    /// Topic configs (`name = value`) sent with CreateTopics when tern creates an upstream topic,
+    /// over tern's own ([`DEFAULT_TOPIC_CONFIGS`]: `message.timestamp.type = LogAppendTime`, so
+    /// Kafka's time retention counts from arrival upstream and a backlog older than
+    /// `retention.ms` is not deleted as it lands). An existing topic is never altered.
+    pub topic_configs: BTreeMap<String, TopicConfigValue>,
     /// Wait after a failure; doubles up to `backoff_max`.
     pub backoff_min: HumanDuration,
     pub backoff_max: HumanDuration,
@@ -96,6 +102,7 @@ impl Default for UpstreamConfig {
             linger: HumanDuration(std::time::Duration::from_millis(5)),
             bandwidth: ByteSize(0),
             replication_factor: 3,
+            topic_configs: BTreeMap::new(),
             backoff_min: HumanDuration(std::time::Duration::from_millis(100)),
             backoff_max: HumanDuration(std::time::Duration::from_secs(30)),
             discover_interval: HumanDuration(std::time::Duration::from_secs(1)),
@@ -114,6 +121,34 @@ impl Default for UpstreamConfig {
 pub enum Mode {
     Mirror,
     Shared,
+}
+
+/// The topic configs tern sends when it creates an upstream topic, unless `topic_configs` sets
+/// the same name. `LogAppendTime`: the broker stamps each batch with its arrival time, so
+/// `retention.ms` counts from arrival (a backlog older than it is not deleted as it lands) and
+/// `message.timestamp.before.max.ms` / `after.max.ms` (which refuse CreateTime records outside a
+/// window around the broker's clock; `after` is one hour by default since Kafka 4.0) never refuse
+/// a batch. The edge timestamp travels in the `tern-timestamp` header.
+pub const DEFAULT_TOPIC_CONFIGS: &[(&str, &str)] = &[("message.timestamp.type", "LogAppendTime")];
+
+/// A `topic_configs` value: Kafka takes every topic config as a string; numbers and booleans
+/// are accepted as TOML writes them (`"retention.ms" = 2592000000`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TopicConfigValue {
+    Text(String),
+    Integer(i64),
+    Bool(bool),
+}
+
+impl std::fmt::Display for TopicConfigValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Text(text) => f.write_str(text),
+            Self::Integer(n) => write!(f, "{n}"),
+            Self::Bool(b) => write!(f, "{b}"),
+        }
+    }
 }
 
 /// `shared_key`: the bytes hashed to pick a record's upstream partition in shared mode.
@@ -237,6 +272,7 @@ impl UpstreamConfig {
             check_topic_part(id).map_err(|m| ("upstream.gateway_id".to_owned(), m))?;
         }
         self.validate_shared()?;
+        self.validate_topic_configs()?;
         check_topic_part(&self.topic_prefix).map_err(|m| ("upstream.topic_prefix".to_owned(), m))
     }
 }
@@ -261,6 +297,37 @@ impl UpstreamConfig {
             ));
         }
         Ok(())
+    }
+
+    /// `topic_configs` names look like Kafka's (`retention.ms`): lower-case letters, digits and
+    /// dots. Kafka itself checks names and values when tern creates the topic.
+    fn validate_topic_configs(&self) -> Result<(), (String, String)> {
+        for name in self.topic_configs.keys() {
+            let valid = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.');
+            if !valid {
+                return Err((
+                    "upstream.topic_configs".into(),
+                    format!("`{name}` is not a Kafka topic config name (like `retention.ms`)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The topic configs sent with CreateTopics: [`DEFAULT_TOPIC_CONFIGS`], each replaced by a
+    /// `topic_configs` entry of the same name, then the other `topic_configs` entries, by name.
+    pub fn create_topic_configs(&self) -> Vec<(String, String)> {
+        let mut configs: BTreeMap<String, String> = DEFAULT_TOPIC_CONFIGS
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect();
+        for (name, value) in &self.topic_configs {
+            configs.insert(name.clone(), value.to_string());
+        }
+        configs.into_iter().collect()
     }
 
     /// Whether edge topic `topic` is forwarded.
@@ -345,6 +412,50 @@ mod tests {
         assert_eq!(
             config.validate().map_err(|e| e.0),
             Err("upstream.shared_partitions".to_owned())
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn topic_configs_default_to_log_append_time_and_take_overrides() -> Result<(), toml::de::Error>
+    {
+        let defaults = UpstreamConfig::default().create_topic_configs();
+        assert_eq!(
+            defaults,
+            vec![("message.timestamp.type".into(), "LogAppendTime".into())]
+        );
+        let mut config: UpstreamConfig = toml::from_str(
+            "bootstrap = [\"k:9093\"]\n[topic_configs]\n\"retention.ms\" = 2592000000\n\
+             \"message.timestamp.type\" = \"CreateTime\"\n\"compression.type\" = \"producer\"\n\
+             \"unclean.leader.election.enable\" = false\n",
+        )?;
+        assert_eq!(config.validate(), Ok(()));
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()
+        };
+        assert_eq!(
+            config.create_topic_configs(),
+            pairs(&[
+                ("compression.type", "producer"),
+                ("message.timestamp.type", "CreateTime"),
+                ("retention.ms", "2592000000"),
+                ("unclean.leader.election.enable", "false"),
+            ])
+        );
+        // `tern config check` prints the table and it parses back the same.
+        let printed = toml::to_string(&config)
+            .map_err(|e| <toml::de::Error as serde::de::Error>::custom(format!("prints: {e}")))?;
+        assert_eq!(
+            toml::from_str::<UpstreamConfig>(&printed)?,
+            config,
+            "{printed}"
+        );
+        config
+            .topic_configs
+            .insert("Retention MS".into(), TopicConfigValue::Integer(1));
+        assert_eq!(
+            config.validate().map_err(|e| e.0),
+            Err("upstream.topic_configs".to_owned())
         );
         Ok(())
     }

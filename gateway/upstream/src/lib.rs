@@ -32,7 +32,8 @@ pub use client::frame as kafka_frame;
 pub use client::group::Commit;
 pub use client::{ClientError, SaslError};
 pub use config::{
-    Codec, Mode, SaslMechanism, SaslSettings, SharedKey, TlsSettings, UpstreamConfig, ValueFormat,
+    Codec, DEFAULT_TOPIC_CONFIGS, Mode, SaslMechanism, SaslSettings, SharedKey, TlsSettings,
+    TopicConfigValue, UpstreamConfig, ValueFormat,
 };
 pub use driver::{PartitionStatus, StatusMap};
 pub use error::UpstreamError;

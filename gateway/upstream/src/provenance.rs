@@ -9,6 +9,11 @@ pub const H_GATEWAY: &str = "tern-gateway";
 pub const H_TOPIC: &str = "tern-topic";
 pub const H_PARTITION: &str = "tern-partition";
 pub const H_OFFSET: &str = "tern-offset";
+/// The edge record's own timestamp (milliseconds since the epoch, decimal). The upstream
+/// record's timestamp is Kafka's arrival time on topics tern creates
+/// (`message.timestamp.type=LogAppendTime`, see `config::DEFAULT_TOPIC_CONFIGS`), so this header
+/// is where a consumer finds when the record was made at the edge.
+pub const H_TIMESTAMP: &str = "tern-timestamp";
 
 /// Where an upstream record came from: its `tern-*` headers.
 #[derive(Debug, Clone, PartialEq, Eq)]

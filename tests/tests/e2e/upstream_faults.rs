@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use tern_tests::kafka_tools::TimestampType;
 use tern_tests::raw_mqtt::RawClient;
 use tern_tests::{Gateway, KafkaCluster, ServeOptions, TempDir, free_port, read_log, wait_until};
 
@@ -115,7 +116,21 @@ fn assert_mirrors(cluster: &KafkaCluster, data_dir: &TempDir) -> anyhow::Result<
             assert_eq!(up.header("tern-partition"), Some(part.as_str()));
             assert_eq!(up.value, ed.value, "{}", context());
             assert_eq!(up.key, ed.key, "{}", context());
-            assert_eq!(up.timestamp_ms, ed.timestamp_ms, "{}", context());
+            // The edge time travels in `tern-timestamp`; the record's own timestamp is Kafka's
+            // arrival time on a topic tern created (LogAppendTime, docs/upstream.md).
+            let edge_time = ed.timestamp_ms.to_string();
+            assert_eq!(
+                up.header("tern-timestamp"),
+                Some(edge_time.as_str()),
+                "{}",
+                context()
+            );
+            assert_eq!(
+                up.timestamp_type,
+                TimestampType::LogAppendTime,
+                "{}",
+                context()
+            );
             for (name, value) in &ed.headers {
                 assert_eq!(up.header(name), Some(value.as_str()), "{}", context());
             }

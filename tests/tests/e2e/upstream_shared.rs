@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use tern_tests::kafka_tools::{ConsumedRecord, Isolation};
+use tern_tests::kafka_tools::{ConsumedRecord, Isolation, TimestampType};
 use tern_tests::{DumpedRecord, Gateway, KafkaCluster, ServeOptions, TempDir, read_log};
 
 mod faults;
@@ -176,7 +176,8 @@ struct Upstream {
 const CONSUMER_IDLE: Duration = Duration::from_secs(6);
 
 /// Every edge record of `gateways` is seen by a consumer with `isolation` at least once with its
-/// value, key and timestamp; nothing else is; first copies of one gateway's key are in edge
+/// value, key and edge timestamp (`tern-timestamp`; the record's own is Kafka's LogAppendTime);
+/// nothing else is; first copies of one gateway's key are in edge
 /// order; each group's offsets are at the edge ends. Copies are counted, not refused (the
 /// callers decide how many their scenario allows: none for `read_committed`).
 fn check_upstream(
@@ -210,7 +211,13 @@ fn check_upstream(
                 .with_context(|| format!("{id:?} is not in an edge log"))?;
             assert_eq!(record.value, origin.value, "{id:?}");
             assert_eq!(record.key, origin.key, "{id:?}");
-            assert_eq!(record.timestamp_ms, origin.timestamp_ms, "{id:?}");
+            let edge_time = origin.timestamp_ms.to_string();
+            assert_eq!(
+                record.header("tern-timestamp"),
+                Some(edge_time.as_str()),
+                "{id:?}"
+            );
+            assert_eq!(record.timestamp_type, TimestampType::LogAppendTime);
             let key = origin.key.clone().context("edge record without key")?;
             placement.entry(key.clone()).or_default().insert(partition);
             if !seen.insert(id.clone()) {

@@ -39,11 +39,12 @@ const CAPPED_SECONDS: u64 = 10;
 /// forwarder counts them against the cap (tern-upstream's `RECORD_FRAMING`).
 const RECORD_FRAMING: u64 = 14;
 /// tern's headers on every upstream record (docs/upstream.md), whose names count against the cap.
-const TERN_HEADERS: [&str; 4] = [
+const TERN_HEADERS: [&str; 5] = [
     "tern-gateway",
     "tern-topic",
     "tern-partition",
     "tern-offset",
+    "tern-timestamp",
 ];
 
 /// Which drain: the backlog with the idempotent producer (what tern does), the backlog without
@@ -372,10 +373,13 @@ fn capped_records(options: &UpstreamBenchOptions) -> u64 {
 }
 
 /// The bytes the forwarder charges the cap for the upstream record of the edge record at
-/// `offset` (tern-upstream's `produced_bytes`): value, tern's four headers, record framing.
+/// `offset` (tern-upstream's `produced_bytes`): value, tern's five headers (`tern-timestamp`: the
+/// backlog's timestamps are now, 13 digits), record framing.
 fn counted_bytes(size: usize, gateway: &str, edge_topic: &str, offset: u64) -> u64 {
     let names: usize = TERN_HEADERS.iter().map(|h| h.len()).sum();
-    let values = gateway.len() + edge_topic.len() + "0".len() + offset.to_string().len();
+    let timestamp = chrono_now_ms().to_string().len();
+    let values =
+        gateway.len() + edge_topic.len() + "0".len() + offset.to_string().len() + timestamp;
     (size + names + values) as u64 + RECORD_FRAMING
 }
 

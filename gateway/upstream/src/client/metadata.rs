@@ -1,12 +1,15 @@
 //! What the cluster says about itself: Metadata (its id, its brokers, a topic's partitions and
-//! their leaders), leader discovery (the address of a partition's leader), and CreateTopics
-//! (with topic configs) through the controller Metadata names. It only asks; it never caches an
+//! their leaders), leader discovery (the address of a partition's leader), CreateTopics (with
+//! topic configs) through the controller Metadata names, and DescribeConfigs of a topic. It only asks; it never caches an
 //! answer (a leader may move at any time, and the caller asks again after an error) and never
 //! opens a connection itself beyond returning the address to open.
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::messages::create_topics_request::{
     CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
+};
+use kafka_protocol::messages::describe_configs_request::{
+    DescribeConfigsRequest, DescribeConfigsResource,
 };
 use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
 use kafka_protocol::messages::metadata_response::MetadataResponse;
@@ -20,6 +23,8 @@ const UNKNOWN_TOPIC: i16 = 3;
 const TOPIC_ALREADY_EXISTS: i16 = 36;
 /// How long the controller may take to create a topic.
 const CREATE_TIMEOUT_MS: i32 = 10_000;
+/// DescribeConfigs' resource type of a topic.
+const RESOURCE_TOPIC: i8 = 2;
 
 /// Metadata of `topic` (of no topic with `None`: the cluster id, the brokers and the
 /// controller), never creating it.
@@ -130,15 +135,16 @@ pub fn create_topic_request(
         .with_validate_only(false)
 }
 
-/// Creates `topic` over `controller` (a broker forwards it where the cluster needs). A topic
-/// that already exists is success.
+/// Creates `topic` with `configs` over `controller` (a broker forwards it where the cluster
+/// needs): `true` when this request created it, `false` when it already existed (created
+/// meanwhile by another gateway or by hand; its configs are then whatever it has).
 pub async fn create_topic(
     controller: &mut Connection,
     topic: &str,
     partitions: i32,
     replication: i16,
     configs: &[(&str, &str)],
-) -> Result<(), ClientError> {
+) -> Result<bool, ClientError> {
     let request = create_topic_request(topic, partitions, replication, configs);
     let answer = controller.call(|_| request).await?;
     let result = answer
@@ -150,7 +156,8 @@ pub async fn create_topic(
             what: format!("result for {topic}"),
         })?;
     match result.error_code {
-        0 | TOPIC_ALREADY_EXISTS => Ok(()),
+        0 => Ok(true),
+        TOPIC_ALREADY_EXISTS => Ok(false),
         code => {
             let context = result
                 .error_message
@@ -160,6 +167,62 @@ pub async fn create_topic(
             Err(ClientError::kafka("CreateTopics", code, context))
         }
     }
+}
+
+/// The DescribeConfigs request for the configs `names` of `topic` (no synonyms, no documentation).
+pub fn describe_topic_configs_request(topic: &str, names: &[&str]) -> DescribeConfigsRequest {
+    let names = names
+        .iter()
+        .map(|name| StrBytes::from_string((*name).to_owned()))
+        .collect();
+    let resource = DescribeConfigsResource::default()
+        .with_resource_type(RESOURCE_TOPIC)
+        .with_resource_name(StrBytes::from_string(topic.to_owned()))
+        .with_configuration_keys(Some(names));
+    DescribeConfigsRequest::default()
+        .with_resources(vec![resource])
+        .with_include_synonyms(false)
+        .with_include_documentation(false)
+}
+
+/// The values of the configs `names` of `topic` as the broker answering `connection` sees them
+/// (set on the topic or the broker's default), `(name, value)` in the broker's order; a config
+/// the broker does not know is left out, a sensitive one has no value.
+pub async fn topic_configs(
+    connection: &mut Connection,
+    topic: &str,
+    names: &[&str],
+) -> Result<Vec<(String, Option<String>)>, ClientError> {
+    let request = describe_topic_configs_request(topic, names);
+    let answer = connection.call(|_| request).await?;
+    let result = answer
+        .results
+        .iter()
+        .find(|r| r.resource_type == RESOURCE_TOPIC && r.resource_name.as_str() == topic)
+        .ok_or_else(|| ClientError::Missing {
+            api: "DescribeConfigs",
+            what: format!("result for {topic}"),
+        })?;
+    if result.error_code != 0 {
+        let context = result
+            .error_message
+            .as_ref()
+            .map(|m| format!(" for {topic}: {}", m.as_str()))
+            .unwrap_or_else(|| format!(" for {topic}"));
+        return Err(ClientError::kafka(
+            "DescribeConfigs",
+            result.error_code,
+            context,
+        ));
+    }
+    Ok(result
+        .configs
+        .iter()
+        .map(|c| {
+            let value = c.value.as_ref().map(|v| v.as_str().to_owned());
+            (c.name.as_str().to_owned(), value)
+        })
+        .collect())
 }
 
 pub(crate) fn topic_name(topic: &str) -> TopicName {

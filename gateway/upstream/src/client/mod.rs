@@ -61,6 +61,7 @@ apis! {
     SaslHandshakeRequest => SaslHandshakeResponse, SaslHandshake;
     ApiVersionsRequest => ApiVersionsResponse, ApiVersions;
     CreateTopicsRequest => CreateTopicsResponse, CreateTopics;
+    DescribeConfigsRequest => DescribeConfigsResponse, DescribeConfigs;
     InitProducerIdRequest => InitProducerIdResponse, InitProducerId;
     SaslAuthenticateRequest => SaslAuthenticateResponse, SaslAuthenticate;
     AddPartitionsToTxnRequest => AddPartitionsToTxnResponse, AddPartitionsToTxn;
@@ -204,6 +205,7 @@ pub const MAX_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::ApiVersions, 0, 0),
     (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::AddPartitionsToTxn, 0, 3),
@@ -233,6 +235,7 @@ pub fn api_name(key: i16) -> &'static str {
         Ok(ApiKey::SaslHandshake) => "SaslHandshake",
         Ok(ApiKey::ApiVersions) => "ApiVersions",
         Ok(ApiKey::CreateTopics) => "CreateTopics",
+        Ok(ApiKey::DescribeConfigs) => "DescribeConfigs",
         Ok(ApiKey::InitProducerId) => "InitProducerId",
         Ok(ApiKey::SaslAuthenticate) => "SaslAuthenticate",
         Ok(ApiKey::AddPartitionsToTxn) => "AddPartitionsToTxn",

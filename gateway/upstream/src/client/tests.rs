@@ -121,6 +121,59 @@ fn create_topics_v2_carries_the_topic_configs() -> Result<(), ClientError> {
     Ok(())
 }
 
+/// What tern sends for an upstream topic with the default settings, at v5 (the first flexible
+/// version; a 4.x broker negotiates v7, which only adds response fields): the topic config
+/// `message.timestamp.type = LogAppendTime`, so Kafka's time retention counts from arrival.
+#[test]
+fn create_topics_v5_carries_tern_s_log_append_time_config() -> Result<(), ClientError> {
+    let configs = crate::config::UpstreamConfig::default().create_topic_configs();
+    let configs: Vec<(&str, &str)> = configs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let request = metadata::create_topic_request("t", 2, 3, &configs);
+    let frame = encode_request(&request, 5, 7)?;
+    // Header v2 (tagged fields 0); topics compact [1]: "t", 2 partitions, replication 3,
+    // assignments compact [0], configs compact [1]: "message.timestamp.type" = "LogAppendTime"
+    // (compact strings: length + 1), config and topic tagged fields; timeout 10000 ms,
+    // validate_only false, body tagged fields.
+    let body: Vec<u8> = [
+        &[0, 2, 2, b't', 0, 0, 0, 2, 0, 3, 1, 2][..],
+        &[23],
+        b"message.timestamp.type",
+        &[14],
+        b"LogAppendTime",
+        &[0, 0],
+        &[0, 0, 0x27, 0x10, 0, 0],
+    ]
+    .concat();
+    let mut expected = header_v1(14 + body.len() as u8, 19, 5);
+    expected.extend_from_slice(&body);
+    assert_eq!(frame.as_ref(), expected);
+    Ok(())
+}
+
+#[test]
+fn describe_configs_v1_asks_for_two_configs_of_one_topic() -> Result<(), ClientError> {
+    let request =
+        metadata::describe_topic_configs_request("t", &["message.timestamp.type", "retention.ms"]);
+    let frame = encode_request(&request, 1, 7)?;
+    // resources [1]: type 2 (topic), name "t", configuration_keys [2]; include_synonyms false.
+    let body: Vec<u8> = [
+        &[0, 0, 0, 1, 2, 0, 1, b't', 0, 0, 0, 2][..],
+        &[0, 22],
+        b"message.timestamp.type",
+        &[0, 12],
+        b"retention.ms",
+        &[0],
+    ]
+    .concat();
+    let mut expected = header_v1(14 + body.len() as u8, 32, 1);
+    expected.extend_from_slice(&body);
+    assert_eq!(frame.as_ref(), expected);
+    Ok(())
+}
+
 #[test]
 fn init_producer_id_v0_asks_for_an_idempotent_producer() -> Result<(), ClientError> {
     let request = InitProducerIdRequest::default()
@@ -215,6 +268,7 @@ fn the_highest_common_version_is_chosen() {
             ApiKey::SaslHandshake => SaslHandshakeRequest::VERSIONS,
             ApiKey::ApiVersions => ApiVersionsRequest::VERSIONS,
             ApiKey::CreateTopics => CreateTopicsRequest::VERSIONS,
+            ApiKey::DescribeConfigs => DescribeConfigsRequest::VERSIONS,
             ApiKey::InitProducerId => InitProducerIdRequest::VERSIONS,
             ApiKey::SaslAuthenticate => SaslAuthenticateRequest::VERSIONS,
             ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::VERSIONS,
@@ -257,6 +311,7 @@ proptest! {
         decode_all_versions::<SaslHandshakeRequest>(&body);
         decode_all_versions::<ApiVersionsRequest>(&body);
         decode_all_versions::<CreateTopicsRequest>(&body);
+        decode_all_versions::<DescribeConfigsRequest>(&body);
         decode_all_versions::<InitProducerIdRequest>(&body);
         decode_all_versions::<SaslAuthenticateRequest>(&body);
         let _ = decode_response::<FetchRequest>(Bytes::from(body.clone()), 12, 1);

@@ -45,6 +45,10 @@ pub struct KafkaUpstream {
     bandwidth: Arc<Bandwidth>,
     /// The most bytes one produce request carries ([`produced_bytes`]).
     batch_limit: u64,
+    /// Topic configs sent with CreateTopics (`UpstreamConfig::create_topic_configs`).
+    topic_configs: Vec<(String, String)>,
+    /// Existing topics whose timestamp type was already checked (once per topic and process).
+    checked: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// The bootstrap connection of one upstream, opened on first use and dropped as soon as a
@@ -196,6 +200,8 @@ impl KafkaUpstream {
             bootstrap: config.bootstrap.join(","),
             batch_limit: bandwidth.batch_limit(config.max_batch_bytes.0),
             bandwidth,
+            topic_configs: config.create_topic_configs(),
+            checked: std::sync::Mutex::default(),
         })
     }
 
@@ -212,8 +218,11 @@ impl KafkaUpstream {
         self.batch_limit
     }
 
-    /// Creates `topic` with `partitions` partitions unless it exists. A cluster that refuses
-    /// (policy, ACLs, too few brokers) yields [`UpstreamError::MissingTopic`] naming the topic.
+    /// Creates `topic` with `partitions` partitions and the upstream's topic configs
+    /// (`message.timestamp.type=LogAppendTime` unless `topic_configs` says otherwise) unless it
+    /// exists; an existing topic is used as it is, its configs never altered. A cluster that
+    /// refuses (policy, ACLs, too few brokers, a bad topic config) yields
+    /// [`UpstreamError::MissingTopic`] naming the topic.
     pub async fn ensure_topic(
         &self,
         topic: &str,
@@ -226,6 +235,12 @@ impl KafkaUpstream {
             .await
             .map_err(|e| error("list topics", e))?;
         if metadata::partition_count(&listed, topic).map_err(|e| error("list topics", e))? > 0 {
+            let first =
+                (self.checked.lock().unwrap_or_else(|e| e.into_inner())).insert(topic.to_owned());
+            if first {
+                self.check_existing(&mut connection, generation, topic)
+                    .await;
+            }
             return Ok(());
         }
         let (partitions, replication) = (
@@ -233,27 +248,87 @@ impl KafkaUpstream {
             i16::try_from(replication).unwrap_or(i16::MAX),
         );
         let controller = metadata::broker(&listed, listed.controller_id.0);
+        let configs: Vec<(&str, &str)> = self
+            .topic_configs
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
         let created = match controller {
             Some(addr) if addr != connection.addr() => {
                 let settings = &self.slot.settings;
                 match Connection::open(&addr, settings, CONNECT_TIMEOUT).await {
                     Ok(mut controller) => {
-                        metadata::create_topic(&mut controller, topic, partitions, replication, &[])
-                            .await
+                        metadata::create_topic(
+                            &mut controller,
+                            topic,
+                            partitions,
+                            replication,
+                            &configs,
+                        )
+                        .await
                     }
                     Err(err) => Err(err),
                 }
             }
-            _ => metadata::create_topic(&mut connection, topic, partitions, replication, &[]).await,
+            _ => {
+                metadata::create_topic(&mut connection, topic, partitions, replication, &configs)
+                    .await
+            }
         };
         match created {
-            Ok(()) => Ok(()),
+            Ok(true) => {
+                tracing::info!(topic, partitions, configs = ?configs, "created the upstream topic");
+                Ok(())
+            }
+            Ok(false) => {
+                tracing::info!(
+                    topic,
+                    "the upstream topic was created meanwhile; its configs are not tern's to change"
+                );
+                Ok(())
+            }
             Err(source @ ClientError::Kafka { .. }) => Err(UpstreamError::MissingTopic {
                 topic: topic.to_owned(),
                 source,
             }),
             Err(err) => Err(error("create topic", err)),
         }
+    }
+
+    /// Warns when the existing `topic` (which tern never alters) keeps producer timestamps
+    /// (`CreateTime`): Kafka then deletes a backlog older than its `retention.ms` as it lands.
+    /// Asked once per topic; a broker that does not answer (ACLs, a lost connection) only costs
+    /// the warning.
+    async fn check_existing(&self, connection: &mut Connection, generation: u64, topic: &str) {
+        match metadata::topic_configs(connection, topic, &CHECKED_CONFIGS).await {
+            Ok(configs) => {
+                if let Some(warning) = existing_topic_warning(&configs) {
+                    tracing::warn!(topic, "{warning}");
+                }
+            }
+            Err(err) => {
+                let err = self
+                    .slot
+                    .error(generation, "describe configs", topic.to_owned(), err);
+                tracing::debug!(topic, %err, "cannot check the upstream topic's timestamp type");
+            }
+        }
+    }
+
+    /// The values the broker gives for `names` of `topic` (DescribeConfigs: set on the topic or
+    /// the brokers' defaults).
+    pub async fn topic_configs(
+        &self,
+        topic: &str,
+        names: &[&str],
+    ) -> Result<Vec<(String, Option<String>)>, UpstreamError> {
+        let (generation, mut connection) = self.slot.connection().await?;
+        metadata::topic_configs(&mut connection, topic, names)
+            .await
+            .map_err(|e| {
+                self.slot
+                    .error(generation, "describe configs", topic.to_owned(), e)
+            })
     }
 
     /// A handle on `topic`/`partition` at its current leader.
@@ -314,6 +389,31 @@ impl Cluster for KafkaUpstream {
     ) -> Result<UpstreamPartition, UpstreamError> {
         KafkaUpstream::partition(self, topic, partition).await
     }
+}
+
+/// The configs of an existing topic that [`existing_topic_warning`] looks at.
+const CHECKED_CONFIGS: [&str; 2] = ["message.timestamp.type", "retention.ms"];
+
+/// What to warn about an existing upstream topic with `configs` (DescribeConfigs' answer for
+/// [`CHECKED_CONFIGS`]): nothing unless it keeps producer timestamps (`CreateTime`).
+pub(crate) fn existing_topic_warning(configs: &[(String, Option<String>)]) -> Option<String> {
+    let value = |name: &str| {
+        configs
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.as_deref())
+    };
+    if value("message.timestamp.type") != Some("CreateTime") {
+        return None;
+    }
+    let retention = value("retention.ms").unwrap_or("?");
+    Some(format!(
+        "the upstream topic exists with message.timestamp.type=CreateTime and \
+         retention.ms={retention}: Kafka deletes forwarded records whose edge timestamps are older \
+         than that as they arrive (a backlog after a long outage), and refuses records stamped more \
+         than message.timestamp.after.max.ms ahead; tern does not alter existing topics: set \
+         message.timestamp.type=LogAppendTime on it (docs/upstream.md, \"Topics tern creates\")"
+    ))
 }
 
 /// A rustls client configuration trusting the CAs in `settings.ca_file` (PEM).

@@ -1,5 +1,5 @@
 //! The upstream copy of an edge record ([`upstream_record`]: edge key, value, timestamp and
-//! headers plus tern's `tern-*` provenance headers, values optionally decoded to JSON) and how
+//! headers plus tern's `tern-*` provenance headers and the edge timestamp in `tern-timestamp`, values optionally decoded to JSON) and how
 //! records are cut into produce requests by bytes ([`produced_bytes`], `split`,
 //! `split_idempotent`). Pure functions: it never sends anything.
 
@@ -10,13 +10,14 @@ use tern_shared::Reading;
 
 use crate::client::produce::{OutRecord, SEQUENCE_WRAP};
 use crate::config::ValueFormat;
-use crate::provenance::{H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC, Provenance};
+use crate::provenance::{H_GATEWAY, H_OFFSET, H_PARTITION, H_TIMESTAMP, H_TOPIC, Provenance};
 
 /// Set when `value_format` asked for a decoded value and the edge value did not decode.
 pub const H_DECODE_ERROR: &str = "tern-decode-error";
 
 /// The upstream copy of an edge record: key, value, timestamp and headers, then tern's headers
-/// (which replace edge headers of the same name). Headers are kept in a map, so repeated
+/// (which replace edge headers of the same name), the edge timestamp among them as
+/// `tern-timestamp` (a topic with `LogAppendTime` replaces the record's own timestamp). Headers are kept in a map, so repeated
 /// edge header names keep only their last value. With `ValueFormat::ReadingJson` the value is
 /// the decoded reading as JSON, or the raw value plus a `tern-decode-error` header.
 pub fn upstream_record(
@@ -47,6 +48,10 @@ pub fn upstream_record(
         source.partition.to_string().into_bytes(),
     );
     headers.insert(H_OFFSET.to_owned(), stored.offset.to_string().into_bytes());
+    headers.insert(
+        H_TIMESTAMP.to_owned(),
+        record.timestamp_ms.to_string().into_bytes(),
+    );
     OutRecord {
         key: record.key.clone(),
         value,

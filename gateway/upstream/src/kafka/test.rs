@@ -9,7 +9,7 @@ use super::record::*;
 use super::*;
 use crate::client::produce::{self, OutRecord, SEQUENCE_WRAP};
 use crate::config::{Codec, ValueFormat};
-use crate::provenance::{H_GATEWAY, H_OFFSET, H_PARTITION, H_TOPIC, Provenance};
+use crate::provenance::{H_GATEWAY, H_OFFSET, H_PARTITION, H_TIMESTAMP, H_TOPIC, Provenance};
 
 #[test]
 fn a_ca_file_without_certificates_is_a_clear_error() -> std::io::Result<()> {
@@ -38,6 +38,7 @@ fn upstream_records_carry_edge_fields_and_tern_headers() {
             value: b"v".to_vec(),
             headers: vec![
                 ("tern-offset".into(), b"spoofed".to_vec().into()),
+                ("tern-timestamp".into(), b"spoofed".to_vec().into()),
                 ("unit".into(), b"C".to_vec().into()),
             ],
         },
@@ -57,6 +58,7 @@ fn upstream_records_carry_edge_fields_and_tern_headers() {
     assert_eq!(header(H_GATEWAY), Some(&b"gw1"[..]));
     assert_eq!(header(H_TOPIC), Some(&b"sensors"[..]));
     assert_eq!(header(H_PARTITION), Some(&b"3"[..]));
+    assert_eq!(header(H_TIMESTAMP), Some(&b"1700000000123"[..]));
 }
 
 #[test]
@@ -124,8 +126,8 @@ fn produced_bytes_count_key_value_every_header_and_framing() {
         partition: 0,
     };
     let record = upstream_record(&edge, &source, ValueFormat::Raw);
-    // tern-gateway gw, tern-topic t, tern-partition 0, tern-offset 7.
-    let headers = (12 + 2) + (10 + 1) + (14 + 1) + (11 + 1);
+    // tern-gateway gw, tern-topic t, tern-partition 0, tern-offset 7, tern-timestamp 0.
+    let headers = (12 + 2) + (10 + 1) + (14 + 1) + (11 + 1) + (14 + 1);
     assert_eq!(produced_bytes(&record), 3 + 100 + headers + 14);
 }
 
@@ -227,4 +229,25 @@ fn an_idempotent_batch_carries_the_producer_and_the_edge_offsets_as_sequences()
         assert_eq!(header.as_deref(), Some(&b"7985"[..]));
     }
     Ok(())
+}
+
+#[test]
+fn an_existing_create_time_topic_is_warned_about_and_log_append_time_is_not() {
+    let configs = |kind: Option<&str>| -> Vec<(String, Option<String>)> {
+        let mut configs = vec![("retention.ms".to_owned(), Some("604800000".to_owned()))];
+        if let Some(kind) = kind {
+            configs.push(("message.timestamp.type".to_owned(), Some(kind.to_owned())));
+        }
+        configs
+    };
+    let warning = super::existing_topic_warning(&configs(Some("CreateTime")));
+    let warning = warning.unwrap_or_default();
+    assert!(warning.contains("retention.ms=604800000"), "{warning}");
+    assert!(warning.contains("LogAppendTime"), "{warning}");
+    assert_eq!(
+        super::existing_topic_warning(&configs(Some("LogAppendTime"))),
+        None
+    );
+    // A broker that leaves the config out (or hides it) is not guessed at.
+    assert_eq!(super::existing_topic_warning(&configs(None)), None);
 }
