@@ -1,7 +1,9 @@
 //! Debian's `mosquitto_sub` as a subscriber a test can wait on. It runs with `-d` (under
-//! `stdbuf -oL`), whose debug output on stdout includes the SUBACK, so [`MosquittoSub::start`] returns only once the
-//! subscription is in place (no fixed sleep for "subscribed"); the debug lines are taken out of
-//! the output the test reads back. The process is ended by its own PID when the handle drops.
+//! `stdbuf -oL`), whose debug output on stdout includes the SUBACK, so [`MosquittoSub::start`]
+//! returns only once the subscription is in place (no fixed sleep for "subscribed"), or once it
+//! exited with success before the SUBACK (a resumed session's queued messages may all come
+//! first); the debug lines are taken out of the output the test reads back. The process is ended
+//! by its own PID when the handle drops.
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
@@ -19,6 +21,8 @@ const SUBACK_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct MosquittoSub {
     child: Option<Child>,
+    /// How it exited, when it did before its SUBACK was seen.
+    exited: Option<ExitStatus>,
     stdout: Option<JoinHandle<Vec<String>>>,
     stderr: Option<JoinHandle<String>>,
 }
@@ -51,11 +55,24 @@ impl MosquittoSub {
         let (subscribed, suback) = mpsc::channel();
         let mut sub = Self {
             child: Some(child),
+            exited: None,
             stdout: Some(std::thread::spawn(move || messages(stdout, &subscribed))),
             stderr: Some(std::thread::spawn(move || read_all(stderr))),
         };
-        if suback.recv_timeout(SUBACK_TIMEOUT).is_ok() {
-            return Ok(sub);
+        match suback.recv_timeout(SUBACK_TIMEOUT) {
+            Ok(Subscribed::Suback) => return Ok(sub),
+            // A resumed session (`-c`) may deliver its queued messages before the SUBACK, and
+            // `-C N` may have them all before it: an exit with success is a finished subscriber.
+            Ok(Subscribed::Closed) => {
+                if let Some(mut child) = sub.child.take() {
+                    let status = child.wait()?;
+                    sub.exited = Some(status);
+                    if status.success() {
+                        return Ok(sub);
+                    }
+                }
+            }
+            Err(_) => {}
         }
         if let Some(child) = sub.child.as_mut() {
             let _ = child.kill();
@@ -71,11 +88,10 @@ impl MosquittoSub {
 
     /// Waits for `mosquitto_sub` to exit (bound it with `-C`/`-W`) and returns its output.
     pub fn finish(mut self) -> anyhow::Result<SubOutput> {
-        let status = self
-            .child
-            .take()
-            .context("mosquitto_sub already reaped")?
-            .wait()?;
+        let status = match self.child.take() {
+            Some(mut child) => child.wait()?,
+            None => self.exited.context("mosquitto_sub already reaped")?,
+        };
         let lines = join(self.stdout.take())?;
         let stderr = join(self.stderr.take())?;
         let mut stdout = lines.join("\n");
@@ -107,17 +123,31 @@ fn join<T: Default>(thread: Option<JoinHandle<T>>) -> anyhow::Result<T> {
     })
 }
 
-/// Reads stdout to its end: signals `subscribed` at the SUBACK, returns the other lines.
-fn messages(stdout: ChildStdout, subscribed: &mpsc::Sender<()>) -> Vec<String> {
+/// What the stdout reader tells [`MosquittoSub::start`].
+enum Subscribed {
+    /// The SUBACK line.
+    Suback,
+    /// Stdout ended (the process exited) without one.
+    Closed,
+}
+
+/// Reads stdout to its end: signals `subscribed` at the SUBACK (or at the end without one),
+/// returns the other lines.
+fn messages(stdout: ChildStdout, subscribed: &mpsc::Sender<Subscribed>) -> Vec<String> {
     let mut kept = Vec::new();
+    let mut suback = false;
     for line in BufReader::new(stdout).lines().map_while(Result::ok) {
         if is_debug(&line) {
             if line.ends_with(" received SUBACK") {
-                let _ = subscribed.send(());
+                suback = true;
+                let _ = subscribed.send(Subscribed::Suback);
             }
         } else {
             kept.push(line);
         }
+    }
+    if !suback {
+        let _ = subscribed.send(Subscribed::Closed);
     }
     kept
 }

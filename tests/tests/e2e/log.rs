@@ -252,9 +252,13 @@ fn process_crash_at_random_moments_loses_no_acknowledged_record() -> anyhow::Res
     let mut rng =
         TestRng::from_env("process_crash_at_random_moments_loses_no_acknowledged_record")?;
     let mut expected = Vec::new();
-    for _ in 0..30 {
+    // At least 30 kills, and more while the writer got little done (a loaded machine starts the
+    // process slowly), up to 120.
+    let mut kills = 0;
+    while kills < 30 || (expected.len() <= 500 && kills < 120) {
         let run_for = Duration::from_millis(150 + rng.below(400));
         expected.extend(acked_records(&run_and_kill(dir.path(), run_for)?)?);
+        kills += 1;
     }
     assert!(
         expected.len() > 500,

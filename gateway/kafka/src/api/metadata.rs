@@ -5,11 +5,12 @@
 //! `auto.create.topics.enable`. Only topics the client may read or write are listed (see
 //! `Ctx::sees`).
 //!
-//! Named, `__consumer_offsets` is an internal topic of one partition: tern coordinates every
-//! group, so a client that finds a coordinator may expect Kafka's offsets topic to exist (its
-//! committed offsets are tern's cursors, `docs/consumer-model.md`). Nothing can be produced to
-//! or fetched from it, as from any internal topic; a full listing leaves it out, as it does
-//! tern's own `__…` topics that a client may not see.
+//! `__consumer_offsets` is an internal topic of one partition, named or in a full listing, as
+//! Kafka lists it: tern coordinates every group, so a client that finds a coordinator may expect
+//! Kafka's offsets topic to exist (its committed offsets are tern's cursors,
+//! `docs/consumer-model.md`), and a regex consumer expects to see it flagged internal to skip it
+//! (franz-go's TestConsumeRegex). Nothing can be produced to or fetched from it, as from any
+//! internal topic.
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -52,13 +53,19 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Resul
     // Kafka hides the topics a client may neither read nor write; a named one answers
     // TOPIC_AUTHORIZATION_FAILED, and only write access creates it.
     let topics = match wanted {
-        None => ctx
-            .log
-            .topics()
-            .into_iter()
-            .filter(|info| ctx.sees(conn, request, &info.name))
-            .map(|info| topic_entry(&info.name, Ok(info.partitions)))
-            .collect(),
+        None => {
+            let mut listed: Vec<MetadataResponseTopic> = ctx
+                .log
+                .topics()
+                .into_iter()
+                .filter(|info| info.name != OFFSETS_TOPIC && ctx.sees(conn, request, &info.name))
+                .map(|info| topic_entry(&info.name, Ok(info.partitions)))
+                .collect();
+            if ctx.sees(conn, request, OFFSETS_TOPIC) {
+                listed.push(topic_entry(OFFSETS_TOPIC, Ok(1)));
+            }
+            listed
+        }
         Some(names) => names
             .iter()
             .map(|name| topic_entry(name, named(ctx, conn, request, name, create)))

@@ -220,8 +220,17 @@ async fn metadata_names_one_broker_leading_every_partition_and_creates_when_allo
     assert_eq!(response.brokers.len(), 1);
     assert_eq!(response.brokers[0].host.as_str(), "127.0.0.1");
     assert_eq!(response.brokers[0].port, 9092);
-    assert_eq!(response.topics.len(), 1);
+    // The log's topic, then Kafka's offsets topic, listed internal as Kafka lists it (a regex
+    // consumer skips it by that flag: franz-go's TestConsumeRegex).
+    assert_eq!(response.topics.len(), 2);
     assert_eq!(response.topics[0].partitions.len(), 2);
+    let offsets = &response.topics[1];
+    assert_eq!(
+        offsets.name.as_ref().map(|n| n.0.as_str()),
+        Some("__consumer_offsets")
+    );
+    assert!(offsets.is_internal);
+    assert_eq!(offsets.partitions.len(), 1);
     assert!(
         response.topics[0]
             .partitions
