@@ -17,8 +17,8 @@ use tokio::sync::{oneshot, watch};
 
 use crate::port::{LogPort, Queued};
 use crate::{
-    LogConfig, LogError, Record, StoredRecord, TopicInfo, TopicSettings, check_partition_count,
-    check_topic_name,
+    LogConfig, LogError, Record, StoredRecord, TopicConfig, TopicInfo, TopicSettings,
+    check_partition_count, check_topic_name,
 };
 
 /// A shared in-memory log whose topics all have the same partition count.
@@ -31,6 +31,8 @@ pub struct MemoryLog {
 #[derive(Debug, Default)]
 struct Inner {
     topics: BTreeMap<String, Vec<Partition>>,
+    /// The settings topics were created with (only those that had some).
+    configs: BTreeMap<String, Arc<TopicConfig>>,
     cursors: BTreeMap<(String, String, u32), u64>,
     /// Commit delays of the next queued appends, in queueing order.
     holds: VecDeque<Duration>,
@@ -218,7 +220,20 @@ impl LogPort for MemoryLog {
     }
 
     fn create_topic(&self, topic: &str, partitions: u32) -> Result<u32, LogError> {
+        self.create_topic_with(topic, partitions, &TopicConfig::new())
+    }
+
+    fn create_topic_with(
+        &self,
+        topic: &str,
+        partitions: u32,
+        config: &TopicConfig,
+    ) -> Result<u32, LogError> {
         check_topic_name(topic)?;
+        crate::topic_config::check(config).map_err(|reason| LogError::InvalidTopicConfig {
+            topic: topic.to_owned(),
+            reason,
+        })?;
         let mut inner = self.lock();
         Self::check_open(&inner)?;
         check_partition_count(topic, partitions)?;
@@ -229,7 +244,22 @@ impl LogPort for MemoryLog {
         }
         let parts = (0..partitions).map(|_| Partition::new()).collect();
         inner.topics.insert(topic.to_owned(), parts);
+        if !config.is_empty() {
+            inner
+                .configs
+                .insert(topic.to_owned(), Arc::new(config.clone()));
+        }
         Ok(partitions)
+    }
+
+    fn topic_config(&self, topic: &str) -> Result<Arc<TopicConfig>, LogError> {
+        let inner = self.lock();
+        if !inner.topics.contains_key(topic) {
+            return Err(LogError::UnknownTopic {
+                topic: topic.to_owned(),
+            });
+        }
+        Ok(inner.configs.get(topic).cloned().unwrap_or_default())
     }
 
     fn add_partitions(&self, topic: &str, total: u32) -> Result<u32, LogError> {
@@ -275,6 +305,7 @@ impl LogPort for MemoryLog {
             )));
         }
         inner.topics.remove(topic);
+        inner.configs.remove(topic);
         Ok(())
     }
 

@@ -12,7 +12,11 @@ use std::pin::Pin;
 
 use tokio::sync::watch;
 
-use crate::{Log, LogError, Record, RecordView, StoredRecord, TopicInfo, TopicSettings};
+use std::sync::Arc;
+
+use crate::{
+    Log, LogError, Record, RecordView, StoredRecord, TopicConfig, TopicInfo, TopicSettings,
+};
 
 /// A queued append: resolves with its base offset once durable.
 pub type Queued = Pin<Box<dyn Future<Output = Result<u64, LogError>> + Send>>;
@@ -25,6 +29,27 @@ pub trait LogPort: Clone + Send + Sync + 'static {
     fn ensure_topic(&self, topic: &str) -> Result<u32, LogError>;
     /// Creates `topic` with `partitions` partitions; [`LogError::TopicExists`] if it exists.
     fn create_topic(&self, topic: &str, partitions: u32) -> Result<u32, LogError>;
+    /// [`LogPort::create_topic`] keeping `config` as the topic's own settings. A port that
+    /// keeps none refuses any.
+    fn create_topic_with(
+        &self,
+        topic: &str,
+        partitions: u32,
+        config: &TopicConfig,
+    ) -> Result<u32, LogError> {
+        if config.is_empty() {
+            return self.create_topic(topic, partitions);
+        }
+        Err(LogError::InvalidTopicConfig {
+            topic: topic.to_owned(),
+            reason: "this log keeps no topic settings".to_owned(),
+        })
+    }
+    /// The settings `topic` was created with (empty for none).
+    fn topic_config(&self, topic: &str) -> Result<Arc<TopicConfig>, LogError> {
+        let _ = topic;
+        Ok(Arc::default())
+    }
     /// Grows `topic` to `total` partitions (more than it has).
     fn add_partitions(&self, topic: &str, total: u32) -> Result<u32, LogError>;
     /// Deletes `topic` and its records; [`LogError::TopicInUse`] for internal topics and
@@ -114,6 +139,19 @@ impl LogPort for Log {
 
     fn create_topic(&self, topic: &str, partitions: u32) -> Result<u32, LogError> {
         Ok(Log::create_topic(self, topic, partitions)?.partitions)
+    }
+
+    fn create_topic_with(
+        &self,
+        topic: &str,
+        partitions: u32,
+        config: &TopicConfig,
+    ) -> Result<u32, LogError> {
+        Ok(Log::create_topic_with(self, topic, partitions, config)?.partitions)
+    }
+
+    fn topic_config(&self, topic: &str) -> Result<Arc<TopicConfig>, LogError> {
+        Log::topic_config(self, topic)
     }
 
     fn add_partitions(&self, topic: &str, total: u32) -> Result<u32, LogError> {

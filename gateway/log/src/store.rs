@@ -19,6 +19,7 @@ use super::error::{LogError, Result};
 use super::fs::{Fs, RealFs};
 use super::partition::{Partition, Shared};
 use super::stats::{Counters, LogStats, PartitionStats};
+use super::topic_config::{self, TopicConfig};
 use super::writer::{self, AppendRequest};
 use super::{
     Record, RecordView, StoredRecord, TopicInfo, check_topic_name, datadir, meta, recovery,
@@ -41,6 +42,8 @@ struct PartitionEntry {
 #[derive(Debug)]
 struct TopicEntry {
     info: TopicInfo,
+    /// The settings given at creation (`topic.config`).
+    config: Arc<TopicConfig>,
     partitions: Vec<Arc<PartitionEntry>>,
 }
 
@@ -73,7 +76,12 @@ fn open_topic(
     runtime: &tokio::runtime::Handle,
 ) -> Result<TopicEntry> {
     let partitions = open_partitions(shared, dir, &info, 0, runtime)?;
-    Ok(TopicEntry { info, partitions })
+    let config = topic_config::read(&*shared.fs, &meta::topics_dir(dir).join(&info.name));
+    Ok(TopicEntry {
+        info,
+        config: Arc::new(config),
+        partitions,
+    })
 }
 
 /// Recovers partitions `from..info.partitions` of a topic and starts their writers.
@@ -235,7 +243,13 @@ impl Log {
         }
         let shared = &self.inner.shared;
         let partitions = shared.config.topic_settings(topic).partitions;
-        meta::create(&*shared.fs, &self.inner.dir, topic, partitions)?;
+        meta::create(
+            &*shared.fs,
+            &self.inner.dir,
+            topic,
+            partitions,
+            &TopicConfig::new(),
+        )?;
         let info = TopicInfo {
             name: topic.to_owned(),
             partitions,
