@@ -100,6 +100,22 @@ fn check_batches(bytes: &[u8]) -> Result<(), RecordsError> {
     Ok(())
 }
 
+/// The size of the largest whole batch of a record set (what Kafka's `max.message.bytes` is
+/// compared with: the batch as produced, compressed if it is); batches whose header does not
+/// add up end the walk ([`decode`] refuses them).
+pub fn largest_batch(bytes: &[u8]) -> usize {
+    let mut rest = bytes;
+    let mut largest = 0;
+    while let Ok((total, next)) = split_batch(rest) {
+        largest = largest.max(total);
+        if next.is_empty() {
+            break;
+        }
+        rest = next;
+    }
+    largest
+}
+
 /// The length of the whole batch that starts `rest`, and what follows it.
 fn split_batch(rest: &[u8]) -> Result<(usize, &[u8]), RecordsError> {
     let corrupt = |what: &str| RecordsError::Corrupt(what.to_owned());
