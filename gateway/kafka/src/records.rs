@@ -25,7 +25,7 @@ use kafka_protocol::records::{
     Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
     RecordEncodeOptions, TimestampType,
 };
-use tern_log::{Record, RecordView};
+use tern_log::{BatchSpan, Codec, Record, RecordView};
 
 /// Offset of a v2 batch's magic byte, of its attributes and of its record count.
 const MAGIC_AT: usize = 16;
@@ -114,6 +114,26 @@ pub fn largest_batch(bytes: &[u8]) -> usize {
         rest = next;
     }
     largest
+}
+
+/// The codec a record set was produced with: its batches' (a producer sends one batch per
+/// partition), or none if they differ or a header does not add up.
+pub fn codec(bytes: &[u8]) -> Codec {
+    let mut rest = bytes;
+    let mut found = None;
+    while let Ok((_, next)) = split_batch(rest) {
+        let attributes = rest.get(ATTRIBUTES_AT + 1).copied().unwrap_or(0);
+        let codec = Codec::from_attributes(u16::from(attributes));
+        if found.is_some_and(|f| f != codec) {
+            return Codec::None;
+        }
+        found = Some(codec);
+        if next.is_empty() {
+            break;
+        }
+        rest = next;
+    }
+    found.unwrap_or_default()
 }
 
 /// The length of the whole batch that starts `rest`, and what follows it.
@@ -222,8 +242,12 @@ fn to_log(record: KafkaRecord, now_ms: i64) -> Record {
     }
 }
 
-/// Stored records gathered for one Fetch partition, then written as one uncompressed v2 batch
-/// (several if kafka-protocol splits them) whose offsets are the log's. The log's reader lends
+/// Stored records gathered for one Fetch partition, then written as v2 batches whose offsets
+/// are the log's: the records of each stored batch that arrived compressed
+/// ([`tern_log::BatchSpan`]) as one batch compressed with that codec again (a consumer gets
+/// what the producer sent, batch for batch, as from Kafka; one that bounds decompression, such
+/// as franz-go's `MaxDecompressBatchBytes`, sees the producer's batch), and runs of uncompressed
+/// records as one uncompressed batch. The log's reader lends
 /// each record from its segment ([`tern_log::LogPort::read_each`]); its key, value and header
 /// bytes are copied once, into one buffer, and kafka-protocol's encoder writes the batch from
 /// slices of that buffer: no allocation per record, but a header map for a record that has
@@ -234,6 +258,18 @@ pub struct FetchBatch {
     records: Vec<Gathered>,
     /// (name, value) ranges in `data`, each record's run named by [`Gathered::headers`].
     headers: Vec<(Range<usize>, Range<usize>)>,
+    /// The records of each answered batch, in order.
+    runs: Vec<Run>,
+}
+
+/// Consecutive records answered as one batch.
+#[derive(Debug)]
+struct Run {
+    /// Index in `records` after the run's last record.
+    end: usize,
+    codec: Codec,
+    /// End offset of the stored batch of compressed records (`u64::MAX` for uncompressed).
+    next_offset: u64,
 }
 
 /// One record of a [`FetchBatch`], its bytes as ranges of the batch's buffer.
@@ -256,11 +292,38 @@ impl FetchBatch {
             data: BytesMut::with_capacity(bytes.min(MAX_RESERVE)),
             records: Vec::new(),
             headers: Vec::new(),
+            runs: Vec::new(),
         }
     }
 
-    /// Adds the record stored at `offset`.
+    /// Adds the record stored at `offset`, answered uncompressed.
     pub fn push(&mut self, offset: u64, record: &RecordView<'_>) {
+        self.push_in(
+            offset,
+            record,
+            BatchSpan {
+                next_offset: u64::MAX,
+                codec: Codec::None,
+            },
+        );
+    }
+
+    /// Adds the record stored at `offset` in the stored batch `span`.
+    pub fn push_in(&mut self, offset: u64, record: &RecordView<'_>, span: BatchSpan) {
+        let next_offset = if span.codec == Codec::None {
+            u64::MAX
+        } else {
+            span.next_offset
+        };
+        let end = self.records.len() + 1;
+        match self.runs.last_mut() {
+            Some(run) if run.codec == span.codec && run.next_offset == next_offset => run.end = end,
+            _ => self.runs.push(Run {
+                end,
+                codec: span.codec,
+                next_offset,
+            }),
+        }
         let first_header = self.headers.len();
         let key = record.key.map(|key| self.put(key));
         let value = self.put(record.value);
@@ -290,6 +353,7 @@ impl FetchBatch {
             data,
             records,
             headers,
+            runs,
         } = self;
         let estimate = data.len() + records.len() * RECORD_OVERHEAD + BATCH_OVERHEAD;
         let data = data.freeze();
@@ -300,14 +364,32 @@ impl FetchBatch {
                 to_kafka(&data, record, names)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut buf = BytesMut::with_capacity(estimate + headers.len() * HEADER_OVERHEAD);
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        };
-        RecordBatchEncoder::encode(&mut buf, kafka.iter(), &options)
-            .map_err(|err| RecordsError::Corrupt(err.to_string()))?;
+        let mut buf = BytesMut::with_capacity(
+            estimate + headers.len() * HEADER_OVERHEAD + runs.len() * BATCH_OVERHEAD,
+        );
+        let mut start = 0;
+        for run in runs {
+            let options = RecordEncodeOptions {
+                version: 2,
+                compression: compression(run.codec),
+            };
+            let these = kafka.get(start..run.end).unwrap_or_default();
+            RecordBatchEncoder::encode(&mut buf, these.iter(), &options)
+                .map_err(|err| RecordsError::Corrupt(err.to_string()))?;
+            start = run.end;
+        }
         Ok(buf.freeze())
+    }
+}
+
+/// kafka-protocol's name of a codec.
+fn compression(codec: Codec) -> Compression {
+    match codec {
+        Codec::None => Compression::None,
+        Codec::Gzip => Compression::Gzip,
+        Codec::Snappy => Compression::Snappy,
+        Codec::Lz4 => Compression::Lz4,
+        Codec::Zstd => Compression::Zstd,
     }
 }
 

@@ -17,8 +17,8 @@ use tokio::sync::{oneshot, watch};
 
 use crate::port::{LogPort, Queued};
 use crate::{
-    LogConfig, LogError, Record, StoredRecord, TopicConfig, TopicInfo, TopicSettings,
-    check_partition_count, check_topic_name,
+    BatchSpan, Codec, LogConfig, LogError, Record, RecordView, StoredRecord, TopicConfig,
+    TopicInfo, TopicSettings, check_partition_count, check_topic_name,
 };
 
 /// A shared in-memory log whose topics all have the same partition count.
@@ -47,6 +47,8 @@ struct Inner {
 #[derive(Debug)]
 struct Partition {
     durable: Vec<StoredRecord>,
+    /// One per committed append, in order: the offset after it and its codec.
+    batches: Vec<(u64, Codec)>,
     pending: VecDeque<Pending>,
     /// The offset the next queued record gets.
     next: u64,
@@ -57,6 +59,7 @@ struct Partition {
 struct Pending {
     base: u64,
     records: Vec<Record>,
+    codec: Codec,
     reply: oneshot::Sender<Result<u64, LogError>>,
 }
 
@@ -64,6 +67,7 @@ impl Partition {
     fn new() -> Self {
         Self {
             durable: Vec::new(),
+            batches: Vec::new(),
             pending: VecDeque::new(),
             next: 0,
             end: watch::channel(0).0,
@@ -144,6 +148,7 @@ impl MemoryLog {
                 for (offset, record) in (pending.base..).zip(pending.records) {
                     part.durable.push(StoredRecord { offset, record });
                 }
+                part.batches.push((part.durable_end(), pending.codec));
                 replies.push((pending.reply, pending.base));
             }
             part.end.send_replace(part.durable_end());
@@ -341,6 +346,18 @@ impl LogPort for MemoryLog {
         partition: u32,
         records: Vec<Record>,
     ) -> Result<Queued, LogError> {
+        self.enqueue_with(topic, partition, records, Codec::None)
+            .await
+    }
+
+    /// Each append is one batch, kept with its codec.
+    async fn enqueue_with(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+        codec: Codec,
+    ) -> Result<Queued, LogError> {
         if records.is_empty() {
             return Err(LogError::InvalidAppend {
                 topic: topic.to_owned(),
@@ -378,6 +395,7 @@ impl LogPort for MemoryLog {
             part.pending.push_back(Pending {
                 base,
                 records,
+                codec,
                 reply,
             });
             inner.unanswered += 1;
@@ -426,6 +444,25 @@ impl LogPort for MemoryLog {
                 .cloned()
                 .collect())
         })
+    }
+
+    fn read_batched(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>, BatchSpan),
+    ) -> Result<usize, LogError> {
+        let records = self.read(topic, partition, from, max_bytes)?;
+        let batches = self.with_partition(topic, partition, |part| Ok(part.batches.clone()))?;
+        for stored in &records {
+            let at = batches.partition_point(|(next, _)| *next <= stored.offset);
+            let (next_offset, codec) = batches.get(at).copied().unwrap_or((u64::MAX, Codec::None));
+            let span = BatchSpan { next_offset, codec };
+            visit(stored.offset, &RecordView::of(&stored.record), span);
+        }
+        Ok(records.len())
     }
 
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError> {

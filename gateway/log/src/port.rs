@@ -15,7 +15,8 @@ use tokio::sync::watch;
 use std::sync::Arc;
 
 use crate::{
-    Log, LogError, Record, RecordView, StoredRecord, TopicConfig, TopicInfo, TopicSettings,
+    BatchSpan, Codec, Log, LogError, Record, RecordView, StoredRecord, TopicConfig, TopicInfo,
+    TopicSettings,
 };
 
 /// A queued append: resolves with its base offset once durable.
@@ -75,6 +76,19 @@ pub trait LogPort: Clone + Send + Sync + 'static {
         partition: u32,
         records: Vec<Record>,
     ) -> impl Future<Output = Result<Queued, LogError>> + Send;
+    /// [`LogPort::enqueue`] of records that arrived compressed with `codec` (a Kafka
+    /// producer's): the port may keep the codec with them for [`LogPort::read_batched`]. One
+    /// that keeps none queues them as any others.
+    fn enqueue_with(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+        codec: Codec,
+    ) -> impl Future<Output = Result<Queued, LogError>> + Send {
+        let _ = codec;
+        self.enqueue(topic, partition, records)
+    }
     /// Durable records from `from`, about `max_bytes` worth (at least one if any); empty at
     /// the end.
     fn read(
@@ -99,6 +113,25 @@ pub trait LogPort: Clone + Send + Sync + 'static {
             visit(stored.offset, &RecordView::of(&stored.record));
         }
         Ok(records.len())
+    }
+    /// [`LogPort::read_each`], each record seen with the batch it is stored in (its end and
+    /// the codec its records arrived compressed with). A port that keeps no batches sees every
+    /// record in one uncompressed batch.
+    fn read_batched(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>, BatchSpan),
+    ) -> Result<usize, LogError> {
+        let span = BatchSpan {
+            next_offset: u64::MAX,
+            codec: Codec::None,
+        };
+        self.read_each(topic, partition, from, max_bytes, &mut |offset, record| {
+            visit(offset, record, span);
+        })
     }
     /// (start offset, end offset = next offset to be written).
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError>;
@@ -191,6 +224,19 @@ impl LogPort for Log {
         }))
     }
 
+    async fn enqueue_with(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+        codec: Codec,
+    ) -> Result<Queued, LogError> {
+        let answer = Log::enqueue_with(self, topic, partition, records, codec).await?;
+        Ok(Box::pin(async move {
+            answer.await.map_err(|_| LogError::Closed)?
+        }))
+    }
+
     fn read(
         &self,
         topic: &str,
@@ -210,6 +256,17 @@ impl LogPort for Log {
         visit: &mut dyn FnMut(u64, &RecordView<'_>),
     ) -> Result<usize, LogError> {
         Log::read_each(self, topic, partition, from, max_bytes, visit)
+    }
+
+    fn read_batched(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>, BatchSpan),
+    ) -> Result<usize, LogError> {
+        Log::read_batched(self, topic, partition, from, max_bytes, visit)
     }
 
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError> {

@@ -1,5 +1,6 @@
 //! Fetch: durable records from each requested offset, as v2 record batches whose offsets are the
-//! log's offsets, with their headers. When fewer than `min_bytes` are there, the answer waits up
+//! log's offsets, with their headers; records a Kafka producer sent compressed are answered
+//! compressed with its codec, batch for batch (`crate::records::FetchBatch`). When fewer than `min_bytes` are there, the answer waits up
 //! to `max_wait_ms` for any requested partition's durable end to move (the same watch MQTT
 //! delivery waits on), or for shutdown, then answers with what it has. A partition error
 //! (unknown topic or partition, offset out of range) answers at once, as Kafka does.
@@ -195,9 +196,15 @@ fn read_partition<L: LogPort>(
         return answer.with_records(Some(Default::default()));
     }
     let mut batch = records::FetchBatch::with_capacity(budget);
-    let read = log.read_each(topic, partition, offset, budget, &mut |offset, record| {
-        batch.push(offset, record);
-    });
+    let read = log.read_batched(
+        topic,
+        partition,
+        offset,
+        budget,
+        &mut |offset, record, span| {
+            batch.push_in(offset, record, span);
+        },
+    );
     match read {
         Ok(_) => {}
         Err(tern_log::LogError::OffsetOutOfRange { .. }) => {

@@ -18,7 +18,7 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use tern_auth::Want;
-use tern_log::{LogError, LogPort, Queued, Record};
+use tern_log::{Codec, LogError, LogPort, Queued, Record};
 
 use super::{ApiError, Conn, Ctx, PendingReply, Reply, Versions, decode, encode};
 use crate::header::Request;
@@ -180,13 +180,16 @@ async fn append<L: LogPort>(
     }
     // An idempotent producer's batch goes through its sequence check (`crate::producers`).
     let producer = data.as_deref().map(records::producer_batch).transpose();
+    // The log keeps the producer's codec with the records, so Fetch serves them compressed the
+    // same way (as Kafka's default `compression.type=producer` does).
+    let codec = data.as_deref().map_or(Codec::None, records::codec);
     let queued = match producer.map(Option::flatten) {
         Err(err) => return Outcome::Refused(ResponseError::CorruptMessage, Some(err.to_string())),
-        Ok(None) => ctx.log.enqueue(topic, partition, records).await,
+        Ok(None) => ctx.log.enqueue_with(topic, partition, records, codec).await,
         Ok(Some(batch)) => {
             let states = &ctx.producer_states;
             match states
-                .enqueue(&ctx.log, topic, partition, batch, records)
+                .enqueue(&ctx.log, topic, partition, batch, records, codec)
                 .await
             {
                 Err(Refusal::Sequence(code, message)) => {
