@@ -1,7 +1,7 @@
 //! Kafka's v2 record batches ↔ log records, through kafka-protocol's batch codec: Produce's
 //! batches (any codec kafka-protocol has: gzip, snappy, lz4, zstd) become [`Record`]s with their
-//! headers, and Fetch gets stored records back as one uncompressed batch whose offsets are the
-//! log's offsets ([`FetchBatch`]).
+//! headers, and Fetch gets stored records back as batches whose offsets are the log's offsets,
+//! compressed again where the producer's were ([`FetchBatch`]).
 //!
 //! Mapping: a null value is stored as an empty value and a null header value as an empty one
 //! (the log has no nulls); a timestamp of -1 or a `LogAppendTime` batch gets the broker's
@@ -339,6 +339,34 @@ impl FetchBatch {
             value,
             headers: first_header..self.headers.len(),
         });
+    }
+
+    /// A last run of compressed records that stops before the end of its stored batch (the byte
+    /// budget ran out inside it): the offset after its last record, its batch's end, and
+    /// whether it is the only run. Kafka never splits a batch: the first is answered whole,
+    /// whatever its size (KIP-74), and a later one is left to the next fetch.
+    pub fn open_tail(&self) -> Option<(u64, u64, bool)> {
+        let run = self.runs.last()?;
+        let last = self.records.get(run.end.checked_sub(1)?)?;
+        let after = u64::try_from(last.offset).ok()?.checked_add(1)?;
+        (run.codec != Codec::None && after < run.next_offset).then_some((
+            after,
+            run.next_offset,
+            self.runs.len() == 1,
+        ))
+    }
+
+    /// Leaves out the last run (an [`FetchBatch::open_tail`] after others).
+    pub fn drop_tail(&mut self) {
+        let Some(run) = self.runs.pop() else { return };
+        let start = self.runs.last().map_or(0, |r| r.end);
+        if let Some(first) = self.records.get(start) {
+            let headers = first.headers.start;
+            let data = first.key.as_ref().map_or(first.value.start, |k| k.start);
+            self.headers.truncate(headers);
+            self.data.truncate(data);
+        }
+        self.records.truncate(start.min(run.end));
     }
 
     fn put(&mut self, bytes: &[u8]) -> Range<usize> {

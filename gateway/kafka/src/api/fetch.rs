@@ -196,7 +196,7 @@ fn read_partition<L: LogPort>(
         return answer.with_records(Some(Default::default()));
     }
     let mut batch = records::FetchBatch::with_capacity(budget);
-    let read = log.read_batched(
+    let mut read = log.read_batched(
         topic,
         partition,
         offset,
@@ -205,6 +205,29 @@ fn read_partition<L: LogPort>(
             batch.push_in(offset, record, span);
         },
     );
+    // A producer's compressed batch is answered whole or not at all, as Kafka does.
+    let mut previous = None;
+    while let (Ok(_), Some((from, until, only))) = (&read, batch.open_tail()) {
+        if !only {
+            batch.drop_tail();
+            break;
+        }
+        if previous.replace(from) == Some(from) {
+            // No progress (records missing to damage): answer what there is.
+            break;
+        }
+        read = log.read_batched(
+            topic,
+            partition,
+            from,
+            budget,
+            &mut |offset, record, span| {
+                if offset < until {
+                    batch.push_in(offset, record, span);
+                }
+            },
+        );
+    }
     match read {
         Ok(_) => {}
         Err(tern_log::LogError::OffsetOutOfRange { .. }) => {

@@ -441,6 +441,21 @@ mod data_path {
         assert_eq!(got, want);
         assert_eq!(sets[0].records[2].value.as_deref(), Some(&big[..]));
 
+        // A budget ending inside the first compressed batch still answers all of it (Kafka
+        // never splits a batch; franz-go's ErrDecompressTooLarge names the batch's end).
+        let mut small = fetch("t", 0, 0, 1);
+        small.topics[0].partitions[0].partition_max_bytes = 150_000;
+        let asked = request(ApiKey::Fetch, 12, &small);
+        let reply = dispatch(&ctx, &mut conn(), &asked).await.expect("reply");
+        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
+        let mut records = response.responses[0].partitions[0]
+            .records
+            .clone()
+            .unwrap_or_default();
+        let sets = RecordBatchDecoder::decode_all(&mut records).expect("batches");
+        let offsets: Vec<i64> = sets[0].records.iter().map(|r| r.offset).collect();
+        assert_eq!((sets.len(), offsets), (1, vec![0, 1, 2]));
+
         // From the middle of a compressed batch: the rest of it, still compressed.
         let asked = request(ApiKey::Fetch, 12, &fetch("t", 5, 0, 1));
         let reply = dispatch(&ctx, &mut conn(), &asked).await.expect("reply");
