@@ -297,6 +297,7 @@ impl FetchBatch {
     }
 
     /// Adds the record stored at `offset`, answered uncompressed.
+    #[cfg(test)]
     pub fn push(&mut self, offset: u64, record: &RecordView<'_>) {
         self.push_in(
             offset,

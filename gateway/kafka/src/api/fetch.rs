@@ -1,8 +1,9 @@
 //! Fetch: durable records from each requested offset, as v2 record batches whose offsets are the
 //! log's offsets, with their headers; records a Kafka producer sent compressed are answered
-//! compressed with its codec, batch for batch (`crate::records::FetchBatch`). When fewer than `min_bytes` are there, the answer waits up
-//! to `max_wait_ms` for any requested partition's durable end to move (the same watch MQTT
-//! delivery waits on), or for shutdown, then answers with what it has. A partition error
+//! compressed with its codec, batch for batch, and such a batch is answered whole
+//! (`crate::records::FetchBatch`). When fewer than `min_bytes` are there, the answer waits up to
+//! `max_wait_ms` for any requested partition's durable end to move (the same watch MQTT delivery
+//! waits on), or for shutdown, then answers with what it has. A partition error
 //! (unknown topic or partition, offset out of range) answers at once, as Kafka does.
 //!
 //! tern keeps no fetch sessions: every answer has session id 0, so clients send full requests;
