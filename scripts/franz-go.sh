@@ -28,15 +28,10 @@ tern_only=0
 limit=300
 records=
 keep=0
-# Tests of what docs/kafka.md (and docs/kafka-admin.md) say tern does not serve: transactions
-# (TestTxnEtl), share groups (TestShareGroup*, TestConsumeRegexShareSkipsInternal skip without
-# ShareFetch), the KIP-848 consumer protocol (Test848RegexBrokerResolves skips), compressed fetch
-# answers (TestPooling, TestConsumeMaxDecompressBatchBytes expect the batches they read to be
-# compressed) and topic configs at creation (TestClient_ProduceLargeMessages and
-# TestIssueFetchLargerThanBrokerMaxReadBytes create a topic with max.message.bytes: INVALID_CONFIG).
-unserved='^(TestTxnEtl|TestShareGroup.*|TestConsumeRegexShareSkipsInternal|Test848RegexBrokerResolves'
-unserved+='|TestPooling|TestConsumeMaxDecompressBatchBytes|TestClient_ProduceLargeMessages'
-unserved+='|TestIssueFetchLargerThanBrokerMaxReadBytes)$'
+# Tests of what docs/kafka.md says tern does not serve: transactions (TestTxnEtl), share groups
+# (TestShareGroup*, TestConsumeRegexShareSkipsInternal skip without ShareFetch) and the KIP-848
+# consumer protocol (Test848RegexBrokerResolves skips).
+unserved='^(TestTxnEtl|TestShareGroup.*|TestConsumeRegexShareSkipsInternal|Test848RegexBrokerResolves)$'
 
 usage() {
     sed -n '11,20s/^#   //p' "${BASH_SOURCE[0]}" >&2

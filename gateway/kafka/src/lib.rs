@@ -9,6 +9,7 @@
 
 mod api;
 mod config;
+mod configs;
 mod connection;
 mod error;
 mod group;

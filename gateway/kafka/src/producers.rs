@@ -26,7 +26,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kafka_protocol::ResponseError;
-use tern_log::{LogError, LogPort, Queued, Record};
+use tern_log::{Codec, LogError, LogPort, Queued, Record};
 use tokio::sync::watch;
 
 use crate::records::ProducerBatch;
@@ -105,6 +105,7 @@ impl ProducerStates {
         partition: u32,
         batch: ProducerBatch,
         records: Vec<Record>,
+        codec: Codec,
     ) -> Result<Queued, Refusal> {
         let state = self.partition(topic, partition);
         let _turn = state.turn.lock().await;
@@ -115,7 +116,7 @@ impl ProducerStates {
             Verdict::Append => {
                 // Not stored, so nothing to remember: the retry is checked as this one was.
                 let queued = log
-                    .enqueue(topic, partition, records)
+                    .enqueue_with(topic, partition, records, codec)
                     .await
                     .map_err(Refusal::Log)?;
                 let (tx, rx) = watch::channel(None);

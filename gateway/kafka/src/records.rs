@@ -1,7 +1,7 @@
 //! Kafka's v2 record batches ↔ log records, through kafka-protocol's batch codec: Produce's
 //! batches (any codec kafka-protocol has: gzip, snappy, lz4, zstd) become [`Record`]s with their
-//! headers, and Fetch gets stored records back as one uncompressed batch whose offsets are the
-//! log's offsets ([`FetchBatch`]).
+//! headers, and Fetch gets stored records back as batches whose offsets are the log's offsets,
+//! compressed again where the producer's were ([`FetchBatch`]).
 //!
 //! Mapping: a null value is stored as an empty value and a null header value as an empty one
 //! (the log has no nulls); a timestamp of -1 or a `LogAppendTime` batch gets the broker's
@@ -25,7 +25,7 @@ use kafka_protocol::records::{
     Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
     RecordEncodeOptions, TimestampType,
 };
-use tern_log::{Record, RecordView};
+use tern_log::{BatchSpan, Codec, Record, RecordView};
 
 /// Offset of a v2 batch's magic byte, of its attributes and of its record count.
 const MAGIC_AT: usize = 16;
@@ -98,6 +98,42 @@ fn check_batches(bytes: &[u8]) -> Result<(), RecordsError> {
         rest = next;
     }
     Ok(())
+}
+
+/// The size of the largest whole batch of a record set (what Kafka's `max.message.bytes` is
+/// compared with: the batch as produced, compressed if it is); batches whose header does not
+/// add up end the walk ([`decode`] refuses them).
+pub fn largest_batch(bytes: &[u8]) -> usize {
+    let mut rest = bytes;
+    let mut largest = 0;
+    while let Ok((total, next)) = split_batch(rest) {
+        largest = largest.max(total);
+        if next.is_empty() {
+            break;
+        }
+        rest = next;
+    }
+    largest
+}
+
+/// The codec a record set was produced with: its batches' (a producer sends one batch per
+/// partition), or none if they differ or a header does not add up.
+pub fn codec(bytes: &[u8]) -> Codec {
+    let mut rest = bytes;
+    let mut found = None;
+    while let Ok((_, next)) = split_batch(rest) {
+        let attributes = rest.get(ATTRIBUTES_AT + 1).copied().unwrap_or(0);
+        let codec = Codec::from_attributes(u16::from(attributes));
+        if found.is_some_and(|f| f != codec) {
+            return Codec::None;
+        }
+        found = Some(codec);
+        if next.is_empty() {
+            break;
+        }
+        rest = next;
+    }
+    found.unwrap_or_default()
 }
 
 /// The length of the whole batch that starts `rest`, and what follows it.
@@ -206,8 +242,12 @@ fn to_log(record: KafkaRecord, now_ms: i64) -> Record {
     }
 }
 
-/// Stored records gathered for one Fetch partition, then written as one uncompressed v2 batch
-/// (several if kafka-protocol splits them) whose offsets are the log's. The log's reader lends
+/// Stored records gathered for one Fetch partition, then written as v2 batches whose offsets
+/// are the log's: the records of each stored batch that arrived compressed
+/// ([`tern_log::BatchSpan`]) as one batch compressed with that codec again (a consumer gets
+/// what the producer sent, batch for batch, as from Kafka; one that bounds decompression, such
+/// as franz-go's `MaxDecompressBatchBytes`, sees the producer's batch), and runs of uncompressed
+/// records as one uncompressed batch. The log's reader lends
 /// each record from its segment ([`tern_log::LogPort::read_each`]); its key, value and header
 /// bytes are copied once, into one buffer, and kafka-protocol's encoder writes the batch from
 /// slices of that buffer: no allocation per record, but a header map for a record that has
@@ -218,6 +258,18 @@ pub struct FetchBatch {
     records: Vec<Gathered>,
     /// (name, value) ranges in `data`, each record's run named by [`Gathered::headers`].
     headers: Vec<(Range<usize>, Range<usize>)>,
+    /// The records of each answered batch, in order.
+    runs: Vec<Run>,
+}
+
+/// Consecutive records answered as one batch.
+#[derive(Debug)]
+struct Run {
+    /// Index in `records` after the run's last record.
+    end: usize,
+    codec: Codec,
+    /// End offset of the stored batch of compressed records (`u64::MAX` for uncompressed).
+    next_offset: u64,
 }
 
 /// One record of a [`FetchBatch`], its bytes as ranges of the batch's buffer.
@@ -240,11 +292,39 @@ impl FetchBatch {
             data: BytesMut::with_capacity(bytes.min(MAX_RESERVE)),
             records: Vec::new(),
             headers: Vec::new(),
+            runs: Vec::new(),
         }
     }
 
-    /// Adds the record stored at `offset`.
+    /// Adds the record stored at `offset`, answered uncompressed.
+    #[cfg(test)]
     pub fn push(&mut self, offset: u64, record: &RecordView<'_>) {
+        self.push_in(
+            offset,
+            record,
+            BatchSpan {
+                next_offset: u64::MAX,
+                codec: Codec::None,
+            },
+        );
+    }
+
+    /// Adds the record stored at `offset` in the stored batch `span`.
+    pub fn push_in(&mut self, offset: u64, record: &RecordView<'_>, span: BatchSpan) {
+        let next_offset = if span.codec == Codec::None {
+            u64::MAX
+        } else {
+            span.next_offset
+        };
+        let end = self.records.len() + 1;
+        match self.runs.last_mut() {
+            Some(run) if run.codec == span.codec && run.next_offset == next_offset => run.end = end,
+            _ => self.runs.push(Run {
+                end,
+                codec: span.codec,
+                next_offset,
+            }),
+        }
         let first_header = self.headers.len();
         let key = record.key.map(|key| self.put(key));
         let value = self.put(record.value);
@@ -262,6 +342,34 @@ impl FetchBatch {
         });
     }
 
+    /// A last run of compressed records that stops before the end of its stored batch (the byte
+    /// budget ran out inside it): the offset after its last record, its batch's end, and
+    /// whether it is the only run. Kafka never splits a batch: the first is answered whole,
+    /// whatever its size (KIP-74), and a later one is left to the next fetch.
+    pub fn open_tail(&self) -> Option<(u64, u64, bool)> {
+        let run = self.runs.last()?;
+        let last = self.records.get(run.end.checked_sub(1)?)?;
+        let after = u64::try_from(last.offset).ok()?.checked_add(1)?;
+        (run.codec != Codec::None && after < run.next_offset).then_some((
+            after,
+            run.next_offset,
+            self.runs.len() == 1,
+        ))
+    }
+
+    /// Leaves out the last run (an [`FetchBatch::open_tail`] after others).
+    pub fn drop_tail(&mut self) {
+        let Some(run) = self.runs.pop() else { return };
+        let start = self.runs.last().map_or(0, |r| r.end);
+        if let Some(first) = self.records.get(start) {
+            let headers = first.headers.start;
+            let data = first.key.as_ref().map_or(first.value.start, |k| k.start);
+            self.headers.truncate(headers);
+            self.data.truncate(data);
+        }
+        self.records.truncate(start.min(run.end));
+    }
+
     fn put(&mut self, bytes: &[u8]) -> Range<usize> {
         let start = self.data.len();
         self.data.extend_from_slice(bytes);
@@ -274,6 +382,7 @@ impl FetchBatch {
             data,
             records,
             headers,
+            runs,
         } = self;
         let estimate = data.len() + records.len() * RECORD_OVERHEAD + BATCH_OVERHEAD;
         let data = data.freeze();
@@ -284,14 +393,32 @@ impl FetchBatch {
                 to_kafka(&data, record, names)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut buf = BytesMut::with_capacity(estimate + headers.len() * HEADER_OVERHEAD);
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        };
-        RecordBatchEncoder::encode(&mut buf, kafka.iter(), &options)
-            .map_err(|err| RecordsError::Corrupt(err.to_string()))?;
+        let mut buf = BytesMut::with_capacity(
+            estimate + headers.len() * HEADER_OVERHEAD + runs.len() * BATCH_OVERHEAD,
+        );
+        let mut start = 0;
+        for run in runs {
+            let options = RecordEncodeOptions {
+                version: 2,
+                compression: compression(run.codec),
+            };
+            let these = kafka.get(start..run.end).unwrap_or_default();
+            RecordBatchEncoder::encode(&mut buf, these.iter(), &options)
+                .map_err(|err| RecordsError::Corrupt(err.to_string()))?;
+            start = run.end;
+        }
         Ok(buf.freeze())
+    }
+}
+
+/// kafka-protocol's name of a codec.
+fn compression(codec: Codec) -> Compression {
+    match codec {
+        Codec::None => Compression::None,
+        Codec::Gzip => Compression::Gzip,
+        Codec::Snappy => Compression::Snappy,
+        Codec::Lz4 => Compression::Lz4,
+        Codec::Zstd => Compression::Zstd,
     }
 }
 

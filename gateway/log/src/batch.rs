@@ -136,8 +136,67 @@ pub fn encoded_len(records: &[Record]) -> usize {
             .sum::<usize>()
 }
 
+/// How the records of a batch arrived compressed (a Kafka producer's codec), kept in the
+/// batch's attributes (bits 0..3, Kafka's numbering) so a reader can serve them compressed the
+/// same way. The log itself stores records uncompressed; the codec is a hint only, and a reader
+/// that does not know it (a tern from before it) serves the records as they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Codec {
+    #[default]
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl Codec {
+    /// The attribute bits of the codec.
+    pub fn bits(self) -> u16 {
+        match self {
+            Self::None => 0,
+            Self::Gzip => 1,
+            Self::Snappy => 2,
+            Self::Lz4 => 3,
+            Self::Zstd => 4,
+        }
+    }
+
+    /// The codec a batch's attributes name; bits it does not know read as none.
+    pub fn from_attributes(attributes: u16) -> Self {
+        match attributes & 0x7 {
+            1 => Self::Gzip,
+            2 => Self::Snappy,
+            3 => Self::Lz4,
+            4 => Self::Zstd,
+            _ => Self::None,
+        }
+    }
+}
+
+/// What a reader learns of the batch a record is stored in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSpan {
+    /// The offset after the batch's last record.
+    pub next_offset: u64,
+    /// How its records arrived compressed.
+    pub codec: Codec,
+}
+
 /// Appends the batch holding `records` (at least one) at `base_offset` to `out`.
+#[cfg(test)]
 pub fn encode_batch(base_offset: u64, generation: u32, records: &[Record], out: &mut Vec<u8>) {
+    encode_batch_with(base_offset, generation, Codec::None, records, out);
+}
+
+/// [`encode_batch`] of records that arrived compressed with `codec`.
+pub fn encode_batch_with(
+    base_offset: u64,
+    generation: u32,
+    codec: Codec,
+    records: &[Record],
+    out: &mut Vec<u8>,
+) {
     let start = out.len();
     let first = records.first().map_or(0, |r| r.timestamp_ms);
     let max = records
@@ -149,7 +208,7 @@ pub fn encode_batch(base_offset: u64, generation: u32, records: &[Record], out: 
     out.extend_from_slice(&[0u8; 8]);
     out.extend_from_slice(&base_offset.to_le_bytes());
     out.extend_from_slice(&generation.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&codec.bits().to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     out.extend_from_slice(&count.to_le_bytes());
     out.extend_from_slice(&first.to_le_bytes());

@@ -14,7 +14,7 @@ use std::path::Path;
 use tokio::sync::oneshot;
 
 use super::Record;
-use super::batch::{self, MAX_BATCH_LEN, SEGMENT_HEADER_LEN};
+use super::batch::{self, Codec, MAX_BATCH_LEN, SEGMENT_HEADER_LEN};
 
 /// Size a batch grows to before the commit starts the next one (a single larger append stays
 /// one batch). Readers decode and check a whole batch to return any record of it, so this bounds
@@ -42,15 +42,19 @@ pub struct AppendRequest {
     pub records: Vec<Record>,
     /// `batch::encoded_len(&records)`, computed by the appending task (off the writer's path).
     pub len: u64,
+    /// How the records arrived compressed: appends are gathered into one batch only with
+    /// appends of the same codec, so a reader can serve a batch compressed as one.
+    pub codec: Codec,
     pub reply: oneshot::Sender<Result<u64>>,
 }
 
 impl AppendRequest {
-    pub fn new(records: Vec<Record>, reply: oneshot::Sender<Result<u64>>) -> Self {
+    pub fn new(records: Vec<Record>, codec: Codec, reply: oneshot::Sender<Result<u64>>) -> Self {
         let len = batch::encoded_len(&records) as u64;
         Self {
             records,
             len,
+            codec,
             reply,
         }
     }
@@ -180,8 +184,8 @@ impl Partition {
         }
         let segment_bytes = self.shared.config.segment_bytes.0;
         let mut records: Vec<Record> = Vec::new();
-        // Record count of each batch, in order.
-        let mut counts: Vec<usize> = Vec::new();
+        // Record count and codec of each batch, in order.
+        let mut counts: Vec<(usize, Codec)> = Vec::new();
         let mut batch_estimate = 0u64;
         let mut replies = Vec::new();
         let mut estimate = 0u64;
@@ -215,12 +219,14 @@ impl Partition {
             }
             self.note_full(false);
             match counts.last_mut() {
-                Some(count) if batch_estimate + len <= BATCH_TARGET_LEN => {
+                Some((count, codec))
+                    if batch_estimate + len <= BATCH_TARGET_LEN && *codec == request.codec =>
+                {
                     *count += request.records.len();
                     batch_estimate += len;
                 }
                 _ => {
-                    counts.push(request.records.len());
+                    counts.push((request.records.len(), request.codec));
                     batch_estimate = len;
                 }
             }
@@ -243,13 +249,13 @@ impl Partition {
         self.write_batches(written, &records, &counts, buf)
     }
 
-    /// Encodes `records` as consecutive batches of `counts` records each and writes them at
+    /// Encodes `records` as consecutive batches of `counts` records each (with its codec) and writes them at
     /// `w.pos` with one write call.
     fn write_batches(
         &self,
         mut w: Written,
         records: &[Record],
-        counts: &[usize],
+        counts: &[(usize, Codec)],
         buf: &mut Vec<u8>,
     ) -> Step {
         let (file, base, generation, written_to) = {
@@ -263,10 +269,10 @@ impl Partition {
         };
         buf.clear();
         let (mut rest, mut first) = (records, w.base);
-        for &count in counts {
+        for &(count, codec) in counts {
             let (these, after) = rest.split_at(count.min(rest.len()));
             let start = buf.len();
-            batch::encode_batch(first, generation, these, buf);
+            batch::encode_batch_with(first, generation, codec, these, buf);
             w.frames.push(Frame {
                 pos: w.pos + start as u64,
                 len: (buf.len() - start) as u64,

@@ -24,7 +24,7 @@ use super::cursors::{self, CURSORS_FILE};
 use super::error::{LogError, Result};
 use super::fs::{self as log_fs, Fs, RealFs};
 use super::index::IndexView;
-use super::{clock, meta, segment};
+use super::{clock, meta, segment, topic_config};
 
 /// Name of the lock file inside the data directory.
 pub const LOCK_FILE: &str = "LOCK";
@@ -229,6 +229,14 @@ fn check_files(fs: &dyn Fs, log_dir: &Path) -> Result<()> {
         let meta_path = dir.join(meta::TOPIC_META);
         if let Ok(bytes) = fs.read(&meta_path) {
             refuse("topic metadata", &meta_path, meta::decode(&bytes).map(drop))?;
+        }
+        let config_path = dir.join(topic_config::TOPIC_CONFIG);
+        if let Ok(bytes) = fs.read(&config_path) {
+            refuse(
+                "topic settings",
+                &config_path,
+                topic_config::decode(&bytes).map(drop),
+            )?;
         }
         let parts = fs.list_dir(&dir).unwrap_or_default();
         for part in parts

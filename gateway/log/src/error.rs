@@ -26,6 +26,9 @@ pub enum LogError {
     /// A partition count out of range, or not more than the topic has.
     #[error("invalid partition count for topic {topic}: {reason}")]
     InvalidPartitions { topic: String, reason: String },
+    /// Settings given at creation that the log cannot keep.
+    #[error("invalid settings for topic {topic}: {reason}")]
+    InvalidTopicConfig { topic: String, reason: String },
     /// The topic cannot be deleted now; the reason names what holds it.
     #[error("topic {topic} is in use: {reason}")]
     TopicInUse { topic: String, reason: String },

@@ -32,6 +32,7 @@ mod segment;
 mod stats;
 mod store;
 pub mod tools;
+mod topic_config;
 mod wear;
 mod writer;
 
@@ -40,6 +41,7 @@ mod tests;
 
 use std::borrow::Cow;
 
+pub use batch::{BatchSpan, Codec};
 pub use clock::{BUILD_TIME_MS, Clock, ClockStatus, ManualClock, SystemClock};
 pub use config::{
     Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, TopicOverride, TopicSettings,
@@ -56,6 +58,7 @@ pub use memory::MemoryLog;
 pub use port::{LogPort, Queued};
 pub use stats::{LogMetrics, LogStats, PartitionStats};
 pub use store::{Log, MAX_PARTITIONS};
+pub use topic_config::TopicConfig;
 pub use wear::WearStatus;
 
 /// A header's name: borrowed for the names a producer knows when it is compiled (no allocation

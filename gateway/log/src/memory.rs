@@ -17,8 +17,8 @@ use tokio::sync::{oneshot, watch};
 
 use crate::port::{LogPort, Queued};
 use crate::{
-    LogConfig, LogError, Record, StoredRecord, TopicInfo, TopicSettings, check_partition_count,
-    check_topic_name,
+    BatchSpan, Codec, LogConfig, LogError, Record, RecordView, StoredRecord, TopicConfig,
+    TopicInfo, TopicSettings, check_partition_count, check_topic_name,
 };
 
 /// A shared in-memory log whose topics all have the same partition count.
@@ -31,6 +31,8 @@ pub struct MemoryLog {
 #[derive(Debug, Default)]
 struct Inner {
     topics: BTreeMap<String, Vec<Partition>>,
+    /// The settings topics were created with (only those that had some).
+    configs: BTreeMap<String, Arc<TopicConfig>>,
     cursors: BTreeMap<(String, String, u32), u64>,
     /// Commit delays of the next queued appends, in queueing order.
     holds: VecDeque<Duration>,
@@ -45,6 +47,8 @@ struct Inner {
 #[derive(Debug)]
 struct Partition {
     durable: Vec<StoredRecord>,
+    /// One per committed append, in order: the offset after it and its codec.
+    batches: Vec<(u64, Codec)>,
     pending: VecDeque<Pending>,
     /// The offset the next queued record gets.
     next: u64,
@@ -55,6 +59,7 @@ struct Partition {
 struct Pending {
     base: u64,
     records: Vec<Record>,
+    codec: Codec,
     reply: oneshot::Sender<Result<u64, LogError>>,
 }
 
@@ -62,6 +67,7 @@ impl Partition {
     fn new() -> Self {
         Self {
             durable: Vec::new(),
+            batches: Vec::new(),
             pending: VecDeque::new(),
             next: 0,
             end: watch::channel(0).0,
@@ -142,6 +148,7 @@ impl MemoryLog {
                 for (offset, record) in (pending.base..).zip(pending.records) {
                     part.durable.push(StoredRecord { offset, record });
                 }
+                part.batches.push((part.durable_end(), pending.codec));
                 replies.push((pending.reply, pending.base));
             }
             part.end.send_replace(part.durable_end());
@@ -218,7 +225,20 @@ impl LogPort for MemoryLog {
     }
 
     fn create_topic(&self, topic: &str, partitions: u32) -> Result<u32, LogError> {
+        self.create_topic_with(topic, partitions, &TopicConfig::new())
+    }
+
+    fn create_topic_with(
+        &self,
+        topic: &str,
+        partitions: u32,
+        config: &TopicConfig,
+    ) -> Result<u32, LogError> {
         check_topic_name(topic)?;
+        crate::topic_config::check(config).map_err(|reason| LogError::InvalidTopicConfig {
+            topic: topic.to_owned(),
+            reason,
+        })?;
         let mut inner = self.lock();
         Self::check_open(&inner)?;
         check_partition_count(topic, partitions)?;
@@ -229,7 +249,22 @@ impl LogPort for MemoryLog {
         }
         let parts = (0..partitions).map(|_| Partition::new()).collect();
         inner.topics.insert(topic.to_owned(), parts);
+        if !config.is_empty() {
+            inner
+                .configs
+                .insert(topic.to_owned(), Arc::new(config.clone()));
+        }
         Ok(partitions)
+    }
+
+    fn topic_config(&self, topic: &str) -> Result<Arc<TopicConfig>, LogError> {
+        let inner = self.lock();
+        if !inner.topics.contains_key(topic) {
+            return Err(LogError::UnknownTopic {
+                topic: topic.to_owned(),
+            });
+        }
+        Ok(inner.configs.get(topic).cloned().unwrap_or_default())
     }
 
     fn add_partitions(&self, topic: &str, total: u32) -> Result<u32, LogError> {
@@ -275,6 +310,7 @@ impl LogPort for MemoryLog {
             )));
         }
         inner.topics.remove(topic);
+        inner.configs.remove(topic);
         Ok(())
     }
 
@@ -309,6 +345,18 @@ impl LogPort for MemoryLog {
         topic: &str,
         partition: u32,
         records: Vec<Record>,
+    ) -> Result<Queued, LogError> {
+        self.enqueue_with(topic, partition, records, Codec::None)
+            .await
+    }
+
+    /// Each append is one batch, kept with its codec.
+    async fn enqueue_with(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+        codec: Codec,
     ) -> Result<Queued, LogError> {
         if records.is_empty() {
             return Err(LogError::InvalidAppend {
@@ -347,6 +395,7 @@ impl LogPort for MemoryLog {
             part.pending.push_back(Pending {
                 base,
                 records,
+                codec,
                 reply,
             });
             inner.unanswered += 1;
@@ -395,6 +444,25 @@ impl LogPort for MemoryLog {
                 .cloned()
                 .collect())
         })
+    }
+
+    fn read_batched(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>, BatchSpan),
+    ) -> Result<usize, LogError> {
+        let records = self.read(topic, partition, from, max_bytes)?;
+        let batches = self.with_partition(topic, partition, |part| Ok(part.batches.clone()))?;
+        for stored in &records {
+            let at = batches.partition_point(|(next, _)| *next <= stored.offset);
+            let (next_offset, codec) = batches.get(at).copied().unwrap_or((u64::MAX, Codec::None));
+            let span = BatchSpan { next_offset, codec };
+            visit(stored.offset, &RecordView::of(&stored.record), span);
+        }
+        Ok(records.len())
     }
 
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError> {

@@ -14,6 +14,7 @@ use super::batch::{DecodeError, FORMAT_VERSION, Reader, check_version};
 use super::cache::FileCache;
 use super::error::{LogError, Result};
 use super::fs::{self, Fs};
+use super::topic_config::{self, TopicConfig};
 
 /// File name of a topic's metadata inside its directory.
 pub const TOPIC_META: &str = "topic.meta";
@@ -89,9 +90,15 @@ pub fn list(fs: &dyn Fs, log_dir: &Path) -> Result<Vec<TopicInfo>> {
     Ok(topics)
 }
 
-/// Creates the directories of a topic and then, as the commit point, its metadata. Leftovers
-/// of an interrupted deletion of the same name are removed first.
-pub fn create(fs: &dyn Fs, log_dir: &Path, name: &str, partitions: u32) -> Result<()> {
+/// Creates the directories of a topic, its settings (`topic_config.rs`) and then, as the commit
+/// point, its metadata. Leftovers of an interrupted deletion of the same name are removed first.
+pub fn create(
+    fs: &dyn Fs,
+    log_dir: &Path,
+    name: &str,
+    partitions: u32,
+    config: &TopicConfig,
+) -> Result<()> {
     let dir = topics_dir(log_dir).join(name);
     if fs.exists(&dir) {
         remove_tree(fs, None, &dir)?;
@@ -100,6 +107,7 @@ pub fn create(fs: &dyn Fs, log_dir: &Path, name: &str, partitions: u32) -> Resul
     let topics = topics_dir(log_dir);
     fs.sync_dir(&topics)
         .map_err(|e| LogError::io("fsync directory", &topics, e))?;
+    topic_config::write(fs, &dir, config)?;
     let path = dir.join(TOPIC_META);
     fs::write_atomic(fs, &path, &encode(partitions)).map_err(|e| LogError::io("write", &path, e))
 }

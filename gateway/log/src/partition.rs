@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
-use super::batch::{self, SEGMENT_HEADER_LEN};
+use super::batch::{self, BatchSpan, Codec, SEGMENT_HEADER_LEN};
 use super::cache::FileCache;
 use super::clock::Timekeeper;
 use super::config::{LogConfig, OnFull, TopicSettings};
@@ -459,6 +459,18 @@ impl Partition {
         max_bytes: usize,
         visit: &mut dyn FnMut(u64, &RecordView<'_>),
     ) -> Result<usize> {
+        self.read_batched(from, max_bytes, &mut |offset, record, _| {
+            visit(offset, record)
+        })
+    }
+
+    /// [`Partition::read_each`], each record seen with the batch it is stored in.
+    pub fn read_batched(
+        &self,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>, BatchSpan),
+    ) -> Result<usize> {
         let mut from = from;
         loop {
             let Some((view, _)) = self.view(from)? else {
@@ -475,13 +487,17 @@ impl Partition {
                 let Ok((_, records)) = batch::decode_views(bytes) else {
                     return ControlFlow::Continue(());
                 };
+                let span = BatchSpan {
+                    next_offset: header.next_offset(),
+                    codec: Codec::from_attributes(header.attributes),
+                };
                 for (offset, record) in (header.base_offset..).zip(&records) {
                     if offset < from {
                         continue;
                     }
                     size += approx_size(record);
                     count += 1;
-                    visit(offset, record);
+                    visit(offset, record, span);
                     if size >= max_bytes {
                         return ControlFlow::Break(());
                     }

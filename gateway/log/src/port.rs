@@ -12,7 +12,12 @@ use std::pin::Pin;
 
 use tokio::sync::watch;
 
-use crate::{Log, LogError, Record, RecordView, StoredRecord, TopicInfo, TopicSettings};
+use std::sync::Arc;
+
+use crate::{
+    BatchSpan, Codec, Log, LogError, Record, RecordView, StoredRecord, TopicConfig, TopicInfo,
+    TopicSettings,
+};
 
 /// A queued append: resolves with its base offset once durable.
 pub type Queued = Pin<Box<dyn Future<Output = Result<u64, LogError>> + Send>>;
@@ -25,6 +30,27 @@ pub trait LogPort: Clone + Send + Sync + 'static {
     fn ensure_topic(&self, topic: &str) -> Result<u32, LogError>;
     /// Creates `topic` with `partitions` partitions; [`LogError::TopicExists`] if it exists.
     fn create_topic(&self, topic: &str, partitions: u32) -> Result<u32, LogError>;
+    /// [`LogPort::create_topic`] keeping `config` as the topic's own settings. A port that
+    /// keeps none refuses any.
+    fn create_topic_with(
+        &self,
+        topic: &str,
+        partitions: u32,
+        config: &TopicConfig,
+    ) -> Result<u32, LogError> {
+        if config.is_empty() {
+            return self.create_topic(topic, partitions);
+        }
+        Err(LogError::InvalidTopicConfig {
+            topic: topic.to_owned(),
+            reason: "this log keeps no topic settings".to_owned(),
+        })
+    }
+    /// The settings `topic` was created with (empty for none).
+    fn topic_config(&self, topic: &str) -> Result<Arc<TopicConfig>, LogError> {
+        let _ = topic;
+        Ok(Arc::default())
+    }
     /// Grows `topic` to `total` partitions (more than it has).
     fn add_partitions(&self, topic: &str, total: u32) -> Result<u32, LogError>;
     /// Deletes `topic` and its records; [`LogError::TopicInUse`] for internal topics and
@@ -50,6 +76,19 @@ pub trait LogPort: Clone + Send + Sync + 'static {
         partition: u32,
         records: Vec<Record>,
     ) -> impl Future<Output = Result<Queued, LogError>> + Send;
+    /// [`LogPort::enqueue`] of records that arrived compressed with `codec` (a Kafka
+    /// producer's): the port may keep the codec with them for [`LogPort::read_batched`]. One
+    /// that keeps none queues them as any others.
+    fn enqueue_with(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+        codec: Codec,
+    ) -> impl Future<Output = Result<Queued, LogError>> + Send {
+        let _ = codec;
+        self.enqueue(topic, partition, records)
+    }
     /// Durable records from `from`, about `max_bytes` worth (at least one if any); empty at
     /// the end.
     fn read(
@@ -74,6 +113,25 @@ pub trait LogPort: Clone + Send + Sync + 'static {
             visit(stored.offset, &RecordView::of(&stored.record));
         }
         Ok(records.len())
+    }
+    /// [`LogPort::read_each`], each record seen with the batch it is stored in (its end and
+    /// the codec its records arrived compressed with). A port that keeps no batches sees every
+    /// record in one uncompressed batch.
+    fn read_batched(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>, BatchSpan),
+    ) -> Result<usize, LogError> {
+        let span = BatchSpan {
+            next_offset: u64::MAX,
+            codec: Codec::None,
+        };
+        self.read_each(topic, partition, from, max_bytes, &mut |offset, record| {
+            visit(offset, record, span);
+        })
     }
     /// (start offset, end offset = next offset to be written).
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError>;
@@ -116,6 +174,19 @@ impl LogPort for Log {
         Ok(Log::create_topic(self, topic, partitions)?.partitions)
     }
 
+    fn create_topic_with(
+        &self,
+        topic: &str,
+        partitions: u32,
+        config: &TopicConfig,
+    ) -> Result<u32, LogError> {
+        Ok(Log::create_topic_with(self, topic, partitions, config)?.partitions)
+    }
+
+    fn topic_config(&self, topic: &str) -> Result<Arc<TopicConfig>, LogError> {
+        Log::topic_config(self, topic)
+    }
+
     fn add_partitions(&self, topic: &str, total: u32) -> Result<u32, LogError> {
         Ok(Log::add_partitions(self, topic, total)?.partitions)
     }
@@ -153,6 +224,19 @@ impl LogPort for Log {
         }))
     }
 
+    async fn enqueue_with(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+        codec: Codec,
+    ) -> Result<Queued, LogError> {
+        let answer = Log::enqueue_with(self, topic, partition, records, codec).await?;
+        Ok(Box::pin(async move {
+            answer.await.map_err(|_| LogError::Closed)?
+        }))
+    }
+
     fn read(
         &self,
         topic: &str,
@@ -172,6 +256,17 @@ impl LogPort for Log {
         visit: &mut dyn FnMut(u64, &RecordView<'_>),
     ) -> Result<usize, LogError> {
         Log::read_each(self, topic, partition, from, max_bytes, visit)
+    }
+
+    fn read_batched(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>, BatchSpan),
+    ) -> Result<usize, LogError> {
+        Log::read_batched(self, topic, partition, from, max_bytes, visit)
     }
 
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError> {

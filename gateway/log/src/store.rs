@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use super::batch::{BatchSpan, Codec};
 use super::cache::FileCache;
 use super::clock::{Clock, ClockStatus, SystemClock, Timekeeper};
 use super::config::LogConfig;
@@ -19,6 +20,7 @@ use super::error::{LogError, Result};
 use super::fs::{Fs, RealFs};
 use super::partition::{Partition, Shared};
 use super::stats::{Counters, LogStats, PartitionStats};
+use super::topic_config::{self, TopicConfig};
 use super::writer::{self, AppendRequest};
 use super::{
     Record, RecordView, StoredRecord, TopicInfo, check_topic_name, datadir, meta, recovery,
@@ -41,6 +43,8 @@ struct PartitionEntry {
 #[derive(Debug)]
 struct TopicEntry {
     info: TopicInfo,
+    /// The settings given at creation (`topic.config`).
+    config: Arc<TopicConfig>,
     partitions: Vec<Arc<PartitionEntry>>,
 }
 
@@ -73,7 +77,12 @@ fn open_topic(
     runtime: &tokio::runtime::Handle,
 ) -> Result<TopicEntry> {
     let partitions = open_partitions(shared, dir, &info, 0, runtime)?;
-    Ok(TopicEntry { info, partitions })
+    let config = topic_config::read(&*shared.fs, &meta::topics_dir(dir).join(&info.name));
+    Ok(TopicEntry {
+        info,
+        config: Arc::new(config),
+        partitions,
+    })
 }
 
 /// Recovers partitions `from..info.partitions` of a topic and starts their writers.
@@ -235,7 +244,13 @@ impl Log {
         }
         let shared = &self.inner.shared;
         let partitions = shared.config.topic_settings(topic).partitions;
-        meta::create(&*shared.fs, &self.inner.dir, topic, partitions)?;
+        meta::create(
+            &*shared.fs,
+            &self.inner.dir,
+            topic,
+            partitions,
+            &TopicConfig::new(),
+        )?;
         let info = TopicInfo {
             name: topic.to_owned(),
             partitions,
@@ -270,6 +285,20 @@ impl Log {
         partition: u32,
         records: Vec<Record>,
     ) -> Result<oneshot::Receiver<Result<u64>>> {
+        self.enqueue_with(topic, partition, records, Codec::None)
+            .await
+    }
+
+    /// [`Log::enqueue`] of records that arrived compressed with `codec`: they are stored
+    /// uncompressed in batches of their own codec, whose attributes name it
+    /// ([`Log::read_batched`] tells readers).
+    pub async fn enqueue_with(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+        codec: Codec,
+    ) -> Result<oneshot::Receiver<Result<u64>>> {
         self.check_open()?;
         let entry = self.topic(topic)?;
         let part =
@@ -287,7 +316,7 @@ impl Log {
             .clone();
         let tx = tx.ok_or(LogError::Closed)?;
         let (reply, answer) = oneshot::channel();
-        tx.send(AppendRequest::new(records, reply))
+        tx.send(AppendRequest::new(records, codec, reply))
             .await
             .map_err(|_| LogError::Closed)?;
         Ok(answer)
@@ -317,6 +346,19 @@ impl Log {
     ) -> Result<usize> {
         self.partition(topic, partition)?
             .read_each(from, max_bytes, visit)
+    }
+
+    /// [`Log::read_each`], each record seen with the batch it is stored in.
+    pub fn read_batched(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>, BatchSpan),
+    ) -> Result<usize> {
+        self.partition(topic, partition)?
+            .read_batched(from, max_bytes, visit)
     }
 
     /// (start offset, end offset = next offset to be written).

@@ -1,19 +1,25 @@
 //! CreateTopics: creates log topics with the requested partition count (`-1`: the log's
 //! default for the name). tern keeps one replica, so the replication factor must be `-1` or
-//! `1` and manual replica assignments are refused; per-topic settings come from
-//! `[[log.topic]]` in tern.toml, so a request carrying configs is refused with `INVALID_CONFIG`
-//! rather than silently ignored. `validate_only` checks without creating. Internal `__…` names
-//! are refused.
+//! `1` and manual replica assignments are refused. Configs: the few tern honours are kept with
+//! the topic (`crate::configs`: `max.message.bytes`, enforced on Produce, and the values that
+//! name what tern does anyway); any other is refused with `INVALID_CONFIG` naming the key,
+//! rather than silently ignored (retention and durability come from `[[log.topic]]` in
+//! tern.toml). `validate_only` checks without creating. Internal `__…` names are refused.
 
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::protocol::StrBytes;
-use tern_log::{LogError, LogPort};
+use tern_log::{LogError, LogPort, TopicConfig};
 
 use super::{ApiError, Conn, Ctx, Reply, Versions, decode, encode};
 use crate::header::Request;
-use crate::topics;
+use crate::{configs, topics};
+
+/// Kafka's `ConfigSource.DYNAMIC_TOPIC_CONFIG`: set for this topic.
+pub const DYNAMIC_TOPIC_CONFIG: i8 = 1;
 
 /// v2-v7: every version kafka-protocol decodes (Kafka 4.x's admin client sends v7).
 pub const VERSIONS: Versions = Versions { min: 2, max: 7 };
@@ -29,6 +35,7 @@ pub fn refusal(err: &LogError) -> Refused {
         LogError::InvalidTopicName { .. } => ResponseError::InvalidTopicException,
         LogError::UnknownTopic { .. } => ResponseError::UnknownTopicOrPartition,
         LogError::TopicInUse { .. } => ResponseError::PolicyViolation,
+        LogError::InvalidTopicConfig { .. } => ResponseError::InvalidConfig,
         _ => ResponseError::KafkaStorageError,
     };
     (code, err.to_string())
@@ -45,13 +52,15 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Resul
         } else {
             u32::try_from(topic.num_partitions).unwrap_or(0)
         };
+        let mut kept = TopicConfig::new();
         let outcome = allowed(ctx, conn, request, &name)
             .and_then(|()| check(&topic, &name))
-            .and_then(|()| {
+            .and_then(|config| {
+                kept = config;
                 if body.validate_only {
                     validate(&ctx.log, &name, count)
                 } else {
-                    create(&ctx.log, &name, count)
+                    create(&ctx.log, &name, count, &kept)
                 }
             });
         let mut result = CreatableTopicResult::default()
@@ -62,7 +71,17 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Resul
             Ok(partitions) => {
                 result.num_partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
                 result.replication_factor = 1;
-                result.configs = Some(Vec::new());
+                result.configs = Some(
+                    kept.iter()
+                        .map(|(key, value)| {
+                            CreatableTopicConfigs::default()
+                                .with_name(StrBytes::from_string(key.clone()))
+                                .with_value(Some(StrBytes::from_string(value.clone())))
+                                .with_read_only(true)
+                                .with_config_source(DYNAMIC_TOPIC_CONFIG)
+                        })
+                        .collect(),
+                );
             }
             Err((error, message)) => {
                 result.error_code = error.code();
@@ -91,11 +110,11 @@ fn allowed<L>(ctx: &Ctx<L>, conn: &Conn, request: &Request, name: &str) -> Resul
     }
 }
 
-/// What tern refuses whatever the log says.
+/// What tern refuses whatever the log says; the configs the log is to keep.
 fn check(
     topic: &kafka_protocol::messages::create_topics_request::CreatableTopic,
     name: &str,
-) -> Result<(), Refused> {
+) -> Result<TopicConfig, Refused> {
     if topics::is_internal(name) {
         return Err((
             ResponseError::InvalidTopicException,
@@ -114,13 +133,7 @@ fn check(
             "tern is one broker: replica assignments cannot be chosen".to_owned(),
         ));
     }
-    if !topic.configs.is_empty() {
-        return Err((
-            ResponseError::InvalidConfig,
-            "per-topic settings come from [[log.topic]] in tern.toml".to_owned(),
-        ));
-    }
-    Ok(())
+    configs::check(&topic.configs).map_err(|message| (ResponseError::InvalidConfig, message))
 }
 
 fn validate<L: LogPort>(log: &L, name: &str, count: u32) -> Result<u32, Refused> {
@@ -147,9 +160,14 @@ fn validate<L: LogPort>(log: &L, name: &str, count: u32) -> Result<u32, Refused>
     Ok(count)
 }
 
-fn create<L: LogPort>(log: &L, name: &str, count: u32) -> Result<u32, Refused> {
+fn create<L: LogPort>(
+    log: &L,
+    name: &str,
+    count: u32,
+    config: &TopicConfig,
+) -> Result<u32, Refused> {
     validate(log, name, count)?;
-    log.create_topic(name, count).map_err(|err| {
+    log.create_topic_with(name, count, config).map_err(|err| {
         tracing::info!(topic = name, %err, "CreateTopics refused");
         refusal(&err)
     })

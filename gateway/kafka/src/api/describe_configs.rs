@@ -11,6 +11,10 @@
 //! | `tern.durability` | `sync` or `periodic` |
 //! | `tern.on.full` | `reject` or `drop_oldest` |
 //!
+//! Besides these, the configs the topic was created with (`crate::configs`: `max.message.bytes`
+//! and the few values naming what tern does anyway), with source `DYNAMIC_TOPIC_CONFIG`; still
+//! read-only, since tern serves no AlterConfigs.
+//!
 //! No (or an empty) key list means every key. The broker resource answers with no entries (nothing of tern's is a Kafka broker setting).
 
 use kafka_protocol::ResponseError;
@@ -19,8 +23,9 @@ use kafka_protocol::messages::describe_configs_response::{
 };
 use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
-use tern_log::{Durability, LogPort, OnFull, TopicSettings};
+use tern_log::{Durability, LogPort, OnFull, TopicConfig, TopicSettings};
 
+use super::create_topics::DYNAMIC_TOPIC_CONFIG;
 use super::{ApiError, Conn, Ctx, Reply, Versions, decode, encode};
 use crate::header::Request;
 
@@ -34,6 +39,7 @@ const BROKER: i8 = 4;
 const STATIC_BROKER_CONFIG: i8 = 4;
 /// Kafka's `ConfigType`s.
 const STRING: i8 = 2;
+const INT: i8 = 3;
 const LONG: i8 = 5;
 
 /// The settings of `settings` as (Kafka key, value, type).
@@ -63,6 +69,27 @@ pub fn entries(settings: &TopicSettings) -> Vec<(&'static str, String, i8)> {
     ]
 }
 
+/// `entries` with their source, then the configs the topic was created with; a created one
+/// replaces the entry of the same key (they agree on its value: `crate::configs`).
+fn with_created(
+    entries: Vec<(&'static str, String, i8)>,
+    created: &TopicConfig,
+) -> Vec<(String, String, i8, i8)> {
+    let mut out: Vec<_> = entries
+        .into_iter()
+        .filter(|(key, ..)| !created.contains_key(*key))
+        .map(|(key, value, kind)| (key.to_owned(), value, kind, STATIC_BROKER_CONFIG))
+        .collect();
+    out.extend(created.iter().map(|(key, value)| {
+        let kind = match key.as_str() {
+            "max.message.bytes" | "min.insync.replicas" => INT,
+            _ => STRING,
+        };
+        (key.clone(), value.clone(), kind, DYNAMIC_TOPIC_CONFIG)
+    }));
+    out
+}
+
 pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Result<Reply, ApiError> {
     let version = request.version();
     let body: DescribeConfigsRequest = decode(request)?;
@@ -79,7 +106,8 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Resul
             TOPIC => ctx
                 .log
                 .topic_settings(&resource.resource_name)
-                .map(|s| entries(&s))
+                .and_then(|s| Ok((s, ctx.log.topic_config(&resource.resource_name)?)))
+                .map(|(s, config)| with_created(entries(&s), &config))
                 .map_err(|err| (ResponseError::UnknownTopicOrPartition, err.to_string())),
             BROKER => Ok(Vec::new()),
             other => Err((
@@ -99,12 +127,12 @@ pub fn handle<L: LogPort>(ctx: &Ctx<L>, conn: &Conn, request: &Request) -> Resul
                 result.configs = entries
                     .into_iter()
                     .filter(|(key, ..)| wanted(key))
-                    .map(|(key, value, kind)| {
+                    .map(|(key, value, kind, source)| {
                         DescribeConfigsResourceResult::default()
-                            .with_name(StrBytes::from_static_str(key))
+                            .with_name(StrBytes::from_string(key))
                             .with_value(Some(StrBytes::from_string(value)))
                             .with_read_only(true)
-                            .with_config_source(STATIC_BROKER_CONFIG)
+                            .with_config_source(source)
                             .with_config_type(kind)
                     })
                     .collect();

@@ -1,7 +1,9 @@
 //! Fetch: durable records from each requested offset, as v2 record batches whose offsets are the
-//! log's offsets, with their headers. When fewer than `min_bytes` are there, the answer waits up
-//! to `max_wait_ms` for any requested partition's durable end to move (the same watch MQTT
-//! delivery waits on), or for shutdown, then answers with what it has. A partition error
+//! log's offsets, with their headers; records a Kafka producer sent compressed are answered
+//! compressed with its codec, batch for batch, and such a batch is answered whole
+//! (`crate::records::FetchBatch`). When fewer than `min_bytes` are there, the answer waits up to
+//! `max_wait_ms` for any requested partition's durable end to move (the same watch MQTT delivery
+//! waits on), or for shutdown, then answers with what it has. A partition error
 //! (unknown topic or partition, offset out of range) answers at once, as Kafka does.
 //!
 //! tern keeps no fetch sessions: every answer has session id 0, so clients send full requests;
@@ -195,9 +197,38 @@ fn read_partition<L: LogPort>(
         return answer.with_records(Some(Default::default()));
     }
     let mut batch = records::FetchBatch::with_capacity(budget);
-    let read = log.read_each(topic, partition, offset, budget, &mut |offset, record| {
-        batch.push(offset, record);
-    });
+    let mut read = log.read_batched(
+        topic,
+        partition,
+        offset,
+        budget,
+        &mut |offset, record, span| {
+            batch.push_in(offset, record, span);
+        },
+    );
+    // A producer's compressed batch is answered whole or not at all, as Kafka does.
+    let mut previous = None;
+    while let (Ok(_), Some((from, until, only))) = (&read, batch.open_tail()) {
+        if !only {
+            batch.drop_tail();
+            break;
+        }
+        if previous.replace(from) == Some(from) {
+            // No progress (records missing to damage): answer what there is.
+            break;
+        }
+        read = log.read_batched(
+            topic,
+            partition,
+            from,
+            budget,
+            &mut |offset, record, span| {
+                if offset < until {
+                    batch.push_in(offset, record, span);
+                }
+            },
+        );
+    }
     match read {
         Ok(_) => {}
         Err(tern_log::LogError::OffsetOutOfRange { .. }) => {

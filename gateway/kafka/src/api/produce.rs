@@ -7,7 +7,8 @@
 //! A record carrying the MQTT topic header (`mqtt.topic`) must name a valid MQTT topic (no
 //! wildcards): MQTT subscribers receive it (see `docs/kafka.md`, "The MQTT route"). Writes to
 //! tern's internal `__…` topics are refused. The client needs write access (`[[mqtt.acl]]`) to the
-//! topic, and to the MQTT topic of every record that names one.
+//! topic, and to the MQTT topic of every record that names one. A topic created with
+//! `max.message.bytes` refuses a larger batch (its size as produced) with `MESSAGE_TOO_LARGE`.
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -17,13 +18,13 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use tern_auth::Want;
-use tern_log::{LogError, LogPort, Queued, Record};
+use tern_log::{Codec, LogError, LogPort, Queued, Record};
 
 use super::{ApiError, Conn, Ctx, PendingReply, Reply, Versions, decode, encode};
 use crate::header::Request;
 use crate::producers::Refusal;
 use crate::records::{self, RecordsError};
-use crate::topics;
+use crate::{configs, topics};
 
 /// v3-v12, the versions that name topics (v13 names them by id). Kafka 4.x Java producers use
 /// v12, librdkafka 2.x up to v10 or v11, kafka-python up to v8 or higher.
@@ -120,6 +121,23 @@ async fn append<L: LogPort>(
         partition,
         now,
     } = target;
+    // The topic's max.message.bytes bounds each batch as produced (compressed size), as in Kafka.
+    if let Some(limit) = ctx
+        .log
+        .topic_config(topic)
+        .ok()
+        .and_then(|config| configs::batch_limit(&config))
+    {
+        let size = data.as_deref().map_or(0, records::largest_batch);
+        if size > limit {
+            return Outcome::Refused(
+                ResponseError::MessageTooLarge,
+                Some(format!(
+                    "a record batch of {size} bytes is larger than the topic's max.message.bytes ({limit})"
+                )),
+            );
+        }
+    }
     let records = match data.as_ref().map(|bytes| records::decode(bytes, now)) {
         None => Ok(Vec::new()),
         Some(decoded) => decoded,
@@ -162,13 +180,16 @@ async fn append<L: LogPort>(
     }
     // An idempotent producer's batch goes through its sequence check (`crate::producers`).
     let producer = data.as_deref().map(records::producer_batch).transpose();
+    // The log keeps the producer's codec with the records, so Fetch serves them compressed the
+    // same way (as Kafka's default `compression.type=producer` does).
+    let codec = data.as_deref().map_or(Codec::None, records::codec);
     let queued = match producer.map(Option::flatten) {
         Err(err) => return Outcome::Refused(ResponseError::CorruptMessage, Some(err.to_string())),
-        Ok(None) => ctx.log.enqueue(topic, partition, records).await,
+        Ok(None) => ctx.log.enqueue_with(topic, partition, records, codec).await,
         Ok(Some(batch)) => {
             let states = &ctx.producer_states;
             match states
-                .enqueue(&ctx.log, topic, partition, batch, records)
+                .enqueue(&ctx.log, topic, partition, batch, records, codec)
                 .await
             {
                 Err(Refusal::Sequence(code, message)) => {

@@ -385,6 +385,99 @@ mod data_path {
         assert!(matches!(reply, Reply::Nothing), "{reply:?}");
     }
 
+    /// A consumer gets what the producer sent, batch for batch, as from Kafka: records produced
+    /// compressed come back in one batch of that codec (franz-go's `MaxDecompressBatchBytes`
+    /// and decompression pools are about that batch), uncompressed ones uncompressed. Before,
+    /// every answer was one uncompressed batch.
+    #[tokio::test]
+    async fn fetch_answers_compressed_records_in_their_producers_batch_and_codec() {
+        use crate::records::tests::produced;
+        let ctx = ctx();
+        ctx.log.ensure_topic("t").expect("topic");
+        let big = vec![0u8; 100_000];
+        let sent = [
+            produced(
+                Compression::Gzip,
+                &[
+                    (1, None, &big, &[]),
+                    (2, None, &big, &[]),
+                    (3, None, &big, &[]),
+                ],
+            ),
+            produced(Compression::None, &[(4, None, b"plain", &[])]),
+            produced(
+                Compression::Zstd,
+                &[(5, None, b"z1", &[]), (6, None, b"z2", &[])],
+            ),
+            produced(Compression::Lz4, &[(7, None, b"l", &[])]),
+        ];
+        for batch in sent {
+            let asked = request(ApiKey::Produce, 9, &produce("t", 1, batch));
+            let reply = dispatch(&ctx, &mut conn(), &asked).await.expect("reply");
+            let response: ProduceResponse = decode_as(body(reply).await.expect("answered"), 9);
+            assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+        }
+        let asked = request(ApiKey::Fetch, 12, &fetch("t", 0, 0, 1));
+        let reply = dispatch(&ctx, &mut conn(), &asked).await.expect("reply");
+        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
+        let mut records = response.responses[0].partitions[0]
+            .records
+            .clone()
+            .unwrap_or_default();
+        assert!(
+            records.len() < 10_000,
+            "the zeros travel gzipped: {}",
+            records.len()
+        );
+        let sets = RecordBatchDecoder::decode_all(&mut records).expect("batches");
+        let got: Vec<(String, Vec<i64>)> = sets
+            .iter()
+            .map(|set| {
+                let offsets = set.records.iter().map(|r| r.offset).collect();
+                (format!("{:?}", set.compression), offsets)
+            })
+            .collect();
+        let want = [
+            ("Gzip", vec![0, 1, 2]),
+            ("None", vec![3]),
+            ("Zstd", vec![4, 5]),
+            ("Lz4", vec![6]),
+        ];
+        let want: Vec<(String, Vec<i64>)> = want
+            .iter()
+            .map(|(c, o)| ((*c).to_owned(), o.clone()))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(sets[0].records[2].value.as_deref(), Some(&big[..]));
+
+        // A budget ending inside the first compressed batch still answers all of it (Kafka
+        // never splits a batch; franz-go's ErrDecompressTooLarge names the batch's end).
+        let mut small = fetch("t", 0, 0, 1);
+        small.topics[0].partitions[0].partition_max_bytes = 150_000;
+        let asked = request(ApiKey::Fetch, 12, &small);
+        let reply = dispatch(&ctx, &mut conn(), &asked).await.expect("reply");
+        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
+        let mut records = response.responses[0].partitions[0]
+            .records
+            .clone()
+            .unwrap_or_default();
+        let sets = RecordBatchDecoder::decode_all(&mut records).expect("batches");
+        let offsets: Vec<i64> = sets[0].records.iter().map(|r| r.offset).collect();
+        assert_eq!((sets.len(), offsets), (1, vec![0, 1, 2]));
+
+        // From the middle of a compressed batch: the rest of it, still compressed.
+        let asked = request(ApiKey::Fetch, 12, &fetch("t", 5, 0, 1));
+        let reply = dispatch(&ctx, &mut conn(), &asked).await.expect("reply");
+        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
+        let mut records = response.responses[0].partitions[0]
+            .records
+            .clone()
+            .unwrap_or_default();
+        let sets = RecordBatchDecoder::decode_all(&mut records).expect("batches");
+        assert_eq!(sets[0].compression, Compression::Zstd);
+        assert_eq!(sets[0].records[0].offset, 5);
+    }
+
     fn request_acks0(_ctx: &crate::api::Ctx<tern_log::MemoryLog>) -> crate::header::Request {
         request(
             ApiKey::Produce,

@@ -11,6 +11,7 @@ use std::sync::{Arc, PoisonError};
 
 use super::super::config::TopicSettings;
 use super::super::error::{LogError, Result};
+use super::super::topic_config::{self, TopicConfig};
 use super::super::{TopicInfo, check_partition_count, check_topic_name, meta};
 use super::{Log, TopicEntry, open_partitions, open_topic};
 
@@ -21,9 +22,24 @@ impl Log {
     /// Creates `topic` with `partitions` partitions; `TopicExists` if it already exists.
     /// Blocking file I/O (a few fsyncs).
     pub fn create_topic(&self, topic: &str, partitions: u32) -> Result<TopicInfo> {
+        self.create_topic_with(topic, partitions, &TopicConfig::new())
+    }
+
+    /// [`Log::create_topic`] keeping `config` as the topic's own settings (`topic.config`,
+    /// written before the topic exists); [`Log::topic_config`] hands them back.
+    pub fn create_topic_with(
+        &self,
+        topic: &str,
+        partitions: u32,
+        config: &TopicConfig,
+    ) -> Result<TopicInfo> {
         self.check_open()?;
         check_topic_name(topic)?;
         check_partition_count(topic, partitions)?;
+        topic_config::check(config).map_err(|reason| LogError::InvalidTopicConfig {
+            topic: topic.to_owned(),
+            reason,
+        })?;
         let mut topics = self
             .inner
             .topics
@@ -35,7 +51,7 @@ impl Log {
             });
         }
         let shared = &self.inner.shared;
-        meta::create(&*shared.fs, &self.inner.dir, topic, partitions)?;
+        meta::create(&*shared.fs, &self.inner.dir, topic, partitions, config)?;
         let info = TopicInfo {
             name: topic.to_owned(),
             partitions,
@@ -82,6 +98,7 @@ impl Log {
             topic.to_owned(),
             Arc::new(TopicEntry {
                 info: info.clone(),
+                config: Arc::clone(&old.config),
                 partitions,
             }),
         );
@@ -158,6 +175,11 @@ impl Log {
         settings.durability = self.inner.shared.config.topic_settings(topic).durability;
         settings.partitions = entry.info.partitions;
         Ok(settings)
+    }
+
+    /// The settings `topic` was created with (empty for none).
+    pub fn topic_config(&self, topic: &str) -> Result<Arc<TopicConfig>> {
+        Ok(Arc::clone(&self.topic(topic)?.config))
     }
 
     /// The partition count a topic created now by [`Log::ensure_topic`] gets.

@@ -3,6 +3,7 @@
 
 mod clock;
 mod closed_loop;
+mod codec;
 mod crash;
 mod damage;
 mod model;

@@ -80,6 +80,38 @@ fn created_and_grown_topics_survive_a_reopen() {
 }
 
 #[test]
+fn a_topics_own_settings_survive_a_reopen_and_growth_and_go_with_it() {
+    let rt = runtime();
+    let fs = FaultyFs::new(3);
+    let given = crate::TopicConfig::from([("max.message.bytes".to_owned(), "51200".to_owned())]);
+    rt.block_on(async {
+        let log = open(&fs, &config()).await;
+        log.create_topic_with("t", 1, &given).expect("creates");
+        log.create_topic("plain", 1).expect("creates");
+        assert_eq!(*log.topic_config("t").expect("exists"), given);
+        assert!(log.topic_config("plain").expect("exists").is_empty());
+        assert!(
+            fs.contents()
+                .contains_key(std::path::Path::new("/data/log/topics/t/topic.config"))
+        );
+        let too_many: crate::TopicConfig =
+            (0..100).map(|i| (format!("k{i}"), String::new())).collect();
+        assert!(matches!(
+            log.create_topic_with("u", 1, &too_many),
+            Err(LogError::InvalidTopicConfig { .. })
+        ));
+        log.add_partitions("t", 2).expect("grows");
+        assert_eq!(*log.topic_config("t").expect("exists"), given);
+        log.close().await.expect("close");
+        let log = open(&fs, &config()).await;
+        assert_eq!(*log.topic_config("t").expect("kept"), given);
+        log.delete_topic("t").await.expect("deletes");
+        log.create_topic("t", 1).expect("the name is free again");
+        assert!(log.topic_config("t").expect("exists").is_empty());
+    });
+}
+
+#[test]
 fn a_deletion_is_refused_while_in_use_and_leaves_nothing_behind() {
     let rt = runtime();
     let fs = FaultyFs::new(2);
