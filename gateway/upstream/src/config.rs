@@ -349,12 +349,18 @@ mod tests {
         assert_eq!(config.mode, Mode::Shared);
         assert_eq!(config.shared_key, SharedKey::Gateway);
         assert_eq!(config.shared_partitions, Some(12));
-        assert_eq!(config.transaction_timeout.0, std::time::Duration::from_secs(60));
+        assert_eq!(
+            config.transaction_timeout.0,
+            std::time::Duration::from_secs(60)
+        );
         assert_eq!(config.validate(), Ok(()));
         let short: UpstreamConfig = toml::from_str(
             "bootstrap = [\"k:9093\"]\nmode = \"shared\"\ntransaction_timeout = \"3s\"\n",
         )?;
-        assert_eq!(short.transaction_timeout.0, std::time::Duration::from_secs(3));
+        assert_eq!(
+            short.transaction_timeout.0,
+            std::time::Duration::from_secs(3)
+        );
         assert_eq!(short.validate(), Ok(()));
         let zero = UpstreamConfig {
             transaction_timeout: HumanDuration(std::time::Duration::ZERO),

@@ -49,7 +49,11 @@ pub struct TxnProducer {
 }
 
 impl TxnProducer {
-    pub fn new(settings: Settings, transactional_id: String, transaction_timeout: Duration) -> Self {
+    pub fn new(
+        settings: Settings,
+        transactional_id: String,
+        transaction_timeout: Duration,
+    ) -> Self {
         Self {
             settings,
             transactional_id,
