@@ -278,6 +278,27 @@ impl KafkaCluster {
         }
     }
 
+    /// Arms every client proxy to hold the next request with `api_key` (not forwarded, its
+    /// connection left open) until [`KafkaCluster::release_clients`]; a hold that arrived shows
+    /// in [`KafkaCluster::request_held`].
+    pub fn hold_clients_at_request(&self, api_key: i16) {
+        for node in &self.nodes {
+            node.proxy.hold_at_request(api_key);
+        }
+    }
+
+    /// Whether an armed hold fired (the request waits in a proxy).
+    pub fn request_held(&self) -> bool {
+        self.nodes.iter().any(|n| n.proxy.tripped())
+    }
+
+    /// Forwards the held request and disarms the other proxies' holds.
+    pub fn release_clients(&self) {
+        for node in &self.nodes {
+            node.proxy.release();
+        }
+    }
+
     /// Whether an armed request cut fired; it then cuts every client proxy.
     pub fn request_cut_fired(&self) -> bool {
         let fired = self.nodes.iter().any(|n| n.proxy.tripped());

@@ -84,6 +84,18 @@ pub enum TimestampType {
     LogAppendTime,
 }
 
+/// One transactional id as `kafka-transactions describe` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionState {
+    /// The broker coordinating the transactional id.
+    pub coordinator: u32,
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// `Empty`, `Ongoing`, `PrepareCommit`, `PrepareAbort`, `CompleteCommit`, `CompleteAbort`, …
+    pub state: String,
+    pub timeout_ms: u64,
+}
+
 /// One record as the console consumer prints it (text keys, values and header values).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumedRecord {
@@ -274,6 +286,29 @@ impl KafkaCluster {
         Ok(offsets)
     }
 
+    /// `kafka-transactions describe --transactional-id`: the coordinator, producer id, epoch,
+    /// state and timeout of `transactional_id` (an error when the coordinator does not know it).
+    pub fn describe_transaction(&self, transactional_id: &str) -> anyhow::Result<TransactionState> {
+        let output = self.run_tool(
+            "org.apache.kafka.tools.TransactionsCommand",
+            &["describe", "--transactional-id", transactional_id],
+        )?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        parse_transaction(&text)
+            .with_context(|| format!("no description of {transactional_id} in:\n{text}"))
+    }
+
+    /// `kafka-topics --describe --under-replicated-partitions`: every partition of every topic
+    /// whose ISR lacks a replica (empty once a restarted broker caught up everywhere).
+    pub fn under_replicated(&self) -> anyhow::Result<Vec<PartitionState>> {
+        let output = self.run_tool(
+            "org.apache.kafka.tools.TopicCommand",
+            &["--describe", "--under-replicated-partitions"],
+        )?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        Ok(text.lines().filter_map(parse_partition_line).collect())
+    }
+
     /// `kafka-get-offsets --time latest`: the partition's end offset (next offset to be written).
     pub fn end_offset(&self, topic: &str, partition: u32) -> anyhow::Result<u64> {
         let partition_arg = partition.to_string();
@@ -460,6 +495,27 @@ fn parse_partition_line(line: &str) -> Option<PartitionState> {
     })
 }
 
+/// The table `kafka-transactions describe` prints: a header row, then one row, columns padded
+/// with spaces (`TopicPartitions`, the last, may be empty).
+fn parse_transaction(text: &str) -> Option<TransactionState> {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let row: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let field = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .and_then(|i| row.get(i).copied())
+    };
+    Some(TransactionState {
+        coordinator: field("CoordinatorId")?.parse().ok()?,
+        producer_id: field("ProducerId")?.parse().ok()?,
+        epoch: field("ProducerEpoch")?.parse().ok()?,
+        state: field("TransactionState")?.to_owned(),
+        timeout_ms: field("TransactionTimeoutMs")?.parse().ok()?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,6 +537,34 @@ mod tests {
         assert_eq!(appended.timestamp_ms, 42);
         assert!(parse_record_line("NoTimestampType:-1\tOffset:1\tNO_HEADERS\t<null>\tv").is_err());
         Ok(())
+    }
+
+    #[test]
+    fn parses_a_transaction_description() {
+        let text = "CoordinatorId\tTransactionalId\tProducerId\tProducerEpoch\tTransactionState\t\
+                    TransactionTimeoutMs\tCurrentTransactionStartTimeMs\tTransactionDurationMs\t\
+                    TopicPartitions\n\
+                    2            tern.gw.mqtt.0  7           3            Ongoing          \
+                    3000                 1795943224507                 812                   \
+                    tern.mqtt-0,tern.mqtt-2\n";
+        assert_eq!(
+            parse_transaction(text),
+            Some(TransactionState {
+                coordinator: 2,
+                producer_id: 7,
+                epoch: 3,
+                state: "Ongoing".to_owned(),
+                timeout_ms: 3000
+            })
+        );
+        let empty = "CoordinatorId TransactionalId ProducerId ProducerEpoch TransactionState \
+                     TransactionTimeoutMs CurrentTransactionStartTimeMs TransactionDurationMs \
+                     TopicPartitions\n1 t 7 4 CompleteAbort 3000 None None\n";
+        assert_eq!(
+            parse_transaction(empty).map(|t| (t.epoch, t.state)),
+            Some((4, "CompleteAbort".to_owned()))
+        );
+        assert_eq!(parse_transaction("CoordinatorId\n"), None);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! Kafka going down. Cutting closes every open connection and refuses new ones until restored.
 //! It forwards bytes unchanged; towards the broker it reads them as Kafka request frames (size,
 //! api key) so a test can arm a cut that fires when a given request arrives, before it is
-//! forwarded ([`TcpProxy::cut_at_request`]: a link lost between two requests of one exchange).
+//! forwarded ([`TcpProxy::cut_at_request`]: a link lost between two requests of one exchange),
+//! or one that holds that request until released ([`TcpProxy::hold_at_request`]: a link that
+//! stalls without closing, so the request arrives late on the same connection).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -24,6 +26,10 @@ struct State {
     cut_at: AtomicI32,
     /// Set when an armed cut fired.
     tripped: AtomicBool,
+    /// The api key whose request is held (−1: none armed).
+    hold_at: AtomicI32,
+    /// Set while a held request waits; cleared by [`TcpProxy::release`].
+    holding: AtomicBool,
     stopped: AtomicBool,
     connections: Mutex<Vec<TcpStream>>,
 }
@@ -44,6 +50,7 @@ impl TcpProxy {
         let addr = listener.local_addr()?;
         let state = Arc::new(State {
             cut_at: AtomicI32::new(-1),
+            hold_at: AtomicI32::new(-1),
             ..State::default()
         });
         let accept_state = Arc::clone(&state);
@@ -76,7 +83,23 @@ impl TcpProxy {
             .store(i32::from(api_key), Ordering::SeqCst);
     }
 
-    /// Whether the armed cut fired.
+    /// Arms a hold: the next request with `api_key` is not forwarded (its connection and every
+    /// other stay open, the requests after it on that connection wait behind it) until
+    /// [`TcpProxy::release`]; [`TcpProxy::tripped`] tells when it arrived.
+    pub fn hold_at_request(&self, api_key: i16) {
+        self.state.tripped.store(false, Ordering::SeqCst);
+        self.state
+            .hold_at
+            .store(i32::from(api_key), Ordering::SeqCst);
+    }
+
+    /// Forwards a held request (and disarms a hold that did not fire).
+    pub fn release(&self) {
+        self.state.hold_at.store(-1, Ordering::SeqCst);
+        self.state.holding.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether the armed cut or hold fired.
     pub fn tripped(&self) -> bool {
         self.state.tripped.load(Ordering::SeqCst)
     }
@@ -157,6 +180,16 @@ fn pump_requests(mut from: TcpStream, mut to: TcpStream, state: &State) {
                 state.tripped.store(true, Ordering::SeqCst);
                 state.close_all();
                 return Ok(());
+            }
+            if key.is_some_and(|k| k == state.hold_at.load(Ordering::SeqCst)) {
+                state.hold_at.store(-1, Ordering::SeqCst);
+                state.holding.store(true, Ordering::SeqCst);
+                state.tripped.store(true, Ordering::SeqCst);
+                // The proxy's own poll of the release, not a test waiting for a signal.
+                while state.holding.load(Ordering::SeqCst) && !state.stopped.load(Ordering::SeqCst)
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
             }
             to.write_all(&size)?;
             to.write_all(&frame)?;

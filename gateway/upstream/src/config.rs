@@ -33,6 +33,11 @@ pub struct UpstreamConfig {
     pub shared_partitions: Option<u32>,
     /// Shared mode: the consumer group holding progress. Default: `{topic_prefix}{gateway_id}`.
     pub group: Option<String>,
+    /// Shared mode: the transaction timeout tern asks for in InitProducerId. A transaction left
+    /// open longer (the link lost before EndTxn, a gateway that never comes back) is aborted by
+    /// Kafka, and until then it holds `read_committed` consumers of the partitions it wrote.
+    /// At most the brokers' `transaction.max.timeout.ms` (15 min by default).
+    pub transaction_timeout: HumanDuration,
     pub compression: Codec,
     /// What the upstream record's value is: the edge value as it is (`raw`), or a sensor reading
     /// decoded through the shared schema and sent as JSON (`reading-json`). A value that does not
@@ -96,6 +101,7 @@ impl Default for UpstreamConfig {
             shared_key: SharedKey::RecordKey,
             shared_partitions: None,
             group: None,
+            transaction_timeout: HumanDuration(std::time::Duration::from_secs(60)),
             compression: Codec::Lz4,
             value_format: ValueFormat::Raw,
             max_batch_bytes: ByteSize(512 * 1024),
@@ -231,6 +237,10 @@ impl Default for TlsSettings {
 const MAX_LINGER: std::time::Duration = std::time::Duration::from_secs(10);
 /// Smallest accepted non-zero `bandwidth`, bytes per second.
 const MIN_BANDWIDTH: u64 = 1024;
+/// Accepted `transaction_timeout`: Kafka counts it in whole milliseconds as an int32 and aborts
+/// timed-out transactions on a timer, so below a second only races its own checks.
+const MIN_TRANSACTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+const MAX_TRANSACTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 impl UpstreamConfig {
     /// Checks the settings; `Err((key, message))` names the offending key.
@@ -294,6 +304,13 @@ impl UpstreamConfig {
             return Err((
                 "upstream.shared_partitions".into(),
                 "must be 1..=2147483647".into(),
+            ));
+        }
+        let timeout = self.transaction_timeout.0;
+        if timeout < MIN_TRANSACTION_TIMEOUT || timeout > MAX_TRANSACTION_TIMEOUT {
+            return Err((
+                "upstream.transaction_timeout".into(),
+                "must be 1s to 24h (and at most the brokers' transaction.max.timeout.ms)".into(),
             ));
         }
         Ok(())
@@ -407,7 +424,27 @@ mod tests {
         assert_eq!(config.mode, Mode::Shared);
         assert_eq!(config.shared_key, SharedKey::Gateway);
         assert_eq!(config.shared_partitions, Some(12));
+        assert_eq!(
+            config.transaction_timeout.0,
+            std::time::Duration::from_secs(60)
+        );
         assert_eq!(config.validate(), Ok(()));
+        let short: UpstreamConfig = toml::from_str(
+            "bootstrap = [\"k:9093\"]\nmode = \"shared\"\ntransaction_timeout = \"3s\"\n",
+        )?;
+        assert_eq!(
+            short.transaction_timeout.0,
+            std::time::Duration::from_secs(3)
+        );
+        assert_eq!(short.validate(), Ok(()));
+        let zero = UpstreamConfig {
+            transaction_timeout: HumanDuration(std::time::Duration::ZERO),
+            ..short
+        };
+        assert_eq!(
+            zero.validate().map_err(|e| e.0),
+            Err("upstream.transaction_timeout".to_owned())
+        );
         config.shared_partitions = Some(0);
         assert_eq!(
             config.validate().map_err(|e| e.0),

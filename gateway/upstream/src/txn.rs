@@ -39,6 +39,8 @@ pub struct TxnProducer {
     settings: Settings,
     transactional_id: String,
     timeout: Duration,
+    /// What InitProducerId asks for: Kafka aborts a transaction left open longer.
+    transaction_timeout: Duration,
     coordinator: Option<Connection>,
     /// (producer id, epoch) of this incarnation; `None` before [`TxnProducer::init`].
     incarnation: Option<(i64, i16)>,
@@ -47,11 +49,16 @@ pub struct TxnProducer {
 }
 
 impl TxnProducer {
-    pub fn new(settings: Settings, transactional_id: String) -> Self {
+    pub fn new(
+        settings: Settings,
+        transactional_id: String,
+        transaction_timeout: Duration,
+    ) -> Self {
         Self {
             settings,
             transactional_id,
             timeout: Duration::from_secs(10),
+            transaction_timeout,
             coordinator: None,
             incarnation: None,
             sequences: BTreeMap::new(),
@@ -160,7 +167,12 @@ impl TxnProducer {
         };
         let result = match (request, self.id()) {
             (Request::Init, _) => {
-                let asked = init_producer_id(&mut connection, Some(&self.transactional_id)).await;
+                let asked = init_producer_id(
+                    &mut connection,
+                    Some(&self.transactional_id),
+                    self.transaction_timeout,
+                )
+                .await;
                 asked.map(|incarnation| self.incarnation = Some(incarnation))
             }
             (_, None) => Err(ClientError::Missing {

@@ -34,6 +34,9 @@ struct SharedGateway {
     id: &'static str,
     data: TempDir,
     options: ServeOptions,
+    /// The proxied bootstrap list as TOML (`"host:port", …`).
+    bootstrap: String,
+    config: PathBuf,
     _config_dir: TempDir,
 }
 
@@ -45,25 +48,35 @@ impl SharedGateway {
             .split(',')
             .map(|b| format!("\"{b}\""))
             .collect();
-        let path: PathBuf = config_dir.path().join("tern.toml");
-        std::fs::write(
-            &path,
-            format!(
-                "[log]\npartitions = {EDGE_PARTITIONS}\n\n[[upstream]]\nbootstrap = [{}]\n\
-                 gateway_id = \"{id}\"\nmode = \"shared\"\nshared_partitions = \
-                 {SHARED_PARTITIONS}\nmax_batch_bytes = \"4KiB\"\nbackoff_max = \"1s\"\n",
-                bootstrap.join(", ")
-            ),
-        )?;
-        Ok(Self {
+        let config: PathBuf = config_dir.path().join("tern.toml");
+        let shared = Self {
             id,
             data: TempDir::new(&format!("shared-{id}"))?,
             options: ServeOptions {
-                args: vec!["--config".to_owned(), path.display().to_string()],
+                args: vec!["--config".to_owned(), config.display().to_string()],
                 mqtt_listen: None,
             },
+            bootstrap: bootstrap.join(", "),
+            config,
             _config_dir: config_dir,
-        })
+        };
+        shared.configure("")?;
+        Ok(shared)
+    }
+
+    /// Writes the configuration file with `extra` (`key = value` lines) added to the
+    /// `[[upstream]]` table; the next [`SharedGateway::start`] reads it.
+    fn configure(&self, extra: &str) -> anyhow::Result<()> {
+        std::fs::write(
+            &self.config,
+            format!(
+                "[log]\npartitions = {EDGE_PARTITIONS}\n\n[[upstream]]\nbootstrap = [{}]\n\
+                 gateway_id = \"{}\"\nmode = \"shared\"\nshared_partitions = \
+                 {SHARED_PARTITIONS}\nmax_batch_bytes = \"4KiB\"\nbackoff_max = \"1s\"\n{extra}",
+                self.bootstrap, self.id
+            ),
+        )?;
+        Ok(())
     }
 
     fn start(&self) -> anyhow::Result<Gateway> {
@@ -172,8 +185,10 @@ struct Upstream {
     placement: HashMap<String, HashSet<u32>>,
 }
 
-/// How long the console consumer waits for one more record before it is done with a partition.
-const CONSUMER_IDLE: Duration = Duration::from_secs(6);
+/// How long the console consumer waits for one more record before it is done with a partition;
+/// its first poll (metadata, offsets, first fetch) must fit too, with three consumer JVMs started
+/// at once beside the brokers on a small machine.
+const CONSUMER_IDLE: Duration = Duration::from_secs(10);
 
 /// Every edge record of `gateways` is seen by a consumer with `isolation` at least once with its
 /// value, key and edge timestamp (`tern-timestamp`; the record's own is Kafka's LogAppendTime);
@@ -201,9 +216,29 @@ fn check_upstream(
     let mut seen: HashSet<Identity> = HashSet::new();
     let (mut duplicates, mut total) = (0u64, 0u64);
     let mut placement: HashMap<String, HashSet<u32>> = HashMap::new();
-    for partition in 0..SHARED_PARTITIONS {
+    // One console consumer per partition, all at once: each ends only after CONSUMER_IDLE.
+    let consumed: Vec<anyhow::Result<Vec<ConsumedRecord>>> = std::thread::scope(|scope| {
+        let consumers: Vec<_> = (0..SHARED_PARTITIONS)
+            .map(|partition| {
+                scope.spawn(move || {
+                    cluster.consume_isolated(UPSTREAM, partition, isolation, CONSUMER_IDLE)
+                })
+            })
+            .collect();
+        consumers
+            .into_iter()
+            .map(|c| {
+                c.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a console consumer thread panicked")))
+            })
+            .collect()
+    });
+    let mut counts = Vec::new();
+    for (partition, records) in (0..SHARED_PARTITIONS).zip(consumed) {
         let mut last_offset: HashMap<(String, String), u64> = HashMap::new();
-        for record in cluster.consume_isolated(UPSTREAM, partition, isolation, CONSUMER_IDLE)? {
+        let records = records?;
+        counts.push(records.len());
+        for record in records {
             total += 1;
             let id = identity(&record)?;
             let origin = edge
@@ -231,12 +266,23 @@ fn check_upstream(
             );
         }
     }
-    let missing: Vec<&Identity> = edge.keys().filter(|id| !seen.contains(*id)).collect();
-    assert!(
-        missing.is_empty(),
-        "{} edge records never upstream: {missing:?}",
-        missing.len()
-    );
+    let mut missing: Vec<&Identity> = edge.keys().filter(|id| !seen.contains(*id)).collect();
+    missing.sort();
+    if !missing.is_empty() {
+        let ends: Vec<String> = (0..SHARED_PARTITIONS)
+            .map(|p| match cluster.end_offset(UPSTREAM, p) {
+                Ok(end) => end.to_string(),
+                Err(err) => format!("{err:#}"),
+            })
+            .collect();
+        panic!(
+            "{} edge records never upstream for a {} consumer (records per partition {counts:?}, \
+             end offsets {ends:?}); first ones: {:?}",
+            missing.len(),
+            isolation.name(),
+            &missing[..missing.len().min(20)]
+        );
+    }
     Ok(Upstream {
         records: edge.len(),
         seen: total,

@@ -28,6 +28,8 @@ use crate::config::Codec;
 pub const NO_PRODUCER_ID: i64 = -1;
 /// Kafka's DUPLICATE_SEQUENCE_NUMBER: the leader holds this batch already.
 pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
+/// The transaction timeout an idempotent producer's InitProducerId carries (unused by Kafka).
+pub const IDEMPOTENT_TXN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Kafka's sequence numbers are int32 and wrap from `i32::MAX` to 0.
 pub const SEQUENCE_WRAP: u64 = 1 << 31;
 
@@ -192,19 +194,31 @@ pub async fn produce(
     }
 }
 
-/// A new producer id and epoch (an idempotent producer's; a transactional one will pass its
-/// transactional id).
-pub async fn init_producer_id(
-    connection: &mut Connection,
+/// InitProducerId asking for a new producer id (−1, epoch −1), with `transaction_timeout` in
+/// whole milliseconds (int32 on the wire, so a longer one is capped).
+pub fn init_producer_id_request(
     transactional_id: Option<&str>,
-) -> Result<(i64, i16), ClientError> {
-    let request = InitProducerIdRequest::default()
+    transaction_timeout: Duration,
+) -> InitProducerIdRequest {
+    let timeout_ms = i32::try_from(transaction_timeout.as_millis()).unwrap_or(i32::MAX);
+    InitProducerIdRequest::default()
         .with_transactional_id(
             transactional_id.map(|id| TransactionalId(StrBytes::from_string(id.to_owned()))),
         )
-        .with_transaction_timeout_ms(60_000)
+        .with_transaction_timeout_ms(timeout_ms)
         .with_producer_id((-1).into())
-        .with_producer_epoch(-1);
+        .with_producer_epoch(-1)
+}
+
+/// A new producer id and epoch: an idempotent producer's (no transactional id; Kafka ignores
+/// the timeout, [`IDEMPOTENT_TXN_TIMEOUT`] is sent), or a transactional one's, whose open
+/// transactions Kafka aborts after `transaction_timeout`.
+pub async fn init_producer_id(
+    connection: &mut Connection,
+    transactional_id: Option<&str>,
+    transaction_timeout: Duration,
+) -> Result<(i64, i16), ClientError> {
+    let request = init_producer_id_request(transactional_id, transaction_timeout);
     let answer = connection.call(|_| request).await?;
     if answer.error_code != 0 {
         return Err(ClientError::kafka(

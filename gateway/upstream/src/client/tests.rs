@@ -176,14 +176,29 @@ fn describe_configs_v1_asks_for_two_configs_of_one_topic() -> Result<(), ClientE
 
 #[test]
 fn init_producer_id_v0_asks_for_an_idempotent_producer() -> Result<(), ClientError> {
-    let request = InitProducerIdRequest::default()
-        .with_transactional_id(None)
-        .with_transaction_timeout_ms(60_000);
+    let request = produce::init_producer_id_request(None, produce::IDEMPOTENT_TXN_TIMEOUT);
     let frame = encode_request(&request, 0, 7)?;
     // transactional_id null (length -1), transaction timeout 60000 ms.
     let mut expected = header_v1(14 + 6, 22, 0);
     expected.extend_from_slice(&[0xff, 0xff, 0, 0, 0xea, 0x60]);
     assert_eq!(frame.as_ref(), expected);
+    Ok(())
+}
+
+#[test]
+fn init_producer_id_carries_the_configured_transaction_timeout() -> Result<(), ClientError> {
+    let request =
+        produce::init_producer_id_request(Some("t.g.m.0"), std::time::Duration::from_secs(3));
+    assert_eq!(request.transaction_timeout_ms, 3_000);
+    let frame = encode_request(&request, 0, 7)?;
+    // transactional_id "t.g.m.0" (int16 length 7), transaction timeout 3000 ms (0x0bb8).
+    let mut expected = header_v1(14 + 13, 22, 0);
+    expected.extend_from_slice(&[0, 7]);
+    expected.extend_from_slice(b"t.g.m.0");
+    expected.extend_from_slice(&[0, 0, 0x0b, 0xb8]);
+    assert_eq!(frame.as_ref(), expected);
+    let capped = produce::init_producer_id_request(None, std::time::Duration::from_secs(1 << 40));
+    assert_eq!(capped.transaction_timeout_ms, i32::MAX);
     Ok(())
 }
 

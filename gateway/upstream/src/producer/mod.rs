@@ -100,7 +100,8 @@ impl Producer {
             *guard = Some(stored.clone());
             return Ok(stored);
         }
-        let (producer_id, epoch) = produce::init_producer_id(connection, None).await?;
+        let (producer_id, epoch) =
+            produce::init_producer_id(connection, None, produce::IDEMPOTENT_TXN_TIMEOUT).await?;
         let identity = Identity {
             cluster_id,
             producer_id,

@@ -130,7 +130,11 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
     async fn session(&self) -> Result<(), UpstreamError> {
         let partitions = self.prepare_topic().await?;
         let (topic, partition) = (&self.source.topic, self.source.partition);
-        let mut txn = TxnProducer::new(self.group.settings().clone(), self.transactional_id());
+        let mut txn = TxnProducer::new(
+            self.group.settings().clone(),
+            self.transactional_id(),
+            self.config.transaction_timeout.0,
+        );
         let transactional = !self.config.bench_without_transactions;
         if transactional {
             txn.init()

@@ -19,7 +19,7 @@ use super::{KEYS, SharedGateway, check_upstream, metric, wait_forwarded};
 
 /// Runs mosquitto_pub (50 QoS 1 messages per run, keys in turn) until `stop`; runs that fail
 /// while tern is down are simply repeated. Returns how many runs succeeded.
-fn publish_until(port: u16, stop: &AtomicBool) -> u64 {
+pub(super) fn publish_until(port: u16, stop: &AtomicBool) -> u64 {
     let mut succeeded = 0;
     let mut run = 0u64;
     while !stop.load(Ordering::SeqCst) {
@@ -61,7 +61,11 @@ fn wait_metric(
 }
 
 /// Waits until tern has forwarded `more` records beyond those it had forwarded so far.
-fn wait_forwarded_more(gateway: &mut Gateway, more: u64, what: &str) -> anyhow::Result<()> {
+pub(super) fn wait_forwarded_more(
+    gateway: &mut Gateway,
+    more: u64,
+    what: &str,
+) -> anyhow::Result<()> {
     let name = "tern_upstream_forwarded_records_total";
     let target = metric(gateway, name)?.unwrap_or(0) + more;
     wait_metric(gateway, name, what, |n| n.unwrap_or(0) >= target)
