@@ -1,9 +1,10 @@
 //! Shared mode under faults: while mosquitto_pub keeps publishing (so a transaction is almost
 //! always open), the link to Kafka is cut and restored three times and tern is SIGKILLed and
 //! restarted. A `read_committed` consumer (Kafka's console consumer) must see every edge record
-//! exactly once and in edge order per key, and the group offsets must end at the edge ends. The
-//! negative control: a `read_uncommitted` consumer of the same run sees the copies of the
-//! transactions the faults aborted, so the checker can fail.
+//! exactly once and in edge order per key, and the group offsets must end at the edge ends. A
+//! `read_uncommitted` consumer's aborted copies are printed; random cuts need not hit an open
+//! transaction, so the negative control that shows the checker able to fail is `txn_faults`,
+//! whose faults are placed inside transactions.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -150,12 +151,13 @@ fn shared_mode_is_exactly_once_across_link_cuts_and_its_own_sigkill() -> anyhow:
     for (key, partitions) in &committed.placement {
         assert_eq!(partitions.len(), 1, "{key} in partitions {partitions:?}");
     }
-    // Negative control: the faults aborted transactions whose records reached the brokers, and
-    // a consumer that reads them sees copies: the same checker fails on them.
-    assert!(
-        uncommitted.duplicates > 0,
-        "the read_uncommitted consumer saw no aborted copy: the faults did not hit an open \
-         transaction, so this run does not show the checker able to fail"
+    // Random cuts may all fall between transactions (this test saw both), so the negative
+    // control is not asserted here: `txn_faults` places each fault inside a transaction and shows
+    // the same checker (`check_upstream`) failing on a read_uncommitted consumer every time.
+    eprintln!(
+        "aborted copies a read_uncommitted consumer saw (informational; txn_faults asserts \
+         them): {}",
+        uncommitted.duplicates
     );
     Ok(())
 }
