@@ -137,23 +137,30 @@ start_tern() {
         --mqtt-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
         </dev/null >>"$logs/tern.log" 2>&1 &
     tern_pid=$!
-    for _ in $(seq 1 300); do
-        if tail -n +"$((from + 1))" "$logs/tern.log" | grep -q ' ready'; then
-            tail -n +"$((from + 1))" "$logs/tern.log" | grep -q 'kafka listener on' || {
-                echo "tern started without its Kafka listener:" >&2
-                tail -n 20 "$logs/tern.log" >&2
-                exit 1
-            }
+    wait_started tern "$tern_pid" "$logs/tern.log" "$from" ' ready' 30
+    tail -n +"$((from + 1))" "$logs/tern.log" | grep -q 'kafka listener on' || {
+        echo "tern started without its Kafka listener:" >&2
+        tail -n 20 "$logs/tern.log" >&2
+        exit 1
+    }
+}
+
+# Waits until the log file $3, from its line $4 on, holds $5, while the process $1 (PID $2)
+# runs; exits with the log's tail when it ends or after $6 seconds.
+wait_started() {
+    local name=$1 pid=$2 log=$3 from=$4 pattern=$5 seconds=$6
+    for _ in $(seq 1 $((seconds * 10))); do
+        if tail -n +"$((from + 1))" "$log" | grep -q "$pattern"; then
             return
         fi
-        if ! alive "$tern_pid"; then
-            echo "tern exited at start:" >&2
-            tail -n 20 "$logs/tern.log" >&2
+        if ! alive "$pid"; then
+            echo "$name exited at start:" >&2
+            tail -n 30 "$log" >&2
             exit 1
         fi
         sleep 0.1
     done
-    echo "tern not ready within 30 s" >&2
+    echo "$name did not start within $seconds s" >&2
     exit 1
 }
 
@@ -211,20 +218,8 @@ EOF
     }
     "${jvm[@]}" -Xmx512m kafka.Kafka "$dir/server.properties" </dev/null >"$logs/kafka.log" 2>&1 &
     kafka_pid=$!
-    for _ in $(seq 1 1800); do
-        if grep -q 'Kafka Server started' "$logs/kafka.log"; then
-            kafka_seeds=127.0.0.1:$broker
-            return
-        fi
-        if ! alive "$kafka_pid"; then
-            echo "kafka exited at start:" >&2
-            tail -n 30 "$logs/kafka.log" >&2
-            exit 1
-        fi
-        sleep 0.1
-    done
-    echo "kafka did not start within 180 s" >&2
-    exit 1
+    wait_started kafka "$kafka_pid" "$logs/kafka.log" 0 'Kafka Server started' 180
+    kafka_seeds=127.0.0.1:$broker
 }
 
 # --- one test ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// A running proxy from `addr` to its target. Dropping it stops it and closes its connections.
@@ -28,13 +28,21 @@ struct State {
     tripped: AtomicBool,
     /// The api key whose request is held (−1: none armed).
     hold_at: AtomicI32,
-    /// Set while a held request waits; cleared by [`TcpProxy::release`].
-    holding: AtomicBool,
+    /// True while a held request waits; cleared by [`TcpProxy::release`] (and on drop), which
+    /// wakes `released`.
+    holding: Mutex<bool>,
+    released: Condvar,
     stopped: AtomicBool,
     connections: Mutex<Vec<TcpStream>>,
 }
 
 impl State {
+    /// Ends a hold: the held request goes on (or its pump sees `stopped`).
+    fn release_hold(&self) {
+        *self.holding.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        self.released.notify_all();
+    }
+
     fn close_all(&self) {
         let mut connections = self.connections.lock().unwrap_or_else(|e| e.into_inner());
         for stream in connections.drain(..) {
@@ -96,7 +104,7 @@ impl TcpProxy {
     /// Forwards a held request (and disarms a hold that did not fire).
     pub fn release(&self) {
         self.state.hold_at.store(-1, Ordering::SeqCst);
-        self.state.holding.store(false, Ordering::SeqCst);
+        self.state.release_hold();
     }
 
     /// Whether the armed cut or hold fired.
@@ -112,6 +120,7 @@ impl TcpProxy {
 impl Drop for TcpProxy {
     fn drop(&mut self) {
         self.state.stopped.store(true, Ordering::SeqCst);
+        self.state.release_hold();
         self.state.close_all();
         // Wake the accept loop so it sees `stopped`.
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
@@ -183,13 +192,16 @@ fn pump_requests(mut from: TcpStream, mut to: TcpStream, state: &State) {
             }
             if key.is_some_and(|k| k == state.hold_at.load(Ordering::SeqCst)) {
                 state.hold_at.store(-1, Ordering::SeqCst);
-                state.holding.store(true, Ordering::SeqCst);
+                let mut holding = state.holding.lock().unwrap_or_else(|e| e.into_inner());
+                *holding = true;
                 state.tripped.store(true, Ordering::SeqCst);
-                // The proxy's own poll of the release, not a test waiting for a signal.
-                while state.holding.load(Ordering::SeqCst) && !state.stopped.load(Ordering::SeqCst)
-                {
-                    std::thread::sleep(Duration::from_millis(5));
+                while *holding && !state.stopped.load(Ordering::SeqCst) {
+                    holding = state
+                        .released
+                        .wait(holding)
+                        .unwrap_or_else(|e| e.into_inner());
                 }
+                drop(holding);
             }
             to.write_all(&size)?;
             to.write_all(&frame)?;

@@ -455,11 +455,24 @@ impl LogPort for MemoryLog {
         visit: &mut dyn FnMut(u64, &RecordView<'_>, BatchSpan),
     ) -> Result<usize, LogError> {
         let records = self.read(topic, partition, from, max_bytes)?;
-        let batches = self.with_partition(topic, partition, |part| Ok(part.batches.clone()))?;
-        for stored in &records {
-            let at = batches.partition_point(|(next, _)| *next <= stored.offset);
-            let (next_offset, codec) = batches.get(at).copied().unwrap_or((u64::MAX, Codec::None));
-            let span = BatchSpan { next_offset, codec };
+        // The span of each record, looked up under the partition's lock (no copy of its list).
+        let spans: Vec<BatchSpan> = self.with_partition(topic, partition, |part| {
+            Ok(records
+                .iter()
+                .map(|stored| {
+                    let at = part
+                        .batches
+                        .partition_point(|(next, _)| *next <= stored.offset);
+                    let (next_offset, codec) = part
+                        .batches
+                        .get(at)
+                        .copied()
+                        .unwrap_or((u64::MAX, Codec::None));
+                    BatchSpan { next_offset, codec }
+                })
+                .collect())
+        })?;
+        for (stored, span) in records.iter().zip(spans) {
             visit(stored.offset, &RecordView::of(&stored.record), span);
         }
         Ok(records.len())

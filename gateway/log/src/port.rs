@@ -108,15 +108,19 @@ pub trait LogPort: Clone + Send + Sync + 'static {
         max_bytes: usize,
         visit: &mut dyn FnMut(u64, &RecordView<'_>),
     ) -> Result<usize, LogError> {
-        let records = self.read(topic, partition, from, max_bytes)?;
-        for stored in &records {
-            visit(stored.offset, &RecordView::of(&stored.record));
-        }
-        Ok(records.len())
+        self.read_batched(
+            topic,
+            partition,
+            from,
+            max_bytes,
+            &mut |offset, record, _| {
+                visit(offset, record);
+            },
+        )
     }
     /// [`LogPort::read_each`], each record seen with the batch it is stored in (its end and
     /// the codec its records arrived compressed with). A port that keeps no batches sees every
-    /// record in one uncompressed batch.
+    /// record of [`LogPort::read`] in one uncompressed batch.
     fn read_batched(
         &self,
         topic: &str,
@@ -129,9 +133,11 @@ pub trait LogPort: Clone + Send + Sync + 'static {
             next_offset: u64::MAX,
             codec: Codec::None,
         };
-        self.read_each(topic, partition, from, max_bytes, &mut |offset, record| {
-            visit(offset, record, span);
-        })
+        let records = self.read(topic, partition, from, max_bytes)?;
+        for stored in &records {
+            visit(stored.offset, &RecordView::of(&stored.record), span);
+        }
+        Ok(records.len())
     }
     /// (start offset, end offset = next offset to be written).
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError>;
@@ -245,17 +251,6 @@ impl LogPort for Log {
         max_bytes: usize,
     ) -> Result<Vec<StoredRecord>, LogError> {
         Log::read(self, topic, partition, from, max_bytes)
-    }
-
-    fn read_each(
-        &self,
-        topic: &str,
-        partition: u32,
-        from: u64,
-        max_bytes: usize,
-        visit: &mut dyn FnMut(u64, &RecordView<'_>),
-    ) -> Result<usize, LogError> {
-        Log::read_each(self, topic, partition, from, max_bytes, visit)
     }
 
     fn read_batched(

@@ -334,21 +334,9 @@ impl Log {
         self.partition(topic, partition)?.read(from, max_bytes)
     }
 
-    /// [`Log::read`]'s records, borrowed from their segments: `visit` sees each with its offset;
-    /// returns how many it saw.
-    pub fn read_each(
-        &self,
-        topic: &str,
-        partition: u32,
-        from: u64,
-        max_bytes: usize,
-        visit: &mut dyn FnMut(u64, &RecordView<'_>),
-    ) -> Result<usize> {
-        self.partition(topic, partition)?
-            .read_each(from, max_bytes, visit)
-    }
-
-    /// [`Log::read_each`], each record seen with the batch it is stored in.
+    /// Visits the records with offset >= `from`, up to about `max_bytes` (at least one if any
+    /// exist), borrowed from their segment, each with the batch it is stored in; returns how
+    /// many it visited.
     pub fn read_batched(
         &self,
         topic: &str,

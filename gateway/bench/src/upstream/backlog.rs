@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::proxy::{Counted, CountingProxy};
-use super::{FORWARD_TIMEOUT, TOPIC_PREFIX, UpstreamBenchOptions, wait_for_end};
+use super::{FORWARD_TIMEOUT, TOPIC_PREFIX, UpstreamBenchOptions, poll_until, wait_for_end};
 use crate::BenchError;
 use tern_core::ByteSize;
 use tern_log::{Log, LogConfig, Record};
@@ -200,20 +200,13 @@ impl Backlog {
             }
             _ => None,
         };
-        let (trigger, shutdown) = tern_core::shutdown::channel();
-        let status = StatusMap::default();
         let started = Instant::now();
-        let task = tokio::spawn(forwarder::run(
-            config,
-            gateway.to_owned(),
-            self.log.clone(),
-            Arc::clone(&status),
-            shutdown,
-        ));
+        let forwarding = self.forward(config, gateway);
+        let status = &Arc::clone(&forwarding.status);
         let done = match (kind, window_from) {
             // Transaction markers take offsets too: done is when the forwarder committed the
             // last edge offset (with the records, in shared mode's transactions).
-            (DrainKind::Shared { .. }, _) => wait_for_commit(&status, edge_topic, records, &topic)
+            (DrainKind::Shared { .. }, _) => wait_for_commit(status, edge_topic, records, &topic)
                 .await
                 .map(|done| (done, None)),
             (_, None) => wait_for_end(kafka, &topic, records)
@@ -221,8 +214,8 @@ impl Backlog {
                 .map(|done| (done, None)),
             (_, Some(from)) => wait_for_window(kafka, &topic, from, records).await,
         };
-        trigger.trigger();
-        let _ = task.await;
+        forwarding.stop().await;
+        let batches = committed(status, edge_topic).batches;
         let (done, window) = done?;
         let window = window.map(|(first, at)| Window {
             counted_bytes: (first..records)
@@ -238,7 +231,7 @@ impl Backlog {
             payload_bytes: records * self.size as u64,
             wire: proxy.counted(),
             window,
-            batches: committed(&status, edge_topic).batches,
+            batches,
         })
     }
 
@@ -264,6 +257,16 @@ impl Backlog {
         kafka
             .ensure_topic(&topic, 1, config.replication_factor)
             .await?;
+        let forwarding = self.forward(config, gateway);
+        let result = self
+            .feed(&forwarding.status, &topic, options.sensor_seconds)
+            .await;
+        forwarding.stop().await;
+        result
+    }
+
+    /// Starts the forwarder of `config` on this backlog's log, in this process.
+    fn forward(&self, config: tern_upstream::UpstreamConfig, gateway: &str) -> Forwarding {
         let (trigger, shutdown) = tern_core::shutdown::channel();
         let status = StatusMap::default();
         let task = tokio::spawn(forwarder::run(
@@ -273,10 +276,11 @@ impl Backlog {
             Arc::clone(&status),
             shutdown,
         ));
-        let result = self.feed(&status, &topic, options.sensor_seconds).await;
-        trigger.trigger();
-        let _ = task.await;
-        result
+        Forwarding {
+            status,
+            trigger,
+            task,
+        }
     }
 
     /// The trickle itself, once the forwarder is connected.
@@ -286,18 +290,11 @@ impl Backlog {
         upstream: &str,
         seconds: u64,
     ) -> Result<TrickleRun, BenchError> {
-        let deadline = Instant::now() + FORWARD_TIMEOUT;
-        while !committed(status, TRICKLE_TOPIC).connected {
-            if Instant::now() > deadline {
-                return Err(BenchError::Stalled {
-                    topic: upstream.to_owned(),
-                    expected: 0,
-                    got: 0,
-                    after: FORWARD_TIMEOUT,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        // Connected: 1.
+        poll_until(upstream, 1, Duration::from_millis(10), async || {
+            u64::from(committed(status, TRICKLE_TOPIC).connected)
+        })
+        .await?;
         let before = committed(status, TRICKLE_TOPIC).batches;
         let records = TRICKLE_RATE * seconds;
         let mut values = Telemetry::new(self.size);
@@ -383,6 +380,21 @@ fn counted_bytes(size: usize, gateway: &str, edge_topic: &str, offset: u64) -> u
     (size + names + values) as u64 + RECORD_FRAMING
 }
 
+/// A forwarder running in this process, and how far it got.
+struct Forwarding {
+    status: StatusMap,
+    trigger: tern_core::shutdown::ShutdownTrigger,
+    task: tokio::task::JoinHandle<Result<(), tern_upstream::UpstreamError>>,
+}
+
+impl Forwarding {
+    /// Shuts the forwarder down and waits for it.
+    async fn stop(self) {
+        self.trigger.trigger();
+        let _ = self.task.await;
+    }
+}
+
 /// The forwarder's status of partition 0 of `edge_topic`.
 fn committed(status: &StatusMap, edge_topic: &str) -> PartitionStatus {
     let map = status.lock().unwrap_or_else(|e| e.into_inner());
@@ -399,21 +411,10 @@ async fn wait_for_commit(
     expected: u64,
     upstream: &str,
 ) -> Result<Instant, BenchError> {
-    let started = Instant::now();
-    let mut got = 0;
-    while started.elapsed() < FORWARD_TIMEOUT {
-        got = committed(status, edge_topic).next;
-        if got >= expected {
-            return Ok(Instant::now());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Err(BenchError::Stalled {
-        topic: upstream.to_owned(),
-        expected,
-        got,
-        after: FORWARD_TIMEOUT,
+    poll_until(upstream, expected, Duration::from_millis(10), async || {
+        committed(status, edge_topic).next
     })
+    .await
 }
 
 /// [`wait_for_end`] for a capped drain; also returns when the end offset first passed `from`

@@ -344,6 +344,34 @@ pub fn codec_name(codec: Codec) -> &'static str {
     }
 }
 
+/// Polls `progress` every `every` until it reports at least `expected`; returns when it did,
+/// or [`BenchError::Stalled`] (naming `topic`) after [`FORWARD_TIMEOUT`].
+async fn poll_until<F>(
+    topic: &str,
+    expected: u64,
+    every: Duration,
+    mut progress: F,
+) -> Result<Instant, BenchError>
+where
+    F: AsyncFnMut() -> u64,
+{
+    let started = Instant::now();
+    let mut got = 0;
+    while started.elapsed() < FORWARD_TIMEOUT {
+        got = progress().await;
+        if got >= expected {
+            return Ok(Instant::now());
+        }
+        tokio::time::sleep(every).await;
+    }
+    Err(BenchError::Stalled {
+        topic: topic.to_owned(),
+        expected,
+        got,
+        after: FORWARD_TIMEOUT,
+    })
+}
+
 /// Waits until partition 0 of `topic` holds `expected` records (its end offset), polling the
 /// cluster directly; returns when it got there. More than `expected` is an error (duplicates).
 /// Errors while the new topic's leader settles are retried until the timeout.

@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{FORWARD_TIMEOUT, TOPIC_PREFIX, UpstreamBenchOptions, wait_for_end};
+use super::{TOPIC_PREFIX, UpstreamBenchOptions, poll_until, wait_for_end};
 use crate::BenchError;
 use crate::mqtt::servers::Server;
 use tern_upstream::upstream_topic;
@@ -113,24 +113,14 @@ async fn wait_for_group(
             reason: "no group client for shared mode",
         });
     };
-    let started = Instant::now();
-    let mut got = 0;
-    while started.elapsed() < FORWARD_TIMEOUT {
-        match group.fetch(topic, 0).await {
-            Ok(offset) => got = offset.and_then(|o| u64::try_from(o).ok()).unwrap_or(0),
-            Err(err) => tracing::debug!(%err, "asking for the group offset again"),
+    let fetch = async || match group.fetch(topic, 0).await {
+        Ok(offset) => offset.and_then(|o| u64::try_from(o).ok()).unwrap_or(0),
+        Err(err) => {
+            tracing::debug!(%err, "asking for the group offset again");
+            0
         }
-        if got >= expected {
-            return Ok(Instant::now());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Err(BenchError::Stalled {
-        topic: topic.to_owned(),
-        expected,
-        got,
-        after: FORWARD_TIMEOUT,
-    })
+    };
+    poll_until(topic, expected, Duration::from_millis(20), fetch).await
 }
 
 #[cfg(test)]

@@ -313,13 +313,14 @@ mod data_path {
     use bytes::Bytes;
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
     use kafka_protocol::messages::{
-        ApiKey, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, ProduceResponse,
+        ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+        ProduceResponse,
     };
-    use kafka_protocol::records::{Compression, RecordBatchDecoder};
-    use tern_log::{LogPort, Record};
+    use kafka_protocol::records::{Compression, RecordBatchDecoder, RecordSet};
+    use tern_log::{LogPort, MemoryLog, Record};
 
     use super::{body, conn, ctx, decode_as, request};
-    use crate::api::{Reply, dispatch};
+    use crate::api::{Ctx, Reply, dispatch};
     use crate::records::tests::{Produced, produced};
 
     /// One uncompressed v2 batch of `values` (with their timestamps), each with `headers`.
@@ -341,13 +342,25 @@ mod data_path {
         Bytes::from(bytes)
     }
 
-    fn values(response: &FetchResponse) -> Vec<(i64, String)> {
+    /// The record batches of the first partition `response` answers.
+    fn record_sets(response: &FetchResponse) -> Vec<RecordSet> {
         let mut records = response.responses[0].partitions[0]
             .records
             .clone()
             .unwrap_or_default();
-        let sets = RecordBatchDecoder::decode_all(&mut records).expect("batches");
-        sets.iter()
+        RecordBatchDecoder::decode_all(&mut records).expect("batches")
+    }
+
+    /// What a Fetch v12 of `asked` answers.
+    async fn fetched(ctx: &Ctx<MemoryLog>, asked: &FetchRequest) -> FetchResponse {
+        let asked = request(ApiKey::Fetch, 12, asked);
+        let reply = dispatch(ctx, &mut conn(), &asked).await.expect("reply");
+        decode_as(body(reply).await.expect("answered"), 12)
+    }
+
+    fn values(response: &FetchResponse) -> Vec<(i64, String)> {
+        record_sets(response)
+            .iter()
             .flat_map(|s| s.records.iter())
             .map(|r| {
                 let value = r.value.clone().unwrap_or_default();
@@ -417,19 +430,13 @@ mod data_path {
             let response: ProduceResponse = decode_as(body(reply).await.expect("answered"), 9);
             assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
         }
-        let asked = request(ApiKey::Fetch, 12, &fetch("t", 0, 0, 1));
-        let reply = dispatch(&ctx, &mut conn(), &asked).await.expect("reply");
-        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
-        let mut records = response.responses[0].partitions[0]
+        let response = fetched(&ctx, &fetch("t", 0, 0, 1)).await;
+        let bytes = response.responses[0].partitions[0]
             .records
-            .clone()
-            .unwrap_or_default();
-        assert!(
-            records.len() < 10_000,
-            "the zeros travel gzipped: {}",
-            records.len()
-        );
-        let sets = RecordBatchDecoder::decode_all(&mut records).expect("batches");
+            .as_ref()
+            .map_or(0, |r| r.len());
+        assert!(bytes < 10_000, "the zeros travel gzipped: {bytes}");
+        let sets = record_sets(&response);
         let got: Vec<(String, Vec<i64>)> = sets
             .iter()
             .map(|set| {
@@ -454,26 +461,12 @@ mod data_path {
         // never splits a batch; franz-go's ErrDecompressTooLarge names the batch's end).
         let mut small = fetch("t", 0, 0, 1);
         small.topics[0].partitions[0].partition_max_bytes = 150_000;
-        let asked = request(ApiKey::Fetch, 12, &small);
-        let reply = dispatch(&ctx, &mut conn(), &asked).await.expect("reply");
-        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
-        let mut records = response.responses[0].partitions[0]
-            .records
-            .clone()
-            .unwrap_or_default();
-        let sets = RecordBatchDecoder::decode_all(&mut records).expect("batches");
+        let sets = record_sets(&fetched(&ctx, &small).await);
         let offsets: Vec<i64> = sets[0].records.iter().map(|r| r.offset).collect();
         assert_eq!((sets.len(), offsets), (1, vec![0, 1, 2]));
 
         // From the middle of a compressed batch: the rest of it, still compressed.
-        let asked = request(ApiKey::Fetch, 12, &fetch("t", 5, 0, 1));
-        let reply = dispatch(&ctx, &mut conn(), &asked).await.expect("reply");
-        let response: FetchResponse = decode_as(body(reply).await.expect("answered"), 12);
-        let mut records = response.responses[0].partitions[0]
-            .records
-            .clone()
-            .unwrap_or_default();
-        let sets = RecordBatchDecoder::decode_all(&mut records).expect("batches");
+        let sets = record_sets(&fetched(&ctx, &fetch("t", 5, 0, 1)).await);
         assert_eq!(sets[0].compression, Compression::Zstd);
         assert_eq!(sets[0].records[0].offset, 5);
     }

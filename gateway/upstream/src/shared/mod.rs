@@ -130,16 +130,18 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
     async fn session(&self) -> Result<(), UpstreamError> {
         let partitions = self.prepare_topic().await?;
         let (topic, partition) = (&self.source.topic, self.source.partition);
-        let mut txn = TxnProducer::new(
-            self.group.settings().clone(),
-            self.transactional_id(),
-            self.config.transaction_timeout.0,
-        );
-        let transactional = !self.config.bench_without_transactions;
-        if transactional {
+        // No transactional producer only on the bench's at-least-once path.
+        let mut txn = (!self.config.bench_without_transactions).then(|| {
+            TxnProducer::new(
+                self.group.settings().clone(),
+                self.transactional_id(),
+                self.config.transaction_timeout.0,
+            )
+        });
+        if let Some(txn) = txn.as_mut() {
             txn.init()
                 .await
-                .map_err(|source| self.txn_error(&txn, "init producer id", source))?;
+                .map_err(|source| self.txn_error(txn, "init producer id", source))?;
         }
         let mut next = self.resume().await?;
         driver::connected(&self.status, &self.source, next);
@@ -166,11 +168,11 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
                 batch.iter().map(|r| r.record.size()).sum::<usize>(),
             );
             let split = self.split(batch, partitions);
-            if transactional {
+            if let Some(txn) = txn.as_mut() {
                 let indexes: Vec<i32> = split.keys().map(|&i| index(i)).collect();
                 txn.add_partitions(&self.topic, &indexes)
                     .await
-                    .map_err(|source| self.txn_error(&txn, "add partitions", source))?;
+                    .map_err(|source| self.txn_error(txn, "add partitions", source))?;
             }
             for (index, records) in split {
                 let target = match upstream.entry(index) {
@@ -179,17 +181,10 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
                         entry.insert(self.kafka.partition(&self.topic, index).await?)
                     }
                 };
-                if transactional {
-                    self.produce(&mut txn, target, index, &records).await?;
-                } else {
-                    let settings = (self.config.compression, self.config.value_format);
-                    target
-                        .produce(&records, &self.source, settings.0, settings.1)
-                        .await?;
-                }
+                self.produce(txn.as_mut(), target, index, &records).await?;
             }
             next = last + 1;
-            self.commit(transactional.then_some(&mut txn), next).await?;
+            self.commit(txn.as_mut(), next).await?;
             driver::forwarded(&self.status, &self.source, next, count, bytes);
             if bytes < max_bytes / 2 {
                 tokio::time::sleep_until(started + TXN_INTERVAL).await;
@@ -259,14 +254,19 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
         out
     }
 
-    /// Produces `records` to upstream partition `index` inside the open transaction.
+    /// Produces `records` to upstream partition `index` inside the open transaction (without
+    /// one, bench only: a plain batch).
     async fn produce(
         &self,
-        txn: &mut TxnProducer,
+        txn: Option<&mut TxnProducer>,
         upstream: &C::Partition,
         index: u32,
         records: &[StoredRecord],
     ) -> Result<(), UpstreamError> {
+        let (codec, format) = (self.config.compression, self.config.value_format);
+        let Some(txn) = txn else {
+            return upstream.produce(records, &self.source, codec, format).await;
+        };
         let partition = self::index(index);
         let first_sequence = txn.take_sequence(&self.topic, partition, records.len());
         let Some(id) = txn.id() else {
@@ -278,9 +278,8 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
             epoch: id.epoch,
             first_sequence,
         };
-        let settings = (self.config.compression, self.config.value_format);
         upstream
-            .produce_in_txn(records, &self.source, settings, &stamp)
+            .produce_in_txn(records, &self.source, (codec, format), &stamp)
             .await
     }
 
