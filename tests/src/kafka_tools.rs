@@ -21,18 +21,7 @@ pub fn run_tool_at(
     args: &[&str],
     stdin: &[u8],
 ) -> anyhow::Result<Output> {
-    std::fs::write(dir.join("log4j2.properties"), LOG4J2)?;
-    let mut command = java(dir, TOOL_JVM, main_class)?;
-    command
-        .arg("--bootstrap-server")
-        .arg(bootstrap)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot run {main_class}"))?;
+    let mut child = spawn_tool_at(dir, bootstrap, main_class, args)?;
     if let Some(mut input) = child.stdin.take() {
         input.write_all(stdin)?;
     }
@@ -46,6 +35,28 @@ pub fn run_tool_at(
         );
     }
     Ok(output)
+}
+
+/// Starts a Kafka tool class against `bootstrap` with its stdin, stdout and stderr piped, for
+/// a test that feeds it over time (for example the console producer across a gateway restart).
+pub fn spawn_tool_at(
+    dir: &Path,
+    bootstrap: &str,
+    main_class: &str,
+    args: &[&str],
+) -> anyhow::Result<std::process::Child> {
+    std::fs::write(dir.join("log4j2.properties"), LOG4J2)?;
+    let mut command = java(dir, TOOL_JVM, main_class)?;
+    command
+        .arg("--bootstrap-server")
+        .arg(bootstrap)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+        .spawn()
+        .with_context(|| format!("cannot run {main_class}"))
 }
 
 /// The console consumer's output lines as records (the format `consume` asks for).

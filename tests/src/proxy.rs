@@ -4,7 +4,9 @@
 //! api key) so a test can arm a cut that fires when a given request arrives, before it is
 //! forwarded ([`TcpProxy::cut_at_request`]: a link lost between two requests of one exchange),
 //! or one that holds that request until released ([`TcpProxy::hold_at_request`]: a link that
-//! stalls without closing, so the request arrives late on the same connection).
+//! stalls without closing, so the request arrives late on the same connection). Towards the
+//! client it can lose every answer ([`TcpProxy::lose_responses`]: requests arrive and are
+//! served, their answers never come back).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -32,6 +34,8 @@ struct State {
     /// wakes `released`.
     holding: Mutex<bool>,
     released: Condvar,
+    /// While set, bytes from the target are read and dropped.
+    lose_responses: AtomicBool,
     stopped: AtomicBool,
     connections: Mutex<Vec<TcpStream>>,
 }
@@ -107,6 +111,12 @@ impl TcpProxy {
         self.state.release_hold();
     }
 
+    /// While `lose` holds, every answer of the target is dropped (the requests still reach it):
+    /// a client whose answers are lost on the way.
+    pub fn lose_responses(&self, lose: bool) {
+        self.state.lose_responses.store(lose, Ordering::SeqCst);
+    }
+
     /// Whether the armed cut or hold fired.
     pub fn tripped(&self) -> bool {
         self.state.tripped.load(Ordering::SeqCst)
@@ -152,15 +162,28 @@ fn pump_both(client: TcpStream, server: TcpStream, state: &Arc<State>) -> io::Re
         connections.push(server.try_clone()?);
     }
     let (client_rx, server_rx) = (client.try_clone()?, server.try_clone()?);
-    let requests = Arc::clone(state);
+    let (requests, responses) = (Arc::clone(state), Arc::clone(state));
     std::thread::spawn(move || pump_requests(client_rx, server, &requests));
-    std::thread::spawn(move || pump(server_rx, client));
+    std::thread::spawn(move || pump_responses(server_rx, client, &responses));
     Ok(())
 }
 
-/// Copies `from` to `to` until either side closes, then closes both.
-fn pump(mut from: TcpStream, mut to: TcpStream) {
-    let _ = io::copy(&mut from, &mut to);
+/// Copies `from` to `to` (dropping what arrives while answers are lost) until either side
+/// closes, then closes both.
+fn pump_responses(mut from: TcpStream, mut to: TcpStream, state: &State) {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if state.lose_responses.load(Ordering::SeqCst) {
+            continue;
+        }
+        if to.write_all(buf.get(..n).unwrap_or_default()).is_err() {
+            break;
+        }
+    }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
 }

@@ -7,11 +7,18 @@
 //! (`INVALID_PRODUCER_EPOCH`, 47, what Kafka's Produce answers since 2.7), and a newer epoch
 //! must start at sequence 0.
 //!
+//! The state survives a restart or a crash as Kafka's does: each batch is stored with its
+//! producer id, epoch and sequences (the producer section of a stored batch,
+//! `docs/log-format.md`), and the first idempotent batch a partition gets after a start rebuilds
+//! the partition's table from the stamps of its last two segments
+//! ([`LogPort::producer_stamps`]) before it is checked. A batch whose answer was lost when the
+//! gateway died is answered, when the producer retries it, with the offset of the copy stored
+//! before the crash.
+//!
 //! Choices where Kafka's own rules depend on its persisted state:
-//! - The state is in memory only. A producer id a partition does not know (a new producer, or
-//!   any producer after a gateway restart or an eviction) is accepted at any sequence, as Kafka
-//!   does once a producer's state has expired: a batch retried across a restart may be stored
-//!   twice (at-least-once), never refused.
+//! - A producer id a partition does not know (a new producer, or one whose batches are older
+//!   than the last two segments, or an eviction) is accepted at any sequence, as Kafka does
+//!   once a producer's state has expired: never refused.
 //! - At most [`MAX_PRODUCERS_PER_PARTITION`] producer ids per partition; a new one beyond that
 //!   evicts the least recently used (Kafka expires them after `producer.id.expiration.ms`).
 //!   About 200 bytes each.
@@ -26,7 +33,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kafka_protocol::ResponseError;
-use tern_log::{Codec, LogError, LogPort, Queued, Record};
+use tern_log::{Codec, LogError, LogPort, ProducerStamp, Queued, Record, StampedBatch};
 use tokio::sync::watch;
 
 use crate::records::ProducerBatch;
@@ -55,8 +62,9 @@ pub enum Refusal {
 
 #[derive(Debug, Default)]
 struct Partition {
-    /// Held from the check of a batch until it is queued.
-    turn: tokio::sync::Mutex<()>,
+    /// Held from the check of a batch until it is queued; holds whether the table was rebuilt
+    /// from the log's stamps yet.
+    turn: tokio::sync::Mutex<bool>,
     producers: Mutex<Producers>,
 }
 
@@ -108,15 +116,31 @@ impl ProducerStates {
         codec: Codec,
     ) -> Result<Queued, Refusal> {
         let state = self.partition(topic, partition);
-        let _turn = state.turn.lock().await;
+        let mut rebuilt = state.turn.lock().await;
+        if !*rebuilt {
+            let stamps = stamps_of(log, topic, partition)
+                .await
+                .map_err(Refusal::Log)?;
+            let mut producers = state.lock();
+            for stored in &stamps {
+                producers.restore(stored);
+            }
+            *rebuilt = true;
+        }
         let verdict = state.lock().check(&batch);
         match verdict {
             Verdict::Refuse(code, message) => Err(Refusal::Sequence(code, message)),
             Verdict::Duplicate(offset) => Ok(answer_of(offset, topic, partition)),
             Verdict::Append => {
                 // Not stored, so nothing to remember: the retry is checked as this one was.
+                let stamp = ProducerStamp {
+                    producer_id: batch.producer_id,
+                    epoch: batch.epoch,
+                    first_seq: batch.first_seq,
+                    last_seq: batch.last_seq,
+                };
                 let queued = log
-                    .enqueue_with(topic, partition, records, codec)
+                    .enqueue_stamped(topic, partition, records, codec, stamp)
                     .await
                     .map_err(Refusal::Log)?;
                 let (tx, rx) = watch::channel(None);
@@ -149,6 +173,15 @@ impl ProducerStates {
                 }))
             }
         }
+    }
+
+    /// Forgets every partition of `topic` (deleted: one created again under its name starts
+    /// with no producers).
+    pub fn forget_topic(&self, topic: &str) {
+        self.partitions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|(name, _), _| name != topic);
     }
 
     fn partition(&self, topic: &str, partition: u32) -> Arc<Partition> {
@@ -260,6 +293,18 @@ impl Producers {
         );
     }
 
+    /// Takes a batch stored before this start (in log order, before any new batch is checked).
+    fn restore(&mut self, stored: &StampedBatch) {
+        self.tick += 1;
+        let batch = ProducerBatch {
+            producer_id: stored.stamp.producer_id,
+            epoch: stored.stamp.epoch,
+            first_seq: stored.stamp.first_seq,
+            last_seq: stored.stamp.last_seq,
+        };
+        self.record(&batch, Offset::Stored(stored.base_offset));
+    }
+
     /// The batch's append finished at `base`: later duplicates need no waiting.
     fn stored(&mut self, batch: &ProducerBatch, base: u64) {
         let Some(entry) = self.by_id.get_mut(&batch.producer_id) else {
@@ -278,6 +323,25 @@ impl Producers {
     fn forget(&mut self, producer_id: i64) {
         self.by_id.remove(&producer_id);
     }
+}
+
+/// The stamps the log keeps at the end of the partition, read off the async workers (they may
+/// touch a cold segment).
+async fn stamps_of<L: LogPort>(
+    log: &L,
+    topic: &str,
+    partition: u32,
+) -> Result<Vec<StampedBatch>, LogError> {
+    let (log, owned) = (log.clone(), topic.to_owned());
+    tokio::task::spawn_blocking(move || log.producer_stamps(&owned, partition))
+        .await
+        .unwrap_or_else(|err| {
+            Err(LogError::Failed {
+                topic: topic.to_owned(),
+                partition,
+                reason: format!("reading its producers failed: {err}"),
+            })
+        })
 }
 
 /// Whether `next` is the sequence after `last` (which wraps from `i32::MAX` to 0).

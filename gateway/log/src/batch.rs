@@ -8,12 +8,22 @@ use super::{Record, RecordView};
 
 /// First eight bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"TERNSEG\0";
-/// Version of the segment and batch format.
-pub const FORMAT_VERSION: u16 = 1;
+/// The log directory's format version: the version of the format marker and of the segment
+/// files this build writes. Format 2 added the producer section of a batch
+/// ([`ProducerStamp`]); every other file is written as in format 1 ([`FILE_VERSION_1`]), and
+/// this build reads every file of versions 1 ..= 2.
+pub const FORMAT_VERSION: u16 = 2;
+/// The version written into files whose layout format 2 left as it was (indexes, topic
+/// metadata and settings, the cursor log).
+pub const FILE_VERSION_1: u16 = 1;
 /// Bytes of the segment file header.
 pub const SEGMENT_HEADER_LEN: usize = 32;
 /// Bytes of a batch header; the records follow.
 pub const BATCH_HEADER_LEN: usize = 44;
+/// Bytes of a batch's producer section, after its header when [`PRODUCER_BIT`] is set.
+pub const PRODUCER_SECTION_LEN: usize = 20;
+/// The attribute bit saying a producer section follows the batch header.
+pub const PRODUCER_BIT: u16 = 1 << 4;
 /// Largest batch accepted on write and on read.
 pub const MAX_BATCH_LEN: usize = 16 << 20;
 
@@ -86,6 +96,15 @@ pub struct BatchHeader {
 }
 
 impl BatchHeader {
+    /// Where the batch's records start: after the header and its producer section, if any.
+    pub fn records_start(&self) -> usize {
+        if self.attributes & PRODUCER_BIT == 0 {
+            BATCH_HEADER_LEN
+        } else {
+            BATCH_HEADER_LEN + PRODUCER_SECTION_LEN
+        }
+    }
+
     /// Offset after the batch's last record.
     pub fn next_offset(&self) -> u64 {
         self.base_offset
@@ -110,10 +129,11 @@ pub enum DecodeError {
     UnsupportedVersion { found: u16, supported: u16 },
 }
 
-/// `Ok` for the format version this build reads. Decoders call it only after the structure's
-/// own checksum matched, so a flipped bit is damage and only a real writer's version is refused.
+/// `Ok` for the format versions this build reads (1 ..= [`FORMAT_VERSION`]). Decoders call it
+/// only after the structure's own checksum matched, so a flipped bit is damage and only a real
+/// writer's version is refused.
 pub fn check_version(found: u16) -> Result<(), DecodeError> {
-    if found == FORMAT_VERSION {
+    if (1..=FORMAT_VERSION).contains(&found) {
         Ok(())
     } else {
         Err(DecodeError::UnsupportedVersion {
@@ -123,7 +143,7 @@ pub fn check_version(found: u16) -> Result<(), DecodeError> {
     }
 }
 
-/// Size of the batch encoding `records`, without encoding it.
+/// Size of the batch encoding `records` (without a producer section), without encoding it.
 pub fn encoded_len(records: &[Record]) -> usize {
     let first = records.first().map_or(0, |r| r.timestamp_ms);
     BATCH_HEADER_LEN
@@ -174,6 +194,55 @@ impl Codec {
     }
 }
 
+/// Who appended a batch, when an idempotent Kafka producer did: its producer id and epoch and
+/// the sequence numbers of the batch's first and last records, kept in the batch's producer
+/// section so that the table of producers that deduplicates retries is rebuilt after a restart
+/// (as Kafka keeps them in its batch headers). A batch with a stamp is never gathered with
+/// other appends: it holds exactly the producer's records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerStamp {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub first_seq: i32,
+    pub last_seq: i32,
+}
+
+impl ProducerStamp {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.producer_id.to_le_bytes());
+        out.extend_from_slice(&self.epoch.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&self.first_seq.to_le_bytes());
+        out.extend_from_slice(&self.last_seq.to_le_bytes());
+    }
+}
+
+/// A stored batch's producer stamp and the offset of its first record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StampedBatch {
+    pub stamp: ProducerStamp,
+    pub base_offset: u64,
+}
+
+/// The producer section of a checked batch (`bytes` from its start), if it has one.
+pub fn producer_stamp(header: &BatchHeader, bytes: &[u8]) -> Option<ProducerStamp> {
+    if header.attributes & PRODUCER_BIT == 0 {
+        return None;
+    }
+    let mut r = Reader::new(bytes.get(BATCH_HEADER_LEN..)?);
+    let producer_id = r.i64().ok()?;
+    let epoch = r.u16().ok()? as i16;
+    let _reserved = r.u16().ok()?;
+    let first_seq = r.u32().ok()? as i32;
+    let last_seq = r.u32().ok()? as i32;
+    Some(ProducerStamp {
+        producer_id,
+        epoch,
+        first_seq,
+        last_seq,
+    })
+}
+
 /// What a reader learns of the batch a record is stored in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchSpan {
@@ -186,14 +255,16 @@ pub struct BatchSpan {
 /// Appends the batch holding `records` (at least one) at `base_offset` to `out`.
 #[cfg(test)]
 pub fn encode_batch(base_offset: u64, generation: u32, records: &[Record], out: &mut Vec<u8>) {
-    encode_batch_with(base_offset, generation, Codec::None, records, out);
+    encode_batch_with(base_offset, generation, Codec::None, None, records, out);
 }
 
-/// [`encode_batch`] of records that arrived compressed with `codec`.
+/// [`encode_batch`] of records that arrived compressed with `codec`, from `producer` if an
+/// idempotent producer sent them.
 pub fn encode_batch_with(
     base_offset: u64,
     generation: u32,
     codec: Codec,
+    producer: Option<&ProducerStamp>,
     records: &[Record],
     out: &mut Vec<u8>,
 ) {
@@ -208,11 +279,15 @@ pub fn encode_batch_with(
     out.extend_from_slice(&[0u8; 8]);
     out.extend_from_slice(&base_offset.to_le_bytes());
     out.extend_from_slice(&generation.to_le_bytes());
-    out.extend_from_slice(&codec.bits().to_le_bytes());
+    let attributes = codec.bits() | producer.map_or(0, |_| PRODUCER_BIT);
+    out.extend_from_slice(&attributes.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     out.extend_from_slice(&count.to_le_bytes());
     out.extend_from_slice(&first.to_le_bytes());
     out.extend_from_slice(&max.to_le_bytes());
+    if let Some(producer) = producer {
+        producer.encode(out);
+    }
     for record in records {
         encode_record(record, first, out);
     }
@@ -252,7 +327,12 @@ pub fn decode_header(bytes: &[u8]) -> Result<BatchHeader, DecodeError> {
     if !(BATCH_HEADER_LEN..=MAX_BATCH_LEN).contains(&length) {
         return Err(DecodeError::Corrupt("batch length out of range"));
     }
-    if header.record_count == 0 || header.record_count as usize > length - BATCH_HEADER_LEN {
+    if length < header.records_start() {
+        return Err(DecodeError::Corrupt(
+            "batch shorter than its producer section",
+        ));
+    }
+    if header.record_count == 0 || header.record_count as usize > length - header.records_start() {
         return Err(DecodeError::Corrupt("record count out of range"));
     }
     Ok(header)
@@ -287,7 +367,7 @@ pub fn decode_batch(bytes: &[u8]) -> Result<(BatchHeader, Vec<Record>), DecodeEr
 pub fn decode_views(bytes: &[u8]) -> Result<(BatchHeader, Vec<RecordView<'_>>), DecodeError> {
     let header = check_batch(bytes)?;
     let body = bytes
-        .get(BATCH_HEADER_LEN..header.length as usize)
+        .get(header.records_start()..header.length as usize)
         .ok_or(DecodeError::Corrupt("batch shorter than its header"))?;
     let mut r = Reader::new(body);
     let mut records = Vec::with_capacity(header.record_count.min(1024) as usize);

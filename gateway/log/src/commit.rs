@@ -14,7 +14,9 @@ use std::path::Path;
 use tokio::sync::oneshot;
 
 use super::Record;
-use super::batch::{self, Codec, MAX_BATCH_LEN, SEGMENT_HEADER_LEN};
+use super::batch::{
+    self, Codec, MAX_BATCH_LEN, PRODUCER_SECTION_LEN, ProducerStamp, SEGMENT_HEADER_LEN,
+};
 
 /// Size a batch grows to before the commit starts the next one (a single larger append stays
 /// one batch). Readers decode and check a whole batch to return any record of it, so this bounds
@@ -45,20 +47,42 @@ pub struct AppendRequest {
     /// How the records arrived compressed: appends are gathered into one batch only with
     /// appends of the same codec, so a reader can serve a batch compressed as one.
     pub codec: Codec,
+    /// The idempotent producer that sent the records: they get a batch of their own, stamped.
+    pub producer: Option<ProducerStamp>,
     pub reply: oneshot::Sender<Result<u64>>,
 }
 
 impl AppendRequest {
-    pub fn new(records: Vec<Record>, codec: Codec, reply: oneshot::Sender<Result<u64>>) -> Self {
-        let len = batch::encoded_len(&records) as u64;
+    pub fn new(
+        records: Vec<Record>,
+        codec: Codec,
+        producer: Option<ProducerStamp>,
+        reply: oneshot::Sender<Result<u64>>,
+    ) -> Self {
+        let section = if producer.is_some() {
+            PRODUCER_SECTION_LEN
+        } else {
+            0
+        };
+        let len = (batch::encoded_len(&records) + section) as u64;
         Self {
             records,
             len,
             codec,
+            producer,
             reply,
         }
     }
+
+    /// What the batch holding this append's records must share with every other append in
+    /// it: the codec, and no producer (a stamped append is a batch alone).
+    fn kind(&self) -> BatchKind {
+        (self.codec, self.producer)
+    }
 }
+
+/// The codec and producer stamp of a batch.
+type BatchKind = (Codec, Option<ProducerStamp>);
 
 /// Where the next commit is written: the end of everything written so far (durable or not).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,8 +208,8 @@ impl Partition {
         }
         let segment_bytes = self.shared.config.segment_bytes.0;
         let mut records: Vec<Record> = Vec::new();
-        // Record count and codec of each batch, in order.
-        let mut counts: Vec<(usize, Codec)> = Vec::new();
+        // Record count and kind of each batch, in order.
+        let mut counts: Vec<(usize, BatchKind)> = Vec::new();
         let mut batch_estimate = 0u64;
         let mut replies = Vec::new();
         let mut estimate = 0u64;
@@ -219,14 +243,16 @@ impl Partition {
             }
             self.note_full(false);
             match counts.last_mut() {
-                Some((count, codec))
-                    if batch_estimate + len <= BATCH_TARGET_LEN && *codec == request.codec =>
+                Some((count, kind))
+                    if batch_estimate + len <= BATCH_TARGET_LEN
+                        && kind.1.is_none()
+                        && *kind == request.kind() =>
                 {
                     *count += request.records.len();
                     batch_estimate += len;
                 }
                 _ => {
-                    counts.push((request.records.len(), request.codec));
+                    counts.push((request.records.len(), request.kind()));
                     batch_estimate = len;
                 }
             }
@@ -249,13 +275,14 @@ impl Partition {
         self.write_batches(written, &records, &counts, buf)
     }
 
-    /// Encodes `records` as consecutive batches of `counts` records each (with its codec) and writes them at
+    /// Encodes `records` as consecutive batches of `counts` records each (with its codec and
+    /// producer stamp) and writes them at
     /// `w.pos` with one write call.
     fn write_batches(
         &self,
         mut w: Written,
         records: &[Record],
-        counts: &[(usize, Codec)],
+        counts: &[(usize, BatchKind)],
         buf: &mut Vec<u8>,
     ) -> Step {
         let (file, base, generation, written_to) = {
@@ -269,10 +296,10 @@ impl Partition {
         };
         buf.clear();
         let (mut rest, mut first) = (records, w.base);
-        for &(count, codec) in counts {
+        for &(count, (codec, producer)) in counts {
             let (these, after) = rest.split_at(count.min(rest.len()));
             let start = buf.len();
-            batch::encode_batch_with(first, generation, codec, these, buf);
+            batch::encode_batch_with(first, generation, codec, producer.as_ref(), these, buf);
             w.frames.push(Frame {
                 pos: w.pos + start as u64,
                 len: (buf.len() - start) as u64,

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::batch::{DecodeError, FORMAT_VERSION, Reader};
+use super::batch::{DecodeError, FILE_VERSION_1, FORMAT_VERSION, Reader};
 use super::error::{LogError, Result};
 use super::fs::{Fs, WriteFile};
 use super::stats::Counters;
@@ -142,7 +142,7 @@ fn replay(bytes: &[u8]) -> Replayed {
     let mut out = Replayed::default();
     let mut r = Reader::new(bytes);
     out.header_ok = r.take(8).is_ok_and(|m| m == MAGIC)
-        && r.u16().is_ok_and(|v| v == FORMAT_VERSION)
+        && r.u16().is_ok_and(|v| (1..=FORMAT_VERSION).contains(&v))
         && r.u16().is_ok();
     let mut pos = if out.header_ok {
         HEADER_LEN as usize
@@ -213,7 +213,7 @@ fn apply(map: &mut BTreeMap<Key, u64>, update: Update) {
 
 fn snapshot(map: &BTreeMap<Key, u64>) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&FILE_VERSION_1.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     for (key, offset) in map {
         out.extend_from_slice(&encode(&Update::Set(key.clone(), *offset)));
@@ -316,7 +316,7 @@ impl CursorStore {
         } else {
             Vec::new()
         };
-        if let Some(found) = header_version(&bytes).filter(|v| *v != FORMAT_VERSION) {
+        if let Some(found) = header_version(&bytes).filter(|v| !(1..=FORMAT_VERSION).contains(v)) {
             return Err(LogError::UnsupportedVersion {
                 path,
                 what: "cursor log",

@@ -146,7 +146,7 @@ fn encode_marker(version: u16) -> Vec<u8> {
     out
 }
 
-fn decode_marker(bytes: &[u8]) -> Result<(), DecodeError> {
+fn decode_marker(bytes: &[u8]) -> Result<u16, DecodeError> {
     let mut r = Reader::new(bytes);
     if r.take(8)? != FORMAT_MAGIC {
         return Err(DecodeError::Corrupt("not a tern format marker"));
@@ -161,7 +161,7 @@ fn decode_marker(bytes: &[u8]) -> Result<(), DecodeError> {
             got,
         });
     }
-    check_version(version)
+    check_version(version).map(|()| version)
 }
 
 /// Checks the log directory `log_dir` (normally `<data_dir>/log`) on the real file system
@@ -171,18 +171,19 @@ pub fn check_format(log_dir: &Path) -> Result<()> {
     check_format_with(&RealFs, log_dir).map(drop)
 }
 
-/// [`check_format`] on `fs`: `Ok(true)` when the marker is there, `Ok(false)` when the
-/// directory has none (new, or written before the marker existed).
-pub(crate) fn check_format_with(fs: &dyn Fs, log_dir: &Path) -> Result<bool> {
+/// [`check_format`] on `fs`: the marker's version when the directory has one, `None` when
+/// it has none (new, or written before the marker existed).
+pub(crate) fn check_format_with(fs: &dyn Fs, log_dir: &Path) -> Result<Option<u16>> {
     if !fs.is_dir(log_dir) {
-        return Ok(false);
+        return Ok(None);
     }
     let path = log_dir.join(FORMAT_FILE);
-    let marked = fs.exists(&path);
-    if marked {
+    let mut marked = None;
+    if fs.exists(&path) {
         let bytes = fs.read(&path).map_err(|e| LogError::io("read", &path, e))?;
-        if let Err(err) = decode_marker(&bytes) {
-            return Err(LogError::version("data directory", &path, &err).unwrap_or_else(|| {
+        match decode_marker(&bytes) {
+            Ok(version) => marked = Some(version),
+            Err(err) => return Err(LogError::version("data directory", &path, &err).unwrap_or_else(|| {
                 LogError::Corrupt {
                     path: path.clone(),
                     position: 0,
@@ -190,7 +191,7 @@ pub(crate) fn check_format_with(fs: &dyn Fs, log_dir: &Path) -> Result<bool> {
                         "damaged format marker ({err}); if every other file is intact, remove it and tern checks them all and writes a new one"
                     ),
                 }
-            }));
+            })),
         }
     }
     check_files(fs, log_dir)?;
@@ -208,7 +209,9 @@ fn check_files(fs: &dyn Fs, log_dir: &Path) -> Result<()> {
         let bytes = fs
             .read(&cursors)
             .map_err(|e| LogError::io("read", &cursors, e))?;
-        if let Some(found) = cursors::header_version(&bytes).filter(|v| *v != FORMAT_VERSION) {
+        if let Some(found) =
+            cursors::header_version(&bytes).filter(|v| !(1..=FORMAT_VERSION).contains(v))
+        {
             return Err(LogError::UnsupportedVersion {
                 path: cursors,
                 what: "cursor log",
@@ -285,15 +288,17 @@ fn refuse(what: &'static str, path: &Path, decoded: Result<(), DecodeError>) -> 
     }
 }
 
-/// Writes the format marker into `log_dir` if it has none (after [`check_format_with`]
-/// passed): at creation, or once for a directory of a tern from before the marker.
+/// Writes the format marker into `log_dir` if it has none or an older one (after
+/// [`check_format_with`] passed): at creation, once for a directory of a tern from before the
+/// marker, and once for a directory of format 1, whose files format 2 reads as they are (only
+/// segments written from now on may hold batches of format 2).
 pub(crate) fn ensure_marker(
     fs: &dyn Fs,
     log_dir: &Path,
-    marked: bool,
+    marked: Option<u16>,
     had_files: bool,
 ) -> Result<()> {
-    if marked {
+    if marked == Some(FORMAT_VERSION) {
         return Ok(());
     }
     let path = log_dir.join(FORMAT_FILE);
@@ -303,8 +308,14 @@ pub(crate) fn ensure_marker(
         tracing::warn!(path = %path.display(), %err, "cannot write the format marker; trying again at the next start");
         return Ok(());
     }
-    if had_files {
-        tracing::info!(path = %path.display(), version = FORMAT_VERSION, "log directory from before the format marker: every file is of format 1; marker written");
+    match marked {
+        Some(old) => {
+            tracing::info!(path = %path.display(), from = old, to = FORMAT_VERSION, "log directory of an older format: its files are read as they are; marker rewritten");
+        }
+        None if had_files => {
+            tracing::info!(path = %path.display(), version = FORMAT_VERSION, "log directory from before the format marker: every file is of format 1; marker written");
+        }
+        None => {}
     }
     Ok(())
 }
@@ -336,19 +347,20 @@ mod tests {
 
     #[test]
     fn marker_golden_bytes_and_versions() {
-        let bytes = encode_marker(1);
-        assert_eq!(bytes.get(..12), Some(&b"TERNFMT\0\x01\x00\x00\x00"[..]));
-        assert_eq!(decode_marker(&bytes), Ok(()));
+        let bytes = encode_marker(2);
+        assert_eq!(bytes.get(..12), Some(&b"TERNFMT\0\x02\x00\x00\x00"[..]));
+        assert_eq!(decode_marker(&bytes), Ok(2));
+        assert_eq!(decode_marker(&encode_marker(1)), Ok(1));
         assert_eq!(
-            decode_marker(&encode_marker(2)),
+            decode_marker(&encode_marker(3)),
             Err(DecodeError::UnsupportedVersion {
-                found: 2,
-                supported: 1
+                found: 3,
+                supported: 2
             })
         );
         let mut flipped = bytes.clone();
         if let Some(b) = flipped.get_mut(8) {
-            *b = 2;
+            *b = 3;
         }
         assert!(matches!(
             decode_marker(&flipped),
@@ -360,7 +372,9 @@ mod tests {
         #[test]
         fn marker_decoding_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40)) {
             let decoded = decode_marker(&bytes);
-            proptest::prop_assert!(decoded.is_err() || bytes == encode_marker(1));
+            proptest::prop_assert!(
+                decoded.is_err() || bytes == encode_marker(1) || bytes == encode_marker(2)
+            );
         }
     }
 }

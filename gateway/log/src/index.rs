@@ -5,7 +5,7 @@
 //!
 //! Pure encoding and lookup; this module never touches files.
 
-use super::batch::{DecodeError, FORMAT_VERSION, Reader};
+use super::batch::{DecodeError, FILE_VERSION_1, FORMAT_VERSION, Reader};
 
 /// First eight bytes of a `.index` file.
 pub const OFFSET_INDEX_MAGIC: [u8; 8] = *b"TERNIDX\0";
@@ -111,7 +111,7 @@ impl IndexBuilder {
 fn encode_file(magic: [u8; 8], entry_len: usize, header: &IndexHeader, entries: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(INDEX_HEADER_LEN + entries.len());
     out.extend_from_slice(&magic);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&FILE_VERSION_1.to_le_bytes());
     out.extend_from_slice(&u16::try_from(entry_len).unwrap_or(0).to_le_bytes());
     out.extend_from_slice(&header.entry_count.to_le_bytes());
     out.extend_from_slice(&header.log_len.to_le_bytes());
@@ -156,7 +156,7 @@ impl<'a> IndexView<'a> {
         }
         let version = r.u16()?;
         let file_entry_len = usize::from(r.u16()?);
-        if version != FORMAT_VERSION {
+        if !(1..=FORMAT_VERSION).contains(&version) {
             return Err(Self::other_version(bytes, version, file_entry_len));
         }
         if file_entry_len != entry_len {

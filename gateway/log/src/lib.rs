@@ -41,7 +41,7 @@ mod tests;
 
 use std::borrow::Cow;
 
-pub use batch::{BatchSpan, Codec};
+pub use batch::{BatchSpan, Codec, ProducerStamp, StampedBatch};
 pub use clock::{BUILD_TIME_MS, Clock, ClockStatus, ManualClock, SystemClock};
 pub use config::{
     Durability, FlushConfig, LogConfig, OnFull, RetentionConfig, TopicOverride, TopicSettings,

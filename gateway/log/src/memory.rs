@@ -17,8 +17,8 @@ use tokio::sync::{oneshot, watch};
 
 use crate::port::{LogPort, Queued};
 use crate::{
-    BatchSpan, Codec, LogConfig, LogError, Record, RecordView, StoredRecord, TopicConfig,
-    TopicInfo, TopicSettings, check_partition_count, check_topic_name,
+    BatchSpan, Codec, LogConfig, LogError, ProducerStamp, Record, RecordView, StampedBatch,
+    StoredRecord, TopicConfig, TopicInfo, TopicSettings, check_partition_count, check_topic_name,
 };
 
 /// A shared in-memory log whose topics all have the same partition count.
@@ -49,6 +49,9 @@ struct Partition {
     durable: Vec<StoredRecord>,
     /// One per committed append, in order: the offset after it and its codec.
     batches: Vec<(u64, Codec)>,
+    /// The committed appends of idempotent producers, in order (all of them: this log has no
+    /// segments to bound them by).
+    stamps: Vec<StampedBatch>,
     pending: VecDeque<Pending>,
     /// The offset the next queued record gets.
     next: u64,
@@ -60,6 +63,7 @@ struct Pending {
     base: u64,
     records: Vec<Record>,
     codec: Codec,
+    producer: Option<ProducerStamp>,
     reply: oneshot::Sender<Result<u64, LogError>>,
 }
 
@@ -68,6 +72,7 @@ impl Partition {
         Self {
             durable: Vec::new(),
             batches: Vec::new(),
+            stamps: Vec::new(),
             pending: VecDeque::new(),
             next: 0,
             end: watch::channel(0).0,
@@ -149,6 +154,12 @@ impl MemoryLog {
                     part.durable.push(StoredRecord { offset, record });
                 }
                 part.batches.push((part.durable_end(), pending.codec));
+                if let Some(stamp) = pending.producer {
+                    part.stamps.push(StampedBatch {
+                        stamp,
+                        base_offset: pending.base,
+                    });
+                }
                 replies.push((pending.reply, pending.base));
             }
             part.end.send_replace(part.durable_end());
@@ -198,6 +209,73 @@ fn partition_mut<'a>(
     partition: u32,
 ) -> Option<&'a mut Partition> {
     topics.get_mut(topic)?.get_mut(partition as usize)
+}
+
+impl MemoryLog {
+    /// Queues one append (one batch), stamped when an idempotent producer sent it.
+    fn enqueue_batch(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+        codec: Codec,
+        producer: Option<ProducerStamp>,
+    ) -> Result<Queued, LogError> {
+        if records.is_empty() {
+            return Err(LogError::InvalidAppend {
+                topic: topic.to_owned(),
+                reason: "no records".to_owned(),
+            });
+        }
+        let (reply, answer) = oneshot::channel();
+        let (upto, hold) = {
+            let mut inner = self.lock();
+            Self::check_open(&inner)?;
+            if inner.full {
+                return Err(LogError::Full {
+                    topic: topic.to_owned(),
+                    partition,
+                });
+            }
+            if inner.no_space.contains(topic) {
+                return Err(LogError::NoSpace {
+                    topic: topic.to_owned(),
+                    partition,
+                    op: "write",
+                    path: std::path::PathBuf::from(topic),
+                });
+            }
+            let hold = inner.holds.pop_front().unwrap_or_default();
+            let part = partition_mut(&mut inner.topics, topic, partition).ok_or_else(|| {
+                LogError::UnknownPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                }
+            })?;
+            let base = part.next;
+            part.next += records.len() as u64;
+            let upto = part.next;
+            part.pending.push_back(Pending {
+                base,
+                records,
+                codec,
+                producer,
+                reply,
+            });
+            inner.unanswered += 1;
+            inner.most_unanswered = inner.most_unanswered.max(inner.unanswered);
+            (upto, hold)
+        };
+        let log = self.clone();
+        let topic = topic.to_owned();
+        tokio::spawn(async move {
+            tokio::time::sleep(hold).await;
+            log.commit(&topic, partition, upto);
+        });
+        Ok(Box::pin(async move {
+            answer.await.map_err(|_| LogError::Closed)?
+        }))
+    }
 }
 
 impl LogPort for MemoryLog {
@@ -358,59 +436,22 @@ impl LogPort for MemoryLog {
         records: Vec<Record>,
         codec: Codec,
     ) -> Result<Queued, LogError> {
-        if records.is_empty() {
-            return Err(LogError::InvalidAppend {
-                topic: topic.to_owned(),
-                reason: "no records".to_owned(),
-            });
-        }
-        let (reply, answer) = oneshot::channel();
-        let (upto, hold) = {
-            let mut inner = self.lock();
-            Self::check_open(&inner)?;
-            if inner.full {
-                return Err(LogError::Full {
-                    topic: topic.to_owned(),
-                    partition,
-                });
-            }
-            if inner.no_space.contains(topic) {
-                return Err(LogError::NoSpace {
-                    topic: topic.to_owned(),
-                    partition,
-                    op: "write",
-                    path: std::path::PathBuf::from(topic),
-                });
-            }
-            let hold = inner.holds.pop_front().unwrap_or_default();
-            let part = partition_mut(&mut inner.topics, topic, partition).ok_or_else(|| {
-                LogError::UnknownPartition {
-                    topic: topic.to_owned(),
-                    partition,
-                }
-            })?;
-            let base = part.next;
-            part.next += records.len() as u64;
-            let upto = part.next;
-            part.pending.push_back(Pending {
-                base,
-                records,
-                codec,
-                reply,
-            });
-            inner.unanswered += 1;
-            inner.most_unanswered = inner.most_unanswered.max(inner.unanswered);
-            (upto, hold)
-        };
-        let log = self.clone();
-        let topic = topic.to_owned();
-        tokio::spawn(async move {
-            tokio::time::sleep(hold).await;
-            log.commit(&topic, partition, upto);
-        });
-        Ok(Box::pin(async move {
-            answer.await.map_err(|_| LogError::Closed)?
-        }))
+        self.enqueue_batch(topic, partition, records, codec, None)
+    }
+
+    async fn enqueue_stamped(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+        codec: Codec,
+        producer: ProducerStamp,
+    ) -> Result<Queued, LogError> {
+        self.enqueue_batch(topic, partition, records, codec, Some(producer))
+    }
+
+    fn producer_stamps(&self, topic: &str, partition: u32) -> Result<Vec<StampedBatch>, LogError> {
+        self.with_partition(topic, partition, |part| Ok(part.stamps.clone()))
     }
 
     fn read(

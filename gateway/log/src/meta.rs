@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use super::TopicInfo;
-use super::batch::{DecodeError, FORMAT_VERSION, Reader, check_version};
+use super::batch::{DecodeError, FILE_VERSION_1, Reader, check_version};
 use super::cache::FileCache;
 use super::error::{LogError, Result};
 use super::fs::{self, Fs};
@@ -33,7 +33,7 @@ pub fn partition_dir(log_dir: &Path, topic: &str, partition: u32) -> PathBuf {
 pub fn encode(partitions: u32) -> Vec<u8> {
     let mut out = Vec::with_capacity(20);
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&FILE_VERSION_1.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     out.extend_from_slice(&partitions.to_le_bytes());
     let crc = crc32c::crc32c(&out);

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
-use super::batch::{self, BatchSpan, Codec, SEGMENT_HEADER_LEN};
+use super::batch::{self, BatchSpan, Codec, SEGMENT_HEADER_LEN, StampedBatch};
 use super::cache::FileCache;
 use super::clock::Timekeeper;
 use super::config::{LogConfig, OnFull, TopicSettings};
@@ -24,6 +24,12 @@ use super::index::{self, IndexBuilder, IndexView, OffsetEntry};
 use super::segment::{self, Active, Damage, Mapped};
 use super::stats::{Counters, PartitionStats};
 use super::{Record, RecordView, StoredRecord};
+
+/// The segments, counted from the end, whose producer stamps rebuild the table of idempotent
+/// producers after a restart: the active one and the last sealed one. A producer retries a
+/// batch whose answer it lost within its delivery timeout (two minutes by default), and the
+/// answers lost in a crash are those of the last commits, which sit at the end of the log.
+pub const PRODUCER_SEGMENTS: usize = 2;
 
 /// What every partition of one log shares.
 #[derive(Debug)]
@@ -515,6 +521,36 @@ impl Partition {
             }
             from = next;
         }
+    }
+
+    /// The producer stamps of the durable batches in the last [`PRODUCER_SEGMENTS`] segments,
+    /// in log order (damaged batches are skipped, as every reader skips them).
+    pub fn producer_stamps(&self) -> Result<Vec<StampedBatch>> {
+        let bases: Vec<u64> = {
+            let st = self.lock();
+            let last_sealed = st.sealed.iter().rev().take(PRODUCER_SEGMENTS - 1).rev();
+            last_sealed.map(|s| s.base).chain([st.active.base]).collect()
+        };
+        let mut out = Vec::new();
+        for base in bases {
+            let from = base.max(self.offsets().0);
+            let Some((view, _)) = self.view(from)? else {
+                continue;
+            };
+            if view.base() != base {
+                continue;
+            }
+            self.walk_view(&view, from, |header, bytes| {
+                if let Some(stamp) = batch::producer_stamp(header, bytes) {
+                    out.push(StampedBatch {
+                        stamp,
+                        base_offset: header.base_offset,
+                    });
+                }
+                ControlFlow::Continue(())
+            });
+        }
+        Ok(out)
     }
 
     /// End offset of the segment starting at `base`.

@@ -15,8 +15,8 @@ use tokio::sync::watch;
 use std::sync::Arc;
 
 use crate::{
-    BatchSpan, Codec, Log, LogError, Record, RecordView, StoredRecord, TopicConfig, TopicInfo,
-    TopicSettings,
+    BatchSpan, Codec, Log, LogError, ProducerStamp, Record, RecordView, StampedBatch, StoredRecord,
+    TopicConfig, TopicInfo, TopicSettings,
 };
 
 /// A queued append: resolves with its base offset once durable.
@@ -88,6 +88,26 @@ pub trait LogPort: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Queued, LogError>> + Send {
         let _ = codec;
         self.enqueue(topic, partition, records)
+    }
+    /// [`LogPort::enqueue_with`] of an idempotent producer's batch: stored as a batch of its
+    /// own stamped with `producer`, which [`LogPort::producer_stamps`] finds again after a
+    /// restart. A port that keeps no stamps queues it as any other.
+    fn enqueue_stamped(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+        codec: Codec,
+        producer: ProducerStamp,
+    ) -> impl Future<Output = Result<Queued, LogError>> + Send {
+        let _ = producer;
+        self.enqueue_with(topic, partition, records, codec)
+    }
+    /// The stamps of the durable batches [`LogPort::enqueue_stamped`] stored at the end of the
+    /// partition (the log: in its last two segments), in log order.
+    fn producer_stamps(&self, topic: &str, partition: u32) -> Result<Vec<StampedBatch>, LogError> {
+        let _ = (topic, partition);
+        Ok(Vec::new())
     }
     /// Durable records from `from`, about `max_bytes` worth (at least one if any); empty at
     /// the end.
@@ -241,6 +261,25 @@ impl LogPort for Log {
         Ok(Box::pin(async move {
             answer.await.map_err(|_| LogError::Closed)?
         }))
+    }
+
+    async fn enqueue_stamped(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+        codec: Codec,
+        producer: ProducerStamp,
+    ) -> Result<Queued, LogError> {
+        let answer =
+            Log::enqueue_stamped(self, topic, partition, records, codec, Some(producer)).await?;
+        Ok(Box::pin(async move {
+            answer.await.map_err(|_| LogError::Closed)?
+        }))
+    }
+
+    fn producer_stamps(&self, topic: &str, partition: u32) -> Result<Vec<StampedBatch>, LogError> {
+        Log::producer_stamps(self, topic, partition)
     }
 
     fn read(

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::batch::{BatchSpan, Codec};
+use super::batch::{BatchSpan, Codec, ProducerStamp, StampedBatch};
 use super::cache::FileCache;
 use super::clock::{Clock, ClockStatus, SystemClock, Timekeeper};
 use super::config::LogConfig;
@@ -299,6 +299,21 @@ impl Log {
         records: Vec<Record>,
         codec: Codec,
     ) -> Result<oneshot::Receiver<Result<u64>>> {
+        self.enqueue_stamped(topic, partition, records, codec, None)
+            .await
+    }
+
+    /// [`Log::enqueue_with`] of an idempotent producer's batch: its records are stored as one
+    /// batch of their own, whose producer section keeps `producer`
+    /// ([`Log::producer_stamps`] finds it again after a restart).
+    pub async fn enqueue_stamped(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Record>,
+        codec: Codec,
+        producer: Option<ProducerStamp>,
+    ) -> Result<oneshot::Receiver<Result<u64>>> {
         self.check_open()?;
         let entry = self.topic(topic)?;
         let part =
@@ -316,7 +331,7 @@ impl Log {
             .clone();
         let tx = tx.ok_or(LogError::Closed)?;
         let (reply, answer) = oneshot::channel();
-        tx.send(AppendRequest::new(records, codec, reply))
+        tx.send(AppendRequest::new(records, codec, producer, reply))
             .await
             .map_err(|_| LogError::Closed)?;
         Ok(answer)
@@ -347,6 +362,13 @@ impl Log {
     ) -> Result<usize> {
         self.partition(topic, partition)?
             .read_batched(from, max_bytes, visit)
+    }
+
+    /// The producer stamps of the durable batches in the partition's last
+    /// [`PRODUCER_SEGMENTS`](crate::partition::PRODUCER_SEGMENTS) segments, in log order: what
+    /// the table of idempotent producers is rebuilt from after a restart.
+    pub fn producer_stamps(&self, topic: &str, partition: u32) -> Result<Vec<StampedBatch>> {
+        self.partition(topic, partition)?.producer_stamps()
     }
 
     /// (start offset, end offset = next offset to be written).

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::batch::{DecodeError, FORMAT_VERSION, Reader, check_version};
+use super::batch::{DecodeError, FILE_VERSION_1, Reader, check_version};
 use super::error::{LogError, Result};
 use super::fs::{self, Fs};
 
@@ -47,7 +47,7 @@ pub fn check(config: &TopicConfig) -> std::result::Result<(), String> {
 pub fn encode(config: &TopicConfig) -> Vec<u8> {
     let mut out = Vec::with_capacity(18 + config.len() * 32);
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&FILE_VERSION_1.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     let count = u16::try_from(config.len()).unwrap_or(u16::MAX);
     out.extend_from_slice(&count.to_le_bytes());
@@ -161,15 +161,15 @@ mod tests {
         let mut newer = bytes.clone();
         newer.truncate(newer.len() - 4);
         if let Some(v) = newer.get_mut(8) {
-            *v = 2;
+            *v = 3;
         }
         let crc = crc32c::crc32c(&newer);
         newer.extend_from_slice(&crc.to_le_bytes());
         assert_eq!(
             decode(&newer),
             Err(DecodeError::UnsupportedVersion {
-                found: 2,
-                supported: FORMAT_VERSION
+                found: 3,
+                supported: crate::batch::FORMAT_VERSION
             })
         );
         assert!(decode(&[]).is_err());

@@ -55,6 +55,8 @@ fn a_log_of_todays_format_opens_and_gets_its_marker() -> anyhow::Result<()> {
     assert!(!marker.exists(), "the fixture predates the marker");
     let mut gateway = Gateway::start(&data, &options(dir.path())?)?;
     assert!(marker.exists(), "the marker is written on open");
+    let written = std::fs::read(&marker)?;
+    assert_eq!(written.get(8..10), Some(&[2u8, 0][..]), "format 2's marker");
     // The stored session resumes with every pending record (the retained one also comes again
     // for its SUBSCRIBE); a new session gets the retained one.
     let args = "-c -i fixture-keeper -q 1 -t jobs/# -C 42 -W 20";
@@ -77,14 +79,15 @@ fn a_log_of_todays_format_opens_and_gets_its_marker() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Rewrites the version at byte 8 of `path` to 2 as a newer writer would: with the header's
-/// CRC32C (stored at `crc_at`, over the bytes before it) recomputed, if it has one.
-fn make_version_2(path: &Path, crc_at: Option<usize>) -> anyhow::Result<()> {
+/// Rewrites the version at byte 8 of `path` to 3 (newer than any file this tern reads) as a
+/// newer writer would: with the header's CRC32C (stored at `crc_at`, over the bytes before it)
+/// recomputed, if it has one.
+fn make_version_3(path: &Path, crc_at: Option<usize>) -> anyhow::Result<()> {
     let mut bytes = std::fs::read(path)?;
     bytes
         .get_mut(8..10)
         .context("a header")?
-        .copy_from_slice(&2u16.to_le_bytes());
+        .copy_from_slice(&3u16.to_le_bytes());
     if let Some(at) = crc_at {
         let crc = crc32c(bytes.get(..at).context("a header")?);
         bytes
@@ -162,11 +165,11 @@ fn a_newer_format_of_any_file_is_refused_and_every_byte_stays() -> anyhow::Resul
         tern_tests::copy_tree(&written, &data)?;
         let file = data.join(file.strip_prefix(&written)?);
         match edit {
-            Edit::Header(crc_at) => make_version_2(&file, *crc_at)?,
+            Edit::Header(crc_at) => make_version_3(&file, *crc_at)?,
             Edit::Json => {
                 let text = std::fs::read_to_string(&file)?;
                 anyhow::ensure!(text.contains("\"version\":1"), "{text}");
-                std::fs::write(&file, text.replace("\"version\":1", "\"version\":2"))?;
+                std::fs::write(&file, text.replace("\"version\":1", "\"version\":3"))?;
             }
         }
         let before = contents(&data)?;
@@ -180,8 +183,8 @@ fn a_newer_format_of_any_file_is_refused_and_every_byte_stays() -> anyhow::Resul
         );
         for text in [
             &file.display().to_string(),
-            "format version 2",
-            "format version 1",
+            "format version 3",
+            "this tern reads format version",
         ] {
             assert!(said.contains(text), "serve names {text}: {said}");
         }
@@ -194,7 +197,7 @@ fn a_newer_format_of_any_file_is_refused_and_every_byte_stays() -> anyhow::Resul
             let (status, stdout, stderr) = run_tern(&command)?;
             assert!(!status.success(), "{command:?} must refuse: {stdout}");
             assert!(
-                stderr.contains(&file.display().to_string()) && stderr.contains("version 2"),
+                stderr.contains(&file.display().to_string()) && stderr.contains("version 3"),
                 "{command:?}: {stderr}"
             );
         }

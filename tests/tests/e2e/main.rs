@@ -9,6 +9,7 @@ mod kafka_admin;
 mod kafka_consumer_groups;
 mod kafka_listener;
 mod kafka_listener_auth;
+mod kafka_listener_crash;
 mod kafka_mirror;
 mod log;
 mod log_damage;

@@ -40,10 +40,17 @@ pub async fn handle<L: LogPort>(
                 ResponseError::TopicAuthorizationFailed,
                 "needs read and write access to the topic".to_owned(),
             )),
-            Some(name) => ctx.log.delete_topic(&name.0).await.map_err(|err| {
-                tracing::info!(topic = %name.0, %err, "DeleteTopics refused");
-                refusal(&err)
-            }),
+            Some(name) => match ctx.log.delete_topic(&name.0).await {
+                // A topic created again under this name starts with no producers.
+                Ok(()) => {
+                    ctx.producer_states.forget_topic(&name.0);
+                    Ok(())
+                }
+                Err(err) => {
+                    tracing::info!(topic = %name.0, %err, "DeleteTopics refused");
+                    Err(refusal(&err))
+                }
+            },
         };
         if let Err((error, message)) = outcome {
             result.error_code = error.code();

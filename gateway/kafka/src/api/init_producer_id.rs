@@ -1,8 +1,8 @@
 //! InitProducerId, so idempotent producers (the default of Kafka's Java producer and of
 //! kafka-python) can produce: each call gets a fresh producer id, epoch 0. Produce then
 //! deduplicates their batches by producer id, epoch and sequence (`crate::producers`): a batch
-//! resent after a lost answer is stored once. That state is in memory only: after a gateway
-//! restart a retried batch may be stored twice (at least once). Transactional ids are refused
+//! resent after a lost answer is stored once, also when the gateway restarted or crashed in
+//! between (the log keeps each batch's producer stamp). Transactional ids are refused
 //! with `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`: tern has no transactions.
 
 use std::sync::atomic::{AtomicI64, Ordering};

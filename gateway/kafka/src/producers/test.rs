@@ -117,6 +117,52 @@ async fn a_resent_batch_is_stored_once_and_answered_with_the_first_offset() {
     assert_eq!(stored(&ctx), ["a", "b", "c", "d", "e", "f", "f"]);
 }
 
+/// After a restart (a new table of producers over the same log), a batch stored before it is
+/// recognised from its stamp: its retry is answered with the first copy's offset, the
+/// producer's next batch must follow its last sequence, and a producer whose stamps the log
+/// does not hold is accepted as new.
+#[tokio::test]
+async fn a_batch_retried_after_a_restart_is_answered_with_its_first_offset() {
+    let ctx = test_ctx();
+    let first = batch(7, 0, 0, &["a", "b"], Compression::None);
+    let second = batch(7, 0, 2, &["c"], Compression::Lz4);
+    assert_eq!(answer(send(&ctx, first.clone()).await).await, (0, 0));
+    assert_eq!(answer(send(&ctx, second.clone()).await).await, (0, 2));
+    let stamps = ctx.log.producer_stamps("t", 0).expect("stamps");
+    assert_eq!(stamps.len(), 2, "{stamps:?}");
+    let mut restarted = test_ctx();
+    restarted.log = ctx.log.clone();
+    assert_eq!(answer(send(&restarted, second).await).await, (0, 2));
+    assert_eq!(answer(send(&restarted, first).await).await, (0, 0));
+    assert_eq!(
+        answer(send(&restarted, batch(7, 0, 4, &["gap"], Compression::None)).await).await,
+        (45, -1)
+    );
+    assert_eq!(
+        answer(send(&restarted, batch(7, 0, 3, &["d"], Compression::None)).await).await,
+        (0, 3)
+    );
+    assert_eq!(
+        answer(send(&restarted, batch(9, 0, 40, &["e"], Compression::None)).await).await,
+        (0, 4)
+    );
+    assert_eq!(stored(&restarted), ["a", "b", "c", "d", "e"]);
+}
+
+/// A deleted topic's producers are forgotten with it: the same producer and sequences on a
+/// topic created again under its name are a new batch.
+#[tokio::test]
+async fn a_topic_created_again_starts_with_no_producers() {
+    let ctx = test_ctx();
+    let first = batch(7, 0, 0, &["a"], Compression::None);
+    assert_eq!(answer(send(&ctx, first.clone()).await).await, (0, 0));
+    ctx.log.delete_topic("t").await.expect("delete");
+    ctx.producer_states.forget_topic("t");
+    ctx.log.ensure_topic("t").expect("topic again");
+    assert_eq!(answer(send(&ctx, first).await).await, (0, 0));
+    assert_eq!(stored(&ctx), ["a"]);
+}
+
 #[tokio::test]
 async fn a_gap_an_old_epoch_or_a_new_epoch_not_at_zero_is_refused() {
     let ctx = test_ctx();

@@ -37,9 +37,48 @@ fn segment_header_golden_bytes() {
         generation: 2,
         base_offset: 5,
     };
-    let expected = hex("5445524e53454700 0100 0000 02000000 0500000000000000 00000000 fc27c063");
+    let expected = hex("5445524e53454700 0200 0000 02000000 0500000000000000 00000000 3b3f043a");
     assert_eq!(header.encode().to_vec(), expected);
     assert_eq!(SegmentHeader::decode(&expected), Ok(header));
+}
+
+#[test]
+fn a_segment_header_of_format_1_is_read() {
+    let v1 = hex("5445524e53454700 0100 0000 02000000 0500000000000000 00000000 fc27c063");
+    let header = SegmentHeader::decode(&v1).expect("format 1 is read");
+    assert_eq!((header.generation, header.base_offset), (2, 5));
+}
+
+#[test]
+fn stamped_batch_golden_bytes() {
+    let stamp = ProducerStamp {
+        producer_id: 0x0102_0304_0506_0708,
+        epoch: 3,
+        first_seq: 41,
+        last_seq: 42,
+    };
+    let mut out = Vec::new();
+    encode_batch_with(5, 2, Codec::Lz4, Some(&stamp), &sample(), &mut out);
+    let expected = hex(
+        "51000000 9d0c6ef4 0500000000000000 02000000 1300 0000 02000000
+         e803000000000000 e803000000000000
+         0807060504030201 0300 0000 29000000 2a000000
+         0b 00 02 6b 02 6869 01 01 68 01 78
+         04 01 01 00 00",
+    );
+    assert_eq!(out, expected);
+    let (header, records) = decode_batch(&out).expect("stamped batch decodes");
+    assert_eq!(
+        header.records_start(),
+        BATCH_HEADER_LEN + PRODUCER_SECTION_LEN
+    );
+    assert_eq!(Codec::from_attributes(header.attributes), Codec::Lz4);
+    assert_eq!(producer_stamp(&header, &out), Some(stamp));
+    assert_eq!(records, sample());
+    let mut plain = Vec::new();
+    encode_batch(5, 2, &sample(), &mut plain);
+    let (plain_header, _) = decode_batch(&plain).expect("decodes");
+    assert_eq!(producer_stamp(&plain_header, &plain), None);
 }
 
 #[test]
@@ -123,13 +162,23 @@ proptest! {
         base in any::<u64>().prop_map(|b| b >> 1),
         generation in any::<u32>(),
         records in proptest::collection::vec(arb_record(), 1..12),
+        stamp in proptest::option::of((any::<i64>(), any::<i16>(), any::<i32>(), any::<i32>())),
     ) {
+        let stamp = stamp.map(|(producer_id, epoch, first_seq, last_seq)| ProducerStamp {
+            producer_id,
+            epoch,
+            first_seq,
+            last_seq,
+        });
         let mut out = vec![0xaa; 3];
-        encode_batch(base, generation, &records, &mut out);
-        prop_assert_eq!(out.len() - 3, encoded_len(&records));
-        let (header, decoded) = decode_batch(out.get(3..).unwrap_or_default()).expect("decodes");
+        encode_batch_with(base, generation, Codec::None, stamp.as_ref(), &records, &mut out);
+        let section = if stamp.is_some() { PRODUCER_SECTION_LEN } else { 0 };
+        prop_assert_eq!(out.len() - 3, encoded_len(&records) + section);
+        let bytes = out.get(3..).unwrap_or_default();
+        let (header, decoded) = decode_batch(bytes).expect("decodes");
         prop_assert_eq!(header.base_offset, base);
         prop_assert_eq!(header.generation, generation);
+        prop_assert_eq!(producer_stamp(&header, bytes), stamp);
         prop_assert_eq!(decoded, records);
     }
 
@@ -146,9 +195,11 @@ proptest! {
     fn mutated_batches_never_panic_and_never_decode_wrongly(
         records in proptest::collection::vec(arb_record(), 1..4),
         flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        stamped in any::<bool>(),
     ) {
+        let stamp = ProducerStamp { producer_id: 9, epoch: 1, first_seq: 0, last_seq: 3 };
         let mut out = Vec::new();
-        encode_batch(7, 1, &records, &mut out);
+        encode_batch_with(7, 1, Codec::None, stamped.then_some(&stamp), &records, &mut out);
         let original = out.clone();
         for (at, value) in flips {
             let i = at.index(out.len());

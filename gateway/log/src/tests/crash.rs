@@ -6,7 +6,10 @@
 //! in an unsynced batch followed by whole ones is), nothing unacknowledged may come back damaged, and
 //! the log must accept appends again. Half the runs give each fdatasync some time, so commits
 //! are written while the previous one syncs (the pipeline) and crashes fall between a
-//! pipelined write and its own sync; a deterministic test pins that case.
+//! pipelined write and its own sync; a deterministic test pins that case. One producer of each
+//! run appends as an idempotent Kafka producer does (stamped batches): after the cut, every
+//! stamp the log finds again names exactly the records stored with it, and none of the
+//! acknowledged stamped batches after the oldest one found is missing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,7 +17,7 @@ use std::time::Duration;
 
 use super::{open, read_all, record, runtime};
 use crate::fs::{CrashMode, FaultyFs};
-use crate::{Log, LogConfig, Record};
+use crate::{Codec, Log, LogConfig, ProducerStamp, Record};
 use tern_core::ByteSize;
 
 const CRASH_POINTS: u64 = 2_200;
@@ -29,7 +32,12 @@ struct Outcome {
     acked: Vec<(u64, Vec<Record>)>,
     /// Highest cursor position acknowledged.
     cursor: Option<u64>,
+    /// Acknowledged stamped batches: (base offset, stamp).
+    stamped: Vec<(u64, ProducerStamp)>,
 }
+
+/// The producer of each run whose batches are stamped, as an idempotent Kafka producer's.
+const STAMPED_PRODUCER: u64 = 1;
 
 fn config_for(seed: u64) -> LogConfig {
     let mut config = LogConfig::for_tests(700);
@@ -53,9 +61,28 @@ async fn produce(log: Log, producer: u64, outcome: Arc<Mutex<Outcome>>) {
             .unwrap_or_else(PoisonError::into_inner)
             .sent
             .insert(key, records.clone());
-        let Ok(offset) = log.append("t", 0, records.clone()).await else {
+        let stamp = (producer % 10 == STAMPED_PRODUCER).then(|| ProducerStamp {
+            producer_id: 7_000 + producer as i64,
+            epoch: 0,
+            first_seq: (b * 10) as i32,
+            last_seq: (b * 10) as i32 + records.len() as i32 - 1,
+        });
+        let answer = log
+            .enqueue_stamped("t", 0, records.clone(), Codec::None, stamp)
+            .await;
+        let Ok(Ok(Ok(offset))) = (match answer {
+            Ok(answer) => Ok(answer.await),
+            Err(err) => Err(err),
+        }) else {
             return;
         };
+        if let Some(stamp) = stamp {
+            outcome
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .stamped
+                .push((offset, stamp));
+        }
         outcome
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -91,9 +118,10 @@ async fn run_until_power_cut(fs: &FaultyFs, config: &LogConfig, first_producer: 
         .unwrap_or_default()
 }
 
-fn check_recovered(log: &Log, outcome: &Outcome, seed: u64) {
+/// Checks what recovery kept; returns how many producer stamps it found.
+fn check_recovered(log: &Log, outcome: &Outcome, seed: u64) -> usize {
     if outcome.acked.is_empty() && log.topics().is_empty() {
-        return;
+        return 0;
     }
     let all = read_all(log, "t", 0);
     let (start, end) = log.offsets("t", 0).expect("offsets");
@@ -144,6 +172,7 @@ fn check_recovered(log: &Log, outcome: &Outcome, seed: u64) {
         }
         i += batch.len();
     }
+    let stamps = check_stamps(log, outcome, &by_offset, seed);
     if let Some(cursor) = outcome.cursor {
         let got = log.cursors().get("fwd", "t", 0);
         assert!(
@@ -151,6 +180,53 @@ fn check_recovered(log: &Log, outcome: &Outcome, seed: u64) {
             "seed {seed}: cursor {got:?} < acked {cursor}"
         );
     }
+    stamps
+}
+
+/// The stamps found after the cut name the records stored with them (the stamped producer's,
+/// by value), in log order, and form a suffix of the acknowledged stamped batches.
+fn check_stamps(
+    log: &Log,
+    outcome: &Outcome,
+    by_offset: &HashMap<u64, &Record>,
+    seed: u64,
+) -> usize {
+    let stamps = log.producer_stamps("t", 0).expect("producer stamps");
+    let mut last = None;
+    for found in &stamps {
+        assert!(
+            last < Some(found.base_offset),
+            "seed {seed}: stamps out of order"
+        );
+        last = Some(found.base_offset);
+        let stamp = found.stamp;
+        let producer = (stamp.producer_id - 7_000) as u64;
+        assert_eq!(producer % 10, STAMPED_PRODUCER, "seed {seed}: {stamp:?}");
+        let count = u64::try_from(stamp.last_seq - stamp.first_seq + 1).unwrap_or(0);
+        for (i, offset) in (found.base_offset..found.base_offset + count).enumerate() {
+            let expected = record(producer, stamp.first_seq as u64 + i as u64, 0);
+            let got = by_offset.get(&offset).map(|r| &r.value);
+            assert_eq!(
+                got,
+                Some(&expected.value),
+                "seed {seed}: stamp {stamp:?} at {} without its records",
+                found.base_offset
+            );
+        }
+    }
+    if let Some(oldest) = stamps.first() {
+        for (base, stamp) in &outcome.stamped {
+            if *base >= oldest.base_offset {
+                assert!(
+                    stamps
+                        .iter()
+                        .any(|s| s.base_offset == *base && s.stamp == *stamp),
+                    "seed {seed}: acknowledged stamp {stamp:?} at {base} lost"
+                );
+            }
+        }
+    }
+    stamps.len()
 }
 
 #[test]
@@ -160,6 +236,7 @@ fn power_cuts_never_lose_acknowledged_records() {
     let mut acked_total = 0;
     let mut full_runs = 0;
     let mut pipelined_writes = 0;
+    let mut stamps_found = 0;
     // File operations of an uninterrupted run, per configuration: the cut falls within them.
     let full_ops: Vec<u64> = (0..2)
         .map(|parity| {
@@ -201,11 +278,12 @@ fn power_cuts_never_lose_acknowledged_records() {
             outcome.sent.extend(second.sent);
             outcome.acked.extend(second.acked);
             outcome.cursor = outcome.cursor.max(second.cursor);
+            outcome.stamped.extend(second.stamped);
         }
         acked_total += outcome.acked.len();
         rt.block_on(async {
             let log = open(&fs, &config).await;
-            check_recovered(&log, &outcome, seed);
+            stamps_found += check_recovered(&log, &outcome, seed);
             log.ensure_topic("t").expect("topic after recovery");
             let end = log.offsets("t", 0).expect("offsets").1;
             let offset = log
@@ -217,7 +295,7 @@ fn power_cuts_never_lose_acknowledged_records() {
         });
     }
     eprintln!(
-        "power-cut sweep: {crashes} runs, {} cut before the end, {pipelined_writes} writes during a sync, {acked_total} acks",
+        "power-cut sweep: {crashes} runs, {} cut before the end, {pipelined_writes} writes during a sync, {acked_total} acks, {stamps_found} producer stamps found again",
         crashes - full_runs
     );
     if std::env::var_os("TERN_TEST_SEED").is_some() {
@@ -234,6 +312,10 @@ fn power_cuts_never_lose_acknowledged_records() {
     assert!(
         acked_total > 10_000,
         "the crash points cover real work: {acked_total} acks"
+    );
+    assert!(
+        stamps_found > 2_000,
+        "the crash points cover stamped batches: {stamps_found} found again"
     );
 }
 

@@ -36,12 +36,12 @@ fn try_open(fs: &FaultyFs, config: &LogConfig) -> Result<Log, LogError> {
 }
 
 /// `bytes` (a file starting with a header of `len` bytes whose CRC32C sits in its last four)
-/// rewritten the way a newer writer would: version 2 at byte 8, CRC recomputed.
-fn as_version_2(fs: &FaultyFs, path: &str, crc_at: Option<usize>) {
+/// rewritten the way a writer of `version` would: the version at byte 8, CRC recomputed.
+fn as_version(fs: &FaultyFs, path: &str, crc_at: Option<usize>, version: u16) {
     let path = Path::new(path);
     let mut bytes = fs.read(path).expect("file");
     if let Some(v) = bytes.get_mut(8..10) {
-        v.copy_from_slice(&2u16.to_le_bytes());
+        v.copy_from_slice(&version.to_le_bytes());
     }
     if let Some(at) = crc_at {
         let crc = crc32c::crc32c(bytes.get(..at).unwrap_or_default());
@@ -71,7 +71,7 @@ fn a_newer_format_is_refused_and_nothing_is_changed() {
     for (path, crc_at, what) in cases {
         let fs = FaultyFs::new(21);
         written(&fs, &config, 30);
-        as_version_2(&fs, path, crc_at);
+        as_version(&fs, path, crc_at, 3);
         let before = fs.contents();
         let err = try_open(&fs, &config).expect_err("a newer format must be refused");
         let text = err.to_string();
@@ -79,8 +79,8 @@ fn a_newer_format_is_refused_and_nothing_is_changed() {
             matches!(
                 err,
                 LogError::UnsupportedVersion {
-                    found: 2,
-                    supported: 1,
+                    found: 3,
+                    supported: 2,
                     ..
                 }
             ),
@@ -88,7 +88,7 @@ fn a_newer_format_is_refused_and_nothing_is_changed() {
         );
         assert!(text.contains(path) && text.contains(what), "{text}");
         assert!(
-            text.contains("version 2") && text.contains("version 1"),
+            text.contains("version 3") && text.contains("version 2"),
             "{text}"
         );
         assert_eq!(fs.contents(), before, "{what}: nothing changed");
@@ -100,8 +100,8 @@ fn a_flipped_version_byte_is_damage_not_a_newer_format() {
     let config = LogConfig::for_tests(600);
     let fs = FaultyFs::new(22);
     written(&fs, &config, 30);
-    // Version 2 without the CRC a writer would have computed: a torn or flipped header.
-    as_version_2(&fs, "/data/log/topics/t/topic.meta", None);
+    // Version 3 without the CRC a writer would have computed: a torn or flipped header.
+    as_version(&fs, "/data/log/topics/t/topic.meta", None, 3);
     let log = try_open(&fs, &config).expect("damage does not refuse the log");
     assert!(log.topics().is_empty(), "the damaged topic is left alone");
 }
@@ -118,6 +118,35 @@ fn a_log_from_before_the_marker_is_accepted_and_marked() {
     assert_eq!(read_all(&log, "t", 0).len(), 30);
     assert_eq!(log.cursors().get("c", "t", 0), Some(3));
     assert_eq!(fs.read(marker).ok(), Some(written_marker));
+}
+
+/// A log of format 1 (its marker and segments of version 1) opens as it is, and its marker is
+/// rewritten to format 2; its segments stay version 1 and hold no producer stamps.
+#[test]
+fn a_log_of_format_1_is_read_and_its_marker_rewritten() {
+    let config = LogConfig::for_tests(600);
+    let fs = FaultyFs::new(24);
+    written(&fs, &config, 30);
+    as_version(&fs, "/data/log/FORMAT", Some(12), 1);
+    let segments: Vec<String> = fs
+        .contents()
+        .into_keys()
+        .map(|p| p.display().to_string())
+        .filter(|p| p.ends_with(".log") && p.contains("/topics/"))
+        .collect();
+    assert!(segments.len() > 1, "{segments:?}");
+    for segment in &segments {
+        as_version(&fs, segment, Some(28), 1);
+    }
+    let log = try_open(&fs, &config).expect("format 1 opens");
+    assert_eq!(read_all(&log, "t", 0).len(), 30);
+    assert_eq!(log.producer_stamps("t", 0).expect("stamps"), Vec::new());
+    let marker = fs.read(Path::new("/data/log/FORMAT")).expect("marker");
+    assert_eq!(marker.get(8..10), Some(&2u16.to_le_bytes()[..]));
+    for segment in &segments {
+        let bytes = fs.read(Path::new(segment)).expect("segment");
+        assert_eq!(bytes.get(8..10), Some(&1u16.to_le_bytes()[..]), "{segment}");
+    }
 }
 
 #[test]
