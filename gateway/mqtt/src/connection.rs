@@ -39,6 +39,8 @@ use tern_log::{LogPort, StoredRecord};
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most output buffer a connection keeps once everything was written.
 const OUT_KEPT: usize = 16 * 1024;
+/// How long a closed connection still reads (and drops) what its client sends (`linger`).
+const LINGER: Duration = Duration::from_secs(5);
 
 mod appends;
 mod authz;
@@ -118,9 +120,34 @@ pub async fn serve<S, IO>(
     MqttMetrics::inc(&broker.metrics.connections);
     MqttMetrics::inc(&broker.metrics.connections_total);
     tracing::debug!(%peer, client_id = %clip(&conn.client_id), "MQTT client connected");
-    let result = conn.run(&mut reader, inbuf, shutdown).await;
+    let result = conn.run(&mut reader, inbuf, shutdown.clone()).await;
     Box::pin(conn.finish(result, peer)).await;
     MqttMetrics::dec(&broker.metrics.connections);
+    // Still holding its connection slot: the socket is open until the linger ends.
+    Box::pin(linger(&mut reader, shutdown)).await;
+}
+
+/// Once tern's side is closed (its FIN went out after any DISCONNECT), reads and drops what the
+/// client still sends until it closes too, for at most [`LINGER`] and never past shutdown.
+/// Closing a socket with input unread, or receiving input after closing it, makes the kernel
+/// reset the connection, and a reset can destroy what tern sent last before the client read
+/// it: a client answering the PUBRECs that preceded a DISCONNECT 0x93 (Receive Maximum
+/// exceeded) with PUBRELs, as MQTT requires, hit "Broken pipe" and never read the DISCONNECT
+/// (issue 24). Nothing is sent any more (MQTT-3.14.4-1); the close is only deferred.
+async fn linger<R: AsyncRead>(reader: &mut ReadHalf<R>, mut shutdown: Shutdown) {
+    let mut sink = vec![0; 4096];
+    let drain = async {
+        while let Ok(read) = reader.read(&mut sink).await {
+            if read == 0 {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        () = drain => {}
+        () = tokio::time::sleep(LINGER) => {}
+        () = shutdown.wait() => {}
+    }
 }
 
 async fn refuse<S: LogPort, W: AsyncWrite>(

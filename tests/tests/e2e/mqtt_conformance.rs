@@ -2,11 +2,14 @@
 //! 24), against the real binary with the raw client: an expired MQTT 5 session is gone at the
 //! next CONNECT whatever the expiry sweep's timing, a retained publish is retained for every
 //! SUBSCRIBE that follows it (no later than its live delivery), a client holding its Receive
-//! Maximum of unacknowledged deliveries gets the rest queued and is still served (these two
-//! passed before the fixes too: the case that broke is not reproduced) and a resumed
-//! session's re-sends stay within the client's new Receive Maximum, a persistent
-//! session's SUBSCRIBEs sent back to back are all acknowledged, and subscription identifiers
-//! are announced and delivered.
+//! Maximum of unacknowledged deliveries gets the rest queued and is still served (the suite's
+//! `test_flow_control1`; these two passed before the fixes too), a client that exceeds
+//! tern's Receive Maximum reads the DISCONNECT 0x93 it is sent although it answers the PUBRECs
+//! before it (the suite's `test_flow_control2`, the flow-control case that broke: tern closed
+//! the socket at once and the client's PUBRELs met "Broken pipe"), a resumed session's
+//! re-sends stay within the client's new Receive Maximum, a persistent session's SUBSCRIBEs
+//! sent back to back are all acknowledged, and subscription identifiers are announced and
+//! delivered.
 
 use std::time::Duration;
 
@@ -317,6 +320,77 @@ fn mqtt_deliveries_beyond_the_clients_receive_maximum_wait_for_its_acks() -> any
     got.sort();
     assert_eq!(got, ["p0", "p1", "p2", "p3", "p4", "p5"]);
     served(&mut sub)?;
+    gateway.stop()
+}
+
+/// MQTT 5, the suite's `test_flow_control2` (paho.mqtt.testing's `client_test5.py`): a client
+/// reads tern's Receive Maximum from CONNACK and, without reading, sends one QoS 2 PUBLISH more
+/// than that. None is released (no PUBREL: the client is not reading), so the last one exceeds
+/// the maximum: tern acknowledges the others (PUBREC) and disconnects with 0x93, as the spec
+/// asks and the suite expects. The client then reads, answering each PUBREC with PUBREL as
+/// MQTT requires, until the DISCONNECT. tern used to close the socket at once, so the first
+/// PUBREL drew a reset and the next one "Broken pipe" before the DISCONNECT was read. The
+/// suite's client answers only after tern closed (it is slow); the test waits for that signal
+/// (no open connection left) before it reads.
+#[test]
+fn mqtt_a_client_over_the_receive_maximum_reads_its_disconnect_while_answering_pubrecs()
+-> anyhow::Result<()> {
+    let dir = TempDir::new("mqtt-flow-control-exceeded")?;
+    let mut gateway = Gateway::start(dir.path(), &ServeOptions::default())?;
+    let (mut client, connack) =
+        RawClient::connect_with(gateway.mqtt, "myclientid", 0, true, Some(&[]))?;
+    let announced = property(connack.get(2..).unwrap_or_default(), 0x21)?;
+    let max = u16::try_from(announced.unwrap_or(65_535))?;
+    let mut unreleased = std::collections::BTreeSet::new();
+    for i in 1..=max + 1 {
+        // The suite's client numbers its packets from 2.
+        let pkid = i + 1;
+        let payload = format!("message {i}");
+        client.publish("client_test5/TopicA", payload.as_bytes(), 2, pkid, false)?;
+        unreleased.insert(pkid);
+    }
+    gateway.wait_metric(
+        "tern_mqtt_connections",
+        "",
+        "tern to end the connection",
+        Duration::from_secs(20),
+        |open| open == Some(0),
+    )?;
+    let mut pubrecs = 0;
+    let reason = loop {
+        let (first, body) = client
+            .read_packet()
+            .with_context(|| format!("reading after {pubrecs} PUBRECs"))?;
+        match first {
+            0x50 => {
+                let pkid = body.get(..2).context("PUBREC without a packet id")?;
+                let id = u16::from(pkid[0]) << 8 | u16::from(pkid[1]);
+                assert!(unreleased.remove(&id), "PUBREC for {id}");
+                client
+                    .write_packet(0x62, pkid)
+                    .with_context(|| format!("PUBREL after {pubrecs} PUBRECs"))?;
+                pubrecs += 1;
+            }
+            0xe0 => break body.first().copied(),
+            other => bail!("{other:#x} {body:?} instead of PUBREC or DISCONNECT"),
+        }
+    };
+    assert_eq!(reason, Some(0x93), "DISCONNECT: Receive Maximum exceeded");
+    assert_eq!(
+        pubrecs, max,
+        "the publishes within the maximum were acknowledged"
+    );
+    // Nothing follows a DISCONNECT (no PUBCOMP for the PUBRELs), and the close is orderly.
+    let after = client.read_packet();
+    let eof = after
+        .as_ref()
+        .err()
+        .and_then(|e| e.downcast_ref::<std::io::Error>());
+    assert_eq!(
+        eof.map(std::io::Error::kind),
+        Some(std::io::ErrorKind::UnexpectedEof),
+        "end of stream after the DISCONNECT: {after:?}"
+    );
     gateway.stop()
 }
 
