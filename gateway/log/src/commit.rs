@@ -314,6 +314,7 @@ impl Partition {
             (rest, first) = (after, first + these.len() as u64);
         }
         w.len = buf.len() as u64;
+        self.allocate_ahead(&*file, base, w.pos + w.len);
         self.shared.counters.wrote(buf.len());
         if let Err(e) = file.write_at(w.pos, buf) {
             // Nothing was published: the next commit overwrites these bytes.

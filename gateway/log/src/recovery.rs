@@ -19,7 +19,7 @@ use super::fs::{self, Fs};
 use super::index::{IndexBuilder, IndexView};
 use super::partition::{ActiveSegment, PartState, Partition, SealedSegment, Shared};
 use super::segment::{self, End};
-use super::{roll, writer};
+use super::writer;
 
 /// Opens (creating if missing) partition `id` of `topic` in `dir`.
 pub fn open_partition(
@@ -247,7 +247,7 @@ fn open_active(
                 len: scan.valid_len,
                 end: scan.end_offset,
                 index: scan.index,
-                // The tail is cut below and preallocated again: unwritten from here.
+                // The tail is cut below; the next commit allocates again: unwritten from here.
                 written_to: scan.valid_len,
             };
             (active, scan.valid_len)
@@ -275,7 +275,6 @@ fn open_active(
     if file_len != valid_len {
         file.set_len(valid_len).map_err(io("truncate"))?;
     }
-    roll::preallocate(shared, dir, &path, &*file);
     shared
         .counters
         .timed_sync(|| file.sync_data())

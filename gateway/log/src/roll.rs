@@ -1,5 +1,6 @@
 //! The segment lifecycle of a partition, run by its writer task between commits: sealing the
-//! active segment and starting the next (a new preallocated file or the recycled spare),
+//! active segment and starting the next (a new file or the recycled spare), growing the active
+//! segment's allocation in steps ahead of its commits,
 //! and retention (whole segments, oldest first, by age and size, never past a cursor unless
 //! the operator chose drop-oldest).
 //!
@@ -25,13 +26,24 @@ pub const RETENTION_TICK: Duration = Duration::from_secs(30);
 /// need room when segments cannot have all they want.
 const PREALLOCATE_HEADROOM: u64 = 1 << 20;
 
-/// Reserves disk space for the active segment `file` at `path` in `dir`, best effort: all of
-/// `segment_bytes` when the device has room, otherwise at most half of its free space beyond
-/// [`PREALLOCATE_HEADROOM`], or nothing. A failed reservation is given back (the file keeps
-/// its length), so the device is never left fuller than it was; appends then allocate as they
-/// write and a full device refuses them with [`LogError::NoSpace`].
-pub fn preallocate(shared: &Shared, dir: &Path, path: &Path, file: &dyn WriteFile) {
-    let want = shared.config.segment_bytes.0;
+/// The largest step in which an active segment's allocation grows ahead of its commits (up to
+/// `segment_bytes`): below it the allocation doubles (512 KiB, 1, 2, 4 MiB), then grows by
+/// this much. A segment is not allocated whole when it starts: a partition that never receives
+/// a record holds its 32-byte header, one holding a little holds at most twice what it wrote
+/// or a step more. Each step is one `fallocate` that moves the file's size, so one journal
+/// commit more per step (19 per 64 MiB segment); every commit in between lands on allocated
+/// blocks, as with a segment allocated whole (`docs/log-format.md`, "Padding, preallocation,
+/// recycling").
+pub const ALLOCATION_STEP: u64 = 4 << 20;
+
+/// Reserves disk space for the active segment `file` at `path` in `dir` up to `to` bytes
+/// (at most `segment_bytes`), best effort: all of it when the device has room, otherwise at
+/// most half of its free space beyond [`PREALLOCATE_HEADROOM`], or nothing. A failed
+/// reservation is given back (the file keeps its length), so the device is never left fuller
+/// than it was; appends then allocate as they write and a full device refuses them with
+/// [`LogError::NoSpace`].
+pub fn preallocate(shared: &Shared, dir: &Path, path: &Path, file: &dyn WriteFile, to: u64) {
+    let want = to.min(shared.config.segment_bytes.0);
     let Ok(len) = file.len() else { return };
     if len >= want {
         return;
@@ -71,6 +83,31 @@ pub fn write_error(
 }
 
 impl Partition {
+    /// Grows the allocation of the active segment `file` (starting at `base`) before a commit
+    /// that ends at `end`, so the commit and the zeros written ahead of it
+    /// ([`ZERO_AHEAD`](super::commit::ZERO_AHEAD)) land on allocated blocks: to the next power
+    /// of two past them up to [`ALLOCATION_STEP`], then to the next multiple of it; at most
+    /// `segment_bytes`.
+    pub fn allocate_ahead(&self, file: &dyn WriteFile, base: u64, end: u64) {
+        let segment_bytes = self.shared.config.segment_bytes.0;
+        let Ok(allocated) = file.len() else { return };
+        let needed = end
+            .saturating_add(super::commit::ZERO_AHEAD)
+            .min(segment_bytes);
+        if needed <= allocated {
+            return;
+        }
+        let to = if needed <= ALLOCATION_STEP {
+            needed.next_power_of_two()
+        } else {
+            needed
+                .div_ceil(ALLOCATION_STEP)
+                .saturating_mul(ALLOCATION_STEP)
+        };
+        let path = segment::log_path(&self.dir, base);
+        preallocate(&self.shared, &self.dir, &path, file, to);
+    }
+
     /// Seals the active segment (exact length, index files) and starts the next one.
     pub fn roll(&self) -> Result<()> {
         let (file, base, len, end, generation, index) = {
@@ -273,13 +310,13 @@ pub fn create_segment(
     }
     shared.counters.wrote(SEGMENT_HEADER_LEN);
     // A recycled file was sealed at its exact length: every block up to it holds its old
-    // batches, written. Preallocation adds unwritten extents only past it.
+    // batches, written. Its commits allocate unwritten extents only past it
+    // (`Partition::allocate_ahead`); a new file is allocated by its first commit.
     let written_to = if recycled {
         file.len().unwrap_or(0).max(SEGMENT_HEADER_LEN as u64)
     } else {
         SEGMENT_HEADER_LEN as u64
     };
-    preallocate(shared, dir, &path, &*file);
     let counters = &shared.counters;
     counters
         .timed_sync(|| file.sync_data())

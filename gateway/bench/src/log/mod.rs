@@ -11,6 +11,7 @@
 mod append;
 pub(crate) mod device;
 mod figures;
+mod held;
 mod raw;
 mod read;
 mod recovery;
@@ -236,6 +237,9 @@ async fn run_tern(
         plan.recovery_bytes >> 20
     ))?;
     report.recovery = Some(recovery::recovery(target, &dir, plan.recovery_bytes).await?);
+    remove(&dir)?;
+    step("disk held per idle partition")?;
+    report.held = Some(held::held(&dir).await?);
     remove(&dir)
 }
 

@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::Plan;
 use super::device::{Counter, Target};
 use super::figures::{AppendFigures, FlashFigures, SqliteFigures};
+use super::held::HeldFigures;
 use super::raw::{RawRun, SyncedRun};
 use super::read::ReadFigures;
 use super::recovery::RecoveryFigures;
@@ -46,6 +47,8 @@ pub struct Report {
     pub append: Vec<AppendFigures>,
     pub read: Option<ReadFigures>,
     pub recovery: Option<RecoveryFigures>,
+    /// Disk held per idle partition and per partition after one record.
+    pub held: Option<HeldFigures>,
     pub sqlite: Vec<SqliteFigures>,
     pub flash: Option<FlashFigures>,
 }
@@ -85,6 +88,7 @@ impl Report {
             append: Vec::new(),
             read: None,
             recovery: None,
+            held: None,
             sqlite: Vec::new(),
             flash: None,
         }
@@ -279,6 +283,16 @@ impl Report {
                 verdict(r.random_p99_us <= 100.0),
                 r.sequential_mb_per_s,
                 r.sequential_records_per_s
+            );
+        }
+        if let Some(h) = &self.held {
+            let _ = writeln!(
+                out,
+                "disk held per partition (segment_bytes {} MiB, {} partitions): idle {:.1} KiB, after one record {:.1} KiB",
+                h.segment_bytes >> 20,
+                h.partitions,
+                h.idle_bytes as f64 / 1024.0,
+                h.one_record_bytes as f64 / 1024.0
             );
         }
         if let Some(r) = &self.recovery {
