@@ -11,6 +11,8 @@
 #     bench's proxy, never by tern-upstream;
 #   - the storage engine reaches files only through its `fs/` module (so the power-cut
 #     simulation covers every write); `datadir.rs`, the lock beside the log, is the one exception;
+#   - only tern-core's `sys` module calls statvfs, getrlimit and setrlimit, and only the binary
+#     (and the bench) raises the open-files limit;
 #   - the gateway's crates form no import cycle (cargo refuses cycles between crates) and no
 #     crate has an import cycle between its modules (scripts/module-cycles.py).
 set -euo pipefail
@@ -62,6 +64,21 @@ direct_io=$(grep -rlE 'std::fs|\bFile::|OpenOptions' gateway/log/src --include='
   grep -vE '^gateway/log/src/(fs/|datadir\.rs|tests/|.*test\.rs)' || true)
 if [ -n "$direct_io" ]; then
   echo "layout: tern-log opens files outside fs/: $direct_io" >&2
+  fail=1
+fi
+
+# The OS calls outside std have one home, tern-core's sys module; raising the open-files limit
+# is the binary's start-up (and the bench's), never a library crate's.
+os_calls=$(grep -rlE 'libc::(statvfs|getrlimit|setrlimit)' gateway tests --include='*.rs' |
+  grep -vx 'gateway/core/src/sys.rs' || true)
+if [ -n "$os_calls" ]; then
+  echo "layout: statvfs/getrlimit/setrlimit called outside tern_core::sys: $os_calls" >&2
+  fail=1
+fi
+fd_raise=$(grep -rlE 'sys::raise_fd_limit' gateway --include='*.rs' |
+  grep -vE '^gateway/(tern|bench)/' || true)
+if [ -n "$fd_raise" ]; then
+  echo "layout: the open-files limit raised outside the binary's start-up: $fd_raise" >&2
   fail=1
 fi
 

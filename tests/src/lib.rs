@@ -302,19 +302,15 @@ impl Gateway {
             .envs(env.iter().copied());
         if let Some(nofile) = nofile {
             use std::os::unix::process::CommandExt;
-            let limit = libc::rlimit {
-                rlim_cur: nofile,
-                rlim_max: nofile,
+            let limit = tern_core::sys::FdLimit {
+                soft: nofile,
+                hard: nofile,
             };
-            // SAFETY: setrlimit is async-signal-safe and only reads `limit`, copied into the
-            // closure.
+            // SAFETY: `set_fd_limit` allocates nothing and calls only setrlimit, which is
+            // async-signal-safe; `limit` is copied into the closure.
             unsafe {
                 command.pre_exec(move || {
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
-                    }
+                    tern_core::sys::set_fd_limit(limit).map_err(std::io::Error::from)
                 });
             }
         }

@@ -231,11 +231,29 @@ pub fn projected(rate: f64, partitions: usize, window: Duration) -> f64 {
     rate + commits * PAGE_BYTES + FIXED_BYTES_PER_SEC
 }
 
+/// Seconds in a year of 365.25 days (humantime's `year`, as in `lifetime = "20years"`).
+pub const SECONDS_PER_YEAR: f64 = 31_557_600.0;
+
+/// The card's endurance, `card_size × write_cycles` (even wear), is the one fact behind both
+/// the budget and the projected lifetime: every figure of the card's life comes from here.
 impl WearConfig {
-    /// Device bytes a second the card can take for `lifetime` (even wear).
-    pub fn bytes_per_sec(&self) -> f64 {
+    /// Device bytes the card takes before it wears out.
+    pub fn endurance_bytes(&self) -> f64 {
         self.card_size.0 as f64 * f64::from(self.write_cycles)
-            / self.lifetime.0.as_secs_f64().max(1.0)
+    }
+
+    /// Device bytes a second the card can take for `lifetime`.
+    pub fn bytes_per_sec(&self) -> f64 {
+        self.endurance_bytes() / self.lifetime.0.as_secs_f64().max(1.0)
+    }
+
+    /// Years the card lasts at `bytes_per_sec` device writes; infinite at rest. The status
+    /// page and `/metrics` both show this figure.
+    pub fn lifetime_years(&self, bytes_per_sec: f64) -> f64 {
+        if bytes_per_sec <= 0.0 {
+            return f64::INFINITY;
+        }
+        self.endurance_bytes() / bytes_per_sec / SECONDS_PER_YEAR
     }
 }
 
@@ -270,6 +288,16 @@ mod tests {
         let wear = WearConfig::default();
         // 32e9 × 1000 / (20 × 365.25 × 86400 s) ≈ 50.7 kB/s.
         assert!((wear.bytes_per_sec() - 50_700.0).abs() < 100.0);
+    }
+
+    #[test]
+    fn the_lifetime_at_the_budget_is_the_lifetime_wanted() {
+        let wear = WearConfig::default();
+        let years = wear.lifetime_years(wear.bytes_per_sec());
+        assert!((years - 20.0).abs() < 1e-9, "{years}");
+        // 50.7 kB/s wears out 32 GB × 1000 cycles in 20 years.
+        assert!((wear.lifetime_years(50_700.0) - 20.0).abs() < 0.01);
+        assert!(wear.lifetime_years(0.0).is_infinite());
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,6 +1,6 @@
 //! Who gets a socket and a connection slot: the file-descriptor budget (the soft
-//! `RLIMIT_NOFILE` raised to the hard one at start, with room kept for the log and the admin
-//! endpoint), sockets that have not sent CONNECT yet (at most `mqtt.max_pending_connections`;
+//! `RLIMIT_NOFILE` as found, which the binary raises to the hard one at start, with room kept
+//! for the log and the admin endpoint), sockets that have not sent CONNECT yet (at most `mqtt.max_pending_connections`;
 //! when full the oldest is closed, so idle sockets cannot lock clients out that do send
 //! CONNECT), and `mqtt.max_connections`, reserved atomically before CONNACK so simultaneous
 //! CONNECTs cannot overshoot it. Touches no socket itself.
@@ -19,47 +19,9 @@ pub const RESERVED_FDS: u64 = 128;
 /// Pending handshakes allowed however small the descriptor budget is.
 const MIN_PENDING: usize = 8;
 
-/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit; returns (before, after).
-/// Call once at start, before any listener accepts.
-#[allow(
-    clippy::useless_conversion,
-    reason = "rlim_t is u32 on armv7, u64 on aarch64 and x86_64"
-)]
-pub fn raise_fd_limit() -> std::io::Result<(u64, u64)> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let before = limit.rlim_cur;
-    if limit.rlim_cur < limit.rlim_max {
-        limit.rlim_cur = limit.rlim_max;
-        // SAFETY: setrlimit only reads the struct.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok((u64::from(before), u64::from(limit.rlim_cur)))
-}
-
 /// The current soft `RLIMIT_NOFILE` (`u64::MAX` if it cannot be read or is unlimited).
-#[allow(
-    clippy::useless_conversion,
-    reason = "rlim_t is u32 on armv7, u64 on aarch64 and x86_64"
-)]
 fn fd_limit() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
-        0 => u64::from(limit.rlim_cur),
-        _ => u64::MAX,
-    }
+    tern_core::sys::fd_limit().map_or(u64::MAX, |limit| limit.soft)
 }
 
 /// The limits the descriptor budget allows: (connections, pending handshakes).

@@ -28,7 +28,6 @@ mod will;
 
 use std::net::SocketAddr;
 
-pub use admission::raise_fd_limit;
 pub use broker::Broker;
 pub use config::auth::{Access, Anonymous};
 pub use config::{MqttConfig, RouteConfig, RouteKey};

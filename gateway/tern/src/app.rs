@@ -23,12 +23,24 @@ use tern_log::{Log, LogMetrics};
 use tern_mqtt::{Broker, MqttListener, MqttMetrics};
 use tern_upstream::{self as upstream, UpstreamConfig, UpstreamMetrics};
 
-/// Runs the gateway until SIGINT/SIGTERM, then shuts down gracefully; SIGHUP reloads.
-pub fn serve(config: Config, source: Source) -> anyhow::Result<()> {
-    match tern_mqtt::raise_fd_limit() {
-        Ok((before, after)) => tracing::info!(before, after, "file-descriptor limit"),
+/// Raises the soft open-files limit to the hard one, before any listener accepts: the MQTT
+/// server sizes its connection budget from the limit it finds (`tern_mqtt::Admission`).
+fn raise_fd_limit() {
+    match tern_core::sys::raise_fd_limit(u64::MAX) {
+        Ok((before, after)) => {
+            tracing::info!(
+                before = before.soft,
+                after = after.soft,
+                "file-descriptor limit"
+            );
+        }
         Err(err) => tracing::warn!(%err, "cannot raise the file-descriptor limit"),
     }
+}
+
+/// Runs the gateway until SIGINT/SIGTERM, then shuts down gracefully; SIGHUP reloads.
+pub fn serve(config: Config, source: Source) -> anyhow::Result<()> {
+    raise_fd_limit();
     crate::heap::tune();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads())
@@ -172,13 +184,14 @@ pub async fn run(
     };
 
     let upstream_status = upstream::StatusMap::default();
+    let device = Arc::new(crate::device::DeviceMetrics::new(
+        &config.data_dir,
+        &config.log.flush.wear,
+    ));
     let mut sources: Vec<Arc<dyn MetricsSource>> = vec![
         Arc::new(ProcessMetrics::new()),
         Arc::new(LogMetrics(log.clone())),
-        Arc::new(crate::device::DeviceMetrics::new(
-            &config.data_dir,
-            &config.log.flush.wear,
-        )),
+        Arc::clone(&device) as Arc<dyn MetricsSource>,
         Arc::new(CursorMetrics(log.clone())),
         mqtt_metrics,
     ];
@@ -203,6 +216,7 @@ pub async fn run(
         Arc::clone(&upstream_status),
         config.upstream.clone(),
         config.status.clone(),
+        device,
     ));
     let admin_state = AdminState {
         sources,

@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use tern_core::{HumanDuration, InvalidConfig, invalid};
 
+pub use crate::deprecated::Deprecation;
+
 use tern_kafka::KafkaListenerConfig;
 use tern_mqtt::{MqttConfig, RouteConfig};
 use tern_upstream::UpstreamConfig;
@@ -173,24 +175,43 @@ pub struct Overrides {
 }
 
 /// Loads `path` (or the built-in defaults when `None`), applies `overrides` and validates.
-pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
-    let mut config = match path {
+/// Also returns the deprecated keys the file used, for the caller to report once its
+/// diagnostics are set up.
+pub fn load(
+    path: Option<&Path>,
+    overrides: &Overrides,
+) -> Result<(Config, Vec<Deprecation>), ConfigError> {
+    let (mut config, deprecated) = match path {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                 path: path.to_owned(),
                 source,
             })?;
-            parse(&text, path)?
+            read(&text, path)?
         }
-        None => Config::default(),
+        None => (Config::default(), Vec::new()),
     };
     config.apply(overrides);
     config.validate()?;
-    Ok(config)
+    Ok((config, deprecated))
 }
 
-/// Parses TOML text; errors name the offending key by its dotted path.
+/// [`read`] without the deprecated keys' reports.
+#[cfg(test)]
 pub fn parse(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+    read(text, origin).map(|(config, _)| config)
+}
+
+/// Parses TOML text; errors name the offending key by its dotted path. Deprecated keys are
+/// moved to their new ones (`deprecated.rs`) and returned.
+pub fn read(text: &str, origin: &Path) -> Result<(Config, Vec<Deprecation>), ConfigError> {
+    let mut config = deserialize(text, origin)?;
+    let deprecated =
+        crate::deprecated::resolve(&mut config.status, &mut config.log.flush.wear, text);
+    Ok((config, deprecated))
+}
+
+fn deserialize(text: &str, origin: &Path) -> Result<Config, ConfigError> {
     let deserializer = toml::Deserializer::new(text);
     serde_path_to_error::deserialize(deserializer).map_err(|err| {
         let key = err.path().to_string();

@@ -2,8 +2,9 @@
 //! `/sys/dev/block/MAJOR:MINOR/stat` sectors-written counter: every writer of that device,
 //! with the file system's journal and metadata), or, where there is none (tmpfs, overlay, a
 //! container without `/sys`), this process's `write_bytes` from `/proc/self/io`; the `source`
-//! label says which. Also the card lifetime projected at the current rate from
-//! `[log.flush.wear]`'s card size and cycles.
+//! label says which. Also the card lifetime projected at that rate from `[log.flush.wear]`'s
+//! card size and cycles ([`tern_log::WearConfig::lifetime_years`]): the one projection, which
+//! the status page takes from here.
 //!
 //! It only reads counters; it never writes anything.
 
@@ -16,7 +17,6 @@ use tern_core::metrics::{MetricsSource, write_single};
 
 /// The rate behind the projection is measured over at least this long.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
-const SECONDS_PER_YEAR: f64 = 365.25 * 86_400.0;
 
 /// Where the count of bytes written comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +61,14 @@ impl WriteCounter {
         }
     }
 
+    /// What it counts, for a sentence.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Block { name, .. } => format!("the block device {name}"),
+            Self::Process => "this process (/proc/self/io write_bytes)".to_owned(),
+        }
+    }
+
     /// The labels of its samples.
     pub fn labels(&self) -> String {
         match self {
@@ -91,9 +99,31 @@ struct Marks {
 pub struct DeviceMetrics {
     counter: WriteCounter,
     start: u64,
-    card_bytes: u64,
-    cycles: u32,
+    wear: tern_log::WearConfig,
     marks: Mutex<Marks>,
+}
+
+/// The card's projected lifetime at the device's write rate: the figure `/metrics` and the
+/// status page both show.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CardLifetime {
+    /// Infinite at rest.
+    pub years: f64,
+    /// Device bytes a second over the last minute or more.
+    pub bytes_per_sec: f64,
+    pub card_bytes: u64,
+    pub write_cycles: u32,
+}
+
+impl CardLifetime {
+    /// The value of `tern_card_lifetime_projected_years`.
+    pub fn metric_value(&self) -> String {
+        if self.years.is_finite() {
+            format!("{:.2}", self.years)
+        } else {
+            "+Inf".to_owned()
+        }
+    }
 }
 
 impl DeviceMetrics {
@@ -104,8 +134,7 @@ impl DeviceMetrics {
         Self {
             counter,
             start,
-            card_bytes: wear.card_size.0,
-            cycles: wear.write_cycles,
+            wear: wear.clone(),
             marks: Mutex::new(Marks {
                 from: (now, start),
                 last: (now, start),
@@ -128,22 +157,43 @@ impl DeviceMetrics {
     }
 }
 
-/// Years until `card × cycles` bytes are written at `rate` (even wear); infinite at rest.
-pub fn lifetime_years(card: u64, cycles: u32, rate: f64) -> f64 {
-    if rate <= 0.0 {
-        return f64::INFINITY;
+impl DeviceMetrics {
+    /// The counter the rate is measured on.
+    pub fn counter(&self) -> &WriteCounter {
+        &self.counter
     }
-    card as f64 * f64::from(cycles) / rate / SECONDS_PER_YEAR
+
+    /// Bytes written since start and the rate now; `None` when the counter cannot be read.
+    fn measure(&self) -> Option<(u64, f64)> {
+        let bytes = self.counter.read()?;
+        Some((
+            bytes.saturating_sub(self.start),
+            self.rate(Instant::now(), bytes),
+        ))
+    }
+
+    /// The card's lifetime at `bytes_per_sec`.
+    pub fn lifetime_at(&self, bytes_per_sec: f64) -> CardLifetime {
+        CardLifetime {
+            years: self.wear.lifetime_years(bytes_per_sec),
+            bytes_per_sec,
+            card_bytes: self.wear.card_size.0,
+            write_cycles: self.wear.write_cycles,
+        }
+    }
+
+    /// The card's lifetime at the current rate; `None` when the counter cannot be read.
+    pub fn card_lifetime(&self) -> Option<CardLifetime> {
+        self.measure().map(|(_, rate)| self.lifetime_at(rate))
+    }
 }
 
 impl MetricsSource for DeviceMetrics {
     fn render(&self, out: &mut String) {
-        let Some(bytes) = self.counter.read() else {
+        let Some((written, rate)) = self.measure() else {
             return;
         };
         let labels = self.counter.labels();
-        let written = bytes.saturating_sub(self.start);
-        let rate = self.rate(Instant::now(), bytes);
         let families = [
             (
                 "tern_device_written_bytes_total",
@@ -164,18 +214,12 @@ impl MetricsSource for DeviceMetrics {
             let _ = writeln!(out, "# TYPE {name} {kind}");
             let _ = writeln!(out, "{name}{{{labels}}} {value:.0}");
         }
-        let years = lifetime_years(self.card_bytes, self.cycles, rate);
-        let years = if years.is_finite() {
-            format!("{years:.2}")
-        } else {
-            "+Inf".to_owned()
-        };
         write_single(
             out,
             "tern_card_lifetime_projected_years",
             "gauge",
             "Years the card of [log.flush.wear] (card_size x write_cycles) lasts at the current device write rate, assuming even wear.",
-            years,
+            self.lifetime_at(rate).metric_value(),
         );
     }
 }
@@ -205,9 +249,11 @@ mod tests {
 
     #[test]
     fn the_lifetime_is_card_times_cycles_over_the_rate() {
+        let device = DeviceMetrics::new(&std::env::temp_dir(), &tern_log::WearConfig::default());
         // 50.7 kB/s wears out 32 GB × 1000 cycles in 20 years.
-        let years = lifetime_years(32_000_000_000, 1000, 50_700.0);
-        assert!((years - 20.0).abs() < 0.01, "{years}");
-        assert!(lifetime_years(1, 1, 0.0).is_infinite());
+        let lifetime = device.lifetime_at(50_700.0);
+        assert!((lifetime.years - 20.0).abs() < 0.01, "{lifetime:?}");
+        assert_eq!(lifetime.metric_value(), "20.00");
+        assert_eq!(device.lifetime_at(0.0).metric_value(), "+Inf");
     }
 }

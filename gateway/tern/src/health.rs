@@ -191,53 +191,13 @@ pub struct DiskCheck {
     pub min_free_percent: u8,
 }
 
-/// What `statvfs` says of a file system.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FsSpace {
-    pub total: u64,
-    pub free: u64,
-    pub read_only: bool,
-}
-
-/// `statvfs` of the file system holding `path` (free = what an unprivileged writer may use).
-pub fn fs_space(path: &Path) -> std::io::Result<FsSpace> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: statvfs only writes into the zeroed struct we own; the path is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let (block, blocks, avail) = widen(st.f_frsize, st.f_blocks, st.f_bavail);
-    Ok(FsSpace {
-        total: blocks.saturating_mul(block),
-        free: avail.saturating_mul(block),
-        read_only: st.f_flag & libc::ST_RDONLY != 0,
-    })
-}
-
-/// statvfs's fields are 32 bits wide on armv7 and 64 on aarch64.
-#[allow(
-    clippy::useless_conversion,
-    reason = "the field widths differ by target"
-)]
-fn widen(
-    frsize: libc::c_ulong,
-    blocks: libc::fsblkcnt_t,
-    avail: libc::fsblkcnt_t,
-) -> (u64, u64, u64) {
-    (u64::from(frsize), u64::from(blocks), u64::from(avail))
-}
-
 impl Check for DiskCheck {
     fn check(&self, out: &mut Vec<Reason>) {
         let dir = self.dir.display();
-        let space = match fs_space(&self.dir) {
+        let space = match tern_core::sys::statvfs(&self.dir) {
             Ok(space) => space,
             Err(err) => {
-                let message = format!("cannot statvfs the data directory {dir}: {err}");
+                let message = format!("cannot read the space of the data directory {dir}: {err}");
                 out.push(Reason::new("disk_unknown", message));
                 return;
             }
@@ -247,10 +207,10 @@ impl Check for DiskCheck {
             out.push(Reason::new("disk_read_only", message));
         }
         let percent_floor = space.total / 100 * u64::from(self.min_free_percent);
-        if space.free < self.min_free_bytes || space.free < percent_floor {
+        if space.available < self.min_free_bytes || space.available < percent_floor {
             let message = format!(
                 "the file system of {dir} is nearly full: {} free of {} (need {} and {}%)",
-                space.free, space.total, self.min_free_bytes, self.min_free_percent
+                space.available, space.total, self.min_free_bytes, self.min_free_percent
             );
             out.push(Reason::new("disk_nearly_full", message));
         }

@@ -10,6 +10,7 @@ mod app;
 mod cli;
 mod config;
 mod cursors;
+mod deprecated;
 mod device;
 mod health;
 mod heap;
@@ -51,9 +52,12 @@ fn describe(err: &anyhow::Error) -> String {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
-            let mut config = config::load(args.config.as_deref(), &args.overrides())?;
+            let (mut config, deprecated) = config::load(args.config.as_deref(), &args.overrides())?;
             config.resolve_secrets()?;
             let level = tern_core::logging::init(config.logging.level.as_str());
+            for key in &deprecated {
+                tracing::warn!("{key}");
+            }
             let source = reload::Source {
                 path: args.config.clone(),
                 overrides: args.overrides(),
@@ -62,7 +66,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             app::serve(config, source)
         }
         Command::Config(ConfigCommand::Check { file }) => {
-            let config = config::load(Some(&file), &config::Overrides::default())?;
+            let (config, deprecated) = config::load(Some(&file), &config::Overrides::default())?;
+            for key in &deprecated {
+                eprintln!("tern: warning: {key}");
+            }
             config.clone().resolve_secrets()?;
             print!("{}", config.to_toml()?);
             Ok(())

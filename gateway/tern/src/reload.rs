@@ -21,9 +21,13 @@ pub struct Source {
 }
 
 impl Source {
-    /// The configuration as it is now on disk, secrets read.
+    /// The configuration as it is now on disk, secrets read; its deprecated keys are reported
+    /// (WARN).
     pub fn load(&self) -> Result<Config, config::ConfigError> {
-        let mut config = config::load(self.path.as_deref(), &self.overrides)?;
+        let (mut config, deprecated) = config::load(self.path.as_deref(), &self.overrides)?;
+        for key in &deprecated {
+            tracing::warn!("{key}");
+        }
         config.resolve_secrets()?;
         Ok(config)
     }

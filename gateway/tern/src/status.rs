@@ -2,9 +2,12 @@
 //! runs on an offline Pi) and the JSON it renders, with partitions, cursors and their lag, the
 //! upstream state with its backlog over the last hour, fdatasync latency, bytes written, the
 //! projected card lifetime and the readiness reasons. A sampler task keeps a small ring of
-//! backlog and write samples (one per `[status] sample_interval`, an hour's worth).
+//! backlog and write samples (one per `[status] sample_interval`, an hour's worth). The card
+//! lifetime is `device.rs`'s projection, the one `/metrics` exports; this page never computes
+//! its own.
 //!
-//! It only reads: the log's counters and reports, the upstream status map, `/proc/self/io`.
+//! It only reads: the log's counters and reports, the upstream status map, `/proc/self/io`,
+//! the device counter.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::device::{CardLifetime, DeviceMetrics, WriteCounter};
 use crate::health::Readiness;
 use tern_core::shutdown::Shutdown;
 use tern_core::{ByteSize, HumanDuration, InvalidConfig, invalid};
@@ -21,25 +25,28 @@ use tern_log::Log;
 /// How much history the ring keeps.
 const HISTORY: Duration = Duration::from_secs(3600);
 
-/// `[status]`: the status page's sampling and the card-lifetime projection.
+/// `[status]`: the status page's sampling. The card it projects the lifetime of is
+/// `[log.flush.wear]`'s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StatusConfig {
     /// Time between two samples of the backlog and of bytes written.
     pub sample_interval: HumanDuration,
-    /// Size of the flash card holding the data directory; 0 = unknown (no lifetime projection).
-    pub card_bytes: ByteSize,
-    /// Program/erase cycles each cell of the card endures (a cautious figure for consumer TLC
-    /// microSD cards; industrial cards state theirs).
-    pub card_write_cycles: u32,
+    /// Deprecated: `[log.flush.wear] card_size`. Read from old files and moved there at load
+    /// (`deprecated.rs`); never set once loaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub card_bytes: Option<ByteSize>,
+    /// Deprecated: `[log.flush.wear] write_cycles`, likewise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub card_write_cycles: Option<u32>,
 }
 
 impl Default for StatusConfig {
     fn default() -> Self {
         Self {
             sample_interval: HumanDuration(Duration::from_secs(30)),
-            card_bytes: ByteSize(0),
-            card_write_cycles: 1000,
+            card_bytes: None,
+            card_write_cycles: None,
         }
     }
 }
@@ -107,6 +114,7 @@ pub struct StatusPage {
     upstream: tern_upstream::StatusMap,
     upstreams: Vec<tern_upstream::UpstreamConfig>,
     config: StatusConfig,
+    device: Arc<DeviceMetrics>,
     samples: Mutex<VecDeque<Sample>>,
 }
 
@@ -116,12 +124,14 @@ impl StatusPage {
         upstream: tern_upstream::StatusMap,
         upstreams: Vec<tern_upstream::UpstreamConfig>,
         config: StatusConfig,
+        device: Arc<DeviceMetrics>,
     ) -> Self {
         Self {
             log,
             upstream,
             upstreams,
             config,
+            device,
             samples: Mutex::new(VecDeque::new()),
         }
     }
@@ -195,29 +205,6 @@ impl StatusPage {
         (seconds > 0.0).then(|| last.written.saturating_sub(first.written) as f64 / seconds)
     }
 
-    fn card(&self, rate: Option<f64>) -> Value {
-        let cycles = u64::from(self.config.card_write_cycles);
-        let card = self.config.card_bytes.0;
-        let (days, why) = match rate {
-            _ if card == 0 => (
-                None,
-                "unknown: set [status] card_bytes (and card_write_cycles) to project it".to_owned(),
-            ),
-            None => (None, "unknown: fewer than two write samples yet".to_owned()),
-            Some(r) if r <= 0.0 => (None, "no writes in the sampled window".to_owned()),
-            Some(r) => {
-                let days = card as f64 * cycles as f64 / r / 86_400.0;
-                (
-                    Some(days),
-                    format!(
-                        "{card} bytes × {cycles} cycles ÷ {r:.0} bytes/s over the last hour, assuming even wear"
-                    ),
-                )
-            }
-        };
-        json!({ "days": days, "explanation": why, "card_bytes": card, "write_cycles": cycles })
-    }
-
     fn upstream_json(&self, samples: &VecDeque<Sample>) -> Value {
         let status = self.upstream.lock().unwrap_or_else(PoisonError::into_inner);
         let partitions: Vec<Value> = status
@@ -284,7 +271,7 @@ impl StatusPage {
                 "log_bytes": stats.bytes_written,
                 "bytes_per_second": rate,
             },
-            "card": self.card(rate),
+            "card": card_json(self.device.card_lifetime().as_ref(), self.device.counter()),
         })
     }
 
@@ -293,6 +280,34 @@ impl StatusPage {
         let data = self.snapshot(readiness).to_string().replace('<', "\\u003c");
         PAGE.replace("/*DATA*/null", &data)
     }
+}
+
+/// The page's card figure: `lifetime` (the projection `/metrics` exports) in days, and how it
+/// was reached.
+fn card_json(lifetime: Option<&CardLifetime>, counter: &WriteCounter) -> Value {
+    let Some(l) = lifetime else {
+        return json!({
+            "days": null, "years": null,
+            "explanation": "unknown: the device's bytes written cannot be read",
+        });
+    };
+    let years = l.years.is_finite().then_some(l.years);
+    let days = years.map(|y| y * 365.25);
+    let explanation = match days {
+        None => "no device writes over the last minute: the card does not wear at rest".to_owned(),
+        Some(_) => format!(
+            "{} bytes × {} cycles ([log.flush.wear] card_size, write_cycles) ÷ {:.0} bytes/s written by {} over the last minute or more, assuming even wear",
+            l.card_bytes,
+            l.write_cycles,
+            l.bytes_per_sec,
+            counter.describe()
+        ),
+    };
+    json!({
+        "days": days, "years": years, "explanation": explanation,
+        "card_bytes": l.card_bytes, "write_cycles": l.write_cycles,
+        "bytes_per_second": l.bytes_per_sec,
+    })
 }
 
 /// The page: renders the embedded snapshot at load, then refreshes from `/status.json`.
@@ -308,6 +323,25 @@ mod tests {
             assert!(!PAGE.contains(needle), "{needle}");
         }
         assert!(PAGE.contains("/*DATA*/null"));
+    }
+
+    #[test]
+    fn the_page_shows_the_card_lifetime_metrics_exports() {
+        let config = crate::config::Config::default();
+        let device = DeviceMetrics::new(&std::env::temp_dir(), &config.log.flush.wear);
+        let lifetime = device.lifetime_at(12_345.0);
+        let card = card_json(Some(&lifetime), device.counter());
+        let years = card["years"].as_f64().expect("projected, not unknown");
+        let metric: f64 = lifetime.metric_value().parse().expect("a number");
+        assert_eq!(format!("{years:.2}"), format!("{metric:.2}"), "{card}");
+        let days = card["days"].as_f64().expect("in days too");
+        assert!((days / 365.25 - years).abs() < 1e-9, "{card}");
+        // 32 GB × 1000 cycles at 12,345 bytes/s: about 82 years.
+        assert!((metric - 82.14).abs() < 0.01, "{metric}");
+        assert_eq!(card["card_bytes"], 32_000_000_000u64);
+        let rest = card_json(Some(&device.lifetime_at(0.0)), device.counter());
+        assert_eq!(rest["days"], Value::Null);
+        assert_eq!(device.lifetime_at(0.0).metric_value(), "+Inf");
     }
 
     #[test]

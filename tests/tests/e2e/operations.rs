@@ -559,7 +559,8 @@ interval = "100ms"
 upstream_failed_after = "1s"
 [status]
 sample_interval = "1s"
-card_bytes = "32GiB"
+[log.flush.wear]
+card_size = "32GiB"
 [[upstream]]
 bootstrap = ["{dead}"]
 gateway_id = "page"

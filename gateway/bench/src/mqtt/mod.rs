@@ -285,20 +285,9 @@ async fn idle_memory(server: &Server, count: usize) -> Result<Memory, BenchError
 
 /// Raises this process's soft open-files limit towards `wanted` (children inherit it).
 fn raise_open_files_limit(wanted: usize) {
-    let wanted = libc::rlim_t::try_from(wanted).unwrap_or(libc::rlim_t::MAX);
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own and pass by valid pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 || limit.rlim_cur >= wanted
-    {
-        return;
-    }
-    limit.rlim_cur = wanted.min(limit.rlim_max);
-    // SAFETY: setrlimit only reads the struct; a refusal leaves the old limit in place.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        tracing::warn!("cannot raise the open-files limit to {wanted}");
+    let wanted = u64::try_from(wanted).unwrap_or(u64::MAX);
+    if let Err(err) = tern_core::sys::raise_fd_limit(wanted) {
+        tracing::warn!("cannot raise the open-files limit to {wanted}: {err}");
     }
 }
 

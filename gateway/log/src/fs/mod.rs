@@ -239,20 +239,6 @@ impl Fs for RealFs {
         File::open(path)?.sync_all()
     }
     fn available_space(&self, path: &Path) -> io::Result<u64> {
-        use std::os::unix::ffi::OsStrExt;
-        let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
-        // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
-        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: `c_path` is NUL-terminated and `stat` is a valid out-pointer for the call.
-        if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        #[allow(
-            clippy::useless_conversion,
-            reason = "fsblkcnt_t and c_ulong are u32 on 32-bit ARM"
-        )]
-        let (blocks, size) = (u64::from(stat.f_bavail), u64::from(stat.f_frsize));
-        Ok(blocks.saturating_mul(size))
+        Ok(tern_core::sys::statvfs(path)?.available)
     }
 }
