@@ -529,7 +529,10 @@ impl Partition {
         let bases: Vec<u64> = {
             let st = self.lock();
             let last_sealed = st.sealed.iter().rev().take(PRODUCER_SEGMENTS - 1).rev();
-            last_sealed.map(|s| s.base).chain([st.active.base]).collect()
+            last_sealed
+                .map(|s| s.base)
+                .chain([st.active.base])
+                .collect()
         };
         let mut out = Vec::new();
         for base in bases {

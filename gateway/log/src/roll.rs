@@ -106,7 +106,7 @@ impl Partition {
             self.shared.counters.wrote(data.len());
             self.shared
                 .counters
-                .timed_sync(|| fs::write_atomic(fs, &path, &data))
+                .timed_sync(|| fs::write_atomic(fs, &path, &data, fs::NewFile::Plain))
                 .map_err(|e| write_error(&self.topic, self.id, "write index", &path, e))?;
         }
         let new = self
