@@ -9,8 +9,10 @@
 #     (`TcpStream::connect`) or names kafka-protocol (tests decoding its batches aside), and
 #     tern-core's Kafka framing (`tern_core::frame`) is used only by the Kafka listener and the
 #     bench's proxy, never by tern-upstream;
-#   - the storage engine reaches files only through its `fs/` module (so the power-cut
-#     simulation covers every write); `datadir.rs`, the lock beside the log, is the one exception;
+#   - the storage engine reaches files only through tern-core's `fs` module (re-exported as its
+#     `fs.rs`, so the power-cut simulation covers every write); `datadir.rs`, the lock beside the
+#     log, is the one exception; the upstream producer state (`producer/`) and the password file
+#     (`passwd.rs`) reach files only through it too;
 #   - only tern-core's `sys` module calls statvfs, getrlimit and setrlimit, and only the binary
 #     (and the bench) raises the open-files limit;
 #   - the gateway's crates form no import cycle (cargo refuses cycles between crates) and no
@@ -61,9 +63,15 @@ if [ -n "$core_frame" ]; then
 fi
 
 direct_io=$(grep -rlE 'std::fs|\bFile::|OpenOptions' gateway/log/src --include='*.rs' |
-  grep -vE '^gateway/log/src/(fs/|datadir\.rs|tests/|.*test\.rs)' || true)
+  grep -vE '^gateway/log/src/(datadir\.rs|tests/|.*test\.rs)' || true)
 if [ -n "$direct_io" ]; then
-  echo "layout: tern-log opens files outside fs/: $direct_io" >&2
+  echo "layout: tern-log opens files outside tern-core's fs: $direct_io" >&2
+  fail=1
+fi
+small_io=$(grep -rlE 'std::fs|\bFile::|OpenOptions' gateway/upstream/src/producer gateway/auth/src/passwd.rs \
+  --include='*.rs' | grep -vE 'test\.rs$' || true)
+if [ -n "$small_io" ]; then
+  echo "layout: a small durable file written outside tern-core's fs: $small_io" >&2
   fail=1
 fi
 

@@ -2,22 +2,22 @@
 //! strings), optionally followed by the user's SCRAM credentials
 //! (`:$scram-sha-256$i=4096$salt$StoredKey$ServerKey:$scram-sha-512$…`, see `scram.rs`), `#`
 //! comments and blank lines kept as they are. Parsing, argon2 hashing and verification, and the
-//! atomic rewrite behind `tern passwd` (temp file, fsync, rename, fsync of the directory; mode
-//! 0600 for a new file, an existing file's owner, group and mode kept). Lines without SCRAM
-//! credentials (files of older tern versions) stay valid: they serve MQTT and Kafka's PLAIN, and
-//! SCRAM logins of those users fail until the password is set again.
+//! atomic rewrite behind `tern passwd`: tern-core's `fs::write_atomic` on an `Fs` (temp file,
+//! fdatasync, rename, fsync of the directory; mode 0600 for a new file, an existing file's
+//! owner, group and mode kept), so the power-cut simulation covers it; it never opens a file
+//! itself. Lines without SCRAM credentials (files of older tern versions) stay valid: they serve
+//! MQTT and Kafka's PLAIN, and SCRAM logins of those users fail until the password is set again.
 //!
 //! Verifying is slow and memory-hungry by design: callers must run it on a blocking thread,
 //! never on the async reactor. Never logs or stores a plain password.
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
 use password_hash::rand_core::OsRng;
+use tern_core::fs::{Fs, NewFile, RealFs, write_atomic};
 
 use super::scram::{ScramCredential, ScramMechanism};
 
@@ -168,10 +168,18 @@ impl PasswordFile {
 
     /// Reads and parses `path`.
     pub fn load(path: &Path) -> Result<Self, PasswdError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PasswdError::Read {
+        Self::load_from(&RealFs, path)
+    }
+
+    /// Reads and parses `path` on `fs`.
+    pub fn load_from(fs: &dyn Fs, path: &Path) -> Result<Self, PasswdError> {
+        let read = |source| PasswdError::Read {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        let bytes = fs.read(path).map_err(read)?;
+        let text = String::from_utf8(bytes)
+            .map_err(|err| read(std::io::Error::new(std::io::ErrorKind::InvalidData, err)))?;
         Self::parse(&text, path)
     }
 
@@ -229,57 +237,19 @@ impl PasswordFile {
         text
     }
 
-    /// Replaces `path` atomically: temp file (mode 0600) in the same directory, fsync, rename,
-    /// fsync of the directory. A crash leaves either the old or the new file, never a mix. When
-    /// `path` exists, the new file gets its owner, group and mode first (a packaged
-    /// `root:tern 0640` file stays readable by the service after `sudo tern passwd`).
-    pub fn save(&self, path: &Path) -> Result<(), PasswdError> {
-        let failed = |source| PasswdError::Write {
-            path: path.to_owned(),
-            source,
-        };
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-            _ => PathBuf::from("."),
-        };
-        let name = path
-            .file_name()
-            .map_or_else(|| "passwd".into(), |n| n.to_string_lossy().into_owned());
-        let temp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-        let keep = match std::fs::metadata(path) {
-            Ok(meta) => Some(meta),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
-            Err(err) => return Err(failed(err)),
-        };
-        let result = write_synced(&temp, self.render().as_bytes(), keep.as_ref())
-            .and_then(|()| std::fs::rename(&temp, path))
-            .and_then(|()| std::fs::File::open(&dir)?.sync_all());
-        if result.is_err() {
-            let _ = std::fs::remove_file(&temp);
-        }
-        result.map_err(failed)
+    /// Replaces `path` on `fs` whole or not at all (`write_atomic` with [`NewFile::Private`]:
+    /// temp file of mode 0600 in the same directory, fdatasync, rename, fsync of the
+    /// directory). A crash leaves either the old or the new file, never a mix. When `path`
+    /// exists, the new file gets its owner, group and mode first (a packaged `root:tern 0640`
+    /// file stays readable by the service after `sudo tern passwd`).
+    pub fn save(&self, fs: &dyn Fs, path: &Path) -> Result<(), PasswdError> {
+        write_atomic(fs, path, self.render().as_bytes(), NewFile::Private).map_err(|source| {
+            PasswdError::Write {
+                path: path.to_owned(),
+                source,
+            }
+        })
     }
-}
-
-/// Writes a new file (mode 0600, or `keep`'s owner, group and mode) and fsyncs it.
-fn write_synced(
-    path: &Path,
-    bytes: &[u8],
-    keep: Option<&std::fs::Metadata>,
-) -> std::io::Result<()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    if let Some(old) = keep {
-        // Owner before mode: a chown may clear set-id bits.
-        std::os::unix::fs::fchown(&file, Some(old.uid()), Some(old.gid()))?;
-        file.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o7777))?;
-    }
-    file.write_all(bytes)?;
-    file.sync_all()
 }
 
 /// Usernames: 1..=65535 bytes of UTF-8 (MQTT's limit), no `:`, whitespace or control characters.
@@ -344,9 +314,19 @@ pub fn verify_password(hash: &str, password: &str) -> bool {
 }
 
 /// `tern passwd FILE USER`: sets (`password = Some`) or deletes (`None`) a user's line,
-/// creating the file if needed.
+/// creating the file if needed. Blocking (argon2, fsyncs): never call it on the runtime.
 pub fn update(path: &Path, user: &str, password: Option<&str>) -> Result<(), PasswdError> {
-    let mut file = match PasswordFile::load(path) {
+    update_on(&RealFs, path, user, password)
+}
+
+/// [`update`] on `fs`.
+pub fn update_on(
+    fs: &dyn Fs,
+    path: &Path,
+    user: &str,
+    password: Option<&str>,
+) -> Result<(), PasswdError> {
+    let mut file = match PasswordFile::load_from(fs, path) {
         Ok(file) => file,
         Err(PasswdError::Read { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound && password.is_some() =>
@@ -373,7 +353,7 @@ pub fn update(path: &Path, user: &str, password: Option<&str>) -> Result<(), Pas
             }
         }
     }
-    file.save(path)
+    file.save(fs, path)
 }
 
 /// Reads the new password: prompted twice without echo on a terminal, else the first line of

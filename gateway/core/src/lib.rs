@@ -2,14 +2,17 @@
 //! (`ByteSize`, `HumanDuration`), the one configuration error a layer's validation returns
 //! ([`InvalidConfig`]), the shutdown signal, the metrics trait of the admin endpoint, the
 //! stderr diagnostics, Kafka's size-prefixed framing (`frame`, on a stream the caller owns),
-//! which the Kafka listener and the upstream group client both speak, and the few OS calls
-//! outside `std` (`sys`: `statvfs`, the open-files limit).
+//! which the Kafka listener and the upstream group client both speak, the few OS calls outside
+//! `std` (`sys`: `statvfs`, the open-files limit), and the file system (`fs`: the [`fs::Fs`]
+//! trait, the real one, the power-cut simulator, the atomic small-file write), the one door to
+//! files of the log, the upstream producer state and the password file.
 //!
 //! It must never depend on another tern crate, and never do I/O beyond reading `/proc/self` for
-//! process metrics and the calls of `sys`.
+//! process metrics, the calls of `sys` and what its callers ask of `fs`.
 
 mod config;
 pub mod frame;
+pub mod fs;
 pub mod logging;
 pub mod metrics;
 pub mod shutdown;

@@ -353,7 +353,7 @@ impl Timekeeper {
             (serde_json::to_vec(&file), self.clock.monotonic())
         };
         let Ok(data) = data else { return };
-        match fs::write_atomic(&*self.fs, &self.path, &data) {
+        match fs::write_atomic(&*self.fs, &self.path, &data, fs::NewFile::Plain) {
             Ok(()) => {
                 let mut st = self.lock();
                 st.dirty = false;
@@ -392,7 +392,8 @@ mod tests {
         let fs = FaultyFs::new(1);
         crate::Fs::create_dir_all(&fs, Path::new("/log")).expect("directory");
         let bytes = br#"{"version":2,"elapsed_ms":5,"wall_ms":0,"segments":{}}"#;
-        fs::write_atomic(&fs, Path::new("/log/clock.json"), bytes).expect("write");
+        fs::write_atomic(&fs, Path::new("/log/clock.json"), bytes, fs::NewFile::Plain)
+            .expect("write");
         let clock = Arc::new(ManualClock::new(BUILD_TIME_MS));
         let err = keeper(&fs, &clock).expect_err("unknown version");
         assert!(err.to_string().contains("version 2"), "{err}");
@@ -409,7 +410,7 @@ mod tests {
         ) {
             let fs = FaultyFs::new(2);
             crate::Fs::create_dir_all(&fs, Path::new("/log")).expect("directory");
-            fs::write_atomic(&fs, Path::new("/log/clock.json"), &bytes).expect("write");
+            fs::write_atomic(&fs, Path::new("/log/clock.json"), &bytes, fs::NewFile::Plain).expect("write");
             let clock = Arc::new(ManualClock::new(BUILD_TIME_MS));
             let _ = keeper(&fs, &clock);
         }

@@ -175,6 +175,29 @@ fn zero_ahead(
 }
 
 impl Partition {
+    /// Grows the allocation of the active segment `file` (starting at `base`) before a commit
+    /// that ends at `end`, so the commit and the zeros written ahead of it
+    /// ([`ZERO_AHEAD`](ZERO_AHEAD)) land on allocated blocks: to the next power
+    /// of two past them up to [`ALLOCATION_STEP`](super::roll::ALLOCATION_STEP), then to the next multiple of it; at most
+    /// `segment_bytes`.
+    fn allocate_ahead(&self, file: &dyn super::fs::WriteFile, base: u64, end: u64) {
+        let segment_bytes = self.shared.config.segment_bytes.0;
+        let Ok(allocated) = file.len() else { return };
+        let needed = end.saturating_add(ZERO_AHEAD).min(segment_bytes);
+        if needed <= allocated {
+            return;
+        }
+        let to = if needed <= super::roll::ALLOCATION_STEP {
+            needed.next_power_of_two()
+        } else {
+            needed
+                .div_ceil(super::roll::ALLOCATION_STEP)
+                .saturating_mul(super::roll::ALLOCATION_STEP)
+        };
+        let path = segment::log_path(&self.dir, base);
+        super::roll::preallocate(&self.shared, &self.dir, &path, file, to);
+    }
+
     fn invalid(&self, reason: &str) -> LogError {
         LogError::InvalidAppend {
             topic: self.topic.clone(),

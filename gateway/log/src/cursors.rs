@@ -232,7 +232,7 @@ fn write_snapshot(
     let data = snapshot(map);
     counters.wrote(data.len());
     counters
-        .timed_sync(|| super::fs::write_atomic(fs, &path, &data))
+        .timed_sync(|| super::fs::write_atomic(fs, &path, &data, super::fs::NewFile::Plain))
         .map_err(|e| LogError::io("write", &path, e))?;
     let file = fs
         .open_write(&path)

@@ -304,7 +304,12 @@ pub(crate) fn ensure_marker(
     let path = log_dir.join(FORMAT_FILE);
     // Best-effort (a full card must not keep tern down): without it every file's own version
     // still guards the directory, and the next start tries again.
-    if let Err(err) = log_fs::write_atomic(fs, &path, &encode_marker(FORMAT_VERSION)) {
+    if let Err(err) = log_fs::write_atomic(
+        fs,
+        &path,
+        &encode_marker(FORMAT_VERSION),
+        log_fs::NewFile::Plain,
+    ) {
         tracing::warn!(path = %path.display(), %err, "cannot write the format marker; trying again at the next start");
         return Ok(());
     }

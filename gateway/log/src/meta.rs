@@ -109,7 +109,8 @@ pub fn create(
         .map_err(|e| LogError::io("fsync directory", &topics, e))?;
     topic_config::write(fs, &dir, config)?;
     let path = dir.join(TOPIC_META);
-    fs::write_atomic(fs, &path, &encode(partitions)).map_err(|e| LogError::io("write", &path, e))
+    fs::write_atomic(fs, &path, &encode(partitions), fs::NewFile::Plain)
+        .map_err(|e| LogError::io("write", &path, e))
 }
 
 /// Adds partitions `from..to` to a topic: their (emptied) directories, then the metadata.
@@ -125,7 +126,8 @@ pub fn grow(fs: &dyn Fs, log_dir: &Path, name: &str, from: u32, to: u32) -> Resu
     fs.sync_dir(&dir)
         .map_err(|e| LogError::io("fsync directory", &dir, e))?;
     let path = dir.join(TOPIC_META);
-    fs::write_atomic(fs, &path, &encode(to)).map_err(|e| LogError::io("write", &path, e))
+    fs::write_atomic(fs, &path, &encode(to), fs::NewFile::Plain)
+        .map_err(|e| LogError::io("write", &path, e))
 }
 
 /// Deletes a topic: its metadata (the commit point), then every file and directory of it.

@@ -139,7 +139,7 @@ fn open_sealed(shared: &Shared, dir: &Path, base: u64, next: u64) -> Result<Seal
         shared.counters.wrote(data.len());
         match shared
             .counters
-            .timed_sync(|| fs::write_atomic(fs, &path, &data))
+            .timed_sync(|| fs::write_atomic(fs, &path, &data, fs::NewFile::Plain))
         {
             Ok(()) => {}
             // Indexes are derived: on a full device reads scan without them until a later

@@ -83,31 +83,6 @@ pub fn write_error(
 }
 
 impl Partition {
-    /// Grows the allocation of the active segment `file` (starting at `base`) before a commit
-    /// that ends at `end`, so the commit and the zeros written ahead of it
-    /// ([`ZERO_AHEAD`](super::commit::ZERO_AHEAD)) land on allocated blocks: to the next power
-    /// of two past them up to [`ALLOCATION_STEP`], then to the next multiple of it; at most
-    /// `segment_bytes`.
-    pub fn allocate_ahead(&self, file: &dyn WriteFile, base: u64, end: u64) {
-        let segment_bytes = self.shared.config.segment_bytes.0;
-        let Ok(allocated) = file.len() else { return };
-        let needed = end
-            .saturating_add(super::commit::ZERO_AHEAD)
-            .min(segment_bytes);
-        if needed <= allocated {
-            return;
-        }
-        let to = if needed <= ALLOCATION_STEP {
-            needed.next_power_of_two()
-        } else {
-            needed
-                .div_ceil(ALLOCATION_STEP)
-                .saturating_mul(ALLOCATION_STEP)
-        };
-        let path = segment::log_path(&self.dir, base);
-        preallocate(&self.shared, &self.dir, &path, file, to);
-    }
-
     /// Seals the active segment (exact length, index files) and starts the next one.
     pub fn roll(&self) -> Result<()> {
         let (file, base, len, end, generation, index) = {
@@ -143,7 +118,7 @@ impl Partition {
             self.shared.counters.wrote(data.len());
             self.shared
                 .counters
-                .timed_sync(|| fs::write_atomic(fs, &path, &data))
+                .timed_sync(|| fs::write_atomic(fs, &path, &data, fs::NewFile::Plain))
                 .map_err(|e| write_error(&self.topic, self.id, "write index", &path, e))?;
         }
         let new = self

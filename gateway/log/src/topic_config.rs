@@ -112,7 +112,8 @@ pub fn write(fs: &dyn Fs, topic_dir: &Path, config: &TopicConfig) -> Result<()> 
         return Ok(());
     }
     let path = topic_dir.join(TOPIC_CONFIG);
-    fs::write_atomic(fs, &path, &encode(config)).map_err(|e| LogError::io("write", &path, e))
+    fs::write_atomic(fs, &path, &encode(config), fs::NewFile::Plain)
+        .map_err(|e| LogError::io("write", &path, e))
 }
 
 /// A topic's settings: none without the file. A damaged file is reported and read as none (the

@@ -1,5 +1,6 @@
 //! Password file tests: argon2id PHC hashes, parsing with line numbers, and the atomic,
-//! mode-0600 rewrite behind `tern passwd`, on real files in a temp directory.
+//! mode-0600 rewrite behind `tern passwd`, on real files in a temp directory and through the
+//! power-cut simulator.
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -140,4 +141,56 @@ fn set_passwords_carry_both_scram_credentials_that_match() {
         assert_ne!(wrong, stored);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `tern passwd` through the power-cut simulator: the power cut at every operation of a
+/// rewrite, with each crash mode, leaves the old file or the new one, both of which parse.
+#[test]
+fn a_power_cut_during_a_rewrite_leaves_the_old_file_or_the_new_one() {
+    use tern_core::fs::{CrashMode, FaultyFs};
+    let path = Path::new("/etc/tern/passwd");
+    let old = {
+        let fs = FaultyFs::new(0);
+        fs.create_dir_all(Path::new("/etc/tern")).expect("mkdir");
+        update_on(&fs, path, "alice", Some("one")).expect("creates");
+        PasswordFile::load_from(&fs, path).expect("loads")
+    };
+    let setup = |seed| {
+        let fs = FaultyFs::new(seed);
+        fs.create_dir_all(Path::new("/etc/tern")).expect("mkdir");
+        old.save(&fs, path).expect("the old file");
+        fs
+    };
+    let mut new = old.clone();
+    new.set("bob", Secrets::new("two").expect("hashes"))
+        .expect("bob");
+    let ops = {
+        let fs = setup(0);
+        let before = fs.ops();
+        new.save(&fs, path).expect("saves");
+        fs.ops() - before
+    };
+    let (mut kept, mut replaced) = (0, 0);
+    for mode in [
+        CrashMode::DropUnsynced,
+        CrashMode::TearLastWrite,
+        CrashMode::FlipBit,
+    ] {
+        for cut in 0..=ops {
+            let fs = setup(cut);
+            fs.fail_after(cut);
+            let saved = new.save(&fs, path).is_ok();
+            fs.crash(mode);
+            let found = PasswordFile::load_from(&fs, path)
+                .unwrap_or_else(|err| panic!("{mode:?}, cut after {cut}: {err}"));
+            if saved {
+                assert_eq!(found, new, "{mode:?}, cut after {cut}: acknowledged");
+                replaced += 1;
+            } else {
+                assert!(found == old || found == new, "{mode:?}, cut after {cut}");
+                kept += usize::from(found == old);
+            }
+        }
+    }
+    assert!(kept > 0 && replaced > 0, "kept {kept}, replaced {replaced}");
 }

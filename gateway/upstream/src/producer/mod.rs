@@ -2,7 +2,8 @@
 //! A plain producer sends every batch with producer id -1, so a batch that a leader held
 //! uncommitted (waiting for a dead follower to leave the ISR) while tern reconnected and sent it
 //! again was stored twice. Here every batch carries a producer id and epoch from InitProducerId,
-//! kept on disk per cluster (`state.rs`) so a restarted gateway keeps them, and base sequence =
+//! kept on disk per cluster (`state.rs`, written and read on a blocking thread, never on the
+//! runtime) so a restarted gateway keeps them, and base sequence =
 //! the first record's edge offset (mod 2^31, Kafka's wrap): a resend of the same edge records is
 //! the same sequence, which the leader answers as a duplicate instead of appending it. It owns
 //! the identity only: the requests go through the client module (`client/produce.rs`,
@@ -10,7 +11,9 @@
 //! session, and the catch-up decides again.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use tern_core::fs::RealFs;
 use tokio::sync::Mutex;
 
 use crate::client::produce::{self, NO_PRODUCER_ID, Stamp};
@@ -18,7 +21,7 @@ use crate::client::{ClientError, Connection, metadata};
 
 pub mod state;
 
-pub use state::Identity;
+pub use state::{Identity, StateDir};
 
 /// The broker lost or never had this producer's state, or the identity is stale: get a new one.
 pub fn needs_new_identity(code: i16) -> bool {
@@ -48,7 +51,7 @@ fn plain_identity() -> Identity {
 /// The producer of one upstream cluster: its identity there.
 #[derive(Debug)]
 pub struct Producer {
-    state_dir: Option<PathBuf>,
+    state: Option<StateDir>,
     identity: Mutex<Option<Identity>>,
     /// Bench only (`UpstreamConfig::bench_without_idempotence`): batches carry producer id −1
     /// and no sequence numbers, through this same path, so the bench can print what
@@ -57,9 +60,15 @@ pub struct Producer {
 }
 
 impl Producer {
+    /// A producer whose identities are kept in `state_dir` on the real file system.
     pub fn new(state_dir: Option<PathBuf>) -> Self {
+        Self::with_state(state_dir.map(|dir| StateDir::new(Arc::new(RealFs), dir)))
+    }
+
+    /// A producer whose identities are kept in `state` (`None`: in memory only).
+    pub fn with_state(state: Option<StateDir>) -> Self {
         Self {
-            state_dir,
+            state,
             identity: Mutex::new(None),
             plain: false,
         }
@@ -91,11 +100,7 @@ impl Producer {
             .as_ref()
             .map(|id| id.as_str().to_owned())
             .unwrap_or_default();
-        if let Some(stored) = self
-            .state_dir
-            .as_deref()
-            .and_then(|dir| state::load(dir, &cluster_id))
-        {
+        if let Some(stored) = self.load(&cluster_id).await {
             tracing::info!(cluster = %cluster_id, producer_id = stored.producer_id, epoch = stored.epoch, "upstream producer identity from the state file");
             *guard = Some(stored.clone());
             return Ok(stored);
@@ -107,12 +112,7 @@ impl Producer {
             producer_id,
             epoch,
         };
-        if let Some(dir) = &self.state_dir {
-            state::store(dir, &identity).map_err(|source| ClientError::State {
-                path: state::path(dir, &identity.cluster_id),
-                source,
-            })?;
-        }
+        self.store(&identity).await?;
         tracing::info!(cluster = %identity.cluster_id, producer_id = identity.producer_id, epoch = identity.epoch, "new upstream producer identity");
         *guard = Some(identity.clone());
         Ok(identity)
@@ -138,10 +138,35 @@ impl Producer {
                 "renewing the upstream producer identity"
             );
             *guard = None;
-            if let Some(dir) = &self.state_dir {
-                let _ = std::fs::remove_file(state::path(dir, &stale.cluster_id));
+            if let Some(state) = self.state.clone() {
+                let cluster_id = stale.cluster_id.clone();
+                let _ = tokio::task::spawn_blocking(move || state.forget(&cluster_id)).await;
             }
         }
+    }
+
+    /// The identity stored for `cluster_id`, read on a blocking thread.
+    async fn load(&self, cluster_id: &str) -> Option<Identity> {
+        let state = self.state.clone()?;
+        let cluster_id = cluster_id.to_owned();
+        tokio::task::spawn_blocking(move || state.load(&cluster_id))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Stores `identity` durably before it is used, on a blocking thread (the fsyncs of an SD
+    /// card take tens of milliseconds: never on the runtime).
+    async fn store(&self, identity: &Identity) -> Result<(), ClientError> {
+        let Some(state) = self.state.clone() else {
+            return Ok(());
+        };
+        let path = state.path(&identity.cluster_id);
+        let owned = identity.clone();
+        tokio::task::spawn_blocking(move || state.store(&owned))
+            .await
+            .unwrap_or_else(|join| Err(std::io::Error::other(join)))
+            .map_err(|source| ClientError::State { path, source })
     }
 }
 

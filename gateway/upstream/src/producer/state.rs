@@ -4,10 +4,14 @@
 //! identity and the broker recognises it. The sequence numbers are not stored: they are the edge
 //! offsets (`super::sequence_of`). Format (little endian): magic `TPID`, version 1, cluster id
 //! length (u16) and bytes, producer id (i64), epoch (i16), CRC-32C of everything before it.
-//! Written to a temporary file, synced, renamed over the old one and the directory synced.
+//! Written through tern-core's `fs::write_atomic` (a temporary file, fdatasync'd, renamed over
+//! the old one, the directory fsync'd) on an [`Fs`], so the power-cut simulation covers it
+//! (`state/test.rs`, the power-cut sweep); it never opens a file itself.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tern_core::fs::{Fs, NewFile, write_atomic};
 
 const MAGIC: &[u8; 4] = b"TPID";
 const VERSION: u8 = 1;
@@ -103,82 +107,79 @@ pub fn path(dir: &Path, cluster_id: &str) -> PathBuf {
     dir.join(format!("producer-{name}.state"))
 }
 
-/// The identity stored for `cluster_id` in `dir`, `None` when there is none or it does not
-/// decode (logged: a new identity is fetched).
-pub fn load(dir: &Path, cluster_id: &str) -> Option<Identity> {
-    let path = path(dir, cluster_id);
-    let bytes = std::fs::read(&path).ok()?;
-    match Identity::decode(&bytes) {
-        Ok(identity) if identity.cluster_id == cluster_id => Some(identity),
-        Ok(_) => None,
-        Err(err) => {
-            tracing::warn!(path = %path.display(), %err, "ignoring the upstream producer state");
-            None
-        }
-    }
+/// Why a state file could not be read back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateFileError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Decode {
+        path: PathBuf,
+        #[source]
+        source: StateError,
+    },
 }
 
-/// Stores `identity` in `dir` durably (temporary file, fsync, rename, fsync of the directory).
-pub fn store(dir: &Path, identity: &Identity) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let path = path(dir, &identity.cluster_id);
-    let temporary = path.with_extension("tmp");
-    {
-        let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(&identity.encode())?;
-        file.sync_all()?;
+/// The upstream state directory on a file system (`RealFs` in production, the power-cut
+/// simulator in tests). Its calls block: async code runs them through `spawn_blocking`.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    fs: Arc<dyn Fs>,
+    dir: PathBuf,
+}
+
+impl StateDir {
+    pub fn new(fs: Arc<dyn Fs>, dir: PathBuf) -> Self {
+        Self { fs, dir }
     }
-    std::fs::rename(&temporary, &path)?;
-    std::fs::File::open(dir)?.sync_all()
+
+    /// The state file of `cluster_id`.
+    pub fn path(&self, cluster_id: &str) -> PathBuf {
+        path(&self.dir, cluster_id)
+    }
+
+    /// The identity stored for `cluster_id`: `None` when there is no file or it is another
+    /// cluster's, an error when the file cannot be read or does not decode.
+    pub fn read(&self, cluster_id: &str) -> Result<Option<Identity>, StateFileError> {
+        let path = self.path(cluster_id);
+        let bytes = match self.fs.read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(StateFileError::Read { path, source }),
+        };
+        let identity =
+            Identity::decode(&bytes).map_err(|source| StateFileError::Decode { path, source })?;
+        Ok((identity.cluster_id == cluster_id).then_some(identity))
+    }
+
+    /// The identity stored for `cluster_id`, `None` when there is none or it cannot be read
+    /// (logged: a new identity is fetched).
+    pub fn load(&self, cluster_id: &str) -> Option<Identity> {
+        self.read(cluster_id).unwrap_or_else(|err| {
+            tracing::warn!(%err, "ignoring the upstream producer state");
+            None
+        })
+    }
+
+    /// Stores `identity` durably, replacing the file whole or not at all
+    /// (`tern_core::fs::write_atomic`): once this returns Ok, a power cut leaves this identity
+    /// or a newer one being stored, never a damaged file.
+    pub fn store(&self, identity: &Identity) -> std::io::Result<()> {
+        self.fs.create_dir_all(&self.dir)?;
+        let path = self.path(&identity.cluster_id);
+        write_atomic(&*self.fs, &path, &identity.encode(), NewFile::Plain)
+    }
+
+    /// Removes the state file of `cluster_id` (there may be none).
+    pub fn forget(&self, cluster_id: &str) {
+        let _ = self.fs.remove(&self.path(cluster_id));
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    fn identity() -> Identity {
-        Identity {
-            cluster_id: "MkU3OEVBNTcwNTJENDM2Qk".into(),
-            producer_id: 4711,
-            epoch: 3,
-        }
-    }
-
-    #[test]
-    fn an_identity_round_trips_and_every_damage_is_refused() {
-        let encoded = identity().encode();
-        assert_eq!(Identity::decode(&encoded), Ok(identity()));
-        for cut in 0..encoded.len() {
-            assert!(Identity::decode(&encoded[..cut]).is_err(), "cut at {cut}");
-        }
-        for i in 0..encoded.len() {
-            let mut flipped = encoded.clone();
-            flipped[i] ^= 0x10;
-            assert!(Identity::decode(&flipped).is_err(), "flip at {i}");
-        }
-    }
-
-    #[test]
-    fn stored_identities_are_found_again_per_cluster() -> std::io::Result<()> {
-        let dir = std::env::temp_dir().join(format!("tern-producer-state-{}", std::process::id()));
-        store(&dir, &identity())?;
-        assert_eq!(load(&dir, &identity().cluster_id), Some(identity()));
-        assert_eq!(load(&dir, "another-cluster"), None);
-        std::fs::remove_dir_all(&dir)
-    }
-
-    proptest! {
-        #[test]
-        fn decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-            let _ = Identity::decode(&bytes);
-        }
-
-        #[test]
-        fn any_identity_round_trips(id in "[A-Za-z0-9_-]{0,30}", pid in any::<i64>(), epoch in any::<i16>()) {
-            let identity = Identity { cluster_id: id, producer_id: pid, epoch };
-            prop_assert_eq!(Identity::decode(&identity.encode()), Ok(identity));
-        }
-    }
-}
+mod test;

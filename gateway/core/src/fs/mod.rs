@@ -1,9 +1,11 @@
-//! The file operations the log needs, behind a small [`Fs`] trait: the real file system
+//! The gateway's file operations, behind a small [`Fs`] trait: the real file system
 //! ([`RealFs`]: std files, `memmap2` for sealed files) and, for tests, a fault-injecting
-//! in-memory one ([`FaultyFs`]) that simulates power cuts.
+//! in-memory one ([`FaultyFs`]) that simulates power cuts. Also the one way to replace a small
+//! file durably, [`write_atomic`]: the log's metadata, the upstream producer state and the
+//! password file all go through it, so the power-cut simulation covers every such write.
 //!
-//! Only this module touches the operating system's files for the log; it knows nothing of
-//! segments, batches or topics.
+//! Only this module touches the operating system's files for the log, the producer state and
+//! the password file; it knows nothing of segments, batches, topics or users.
 
 #[cfg(any(test, feature = "fault-injection"))]
 mod faulty;
@@ -11,8 +13,8 @@ mod faulty;
 use std::fmt::Debug;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[cfg(any(test, feature = "fault-injection"))]
@@ -49,7 +51,7 @@ pub trait ReadFile: Send + Sync + Debug {
     fn bytes(&self) -> &[u8];
 }
 
-/// The file-system operations of the log. Paths are absolute or relative to the process.
+/// The file-system operations of the gateway. Paths are absolute or relative to the process.
 pub trait Fs: Send + Sync + Debug {
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Names of the entries of a directory, sorted.
@@ -58,6 +60,9 @@ pub trait Fs: Send + Sync + Debug {
     fn exists(&self, path: &Path) -> bool;
     /// Creates (or truncates) a file for writing.
     fn create(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>>;
+    /// Creates a file that must not exist yet, for a secret: mode 0600, or the owner, group and
+    /// mode of the file at `like` when there is one (owner first: a chown may clear set-id bits).
+    fn create_private(&self, path: &Path, like: &Path) -> io::Result<Arc<dyn WriteFile>>;
     /// Opens an existing file for reading and writing.
     fn open_write(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>>;
     /// Opens a file that is no longer written, for reading in place.
@@ -85,23 +90,57 @@ pub fn is_no_space(err: &io::Error) -> bool {
         || err.kind() == io::ErrorKind::StorageFull
 }
 
-/// Writes `data` to `path` atomically and durably: temp file, fdatasync, rename, directory fsync.
-pub fn write_atomic(fs: &dyn Fs, path: &Path, data: &[u8]) -> io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = Path::new(&tmp);
-    let written = fs.create(tmp).and_then(|file| {
+/// How [`write_atomic`] creates the file that replaces the old one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NewFile {
+    /// The process's default mode, through `{path}.tmp` (created or truncated): files only
+    /// this process writes, the log's and the upstream's.
+    #[default]
+    Plain,
+    /// A secret another program may replace too (`tern passwd`): `.{name}.tmp-{pid}` beside
+    /// it, created exclusively with mode 0600 or the replaced file's owner, group and mode.
+    Private,
+}
+
+/// Replaces `path` with `data` atomically and durably: a temporary file in the same directory,
+/// written and fdatasync'd, renamed over `path`, the directory fsync'd. Once this returns Ok a
+/// power cut leaves `data`; before, it leaves the old file or `data`, never a mix, and never a
+/// missing file where there was one. A failed write removes its temporary file (a full device
+/// must not be left fuller). Blocking: async code calls it through `spawn_blocking`.
+pub fn write_atomic(fs: &dyn Fs, path: &Path, data: &[u8], new: NewFile) -> io::Result<()> {
+    let tmp = temporary(path, new);
+    let written = match new {
+        NewFile::Plain => fs.create(&tmp),
+        NewFile::Private => fs.create_private(&tmp, path),
+    }
+    .and_then(|file| {
         file.write_at(0, data)?;
         file.sync_data()
-    });
+    })
+    .and_then(|()| fs.rename(&tmp, path));
     if let Err(err) = written {
-        // A full device must not be left fuller: the partial temp file goes.
-        let _ = fs.remove(tmp);
+        let _ = fs.remove(&tmp);
         return Err(err);
     }
-    fs.rename(tmp, path)?;
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
     fs.sync_dir(parent.unwrap_or(Path::new(".")))
+}
+
+/// The temporary file [`write_atomic`] writes before renaming it over `path`.
+fn temporary(path: &Path, new: NewFile) -> PathBuf {
+    match new {
+        NewFile::Plain => {
+            let mut tmp = path.as_os_str().to_owned();
+            tmp.push(".tmp");
+            PathBuf::from(tmp)
+        }
+        NewFile::Private => {
+            let name = path
+                .file_name()
+                .map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
+            path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+        }
+    }
 }
 
 /// The operating system's file system.
@@ -206,6 +245,25 @@ impl Fs for RealFs {
             .open(path)?;
         Ok(Arc::new(RealFile(file)))
     }
+    fn create_private(&self, path: &Path, like: &Path) -> io::Result<Arc<dyn WriteFile>> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let keep = match std::fs::metadata(like) {
+            Ok(meta) => Some(meta),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+            Err(err) => return Err(err),
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        if let Some(old) = keep {
+            std::os::unix::fs::fchown(&file, Some(old.uid()), Some(old.gid()))?;
+            file.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o7777))?;
+        }
+        Ok(Arc::new(RealFile(file)))
+    }
     fn open_write(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         Ok(Arc::new(RealFile(file)))
@@ -239,6 +297,6 @@ impl Fs for RealFs {
         File::open(path)?.sync_all()
     }
     fn available_space(&self, path: &Path) -> io::Result<u64> {
-        Ok(tern_core::sys::statvfs(path)?.available)
+        Ok(crate::sys::statvfs(path)?.available)
     }
 }

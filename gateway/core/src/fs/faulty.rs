@@ -507,6 +507,16 @@ impl Fs for FaultyFs {
             id,
         }))
     }
+    fn create_private(&self, path: &Path, _like: &Path) -> io::Result<Arc<dyn WriteFile>> {
+        // Permissions are not modelled; the exclusive creation is.
+        if self.lock().names.contains_key(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists", path.display()),
+            ));
+        }
+        self.create(path)
+    }
     fn open_write(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>> {
         let mut state = self.lock();
         state.tick()?;
