@@ -25,6 +25,7 @@ use super::session::{NEVER_EXPIRES, Session};
 use super::shared::SharedGroups;
 use super::state::{StateError, StateLog};
 use super::topic::TopicLimits;
+use super::will::Wills;
 use tern_log::LogPort;
 use tokio::time::error::Elapsed;
 
@@ -116,6 +117,8 @@ pub struct Broker<S> {
     pub(crate) admission: Arc<Admission>,
     /// Shared subscription groups (`$share/…`).
     pub(crate) shared: SharedGroups<S>,
+    /// Wills waiting for their delay.
+    pub(crate) wills: Wills,
     sessions: Mutex<HashMap<String, Arc<SessionEntry>>>,
     next_connection: AtomicU64,
     boot: u64,
@@ -179,6 +182,7 @@ impl<S: LogPort> Broker<S> {
             auth,
             admission: Arc::new(Admission::new(&config)),
             shared,
+            wills: Wills::default(),
             log,
             config,
             routing: RwLock::new(Arc::new(routing)),
@@ -188,6 +192,23 @@ impl<S: LogPort> Broker<S> {
             next_connection: AtomicU64::new(1),
             boot: boot_stamp(),
         }))
+    }
+
+    /// Ends the broker's own tasks once no connection is left (the listeners returned):
+    /// publishes every will still waiting for its delay and waits until each is stored, then
+    /// closes every shared group (its cursor committed) and waits for its dispatcher. After
+    /// it, no broker task touches the log, which the caller closes next. Cancel-safe: cut
+    /// short, what still runs stays owned for [`Broker::abort`].
+    pub async fn shutdown(&self) {
+        self.wills.close().await;
+        self.shared.close().await;
+    }
+
+    /// Cancels the broker's tasks left running (a shutdown past its grace period) and waits
+    /// until each has stopped.
+    pub async fn abort(&self) {
+        self.wills.abort().await;
+        self.shared.abort().await;
     }
 
     /// A number unique to this connection within this process.

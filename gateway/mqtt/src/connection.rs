@@ -417,6 +417,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         // DISCONNECT (nothing may follow it on the wire).
         if let Err(err) = self.drain_appends().await {
             tracing::debug!(client_id = %clip(&self.client_id), %err, "unsettled publishes at close");
+            self.join_leftovers().await;
         }
         let publish_will = match &result {
             Ok(Flow::Disconnect { will }) => *will,
@@ -437,7 +438,8 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 self.entry.clone(),
                 will,
                 self.session.expiry,
-            );
+            )
+            .await;
         }
         if !self.session.persistent() {
             if let Err(err) = self.broker.forget_session(&mut self.session).await {

@@ -22,6 +22,7 @@ mod router;
 mod session;
 mod shared;
 mod state;
+mod tasks;
 mod tls;
 mod topic;
 mod will;

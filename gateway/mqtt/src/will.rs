@@ -1,6 +1,10 @@
 //! Will messages: taken from CONNECT, published through the normal ingest path when a
 //! connection ends without a clean DISCONNECT (or with MQTT 5 reason 0x04), after the MQTT 5
-//! will delay — capped by the session expiry — unless the client reconnected meanwhile.
+//! will delay — capped by the session expiry — unless the client reconnected meanwhile. Each
+//! waiting will is a task owned by [`Wills`] (never detached). Wills live in memory only, so
+//! the broker's shutdown is the last moment one can be published: [`Wills::close`] cuts every
+//! remaining delay short, publishes the wills of clients that have not reconnected and waits
+//! for them to be stored, before the log closes (docs/mqtt.md, "Wills").
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -12,7 +16,9 @@ use super::codec::{Connect, DisconnectReason, PublishProperties};
 use super::error::ConnError;
 use super::ingest::{self, Outcome, Pending, Reply};
 use super::message::{self, Message};
+use super::tasks::Tasks;
 use super::topic::{self, TopicLimits};
+use tern_core::shutdown::{self, Shutdown, ShutdownTrigger};
 use tern_log::LogPort;
 
 /// A will waiting for its connection to end.
@@ -63,9 +69,43 @@ impl Will {
     }
 }
 
+/// The wills waiting for their delay, each in a task of its own.
+#[derive(Debug)]
+pub(crate) struct Wills {
+    tasks: Tasks,
+    /// Triggered at shutdown: every delay still running ends at once.
+    due_now: ShutdownTrigger,
+    due: Shutdown,
+}
+
+impl Default for Wills {
+    fn default() -> Self {
+        let (due_now, due) = shutdown::channel();
+        Self {
+            tasks: Tasks::default(),
+            due_now,
+            due,
+        }
+    }
+}
+
+impl Wills {
+    /// Publishes every waiting will now (unless its client reconnected) and waits until each
+    /// is stored or refused; a will scheduled later is dropped with a warning.
+    pub(crate) async fn close(&self) {
+        self.due_now.trigger();
+        self.tasks.close().await;
+    }
+
+    /// Cancels the wills still being published (shutdown past its grace) and waits for them.
+    pub(crate) async fn abort(&self) {
+        self.tasks.abort().await;
+    }
+}
+
 /// Publishes `will` after its delay (at most `session_expiry` seconds) unless the session's
-/// client reconnects first.
-pub fn schedule<S: LogPort>(
+/// client reconnects first; at shutdown, at once.
+pub async fn schedule<S: LogPort>(
     broker: Arc<Broker<S>>,
     entry: Arc<SessionEntry>,
     will: Will,
@@ -73,15 +113,26 @@ pub fn schedule<S: LogPort>(
 ) {
     let generation = entry.generation.load(Ordering::SeqCst);
     let delay = Duration::from_secs(u64::from(will.delay.min(session_expiry)));
-    tokio::spawn(async move {
+    let mut due = broker.wills.due.clone();
+    let client_id = will.message.client_id.clone();
+    let wills = Arc::clone(&broker);
+    let task = async move {
         if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = due.wait() => {
+                    tracing::info!(client_id = %clip(&will.message.client_id), "server shutting down: publishing a will before its delay ends");
+                }
+            }
             if entry.generation.load(Ordering::SeqCst) != generation {
                 return;
             }
         }
         publish(broker, will.message).await;
-    });
+    };
+    if wills.wills.tasks.spawn(task).await.is_err() {
+        tracing::warn!(client_id = %clip(&client_id), "will message dropped: the server is shutting down");
+    }
 }
 
 async fn publish<S: LogPort>(broker: Arc<Broker<S>>, mut message: Message) {

@@ -1,18 +1,24 @@
-//! Wiring: builds the runtime, takes the data directory, starts every subsystem with a
-//! [`Shutdown`] handle, applies a SIGHUP reload (`reload.rs` decides what can change live), and
-//! on shutdown waits for them to drain. Holds no protocol logic itself.
+//! Wiring: builds the runtime, takes the data directory and runs the gateway in three phases:
+//! [`Gateway::start`] opens the log and starts every subsystem as a task owned by the
+//! [`Gateway`] (a `JoinSet` per shutdown stage, the forwarders in [`Upstreams`]);
+//! [`Gateway::serve`] waits for the shutdown signal and applies SIGHUP reloads (`reload.rs`
+//! decides what can change live); [`Gateway::drain`] joins every task in order and closes the
+//! log last. No task is detached, so none touches the log after it closed. Holds no protocol
+//! logic itself.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
+use tokio::task::{AbortHandle, JoinHandle, JoinSet};
+use tokio::time::Instant;
 
 use crate::admin::{AdminServer, AdminState};
 use crate::config::Config;
 use crate::cursors::CursorMetrics;
-use crate::health::Health;
+use crate::health::{Health, Readiness, ReadinessMetrics};
 use crate::reload::Source;
 use crate::status::StatusPage;
 use tern_core::metrics::{MetricsSource, ProcessMetrics};
@@ -52,9 +58,13 @@ pub fn serve(config: Config, source: Source) -> anyhow::Result<()> {
         let (trigger, shutdown) = shutdown::channel();
         let signals = Signals::install().context("cannot install signal handlers")?;
         let hangup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
-        tokio::spawn(signals.watch(trigger));
-        tokio::spawn(crate::heap::trim_periodically());
-        run(config, shutdown, Some((source, hangup))).await
+        let watcher = tokio::spawn(signals.watch(trigger));
+        let trimmer = tokio::spawn(crate::heap::trim_periodically());
+        let result = run(config, shutdown, Some((source, hangup))).await;
+        // Both live until the gateway has drained: a second signal exits at once until then.
+        trimmer.abort();
+        watcher.abort();
+        result
     })
 }
 
@@ -91,24 +101,39 @@ impl Upstreams {
         }
     }
 
-    /// Stops every forwarder and waits for it (at most `grace` in all).
+    /// Stops every forwarder and waits for it; past `grace`, cancels those left and waits
+    /// until they have stopped.
     async fn stop(&mut self, grace: Duration) {
-        let running = std::mem::take(&mut self.running);
-        for (trigger, _) in &running {
+        for (trigger, _) in &self.running {
             trigger.trigger();
         }
-        let drained = async {
-            for (_, task) in running {
-                if let Ok(Err(err)) = task.await {
-                    tracing::warn!(%err, "upstream forwarding failed");
-                }
-            }
-        };
-        if tokio::time::timeout(grace, drained).await.is_err() {
+        if tokio::time::timeout(grace, self.join()).await.is_err() {
             tracing::warn!(
                 ?grace,
-                "upstream forwarders did not stop within the grace period"
+                "upstream forwarders did not stop within the grace period: cancelling them"
             );
+            self.abort().await;
+        }
+    }
+
+    /// Waits for the forwarders to end. Cancel-safe: a forwarder not yet joined stays owned.
+    async fn join(&mut self) {
+        while let Some((_, task)) = self.running.last_mut() {
+            let ended = task.await;
+            self.running.pop();
+            if let Ok(Err(err)) = ended {
+                tracing::warn!(%err, "upstream forwarding failed");
+            }
+        }
+    }
+
+    /// Cancels the forwarders left and waits until each has stopped.
+    async fn abort(&mut self) {
+        for (_, task) in &self.running {
+            task.abort();
+        }
+        for (_, task) in self.running.drain(..) {
+            let _ = task.await;
         }
     }
 }
@@ -117,46 +142,199 @@ impl Upstreams {
 /// With `reload`, each SIGHUP reads the configuration again and applies what it can.
 pub async fn run(
     config: Config,
-    mut shutdown: Shutdown,
-    mut reload: Option<(Source, Signal)>,
+    shutdown: Shutdown,
+    reload: Option<(Source, Signal)>,
 ) -> anyhow::Result<()> {
+    let mut gateway = Gateway::start(&config, &shutdown).await?;
+    tracing::info!("tern {} ready", env!("CARGO_PKG_VERSION"));
+    crate::systemd::ready();
+    let config = gateway.serve(config, shutdown, reload).await;
+    gateway.drain(config.shutdown.grace.0).await;
+    Ok(())
+}
+
+/// The running gateway: the log and every task that uses it, grouped by when shutdown
+/// joins them.
+struct Gateway {
+    lock: DataDirLock,
+    log: Log,
+    broker: Arc<Broker<Log>>,
+    /// The MQTT, MQTT TLS and Kafka listeners; each returns once its connections ended.
+    listeners: JoinSet<()>,
+    upstreams: Upstreams,
+    /// The admin endpoint, health checker, status page and systemd notifier: they answer
+    /// until the end.
+    services: JoinSet<()>,
+}
+
+impl Gateway {
+    /// Locks the data directory, opens the log, binds every listener and starts every task.
+    async fn start(config: &Config, shutdown: &Shutdown) -> anyhow::Result<Self> {
+        let (lock, log) = open_log(config).await?;
+        let mqtt_metrics = Arc::new(MqttMetrics::default());
+        let broker = Broker::open(
+            log.clone(),
+            config.mqtt.clone(),
+            config.route.clone(),
+            mqtt_metrics.clone(),
+        )
+        .await?;
+        let mut listeners = JoinSet::new();
+        let mut watched = start_listeners(config, &log, &broker, shutdown, &mut listeners).await?;
+        let mut upstreams = Upstreams {
+            log: log.clone(),
+            status: upstream::StatusMap::default(),
+            state_dir: config.data_dir.join("upstream"),
+            running: Vec::new(),
+        };
+        let mut services = JoinSet::new();
+        let (admin, readiness) = start_services(
+            config,
+            (&log, mqtt_metrics, &upstreams.status),
+            shutdown,
+            &mut services,
+        )
+        .await?;
+        watched.push(admin);
+        upstreams.start(&config.upstream);
+        services.spawn(crate::systemd::run(readiness, watched, shutdown.clone()));
+        Ok(Self {
+            lock,
+            log,
+            broker,
+            listeners,
+            upstreams,
+            services,
+        })
+    }
+
+    /// Waits for `shutdown`, applying each SIGHUP of `reload`; returns the configuration then
+    /// in force.
+    async fn serve(
+        &mut self,
+        config: Config,
+        mut shutdown: Shutdown,
+        mut reload: Option<(Source, Signal)>,
+    ) -> Config {
+        let mut running = config;
+        loop {
+            let hangup = async {
+                match reload.as_mut() {
+                    Some((_, signal)) => signal.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = shutdown.wait() => return running,
+                Some(()) = hangup => {
+                    if let Some((source, _)) = &reload {
+                        self.reload(source, &mut running).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn reload(&mut self, source: &Source, running: &mut Config) {
+        let (broker, log) = (&self.broker, &self.log);
+        apply_reload(source, running, broker, log, &mut self.upstreams).await;
+    }
+
+    /// Shuts down in order, within `grace` in all: the listeners (they stopped accepting at
+    /// the signal) wait for their connections; the broker publishes the wills still waiting
+    /// and closes its shared groups; the forwarders stop; the services stop. Past `grace`,
+    /// whatever is left is cancelled and awaited. Only then does the log close.
+    async fn drain(mut self, grace: Duration) {
+        crate::systemd::stopping();
+        let deadline = Instant::now() + grace;
+        if tokio::time::timeout_at(deadline, self.stop(deadline))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?grace,
+                "in-flight work did not finish within the grace period: cancelling what is left"
+            );
+            self.abort().await;
+        }
+        if let Err(err) = self.log.close().await {
+            tracing::warn!(%err, "closing the log failed");
+        }
+        drop(self.lock);
+        tracing::info!("shutdown complete");
+    }
+
+    /// The orderly part of [`Gateway::drain`]. Cancel-safe: every task not yet joined stays
+    /// owned for [`Gateway::abort`].
+    async fn stop(&mut self, deadline: Instant) {
+        while self.listeners.join_next().await.is_some() {}
+        self.broker.shutdown().await;
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.upstreams.stop(left).await;
+        while self.services.join_next().await.is_some() {}
+    }
+
+    /// Cancels every task left and waits until each has stopped.
+    async fn abort(&mut self) {
+        self.listeners.shutdown().await;
+        self.broker.abort().await;
+        self.upstreams.abort().await;
+        self.services.shutdown().await;
+    }
+}
+
+/// Checks the log's format, locks the data directory and opens the log.
+async fn open_log(config: &Config) -> anyhow::Result<(DataDirLock, Log)> {
     let log_dir = config.data_dir.join("log");
     // Read-only, before the lock file is touched: a newer tern's directory stays byte for byte.
     datadir::check_format(&log_dir)
         .with_context(|| format!("cannot open the log in {}", log_dir.display()))?;
     let lock = DataDirLock::acquire(&config.data_dir)?;
     tracing::info!(data_dir = %lock.path().display(), "data directory locked");
-
     let log = Log::open(&log_dir, &config.log)
         .await
         .with_context(|| format!("cannot open the log in {}", log_dir.display()))?;
     tracing::info!(topics = log.topics().len(), "log opened");
     crate::cursors::handle_orphans(&log, &config.upstream, config.cursors.drop_orphans).await;
+    Ok((lock, log))
+}
 
-    let mqtt_metrics = Arc::new(MqttMetrics::default());
-    let broker = Broker::open(
-        log.clone(),
-        config.mqtt.clone(),
-        config.route.clone(),
-        mqtt_metrics.clone(),
-    )
-    .await?;
+/// Binds the MQTT (and TLS) and Kafka listeners and starts each in `tasks`; returns the MQTT
+/// listeners' handles for the systemd watchdog.
+async fn start_listeners(
+    config: &Config,
+    log: &Log,
+    broker: &Arc<Broker<Log>>,
+    shutdown: &Shutdown,
+    tasks: &mut JoinSet<()>,
+) -> anyhow::Result<Vec<AbortHandle>> {
     let mqtt_tls = match &config.mqtt.tls {
         Some(tls) => Some(MqttListener::bind_tls(tls, broker.clone()).await?),
         None => None,
     };
     let mqtt = MqttListener::bind(config.mqtt.listen, broker.clone()).await?;
-    tracing::info!(
-        "mqtt listener on {}",
-        mqtt.local_addr().context("MQTT listener has no address")?
-    );
-    if let Some(tls) = &mqtt_tls {
+    let addr = mqtt.local_addr().context("MQTT listener has no address")?;
+    tracing::info!("mqtt listener on {addr}");
+    let mut watched = vec![tasks.spawn(mqtt.run(shutdown.clone()))];
+    if let Some(tls) = mqtt_tls {
         let addr = tls
             .local_addr()
             .context("MQTT TLS listener has no address")?;
         tracing::info!("mqtt tls listener on {addr}");
+        watched.push(tasks.spawn(tls.run(shutdown.clone())));
     }
+    if let Some(kafka) = bind_kafka(config, log, broker).await? {
+        tasks.spawn(kafka.run(shutdown.clone()));
+    }
+    Ok(watched)
+}
 
+/// The Kafka listener, if the configuration runs one.
+async fn bind_kafka(
+    config: &Config,
+    log: &Log,
+    broker: &Broker<Log>,
+) -> anyhow::Result<Option<KafkaListener<Log>>> {
     if let (None, Some(why)) = (
         config.kafka_listener.enabled,
         config.kafka_listener_bypass(),
@@ -165,55 +343,49 @@ pub async fn run(
             "kafka listener off: it has authentication = \"none\" and {why} (docs/kafka.md)"
         );
     }
-    let kafka = if config.kafka_listener_runs() {
-        let kafka = KafkaListener::bind(
-            config.kafka_listener.clone(),
-            log.clone(),
-            broker.security(),
-        )
-        .await?;
-        tracing::info!(
-            "kafka listener on {}",
-            kafka
-                .local_addr()
-                .context("Kafka listener has no address")?
-        );
-        Some(kafka)
-    } else {
-        None
-    };
+    if !config.kafka_listener_runs() {
+        return Ok(None);
+    }
+    let kafka = KafkaListener::bind(
+        config.kafka_listener.clone(),
+        log.clone(),
+        broker.security(),
+    )
+    .await?;
+    let addr = kafka
+        .local_addr()
+        .context("Kafka listener has no address")?;
+    tracing::info!("kafka listener on {addr}");
+    Ok(Some(kafka))
+}
 
-    let upstream_status = upstream::StatusMap::default();
+/// Binds the admin endpoint and starts it, the health checker and the status page in
+/// `tasks`; returns the admin task's handle (for the watchdog) and a readiness receiver for
+/// the systemd notifier.
+async fn start_services(
+    config: &Config,
+    (log, mqtt_metrics, upstream_status): (&Log, Arc<MqttMetrics>, &upstream::StatusMap),
+    shutdown: &Shutdown,
+    tasks: &mut JoinSet<()>,
+) -> anyhow::Result<(AbortHandle, watch::Receiver<Readiness>)> {
+    // One projection of the card's lifetime, for `/metrics` and the status page alike.
     let device = Arc::new(crate::device::DeviceMetrics::new(
         &config.data_dir,
         &config.log.flush.wear,
     ));
-    let mut sources: Vec<Arc<dyn MetricsSource>> = vec![
-        Arc::new(ProcessMetrics::new()),
-        Arc::new(LogMetrics(log.clone())),
-        Arc::clone(&device) as Arc<dyn MetricsSource>,
-        Arc::new(CursorMetrics(log.clone())),
-        mqtt_metrics,
-    ];
-    if !config.upstream.is_empty() {
-        sources.push(Arc::new(UpstreamMetrics::new(
-            Arc::clone(&upstream_status),
-            log.clone(),
-        )));
-    }
+    let mut sources = metrics_sources(config, log, mqtt_metrics, upstream_status, &device);
     let health = Health::standard(
         &config.health,
         &config.data_dir,
         !config.upstream.is_empty(),
-        &log,
-        &upstream_status,
+        log,
+        upstream_status,
     );
     let readiness = health.subscribe();
-    let health_readiness = health.subscribe();
-    sources.push(Arc::new(crate::health::ReadinessMetrics(readiness.clone())));
+    sources.push(Arc::new(ReadinessMetrics(readiness.clone())));
     let status = Arc::new(StatusPage::new(
         log.clone(),
-        Arc::clone(&upstream_status),
+        Arc::clone(upstream_status),
         config.upstream.clone(),
         config.status.clone(),
         device,
@@ -226,81 +398,39 @@ pub async fn run(
         remote_cursor_api: config.admin.remote_cursor_api,
     };
     let admin = AdminServer::bind(config.admin.listen, admin_state).await?;
-    tracing::info!(
-        "admin endpoint listening on {}",
-        admin
-            .local_addr()
-            .context("admin listener has no address")?
-    );
-    let admin_task = tokio::spawn(admin.run(shutdown.clone()));
-    let health_task = tokio::spawn(health.run(shutdown.clone()));
-    let status_task = tokio::spawn(status.run(shutdown.clone()));
-    let mqtt_task = tokio::spawn(mqtt.run(shutdown.clone()));
-    let kafka_task = kafka.map(|kafka| tokio::spawn(kafka.run(shutdown.clone())));
-    let mut upstreams = Upstreams {
-        log: log.clone(),
-        status: Arc::clone(&upstream_status),
-        state_dir: config.data_dir.join("upstream"),
-        running: Vec::new(),
-    };
-    upstreams.start(&config.upstream);
-    let mqtt_tls_task = mqtt_tls.map(|tls| tokio::spawn(tls.run(shutdown.clone())));
+    let addr = admin
+        .local_addr()
+        .context("admin listener has no address")?;
+    tracing::info!("admin endpoint listening on {addr}");
+    let notifier_readiness = health.subscribe();
+    let admin = tasks.spawn(admin.run(shutdown.clone()));
+    tasks.spawn(health.run(shutdown.clone()));
+    tasks.spawn(status.run(shutdown.clone()));
+    Ok((admin, notifier_readiness))
+}
 
-    tracing::info!("tern {} ready", env!("CARGO_PKG_VERSION"));
-    crate::systemd::ready();
-    let mut listeners = vec![mqtt_task.abort_handle(), admin_task.abort_handle()];
-    listeners.extend(mqtt_tls_task.as_ref().map(JoinHandle::abort_handle));
-    let systemd_task = tokio::spawn(crate::systemd::run(
-        health_readiness,
-        listeners,
-        shutdown.clone(),
-    ));
-    let grace = config.shutdown.grace.0;
-    let mut running = config;
-    loop {
-        let hangup = async {
-            match reload.as_mut() {
-                Some((_, signal)) => signal.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = shutdown.wait() => break,
-            Some(()) = hangup => {
-                if let Some((source, _)) = &reload {
-                    apply_reload(source, &mut running, &broker, &log, &mut upstreams, grace).await;
-                }
-            }
-        }
+/// What `/metrics` reports, but readiness (added once the health checker exists).
+fn metrics_sources(
+    config: &Config,
+    log: &Log,
+    mqtt_metrics: Arc<MqttMetrics>,
+    upstream_status: &upstream::StatusMap,
+    device: &Arc<crate::device::DeviceMetrics>,
+) -> Vec<Arc<dyn MetricsSource>> {
+    let mut sources: Vec<Arc<dyn MetricsSource>> = vec![
+        Arc::new(ProcessMetrics::new()),
+        Arc::new(LogMetrics(log.clone())),
+        Arc::clone(device) as Arc<dyn MetricsSource>,
+        Arc::new(CursorMetrics(log.clone())),
+        mqtt_metrics,
+    ];
+    if !config.upstream.is_empty() {
+        sources.push(Arc::new(UpstreamMetrics::new(
+            Arc::clone(upstream_status),
+            log.clone(),
+        )));
     }
-
-    crate::systemd::stopping();
-    let drained = async {
-        let _ = systemd_task.await;
-        let _ = mqtt_task.await;
-        if let Some(task) = mqtt_tls_task {
-            let _ = task.await;
-        }
-        if let Some(task) = kafka_task {
-            let _ = task.await;
-        }
-        upstreams.stop(grace).await;
-        let _ = admin_task.await;
-        let _ = health_task.await;
-        let _ = status_task.await;
-    };
-    if tokio::time::timeout(grace, drained).await.is_err() {
-        tracing::warn!(
-            ?grace,
-            "in-flight work did not finish within the grace period"
-        );
-    }
-    if let Err(err) = log.close().await {
-        tracing::warn!(%err, "closing the log failed");
-    }
-    drop(lock);
-    tracing::info!("shutdown complete");
-    Ok(())
+    sources
 }
 
 /// One SIGHUP: load, compare, apply what can change live, log the rest.
@@ -310,7 +440,6 @@ async fn apply_reload(
     broker: &Broker<Log>,
     log: &Log,
     upstreams: &mut Upstreams,
-    grace: Duration,
 ) {
     tracing::info!("SIGHUP: reloading the configuration");
     let new = match source.load() {
@@ -333,7 +462,7 @@ async fn apply_reload(
         log.enforce_retention().await;
     }
     if outcome.restart_upstream {
-        upstreams.stop(grace).await;
+        upstreams.stop(running.shutdown.grace.0).await;
         upstreams
             .status
             .lock()

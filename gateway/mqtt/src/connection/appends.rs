@@ -138,6 +138,16 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         }
         self.flush().await
     }
+
+    /// Waits for the batches and the subscription save still running after a failed drain,
+    /// without sending their acks: no task of a connection outlives it (the listener's join of
+    /// its connections covers their log writes).
+    pub(super) async fn join_leftovers(&mut self) {
+        for task in self.appending.drain(..) {
+            let _ = task.await;
+        }
+        self.saves.join().await;
+    }
 }
 
 /// Awaits the oldest task (leaving it queued); never resolves when there is none.

@@ -51,6 +51,13 @@ impl SubscriptionSaves {
         self.saving.is_none() && self.unsaved_done.is_empty()
     }
 
+    /// Waits for the save in flight, if any, dropping what would have gone out after it.
+    pub(super) async fn join(&mut self) {
+        if let Some((task, _)) = self.saving.take() {
+            let _ = task.await;
+        }
+    }
+
     /// Waits for the save in flight; never resolves when there is none.
     pub(super) async fn saved(&mut self) -> SaveResult {
         match self.saving.as_mut() {

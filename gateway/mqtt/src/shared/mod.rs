@@ -29,6 +29,7 @@ use super::clip::clip;
 use super::config::{SharedType, SharedTypes};
 use super::replay::{self, Start, StartError};
 use super::router::PartitionId;
+use super::tasks::Tasks;
 use super::topic::{self, TopicError, TopicLimits};
 pub use dispatcher::Command;
 pub use group::Delivery;
@@ -97,6 +98,8 @@ struct Registry {
     /// Groups held by sessions restored at startup and not started since: each of their
     /// partitions had a cursor, so a missing one was lost.
     restored: HashSet<ShareKey>,
+    /// Shutdown closed every group: none starts any more.
+    closed: bool,
 }
 
 /// Why a session could not join a group; the text is the SUBACK's reason string.
@@ -128,6 +131,8 @@ pub struct SharedGroups<S> {
     types: SharedTypes,
     registry: Mutex<Registry>,
     next_member: AtomicU64,
+    /// The dispatcher task of every group, owned until it ends.
+    dispatchers: Tasks,
 }
 
 impl<S: LogPort> SharedGroups<S> {
@@ -137,6 +142,7 @@ impl<S: LogPort> SharedGroups<S> {
             types,
             registry: Mutex::default(),
             next_member: AtomicU64::new(1),
+            dispatchers: Tasks::default(),
         }
     }
 
@@ -194,6 +200,7 @@ impl<S: LogPort> SharedGroups<S> {
                     }
                     group.commands.clone()
                 }
+                None if registry.closed => return Err(JoinError::Gone),
                 None => {
                     let restored = registry.restored.remove(key);
                     let starts = self
@@ -201,7 +208,9 @@ impl<S: LogPort> SharedGroups<S> {
                         .await?;
                     let (commands, inbox) = mpsc::channel(COMMANDS);
                     let task = dispatcher::run(self.log.clone(), key.clone(), kind, starts, inbox);
-                    tokio::spawn(task);
+                    if self.dispatchers.spawn(task).await.is_err() {
+                        return Err(JoinError::Gone);
+                    }
                     let group = Group {
                         commands: commands.clone(),
                     };
@@ -300,6 +309,28 @@ impl<S: LogPort> SharedGroups<S> {
             }
         }
         self.log.remove_cursors(&key.cursor_name()).await
+    }
+
+    /// Closes every running group (each dispatcher commits its cursor) and waits for the
+    /// dispatchers to end; no group starts after it (shutdown, once no member is left).
+    pub async fn close(&self) {
+        let groups = {
+            let mut registry = self.registry.lock().await;
+            registry.closed = true;
+            std::mem::take(&mut registry.groups)
+        };
+        for group in groups.into_values() {
+            let (done, closed) = oneshot::channel();
+            if group.commands.send(Command::Close { done }).await.is_ok() {
+                let _ = closed.await;
+            }
+        }
+        self.dispatchers.close().await;
+    }
+
+    /// Cancels the dispatchers still running and waits until each has stopped.
+    pub async fn abort(&self) {
+        self.dispatchers.abort().await;
     }
 
     /// Releases every shared subscription among a session's `filters` (the session ends).

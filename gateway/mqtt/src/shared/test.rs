@@ -485,3 +485,40 @@ async fn a_restored_group_whose_cursor_was_lost_starts_at_the_earliest_record() 
         "a new group starts at the end"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn closing_commits_every_group_cursor_and_ends_its_dispatcher() {
+    let log = mqtt_log();
+    append(&log, "a", 3, |_| "k".to_owned()).await;
+    let groups = groups_of(&log, SharedType::Shared);
+    let key = ShareKey::parse("$share/g/a", &LIMITS).expect("valid");
+    let start = replay::Start::Earliest;
+    let mut member = groups
+        .join(&key, "c1", vec![partition()], 8, Some(&start))
+        .await
+        .expect("joins")
+        .member;
+    member.matched = None;
+    let mut memberships = Memberships::default();
+    memberships.insert("$share/g/a".to_owned(), member);
+    for offset in 0..3 {
+        let (filter, delivery) = tokio::time::timeout(Duration::from_secs(5), memberships.recv())
+            .await
+            .expect("a delivery");
+        assert_eq!(delivery.offset, offset);
+        memberships
+            .settle(&filter, delivery.partition, offset)
+            .await;
+    }
+    // The member stays: shutdown closes groups whose members never left. Well within the
+    // once-a-second commit, so only the close can have committed the cursor.
+    tokio::time::timeout(Duration::from_millis(500), groups.close())
+        .await
+        .expect("close ends every dispatcher");
+    assert_eq!(log.cursor(&key.cursor_name(), "mqtt", 0), Some(3));
+    let again = groups.join(&key, "c2", vec![partition()], 8, None).await;
+    assert!(
+        matches!(again, Err(JoinError::Gone)),
+        "no group starts after close"
+    );
+}

@@ -192,3 +192,39 @@ async fn a_forgotten_session_takes_its_incoming_qos2_ids_along() {
         "and deleted with the session"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_publishes_a_will_still_waiting_for_its_delay_before_the_log_closes() {
+    let h = Harness::new(MemoryLog::new(1)).await;
+    let will = Some(("wills/pending", "bye", 60));
+    let (Client { io, task, .. }, _) = connect_v5(&h, "pending", true, 300, will).await;
+    drop(io);
+    task.await
+        .expect("the connection ends; its will waits for its delay");
+    assert!(h.records().is_empty(), "not before the will delay");
+    let started = tokio::time::Instant::now();
+    h.trigger.trigger();
+    h.broker.shutdown().await;
+    h.log.close();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "published at shutdown, not after its delay: {:?}",
+        started.elapsed()
+    );
+    let records = h.records();
+    assert_eq!(records.len(), 1, "the will is stored before the log closes");
+    assert_eq!(records[0].value, b"bye");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_will_cancelled_by_a_reconnect_is_not_published_at_shutdown() {
+    let h = Harness::new(MemoryLog::new(1)).await;
+    let will = Some(("wills/back", "bye", 60));
+    let (Client { io, task, .. }, _) = connect_v5(&h, "back", true, 300, will).await;
+    drop(io);
+    task.await.expect("the connection ends");
+    let (_again, present) = connect_v5(&h, "back", false, 300, None).await;
+    assert!(present);
+    h.broker.shutdown().await;
+    assert!(h.records().is_empty(), "the reconnect cancelled the will");
+}
