@@ -133,6 +133,7 @@ impl<S: LogPort> Broker<S> {
         metrics: Arc<MqttMetrics>,
     ) -> Result<Arc<Self>, MqttError> {
         let auth = Auth::load(&config.auth, &config.acl)?;
+        metrics.queued.set_cap(config.max_queued_bytes_total.0);
         let router = Router::new(routes, config.default_log_topic.clone());
         let routing = Routing::open(&log, router)?;
         let state = Arc::new(StateLog::new(log.clone()).map_err(MqttError::Log)?);

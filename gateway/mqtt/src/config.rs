@@ -35,6 +35,10 @@ pub struct MqttConfig {
     pub inflight: u16,
     /// Bytes of outgoing messages a session may have sent but not yet had acknowledged.
     pub max_queued_bytes: ByteSize,
+    /// Bytes of outgoing messages all sessions together may have sent but not yet had
+    /// acknowledged (connected or not). At it, a session holding 64 KiB or more gets no new
+    /// delivery until acknowledgements make room; one below that always may (docs/mqtt.md).
+    pub max_queued_bytes_total: ByteSize,
     /// Longest topic name or filter in bytes.
     pub max_topic_length: usize,
     /// Most levels in a topic name or filter.
@@ -95,6 +99,7 @@ impl Default for MqttConfig {
             max_packet_size: ByteSize(256 * 1024),
             inflight: 32,
             max_queued_bytes: ByteSize(1024 * 1024),
+            max_queued_bytes_total: ByteSize(64 * 1024 * 1024),
             max_topic_length: 256,
             max_topic_levels: 16,
             topic_alias_maximum: 16,
@@ -146,15 +151,19 @@ impl MqttConfig {
             (self.max_retained_bytes.0 == 0, "mqtt.max_retained_bytes"),
             (self.inflight == 0, "mqtt.inflight"),
             (self.max_queued_bytes.0 < packet, "mqtt.max_queued_bytes"),
+            (
+                self.max_queued_bytes_total.0 < self.max_queued_bytes.0,
+                "mqtt.max_queued_bytes_total",
+            ),
             (self.max_topic_length == 0, "mqtt.max_topic_length"),
             (self.max_topic_levels == 0, "mqtt.max_topic_levels"),
             (self.connect_timeout.0.is_zero(), "mqtt.connect_timeout"),
         ];
         if let Some((_, key)) = checks.iter().find(|(bad, _)| *bad) {
-            let message = if *key == "mqtt.max_queued_bytes" {
-                "must be at least mqtt.max_packet_size"
-            } else {
-                "must be greater than zero"
+            let message = match *key {
+                "mqtt.max_queued_bytes" => "must be at least mqtt.max_packet_size",
+                "mqtt.max_queued_bytes_total" => "must be at least mqtt.max_queued_bytes",
+                _ => "must be greater than zero",
             };
             return Err(invalid(key, message));
         }

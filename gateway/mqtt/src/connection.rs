@@ -225,6 +225,8 @@ pub struct Connection<S: LogPort, W> {
     retained_early: VecDeque<super::message::Message>,
     /// Packet ids of resumed deliveries not re-sent yet (`resend.rs`).
     resend: VecDeque<u16>,
+    /// Changes when the process-wide queued bytes fall below their cap (`queued.rs`).
+    room: tokio::sync::watch::Receiver<u64>,
     /// Subscription changes of a persistent session on their way to `__mqtt_state`.
     saves: saves::SubscriptionSaves,
 }
@@ -243,6 +245,8 @@ enum Event {
     Stored(Result<Ingested, tokio::task::JoinError>),
     Saved(saves::SaveResult),
     Wake,
+    /// Room below `mqtt.max_queued_bytes_total` for a connection that waited for it.
+    Room,
     Shared(String, Delivery),
     Kicked,
     KeepAliveExpired,
@@ -281,11 +285,17 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 inbuf.reserve();
                 room = inbuf.room();
             }
+            self.room.borrow_and_update();
+            let capped = self.capped();
             let event = tokio::select! {
                 read = reader.read_buf(&mut inbuf.bytes), if can_read => Event::Read(read),
                 stored = appends::join_oldest(&mut self.appending) => Event::Stored(stored),
                 saved = self.saves.saved() => Event::Saved(saved),
                 () = self.wake.notified() => Event::Wake,
+                changed = self.room.changed(), if capped => match changed {
+                    Ok(()) => Event::Room,
+                    Err(_) => Event::Wake,
+                },
                 (filter, delivery) = self.groups.recv(), if !self.window_full() => {
                     Event::Shared(filter, delivery)
                 }
@@ -309,7 +319,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 }
                 Event::Stored(done) => self.stored(done)?,
                 Event::Saved(saved) => Box::pin(self.saved(saved)).await?,
-                Event::Wake => self.deliver_more().await?,
+                Event::Wake | Event::Room => self.deliver_more().await?,
                 Event::Shared(filter, delivery) => {
                     Box::pin(self.deliver_shared(filter, delivery)).await?;
                 }

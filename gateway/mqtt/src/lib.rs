@@ -16,6 +16,7 @@ mod ingest;
 mod listener;
 mod message;
 mod metrics;
+mod queued;
 mod replay;
 mod retained;
 mod router;

@@ -1,9 +1,12 @@
 //! Counters of the MQTT server, rendered for `/metrics`. Updated with relaxed atomics from the
 //! connection tasks; never blocks and never allocates on the data path.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tern_core::metrics::{MetricsSource, write_single};
+
+use super::queued::QueuedBytes;
 
 /// The MQTT server's counters and gauges.
 #[derive(Debug, Default)]
@@ -26,6 +29,8 @@ pub struct MqttMetrics {
     pub(crate) retained_refused: AtomicU64,
     /// Times a client's reading was paused by `mqtt.max_publish_rate`.
     pub(crate) rate_limited: AtomicU64,
+    /// Bytes of unacknowledged deliveries all sessions hold, and their cap.
+    pub(crate) queued: Arc<QueuedBytes>,
 }
 
 impl MqttMetrics {
@@ -147,6 +152,20 @@ impl MetricsSource for MqttMetrics {
             "Times reading from a client was paused because it published faster than mqtt.max_publish_rate.",
             self.rate_limited.load(Ordering::Relaxed),
         );
+        write_single(
+            out,
+            "tern_mqtt_queued_bytes",
+            "gauge",
+            "Bytes of QoS 1/2 deliveries all sessions hold until their clients acknowledge them.",
+            self.queued.total(),
+        );
+        write_single(
+            out,
+            "tern_mqtt_queued_bytes_max",
+            "gauge",
+            "mqtt.max_queued_bytes_total: past it, only sessions below their floor take new deliveries.",
+            self.queued.cap(),
+        );
     }
 }
 
@@ -164,6 +183,6 @@ mod tests {
             out.contains("tern_mqtt_publishes_received_total 1\n"),
             "{out}"
         );
-        assert_eq!(out.matches("# TYPE").count(), 16);
+        assert_eq!(out.matches("# TYPE").count(), 18);
     }
 }

@@ -6,10 +6,12 @@
 //! store make the durable parts durable.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::codec::{OutPublish, QoS};
+use super::queued::{Charge, QueuedBytes};
 use super::router::PartitionId;
 use super::state::{Released, StoredSession, StoredSubscription, qos_from_u8};
 use super::topic::{self, is_shared};
@@ -91,7 +93,7 @@ pub enum PubRecOutcome {
 }
 
 /// The state of one client id.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Session {
     pub client_id: String,
     /// Seconds the session outlives its connection; 0 ends it with the connection.
@@ -103,7 +105,9 @@ pub struct Session {
     pub positions: BTreeMap<PartitionId, u64>,
     /// Outgoing QoS 1 and 2 messages by packet id.
     pub inflight: BTreeMap<u16, Inflight>,
-    pub inflight_bytes: usize,
+    /// The bytes of `inflight`, charged to the process-wide account once a connection
+    /// attached it (`queued.rs`); released when acknowledged, dropped or the session ends.
+    inflight_bytes: Charge,
     /// Partitions whose durable cursor is behind.
     pub dirty: BTreeSet<PartitionId>,
     /// Per partition, the durable "sent up to" lease: records before it may have been sent
@@ -165,9 +169,23 @@ impl Session {
         self.stored || !self.subscriptions.is_empty() || !self.positions.is_empty()
     }
 
-    /// Forgets everything but the client id.
+    /// Forgets everything but the client id (and the account its deliveries are charged to).
     pub fn clear(&mut self) {
+        let account = self.inflight_bytes.take_account();
         *self = Self::new(&self.client_id);
+        if let Some(account) = account {
+            self.inflight_bytes.attach(account);
+        }
+    }
+
+    /// Charges the session's in-flight bytes, now and from now on, to `account`.
+    pub fn charge_to(&mut self, account: Arc<QueuedBytes>) {
+        self.inflight_bytes.attach(account);
+    }
+
+    /// Bytes of the outgoing deliveries awaiting acknowledgement.
+    pub fn inflight_bytes(&self) -> usize {
+        self.inflight_bytes.bytes()
     }
 
     /// What the state log keeps of this session.
@@ -255,7 +273,7 @@ impl Session {
 
     /// Records a delivered QoS 1 or 2 message.
     pub fn add_inflight(&mut self, pkid: u16, inflight: Inflight) {
-        self.inflight_bytes += inflight.size;
+        self.inflight_bytes.add(inflight.size);
         if let Some((partition, _)) = &inflight.source {
             self.dirty.insert(partition.clone());
         }
@@ -305,7 +323,7 @@ impl Session {
             return None;
         }
         let finished = self.inflight.remove(&pkid)?;
-        self.inflight_bytes = self.inflight_bytes.saturating_sub(finished.size);
+        self.inflight_bytes.remove(finished.size);
         if let Some((partition, _)) = &finished.source {
             self.dirty.insert(partition.clone());
         }

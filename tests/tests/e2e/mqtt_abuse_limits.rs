@@ -1,6 +1,7 @@
 //! Limits that must hold while clients try to exhaust the real binary: `max_connections` under
 //! simultaneous CONNECTs, idle sockets that never send CONNECT against a small
-//! file-descriptor limit, and MQTT 3.1.1 clients with keep alive 0.
+//! file-descriptor limit, MQTT 3.1.1 clients with keep alive 0, and subscribers that never read
+//! against `max_queued_bytes_total` (tern's RSS stays bounded).
 
 use std::net::TcpStream;
 use std::sync::{Arc, Barrier};
@@ -154,4 +155,97 @@ fn a_thousand_subscribes_on_one_persistent_session_write_linear_bytes() -> anyho
         assert_eq!(received.topic, topic);
     }
     gateway.stop()
+}
+
+/// tern's resident memory, from `/proc/PID/status` (VmRSS).
+fn rss_bytes(gateway: &Gateway) -> anyhow::Result<u64> {
+    let pid = gateway.pid().context("tern is not running")?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .context("no VmRSS in /proc/PID/status")?;
+    Ok(kib * 1024)
+}
+
+const STUCK_SUBSCRIBERS: usize = 100;
+const MIB: u64 = 1024 * 1024;
+
+/// 100 QoS 1 subscribers that subscribe and never read nor acknowledge, and a publisher of
+/// 20 messages of 64 KiB: without a global cap every session queues up to
+/// `max_queued_bytes` (1 MiB). Waits until `tern_mqtt_queued_bytes` reaches `until`, then
+/// returns tern's RSS growth since the subscribers subscribed, and the queued bytes.
+fn stuck_subscribers_rss(cap: u64, until: u64) -> anyhow::Result<(u64, u64)> {
+    let dir = TempDir::new("mqtt-abuse-memcap")?;
+    let config = format!("[mqtt]\nmax_queued_bytes_total = {cap}\n");
+    let mut gateway = gateway(&dir, &config)?;
+    let mut stuck = Vec::new();
+    for i in 0..STUCK_SUBSCRIBERS {
+        let mut client = RawClient::connect(gateway.mqtt, &format!("stuck-{i}"), 0, true, false)?;
+        assert_eq!(client.subscribe("bulk/#", 1, 1)?, 1);
+        stuck.push(client);
+    }
+    let baseline = rss_bytes(&gateway)?;
+    let mut publisher = RawClient::connect(gateway.mqtt, "publisher", 60, true, false)?;
+    let payload = vec![0x5a; 64 * 1024];
+    for pkid in 1..=20 {
+        assert_eq!(publisher.publish_qos1("bulk/x", &payload, pkid)?, 0);
+    }
+    gateway.wait_metric(
+        "tern_mqtt_queued_bytes",
+        "",
+        "the stuck sessions to queue their deliveries",
+        Duration::from_secs(30),
+        |queued| queued.is_some_and(|q| q >= until),
+    )?;
+    let grown = rss_bytes(&gateway)?.saturating_sub(baseline);
+    let queued = gateway
+        .metric_sum("tern_mqtt_queued_bytes", "")?
+        .context("no tern_mqtt_queued_bytes")?;
+    eprintln!(
+        "cap {} MiB: RSS grew {} MiB over {} MiB, {} MiB queued",
+        cap / MIB,
+        grown / MIB,
+        baseline / MIB,
+        queued / MIB
+    );
+    drop(stuck);
+    gateway.stop()?;
+    Ok((grown, queued))
+}
+
+/// The bound a capped run's RSS growth stays under: the cap, plus per stuck session its
+/// 64 KiB floor and one 64 KiB delivery past it, plus 8 MiB for the allocator and the log.
+fn rss_bound(cap: u64) -> u64 {
+    cap + STUCK_SUBSCRIBERS as u64 * 128 * 1024 + 8 * MIB
+}
+
+#[test]
+fn stuck_subscribers_queue_no_more_than_max_queued_bytes_total() -> anyhow::Result<()> {
+    let cap = 16 * MIB;
+    let (grown, queued) = stuck_subscribers_rss(cap, cap)?;
+    let floors = STUCK_SUBSCRIBERS as u64 * 2 * (64 * 1024 + 64);
+    assert!(queued < cap + floors, "{queued} bytes queued");
+    assert!(
+        grown < rss_bound(cap),
+        "RSS grew {grown} bytes, bound {}",
+        rss_bound(cap)
+    );
+    // Negative control: with the cap out of the way, the same clients make every session
+    // queue its 1 MiB, and the harness sees RSS pass the bound.
+    let unbounded = STUCK_SUBSCRIBERS as u64 * MIB;
+    let (grown, _) = stuck_subscribers_rss(1 << 30, unbounded)?;
+    assert!(
+        grown > rss_bound(cap),
+        "without the cap RSS grew only {grown} bytes, bound {}",
+        rss_bound(cap)
+    );
+    Ok(())
 }

@@ -135,10 +135,18 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(())
     }
 
+    /// Whether the session takes no new delivery now: its in-flight window is full
+    /// ([`Self::window_full_here`]) or the process-wide queued bytes are at
+    /// `mqtt.max_queued_bytes_total` and the session holds its floor or more ([`Self::capped`]).
+    pub(super) fn window_full(&self) -> bool {
+        self.window_full_here() || self.capped()
+    }
+
     /// Whether the in-flight window (min(`mqtt.inflight`, the client's Receive Maximum)) is
     /// full: deliveries sent on this connection, or released QoS 2 ones, not yet acknowledged
-    /// (those still to be re-sent after a reconnect, `resend.rs`, are not on the wire).
-    pub(super) fn window_full(&self) -> bool {
+    /// (those still to be re-sent after a reconnect, `resend.rs`, are not on the wire), or
+    /// their bytes reached `mqtt.max_queued_bytes`.
+    pub(super) fn window_full_here(&self) -> bool {
         let window = usize::from(self.broker.config.inflight).min(self.client_receive_max);
         let held = self
             .session
@@ -146,7 +154,16 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             .len()
             .saturating_sub(self.resend.len());
         held >= window
-            || self.session.inflight_bytes >= self.broker.config.max_queued_bytes.0 as usize
+            || self.session.inflight_bytes() >= self.broker.config.max_queued_bytes.0 as usize
+    }
+
+    /// Whether new deliveries wait for room under `mqtt.max_queued_bytes_total` (`queued.rs`).
+    pub(super) fn capped(&self) -> bool {
+        !self
+            .broker
+            .metrics
+            .queued
+            .admits(self.session.inflight_bytes())
     }
 
     /// Delivers what the log holds beyond each position, as far as the window allows.

@@ -142,6 +142,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         .map_err(|_| ConnError::Takeover {
             client_id: clip(&client_id).to_string(),
         })?;
+    session.charge_to(broker.metrics.queued.clone());
     if connect.clean_start || expired {
         broker.forget_session(&mut session).await?;
     }
@@ -207,6 +208,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         retained_early: VecDeque::new(),
         saves: Default::default(),
         resend: VecDeque::new(),
+        room: broker.metrics.queued.room(),
         writer,
         broker,
     };

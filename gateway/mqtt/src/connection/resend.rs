@@ -34,9 +34,10 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         Ok(())
     }
 
-    /// Re-sends queued deliveries while the window has room.
+    /// Re-sends queued deliveries while the window has room. They are charged already, so
+    /// `mqtt.max_queued_bytes_total` does not hold them back.
     pub(super) fn pump_resend(&mut self) -> Result<(), ConnError> {
-        while !self.resend.is_empty() && !self.window_full() {
+        while !self.resend.is_empty() && !self.window_full_here() {
             let Some(pkid) = self.resend.pop_front() else {
                 break;
             };

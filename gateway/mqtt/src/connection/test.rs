@@ -24,6 +24,7 @@ mod auth;
 mod delivery;
 mod delivery_v5;
 mod ingest;
+mod memcap;
 mod sessions;
 mod share;
 

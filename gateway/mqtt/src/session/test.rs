@@ -35,14 +35,14 @@ fn cursor_stays_at_the_oldest_unacknowledged_offset() {
     let b = session.next_pkid().expect("pkid");
     session.add_inflight(b, inflight(&p, 12));
     assert_ne!(a, b);
-    assert_eq!(session.inflight_bytes, 20);
+    assert_eq!(session.inflight_bytes(), 20);
     assert_eq!(session.cursor(&p), Some(10));
     assert!(session.acknowledge(b));
     assert_eq!(session.cursor(&p), Some(10));
     assert!(session.acknowledge(a));
     assert!(!session.acknowledge(a));
     assert_eq!(session.cursor(&p), Some(13));
-    assert_eq!(session.inflight_bytes, 0);
+    assert_eq!(session.inflight_bytes(), 0);
 }
 
 fn qos_of(session: &Session, topic_name: &str) -> Option<QoS> {
@@ -132,7 +132,7 @@ fn qos2_deliveries_hold_the_cursor_until_pubcomp() {
     assert_eq!(session.cursor(&p), Some(5));
     assert!(session.refused(2), "PUBREC >= 0x80 ends the delivery");
     assert_eq!(session.cursor(&p), Some(6));
-    assert_eq!(session.inflight_bytes, 0);
+    assert_eq!(session.inflight_bytes(), 0);
 }
 
 #[test]
