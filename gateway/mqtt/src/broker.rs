@@ -24,8 +24,8 @@ use super::router::Router;
 use super::session::{NEVER_EXPIRES, Session};
 use super::shared::SharedGroups;
 use super::state::{StateError, StateLog};
+use super::tasks::Wills;
 use super::topic::TopicLimits;
-use super::will::Wills;
 use tern_log::LogPort;
 use tokio::time::error::Elapsed;
 

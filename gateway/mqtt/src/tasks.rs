@@ -5,6 +5,7 @@
 
 use std::future::Future;
 
+use tern_core::shutdown::{self, Shutdown, ShutdownTrigger};
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
@@ -66,6 +67,40 @@ fn report(ended: Result<(), tokio::task::JoinError>) {
         if err.is_panic() {
             tracing::error!(%err, "an MQTT background task panicked");
         }
+    }
+}
+
+/// The wills waiting for their delay, each in a task of its own.
+#[derive(Debug)]
+pub(crate) struct Wills {
+    pub(super) tasks: Tasks,
+    /// Triggered at shutdown: every delay still running ends at once.
+    due_now: ShutdownTrigger,
+    pub(super) due: Shutdown,
+}
+
+impl Default for Wills {
+    fn default() -> Self {
+        let (due_now, due) = shutdown::channel();
+        Self {
+            tasks: Tasks::default(),
+            due_now,
+            due,
+        }
+    }
+}
+
+impl Wills {
+    /// Publishes every waiting will now (unless its client reconnected) and waits until each
+    /// is stored or refused; a will scheduled later is dropped with a warning.
+    pub(crate) async fn close(&self) {
+        self.due_now.trigger();
+        self.tasks.close().await;
+    }
+
+    /// Cancels the wills still being published (shutdown past its grace) and waits for them.
+    pub(crate) async fn abort(&self) {
+        self.tasks.abort().await;
     }
 }
 

@@ -1,8 +1,8 @@
 //! Will messages: taken from CONNECT, published through the normal ingest path when a
 //! connection ends without a clean DISCONNECT (or with MQTT 5 reason 0x04), after the MQTT 5
 //! will delay — capped by the session expiry — unless the client reconnected meanwhile. Each
-//! waiting will is a task owned by [`Wills`] (never detached). Wills live in memory only, so
-//! the broker's shutdown is the last moment one can be published: [`Wills::close`] cuts every
+//! waiting will is a task owned by `tasks::Wills` (never detached). Wills live in memory only, so
+//! the broker's shutdown is the last moment one can be published: `Wills::close` cuts every
 //! remaining delay short, publishes the wills of clients that have not reconnected and waits
 //! for them to be stored, before the log closes (docs/mqtt.md, "Wills").
 
@@ -16,9 +16,7 @@ use super::codec::{Connect, DisconnectReason, PublishProperties};
 use super::error::ConnError;
 use super::ingest::{self, Outcome, Pending, Reply};
 use super::message::{self, Message};
-use super::tasks::Tasks;
 use super::topic::{self, TopicLimits};
-use tern_core::shutdown::{self, Shutdown, ShutdownTrigger};
 use tern_log::LogPort;
 
 /// A will waiting for its connection to end.
@@ -66,40 +64,6 @@ impl Will {
             },
             delay: properties.and_then(|p| p.delay_interval).unwrap_or(0),
         }))
-    }
-}
-
-/// The wills waiting for their delay, each in a task of its own.
-#[derive(Debug)]
-pub(crate) struct Wills {
-    tasks: Tasks,
-    /// Triggered at shutdown: every delay still running ends at once.
-    due_now: ShutdownTrigger,
-    due: Shutdown,
-}
-
-impl Default for Wills {
-    fn default() -> Self {
-        let (due_now, due) = shutdown::channel();
-        Self {
-            tasks: Tasks::default(),
-            due_now,
-            due,
-        }
-    }
-}
-
-impl Wills {
-    /// Publishes every waiting will now (unless its client reconnected) and waits until each
-    /// is stored or refused; a will scheduled later is dropped with a warning.
-    pub(crate) async fn close(&self) {
-        self.due_now.trigger();
-        self.tasks.close().await;
-    }
-
-    /// Cancels the wills still being published (shutdown past its grace) and waits for them.
-    pub(crate) async fn abort(&self) {
-        self.tasks.abort().await;
     }
 }
 
