@@ -21,6 +21,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fail=0
+# Fails the run, naming what was found, when `$2` (the offending files) is not empty.
+refuse() {
+  if [ -n "$2" ]; then
+    echo "layout: $1: $2" >&2
+    fail=1
+  fi
+}
 tree=$(cargo tree --locked -p tern -e normal --prefix none --format '{p}')
 for banned in rusqlite tern-bench; do
   if grep -q "^$banned " <<<"$tree"; then
@@ -51,44 +58,26 @@ done
 # tern-upstream's one Kafka client: connections and the codec only under src/client/.
 upstream_net=$(grep -rlE 'TcpStream::connect|kafka_protocol' gateway/upstream/src --include='*.rs' |
   grep -vE '^gateway/upstream/src/(client/|.*test\.rs$)' || true)
-if [ -n "$upstream_net" ]; then
-  echo "layout: Kafka connections or kafka-protocol outside tern-upstream's client/: $upstream_net" >&2
-  fail=1
-fi
+refuse "Kafka connections or kafka-protocol outside tern-upstream's client/" "$upstream_net"
 core_frame=$(grep -rlE 'tern_core::frame' gateway --include='*.rs' |
   grep -vE '^gateway/(kafka|core|bench)/' || true)
-if [ -n "$core_frame" ]; then
-  echo "layout: tern-core's Kafka framing used outside the listener and the bench: $core_frame" >&2
-  fail=1
-fi
+refuse "tern-core's Kafka framing used outside the listener and the bench" "$core_frame"
 
 direct_io=$(grep -rlE 'std::fs|\bFile::|OpenOptions' gateway/log/src --include='*.rs' |
   grep -vE '^gateway/log/src/(datadir\.rs|tests/|.*test\.rs)' || true)
-if [ -n "$direct_io" ]; then
-  echo "layout: tern-log opens files outside tern-core's fs: $direct_io" >&2
-  fail=1
-fi
+refuse "tern-log opens files outside tern-core's fs" "$direct_io"
 small_io=$(grep -rlE 'std::fs|\bFile::|OpenOptions' gateway/upstream/src/producer gateway/auth/src/passwd.rs \
   --include='*.rs' | grep -vE 'test\.rs$' || true)
-if [ -n "$small_io" ]; then
-  echo "layout: a small durable file written outside tern-core's fs: $small_io" >&2
-  fail=1
-fi
+refuse "a small durable file written outside tern-core's fs" "$small_io"
 
 # The OS calls outside std have one home, tern-core's sys module; raising the open-files limit
 # is the binary's start-up (and the bench's), never a library crate's.
 os_calls=$(grep -rlE 'libc::(statvfs|getrlimit|setrlimit)' gateway tests --include='*.rs' |
   grep -vx 'gateway/core/src/sys.rs' || true)
-if [ -n "$os_calls" ]; then
-  echo "layout: statvfs/getrlimit/setrlimit called outside tern_core::sys: $os_calls" >&2
-  fail=1
-fi
+refuse "statvfs/getrlimit/setrlimit called outside tern_core::sys" "$os_calls"
 fd_raise=$(grep -rlE 'sys::raise_fd_limit' gateway --include='*.rs' |
   grep -vE '^gateway/(tern|bench)/' || true)
-if [ -n "$fd_raise" ]; then
-  echo "layout: the open-files limit raised outside the binary's start-up: $fd_raise" >&2
-  fail=1
-fi
+refuse "the open-files limit raised outside the binary's start-up" "$fd_raise"
 
 python3 scripts/module-cycles.py || fail=1
 [ "$fail" -eq 0 ] && echo "layout: ok"

@@ -33,7 +33,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kafka_protocol::ResponseError;
-use tern_log::{Codec, LogError, LogPort, ProducerStamp, Queued, Record, StampedBatch};
+use tern_log::{Codec, LogError, LogPort, Queued, Record, StampedBatch};
 use tokio::sync::watch;
 
 use crate::records::ProducerBatch;
@@ -133,14 +133,8 @@ impl ProducerStates {
             Verdict::Duplicate(offset) => Ok(answer_of(offset, topic, partition)),
             Verdict::Append => {
                 // Not stored, so nothing to remember: the retry is checked as this one was.
-                let stamp = ProducerStamp {
-                    producer_id: batch.producer_id,
-                    epoch: batch.epoch,
-                    first_seq: batch.first_seq,
-                    last_seq: batch.last_seq,
-                };
                 let queued = log
-                    .enqueue_stamped(topic, partition, records, codec, stamp)
+                    .enqueue_stamped(topic, partition, records, codec, batch.into())
                     .await
                     .map_err(Refusal::Log)?;
                 let (tx, rx) = watch::channel(None);
@@ -296,13 +290,7 @@ impl Producers {
     /// Takes a batch stored before this start (in log order, before any new batch is checked).
     fn restore(&mut self, stored: &StampedBatch) {
         self.tick += 1;
-        let batch = ProducerBatch {
-            producer_id: stored.stamp.producer_id,
-            epoch: stored.stamp.epoch,
-            first_seq: stored.stamp.first_seq,
-            last_seq: stored.stamp.last_seq,
-        };
-        self.record(&batch, Offset::Stored(stored.base_offset));
+        self.record(&stored.stamp.into(), Offset::Stored(stored.base_offset));
     }
 
     /// The batch's append finished at `base`: later duplicates need no waiting.

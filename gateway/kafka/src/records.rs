@@ -158,6 +158,29 @@ pub struct ProducerBatch {
     pub last_seq: i32,
 }
 
+/// What the log keeps of the batch (its producer section), and what it gives back at start.
+impl From<ProducerBatch> for tern_log::ProducerStamp {
+    fn from(b: ProducerBatch) -> Self {
+        Self {
+            producer_id: b.producer_id,
+            epoch: b.epoch,
+            first_seq: b.first_seq,
+            last_seq: b.last_seq,
+        }
+    }
+}
+
+impl From<tern_log::ProducerStamp> for ProducerBatch {
+    fn from(s: tern_log::ProducerStamp) -> Self {
+        Self {
+            producer_id: s.producer_id,
+            epoch: s.epoch,
+            first_seq: s.first_seq,
+            last_seq: s.last_seq,
+        }
+    }
+}
+
 /// The producer of a Produce partition's record set, if it names one (producer id >= 0). An
 /// idempotent producer sends exactly one batch per partition (Kafka refuses any other record
 /// set from Produce v3 on), with a sequence and an epoch; the last sequence wraps from

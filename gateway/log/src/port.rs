@@ -245,9 +245,7 @@ impl LogPort for Log {
         records: Vec<Record>,
     ) -> Result<Queued, LogError> {
         let answer = Log::enqueue(self, topic, partition, records).await?;
-        Ok(Box::pin(async move {
-            answer.await.map_err(|_| LogError::Closed)?
-        }))
+        Ok(queued(answer))
     }
 
     async fn enqueue_with(
@@ -258,9 +256,7 @@ impl LogPort for Log {
         codec: Codec,
     ) -> Result<Queued, LogError> {
         let answer = Log::enqueue_with(self, topic, partition, records, codec).await?;
-        Ok(Box::pin(async move {
-            answer.await.map_err(|_| LogError::Closed)?
-        }))
+        Ok(queued(answer))
     }
 
     async fn enqueue_stamped(
@@ -273,9 +269,7 @@ impl LogPort for Log {
     ) -> Result<Queued, LogError> {
         let answer =
             Log::enqueue_stamped(self, topic, partition, records, codec, Some(producer)).await?;
-        Ok(Box::pin(async move {
-            answer.await.map_err(|_| LogError::Closed)?
-        }))
+        Ok(queued(answer))
     }
 
     fn producer_stamps(&self, topic: &str, partition: u32) -> Result<Vec<StampedBatch>, LogError> {
@@ -347,4 +341,9 @@ impl LogPort for Log {
     async fn remove_cursors(&self, name: &str) -> Result<(), LogError> {
         self.cursors().remove(name).await
     }
+}
+
+/// The writer's answer to one queued append as a [`Queued`]: a dropped answer is a closed log.
+fn queued(answer: tokio::sync::oneshot::Receiver<Result<u64, LogError>>) -> Queued {
+    Box::pin(async move { answer.await.map_err(|_| LogError::Closed)? })
 }

@@ -83,25 +83,26 @@ fn produce_across_a_crash(label: &str, idempotent: bool) -> anyhow::Result<Vec<S
     let outcome = (|| -> anyhow::Result<()> {
         let mut input = producer.stdin.take().context("producer stdin")?;
         let labels = format!("topic=\"{TOPIC}\",partition=\"0\"");
-        input.write_all(values(0, 10).as_bytes())?;
-        input.flush()?;
-        gateway.wait_metric(
-            "tern_log_end_offset",
-            &labels,
-            "the first ten records stored and answered",
-            Duration::from_secs(60),
-            |end| end == Some(10),
-        )?;
+        // Writes ten more values and waits until the log's durable end reaches `end`.
+        let mut send_until = |gateway: &mut Gateway, from: usize, what: &str| {
+            input.write_all(values(from, 10).as_bytes())?;
+            input.flush()?;
+            let end = u64::try_from(from + 10)?;
+            gateway.wait_metric(
+                "tern_log_end_offset",
+                &labels,
+                what,
+                Duration::from_secs(60),
+                |stored| stored == Some(end),
+            )
+        };
+        send_until(&mut gateway, 0, "the first ten records stored and answered")?;
         // The next batch is stored, but its answer never reaches the producer.
         proxy.lose_responses(true);
-        input.write_all(values(10, 10).as_bytes())?;
-        input.flush()?;
-        gateway.wait_metric(
-            "tern_log_end_offset",
-            &labels,
+        send_until(
+            &mut gateway,
+            10,
             "the second batch durable, its answer lost",
-            Duration::from_secs(60),
-            |end| end == Some(20),
         )?;
         gateway.signal(libc::SIGKILL)?;
         gateway.wait_exit(Duration::from_secs(20))?;
