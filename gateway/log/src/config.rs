@@ -135,6 +135,20 @@ pub struct TopicOverride {
     pub on_full: Option<OnFull>,
 }
 
+/// The default `max_mapped_bytes`: no limit on a 64-bit build; on a 32-bit one (armv7, such
+/// as a Raspberry Pi 3), whose whole user address space (3 GiB at most) also holds the heap,
+/// thread stacks and libraries, 512 MiB (eight 64 MiB segments), where 64 open files of 64 MiB
+/// segments would map 2 GiB.
+pub const DEFAULT_MAX_MAPPED_BYTES: u64 = if cfg!(target_pointer_width = "32") {
+    512 << 20
+} else {
+    0
+};
+
+/// The largest `max_mapped_bytes` a 32-bit build accepts: a quarter of its 4 GiB of address
+/// space, so the maps fit beside everything else even on a kernel that leaves user space 2 GiB.
+pub const MAX_MAPPED_BYTES_32BIT: u64 = 1 << 30;
+
 /// The `[log]` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -150,6 +164,9 @@ pub struct LogConfig {
     pub sync_interval: HumanDuration,
     /// Most sealed files (segments and indexes) kept open and mapped at once.
     pub max_open_files: usize,
+    /// Most bytes of sealed files mapped at once (the address space reads take); 0: no limit
+    /// but `max_open_files`, refused on a 32-bit build. Default [`DEFAULT_MAX_MAPPED_BYTES`].
+    pub max_mapped_bytes: ByteSize,
     pub flush: FlushConfig,
     pub retention: RetentionConfig,
     /// Per-topic overrides.
@@ -165,6 +182,7 @@ impl Default for LogConfig {
             durability: Durability::Sync,
             sync_interval: HumanDuration(std::time::Duration::from_secs(1)),
             max_open_files: 64,
+            max_mapped_bytes: ByteSize(DEFAULT_MAX_MAPPED_BYTES),
             flush: FlushConfig::default(),
             retention: RetentionConfig::default(),
             topic: Vec::new(),
@@ -259,6 +277,7 @@ impl LogConfig {
         if self.max_open_files < 2 {
             return bad("max_open_files", "must be at least 2");
         }
+        self.check_mapped_bytes(usize::BITS)?;
         for (i, t) in self.topic.iter().enumerate() {
             if let Err(reason) = super::validate_topic_name(&t.name) {
                 return Err(invalid(&format!("log.topic[{i}].name"), reason));
@@ -275,6 +294,35 @@ impl LogConfig {
                     "topic listed twice",
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// Checks `max_mapped_bytes` for a build whose pointers have `pointer_bits` bits: reads must
+    /// be able to map two sealed segments (a reader crossing from one to the next), and a
+    /// 32-bit build must have a limit that leaves it address space for everything else.
+    fn check_mapped_bytes(&self, pointer_bits: u32) -> Result<(), InvalidConfig> {
+        let budget = self.max_mapped_bytes.0;
+        let key = "log.max_mapped_bytes";
+        if pointer_bits <= 32 && !(1..=MAX_MAPPED_BYTES_32BIT).contains(&budget) {
+            return Err(invalid(
+                key,
+                "must be between 1 byte and 1GiB on a 32-bit build (mapped sealed segments share its 4GiB of address space with everything else)",
+            ));
+        }
+        if budget != 0 && budget < self.segment_bytes.0.saturating_mul(2) {
+            return Err(invalid(
+                key,
+                format!(
+                    "must be at least twice segment_bytes ({}): lower log.segment_bytes or raise this{}",
+                    self.segment_bytes,
+                    if pointer_bits <= 32 {
+                        " (at most 1GiB on a 32-bit build)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
         }
         Ok(())
     }
@@ -301,5 +349,44 @@ impl LogConfig {
             },
             ..Self::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(segment_bytes: u64, max_mapped_bytes: u64) -> LogConfig {
+        LogConfig {
+            segment_bytes: ByteSize(segment_bytes),
+            max_mapped_bytes: ByteSize(max_mapped_bytes),
+            ..LogConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_32_bit_build_refuses_maps_that_cannot_fit_its_address_space() {
+        let refused = |c: LogConfig| c.check_mapped_bytes(32).expect_err("refused").to_string();
+        // The defaults of a 64-bit build: 64 MiB segments, no byte limit.
+        assert!(refused(with(64 << 20, 0)).contains("log.max_mapped_bytes"));
+        assert!(refused(with(64 << 20, 2 << 30)).contains("1GiB on a 32-bit build"));
+        let big_segments = refused(with(1 << 30, 1 << 30));
+        assert!(
+            big_segments.contains("lower log.segment_bytes"),
+            "{big_segments}"
+        );
+        with(64 << 20, 512 << 20)
+            .check_mapped_bytes(32)
+            .expect("the 32-bit default fits");
+        with(64 << 20, 0)
+            .check_mapped_bytes(64)
+            .expect("no limit on 64-bit");
+    }
+
+    #[test]
+    fn the_default_fits_the_build() {
+        LogConfig::default().validate().expect("defaults valid");
+        let bytes = LogConfig::default().max_mapped_bytes.0;
+        assert_eq!(bytes == 0, usize::BITS == 64, "{bytes}");
     }
 }

@@ -46,6 +46,8 @@ pub struct LogStats {
     pub segments_recycled: u64,
     /// Age-retention checks of a partition.
     pub age_checks: u64,
+    /// Bytes of sealed files mapped now, for reads (a gauge, within `max_mapped_bytes`).
+    pub mapped_bytes: u64,
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -98,6 +100,7 @@ impl Counters {
             segments_deleted: get(&self.segments_deleted),
             segments_recycled: get(&self.segments_recycled),
             age_checks: get(&self.age_checks),
+            mapped_bytes: 0,
         }
     }
 }
@@ -179,6 +182,13 @@ impl MetricsSource for LogMetrics {
             "counter",
             "Time spent in fdatasync/fsync calls of the log.",
             format_args!("{:.6}", s.fsync_time.as_secs_f64()),
+        );
+        write_single(
+            out,
+            "tern_log_mapped_bytes",
+            "gauge",
+            "Bytes of sealed segment and index files memory-mapped for reads (at most log.max_mapped_bytes).",
+            s.mapped_bytes,
         );
         let wear = self.0.wear_status();
         let gauges = [

@@ -143,7 +143,11 @@ fn open_blocking(
     let shared = Arc::new(Shared {
         wear: crate::wear::WearController::new(&config.flush),
         time,
-        cache: FileCache::new(Arc::clone(&fs), config.max_open_files),
+        cache: FileCache::new(
+            Arc::clone(&fs),
+            config.max_open_files,
+            config.max_mapped_bytes.0,
+        ),
         fs: Arc::clone(&fs),
         live: std::sync::RwLock::new(config.clone()),
         config,
@@ -410,7 +414,11 @@ impl Log {
 
     /// Counters of the log's I/O since it was opened.
     pub fn stats(&self) -> LogStats {
-        self.inner.shared.counters.snapshot()
+        let shared = &self.inner.shared;
+        LogStats {
+            mapped_bytes: shared.cache.mapped_bytes(),
+            ..shared.counters.snapshot()
+        }
     }
 
     /// Offsets and sizes of every partition.

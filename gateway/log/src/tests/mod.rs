@@ -1,6 +1,7 @@
 //! Tests of the whole log through its public API on the in-memory fault-injecting file system:
 //! model-based round trips and lookups, retention, index rebuild, cursors, and power cuts.
 
+mod address_space;
 mod allocation;
 mod clock;
 mod closed_loop;
