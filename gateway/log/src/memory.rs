@@ -140,6 +140,11 @@ impl MemoryLog {
         self.commits_held.send_replace(held);
     }
 
+    /// How many commits are waiting for [`MemoryLog::hold_commits`] to be released.
+    pub fn held_commits(&self) -> usize {
+        self.commits_held.receiver_count()
+    }
+
     /// Makes every later write fail as on a full disk (appends with [`LogError::NoSpace`],
     /// cursor commits and removals with the cursor file's ENOSPC), or succeed again.
     pub fn set_disk_full(&self, full: bool) {

@@ -25,8 +25,8 @@ trait Subject {
     fn port(&self) -> &Self::Port;
     /// While `held`, no commit completes: queued appends stay invisible and unanswered.
     fn hold_commits(&self, held: bool);
-    /// Resolves once a queued append's commit is in flight (held, when commits are held).
-    async fn commit_in_flight(&self);
+    /// Whether a queued append's commit is in flight (waiting, when commits are held).
+    fn commit_in_flight(&self) -> bool;
     /// Every write fails as on a full disk (or succeeds again).
     fn set_disk_full(&self, full: bool);
     /// Retention removes the oldest records of a partition, keeping at least the newest.
@@ -58,17 +58,8 @@ impl Subject for OnDisk {
         self.fs.hold_syncs(held);
     }
 
-    async fn commit_in_flight(&self) {
-        // The fdatasync runs on a blocking thread: nothing wakes this task when it starts. A
-        // sync that never shows (not held, so already over) fails the scenario, not hangs it.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while self.fs.syncs_running() == 0 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no commit in flight"
-            );
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+    fn commit_in_flight(&self) -> bool {
+        self.fs.syncs_running() > 0
     }
 
     fn set_disk_full(&self, full: bool) {
@@ -96,8 +87,8 @@ impl Subject for MemoryLog {
         MemoryLog::hold_commits(self, held);
     }
 
-    async fn commit_in_flight(&self) {
-        // Queued is pending: its commit task waits for the hold.
+    fn commit_in_flight(&self) -> bool {
+        self.held_commits() > 0
     }
 
     fn set_disk_full(&self, full: bool) {
@@ -207,7 +198,9 @@ async fn appends_and_enqueues_keep_their_order_per_partition(subject: &impl Subj
         let partition = next(&mut state, 2) as u32;
         let count = 1 + next(&mut state, 3);
         let records: Vec<_> = (0..count).map(|i| record(call, i, 1_000)).collect();
-        let sent = &mut expected[partition as usize];
+        let sent = expected
+            .get_mut(partition as usize)
+            .expect("two partitions");
         let base = sent.len() as u64;
         sent.extend(records.iter().map(|r| r.value.clone()));
         if next(&mut state, 2) == 0 {
@@ -243,12 +236,7 @@ async fn a_record_is_invisible_until_its_commit_completed(subject: &impl Subject
         .enqueue("t", 0, vec![record(1, 1, 200)])
         .await
         .expect("enqueue");
-    subject.commit_in_flight().await;
-    tokio::select! {
-        biased;
-        _ = &mut answer => panic!("answered while its commit is held"),
-        () = std::future::ready(()) => {}
-    }
+    wait_until_in_flight(subject, &mut answer).await;
     assert_eq!(port.offsets("t", 0).expect("offsets"), (0, 1));
     assert_eq!(port.read("t", 0, 0, 1 << 20).expect("read").len(), 1);
     assert_eq!(port.read("t", 0, 1, 1 << 20).expect("read at the end"), []);
@@ -270,6 +258,29 @@ async fn a_record_is_invisible_until_its_commit_completed(subject: &impl Subject
         port.offset_for_timestamp("t", 0, 200).expect("lookup"),
         Some(1)
     );
+}
+
+/// Waits until `answer`'s commit is in flight (it runs on a blocking thread or a task of its
+/// own: nothing wakes this one when it starts), failing if it is answered meanwhile or never
+/// starts.
+async fn wait_until_in_flight(subject: &impl Subject, answer: &mut crate::Queued) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !subject.commit_in_flight() {
+        tokio::select! {
+            biased;
+            answered = &mut *answer => panic!("answered while its commit is held: {answered:?}"),
+            () = tokio::time::sleep(Duration::from_millis(1)) => {}
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no commit in flight"
+        );
+    }
+    tokio::select! {
+        biased;
+        answered = &mut *answer => panic!("answered while its commit is held: {answered:?}"),
+        () = std::future::ready(()) => {}
+    }
 }
 
 /// After retention removed a prefix the start offset is past 0: reads below it are out of
