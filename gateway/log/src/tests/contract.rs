@@ -405,8 +405,9 @@ fn assert_no_space_in_cursor_file(result: Result<(), LogError>, what: &str) {
     }
 }
 
-/// An append refused by a full disk is backpressure and stores nothing; once space is back the
-/// next append gets the offset the refused one would have had.
+/// An append refused by a full disk is backpressure and stores nothing (not even its timestamp
+/// as the partition's floor); once space is back the next append gets the offset the refused
+/// one would have had.
 async fn an_append_on_a_full_disk_is_refused_and_the_next_continues_the_offsets(
     subject: &impl Subject,
 ) {
@@ -414,7 +415,7 @@ async fn an_append_on_a_full_disk_is_refused_and_the_next_continues_the_offsets(
     port.ensure_topic("t").expect("topic");
     fill(port, "t", 3, 1_000).await;
     subject.set_disk_full(true);
-    let refused = port.append("t", 0, vec![record(2, 0, 2_000)]).await;
+    let refused = port.append("t", 0, vec![record(2, 0, 9_000)]).await;
     assert!(
         matches!(refused, Err(LogError::NoSpace { .. })),
         "{refused:?}"
@@ -424,9 +425,14 @@ async fn an_append_on_a_full_disk_is_refused_and_the_next_continues_the_offsets(
     let base = port.append("t", 0, vec![record(2, 1, 2_000)]).await;
     assert_eq!(base.expect("append after space is back"), 3);
     let all = read_all(port, "t", 0);
+    let last = all
+        .last()
+        .map(|r| (r.record.value.clone(), r.record.timestamp_ms));
+    let stored_as = (record(2, 1, 0).value, 2_000);
     assert_eq!(
-        all.last().map(|r| r.record.value.clone()),
-        Some(record(2, 1, 0).value)
+        last,
+        Some(stored_as),
+        "a refused record sets no timestamp floor"
     );
     assert_eq!(all.len(), 4);
 }
