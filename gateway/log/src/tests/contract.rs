@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::{open, record, runtime};
+use super::{open, read_all, record, runtime};
 use crate::fs::{FaultyFs, is_no_space};
 use crate::{Log, LogConfig, LogError, LogPort, MemoryLog, StoredRecord};
 
@@ -135,19 +135,6 @@ contract!(
     a_cursor_commit_on_a_full_disk_keeps_the_old_cursor,
     an_append_on_a_full_disk_is_refused_and_the_next_continues_the_offsets,
 );
-
-/// Every record of a partition from its start, in order.
-fn read_all(port: &impl LogPort, topic: &str, partition: u32) -> Vec<StoredRecord> {
-    let (mut next, end) = port.offsets(topic, partition).expect("offsets");
-    let mut out = Vec::new();
-    while next < end {
-        let chunk = port.read(topic, partition, next, 1000).expect("read");
-        let Some(last) = chunk.last() else { break };
-        next = last.offset + 1;
-        out.extend(chunk);
-    }
-    out
-}
 
 fn values(records: &[StoredRecord]) -> Vec<Vec<u8>> {
     records.iter().map(|r| r.record.value.clone()).collect()
