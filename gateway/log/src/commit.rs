@@ -286,7 +286,7 @@ impl Partition {
         if records.is_empty() {
             return Step::Answered;
         }
-        self.monotonic_timestamps(&mut records);
+        let floor = self.monotonic_timestamps(&mut records);
         let written = Written {
             pos: tip.pos,
             len: 0,
@@ -295,7 +295,11 @@ impl Partition {
             frames: Vec::with_capacity(counts.len()),
             replies,
         };
-        self.write_batches(written, &records, &counts, buf)
+        let step = self.write_batches(written, &records, &counts, buf);
+        if matches!(step, Step::Written(_)) {
+            self.keep_ts_floor(floor);
+        }
+        step
     }
 
     /// Encodes `records` as consecutive batches of `counts` records each (with its codec and

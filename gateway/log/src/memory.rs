@@ -3,11 +3,19 @@
 //! offsets are assigned in queueing order, a record becomes visible to `read`, `offsets` and
 //! the end watch only when its commit happens, and the commit answers every append it covers
 //! (a commit covers a prefix of the partition, as a group commit does). Commits run on their
-//! own task, so an append is committed whether or not its caller awaits the answer.
+//! own task, so an append is committed whether or not its caller awaits the answer. A record
+//! stamped earlier than its predecessor is stored with the predecessor's timestamp, and a
+//! partition may start past offset 0 once a prefix is removed, as in the log.
+//!
+//! The log's contract suite (`tests/contract.rs`) runs the same scenarios against this and the
+//! real log: a difference it finds is a bug here (or there), never a test to relax.
 //!
 //! Test controls: [`MemoryLog::set_full`] refuses appends as a full log does,
-//! [`MemoryLog::hold_answers`] delays the commits of the next queued appends (on tokio's clock,
-//! so paused-clock tests control them), [`MemoryLog::close`] closes it.
+//! [`MemoryLog::set_disk_full`] and [`MemoryLog::set_no_space`] fail writes as a full disk
+//! does, [`MemoryLog::hold_answers`] delays the commits of the next queued appends (on tokio's
+//! clock, so paused-clock tests control them), [`MemoryLog::hold_commits`] holds every commit
+//! until released, [`MemoryLog::remove_prefix`] removes the oldest records as retention does,
+//! [`MemoryLog::close`] closes it.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -26,6 +34,8 @@ use crate::{
 pub struct MemoryLog {
     inner: Arc<Mutex<Inner>>,
     partitions: u32,
+    /// Commits wait while it holds `true` ([`MemoryLog::hold_commits`]).
+    commits_held: Arc<watch::Sender<bool>>,
 }
 
 #[derive(Debug, Default)]
@@ -39,6 +49,8 @@ struct Inner {
     full: bool,
     /// Topics whose appends fail with [`LogError::NoSpace`] (a full disk).
     no_space: std::collections::BTreeSet<String>,
+    /// Every write fails as on a full disk ([`MemoryLog::set_disk_full`]).
+    disk_full: bool,
     closed: bool,
     unanswered: usize,
     most_unanswered: usize,
@@ -46,6 +58,9 @@ struct Inner {
 
 #[derive(Debug)]
 struct Partition {
+    /// The first offset kept: retention ([`MemoryLog::remove_prefix`]) moves it.
+    start: u64,
+    /// The records from `start` on.
     durable: Vec<StoredRecord>,
     /// One per committed append, in order: the offset after it and its codec.
     batches: Vec<(u64, Codec)>,
@@ -55,6 +70,8 @@ struct Partition {
     pending: VecDeque<Pending>,
     /// The offset the next queued record gets.
     next: u64,
+    /// The largest timestamp committed: no record is stored below it (the log's rule).
+    ts_floor: i64,
     end: watch::Sender<u64>,
 }
 
@@ -70,17 +87,19 @@ struct Pending {
 impl Partition {
     fn new() -> Self {
         Self {
+            start: 0,
             durable: Vec::new(),
             batches: Vec::new(),
             stamps: Vec::new(),
             pending: VecDeque::new(),
             next: 0,
+            ts_floor: i64::MIN,
             end: watch::channel(0).0,
         }
     }
 
     fn durable_end(&self) -> u64 {
-        self.durable.len() as u64
+        self.start + self.durable.len() as u64
     }
 }
 
@@ -90,6 +109,7 @@ impl MemoryLog {
         Self {
             inner: Arc::default(),
             partitions: partitions.max(1),
+            commits_held: Arc::new(watch::channel(false).0),
         }
     }
 
@@ -98,8 +118,8 @@ impl MemoryLog {
         self.lock().full = full;
     }
 
-    /// Makes every later append to `topic`, and every cursor commit on it, fail with
-    /// [`LogError::NoSpace`], as on a full disk (or succeed again).
+    /// Makes every later append to `topic` fail with [`LogError::NoSpace`], and every cursor
+    /// commit on it with the cursor file's ENOSPC, as on a full disk (or succeed again).
     pub fn set_no_space(&self, topic: &str, full: bool) {
         let mut inner = self.lock();
         if full {
@@ -112,6 +132,36 @@ impl MemoryLog {
     /// Delays the commits of the next queued appends by `delays`, one each, in queueing order.
     pub fn hold_answers(&self, delays: impl IntoIterator<Item = Duration>) {
         self.lock().holds.extend(delays);
+    }
+
+    /// While `held`, no commit happens: queued appends stay invisible and unanswered until it
+    /// is called with `false` (the log's fdatasync held on a slow disk).
+    pub fn hold_commits(&self, held: bool) {
+        self.commits_held.send_replace(held);
+    }
+
+    /// How many commits are waiting for [`MemoryLog::hold_commits`] to be released.
+    pub fn held_commits(&self) -> usize {
+        self.commits_held.receiver_count()
+    }
+
+    /// Makes every later write fail as on a full disk (appends with [`LogError::NoSpace`],
+    /// cursor commits and removals with the cursor file's ENOSPC), or succeed again.
+    pub fn set_disk_full(&self, full: bool) {
+        self.lock().disk_full = full;
+    }
+
+    /// Removes the durable records of a partition below `before` (at most up to its durable
+    /// end), as retention deletes the oldest segments: its start offset moves there.
+    pub fn remove_prefix(&self, topic: &str, partition: u32, before: u64) {
+        let mut inner = self.lock();
+        if let Some(part) = partition_mut(&mut inner.topics, topic, partition) {
+            let before = before.clamp(part.start, part.durable_end());
+            let removed = usize::try_from(before - part.start).unwrap_or(usize::MAX);
+            part.durable.drain(..removed.min(part.durable.len()));
+            part.stamps.retain(|stamped| stamped.base_offset >= before);
+            part.start = before;
+        }
     }
 
     /// The most queued appends that were waiting for their answer at once.
@@ -150,7 +200,9 @@ impl MemoryLog {
                 let Some(pending) = part.pending.pop_front() else {
                     break;
                 };
-                for (offset, record) in (pending.base..).zip(pending.records) {
+                for (offset, mut record) in (pending.base..).zip(pending.records) {
+                    record.timestamp_ms = record.timestamp_ms.max(part.ts_floor);
+                    part.ts_floor = record.timestamp_ms;
                     part.durable.push(StoredRecord { offset, record });
                 }
                 part.batches.push((part.durable_end(), pending.codec));
@@ -237,7 +289,7 @@ impl MemoryLog {
                     partition,
                 });
             }
-            if inner.no_space.contains(topic) {
+            if inner.disk_full || inner.no_space.contains(topic) {
                 return Err(LogError::NoSpace {
                     topic: topic.to_owned(),
                     partition,
@@ -270,6 +322,7 @@ impl MemoryLog {
         let topic = topic.to_owned();
         tokio::spawn(async move {
             tokio::time::sleep(hold).await;
+            let _ = log.commits_held.subscribe().wait_for(|held| !held).await;
             log.commit(&topic, partition, upto);
         });
         Ok(Box::pin(async move {
@@ -462,13 +515,13 @@ impl LogPort for MemoryLog {
         max_bytes: usize,
     ) -> Result<Vec<StoredRecord>, LogError> {
         self.with_partition(topic, partition, |part| {
-            let end = part.durable_end();
-            if from > end {
+            let (start, end) = (part.start, part.durable_end());
+            if from < start || from > end {
                 return Err(LogError::OffsetOutOfRange {
                     topic: topic.to_owned(),
                     partition,
                     offset: from,
-                    start: 0,
+                    start,
                     end,
                 });
             }
@@ -476,7 +529,7 @@ impl LogPort for MemoryLog {
             Ok(part
                 .durable
                 .iter()
-                .skip(usize::try_from(from).unwrap_or(usize::MAX))
+                .skip(usize::try_from(from - start).unwrap_or(usize::MAX))
                 .take_while(|r| {
                     let first = size == 0;
                     size += r.record.size();
@@ -520,7 +573,9 @@ impl LogPort for MemoryLog {
     }
 
     fn offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64), LogError> {
-        self.with_partition(topic, partition, |part| Ok((0, part.durable_end())))
+        self.with_partition(topic, partition, |part| {
+            Ok((part.start, part.durable_end()))
+        })
     }
 
     fn offset_for_timestamp(
@@ -556,13 +611,8 @@ impl LogPort for MemoryLog {
     ) -> Result<(), LogError> {
         let mut inner = self.lock();
         Self::check_open(&inner)?;
-        if inner.no_space.contains(topic) {
-            return Err(LogError::NoSpace {
-                topic: topic.to_owned(),
-                partition,
-                op: "write",
-                path: std::path::PathBuf::from("cursors.log"),
-            });
+        if inner.disk_full || inner.no_space.contains(topic) {
+            return Err(cursor_file_full());
         }
         inner
             .cursors
@@ -578,8 +628,20 @@ impl LogPort for MemoryLog {
     async fn remove_cursors(&self, name: &str) -> Result<(), LogError> {
         let mut inner = self.lock();
         Self::check_open(&inner)?;
+        if inner.disk_full {
+            return Err(cursor_file_full());
+        }
         inner.cursors.retain(|(n, _, _), _| n != name);
         Ok(())
+    }
+}
+
+/// What the log's cursor store answers when the disk is full: its file's write failed.
+fn cursor_file_full() -> LogError {
+    LogError::Io {
+        op: "write",
+        path: std::path::PathBuf::from(crate::cursors::CURSORS_FILE),
+        source: std::io::ErrorKind::StorageFull.into(),
     }
 }
 

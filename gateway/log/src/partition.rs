@@ -232,13 +232,20 @@ impl Partition {
     }
 
     /// Raises timestamps below their predecessor's to it, so a partition's timestamps never go
-    /// back (a wall clock stepped back does not break the time index). Only the writer calls it.
-    pub fn monotonic_timestamps(&self, records: &mut [Record]) {
+    /// back (a wall clock stepped back does not break the time index); returns the floor they
+    /// leave, which [`Partition::keep_ts_floor`] keeps once they are written (a refused write
+    /// must not raise later records to its timestamps). Only the writer calls them.
+    pub fn monotonic_timestamps(&self, records: &mut [Record]) -> i64 {
         let mut floor = self.ts_floor.load(Ordering::Relaxed);
         for record in records {
             record.timestamp_ms = record.timestamp_ms.max(floor);
             floor = record.timestamp_ms;
         }
+        floor
+    }
+
+    /// The floor of written records ([`Partition::monotonic_timestamps`]).
+    pub fn keep_ts_floor(&self, floor: i64) {
         self.ts_floor.store(floor, Ordering::Relaxed);
     }
 

@@ -9,13 +9,15 @@
 //! completed before it started: writes that land while it runs (a pipelined commit) stay
 //! unsynced, a sync that is still running when the power fails fails, and
 //! [`FaultyFs::set_sync_delay`] makes each sync take time so such overlaps happen.
+//! [`FaultyFs::hold_syncs`] holds every sync until released, so a test can look at a commit in
+//! flight, and [`FaultyFs::set_full`] / [`FaultyFs::fill_after`] fill the disk (ENOSPC).
 //!
 //! Test equipment only: directories themselves are always durable, and nothing here is fast.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::{Fs, ReadFile, WriteFile};
 
@@ -68,6 +70,8 @@ struct State {
     writes_during_sync: u64,
     /// Syncs running now, on every file.
     syncs_running: u32,
+    /// File syncs wait before they finish while set ([`FaultyFs::hold_syncs`]).
+    syncs_held: bool,
     /// The power was cut now ([`FaultyFs::cut_power`]).
     cut: bool,
     /// Bumped by every crash: a sync that spans one fails.
@@ -78,6 +82,8 @@ struct State {
 #[derive(Debug, Clone)]
 pub struct FaultyFs {
     state: Arc<Mutex<State>>,
+    /// Wakes the syncs waiting while [`State::syncs_held`] once it is cleared.
+    released: Arc<Condvar>,
 }
 
 fn power_cut() -> io::Error {
@@ -202,6 +208,7 @@ impl FaultyFs {
         };
         Self {
             state: Arc::new(Mutex::new(state)),
+            released: Arc::new(Condvar::new()),
         }
     }
 
@@ -229,6 +236,24 @@ impl FaultyFs {
     /// while a sync runs, as they do on a real disk.
     pub fn set_sync_delay(&self, delay: std::time::Duration) {
         self.lock().sync_delay = delay;
+    }
+
+    /// While `held`, every file sync waits before it finishes (its data not yet durable), so
+    /// a test can look at the log while a commit is in flight; `false` lets them finish.
+    pub fn hold_syncs(&self, held: bool) {
+        self.lock().syncs_held = held;
+        if !held {
+            self.released.notify_all();
+        }
+    }
+
+    /// Waits while syncs are held (outside the caller's other work on the disk).
+    fn wait_for_syncs(&self) {
+        let state = self.lock();
+        let _released = self
+            .released
+            .wait_while(state, |state| state.syncs_held)
+            .unwrap_or_else(PoisonError::into_inner);
     }
 
     /// Writes that landed on a file while a sync of that file was running.
@@ -435,6 +460,7 @@ impl WriteFile for FaultyFile {
         if !delay.is_zero() {
             std::thread::sleep(delay);
         }
+        self.fs.wait_for_syncs();
         self.finish_sync(mark, snapshot, boot)
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
@@ -640,5 +666,23 @@ mod tests {
                 "one byte flipped"
             );
         }
+    }
+
+    #[test]
+    fn a_held_sync_finishes_only_when_released() {
+        let fs = FaultyFs::new(3);
+        fs.create_dir_all(Path::new("/d")).expect("mkdir");
+        let file = fs.create(Path::new("/d/x")).expect("create");
+        file.write_at(0, b"x").expect("write");
+        fs.hold_syncs(true);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let syncing = std::thread::spawn(move || done_tx.send(file.sync_data().is_ok()));
+        while fs.syncs_running() == 0 {
+            std::thread::yield_now();
+        }
+        assert!(done.try_recv().is_err(), "held: the sync has not returned");
+        fs.hold_syncs(false);
+        assert_eq!(done.recv().ok(), Some(true), "released: the sync returns");
+        let _ = syncing.join();
     }
 }

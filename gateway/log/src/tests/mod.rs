@@ -6,6 +6,7 @@ mod allocation;
 mod clock;
 mod closed_loop;
 mod codec;
+mod contract;
 mod crash;
 mod damage;
 mod model;
@@ -55,8 +56,12 @@ pub async fn open_clocked(
         .expect("log opens")
 }
 
-/// Every record of a partition, in order.
-pub fn read_all(log: &Log, topic: &str, partition: u32) -> Vec<super::StoredRecord> {
+/// Every record of a partition, in order (of either log: the contract suite reads both).
+pub fn read_all(
+    log: &impl super::LogPort,
+    topic: &str,
+    partition: u32,
+) -> Vec<super::StoredRecord> {
     let (start, end) = log.offsets(topic, partition).expect("offsets");
     let mut out = Vec::new();
     let mut next = start;
