@@ -10,8 +10,9 @@
 #   - one owner per fact: the storage engine depends on no tern crate but tern-core and names no
 #     key partitioner or device schema (Kafka's partitioner is tern-partitioner's, the one crate
 #     that defines murmur2; `tern log dump --decode`'s schemas are the binary's); tern-core
-#     names no Kafka (its framing is tern-kafka's); no shipped crate's configuration carries a
-#     benchmark knob (tern-bench's ablations are tern-upstream's `Ablation`, never a setting);
+#     names no Kafka (its framing is tern-kafka's); no shipped crate declares a benchmark knob
+#     (`bench_…` field, "bench only" in a config module: tern-bench's ablations are
+#     tern-upstream's `Ablation`, never a setting);
 #   - the storage engine reaches files only through tern-core's `fs` module (re-exported as its
 #     `fs.rs`, so the power-cut simulation covers every write); `datadir.rs`, the lock beside the
 #     log, is the one exception; the upstream producer state (`producer/`) and the password file
@@ -75,11 +76,14 @@ partitioners=$(grep -rlE 'fn (murmur2|partition_for_key)\b' gateway tests shared
 refuse "Kafka's partitioner defined outside tern-partitioner" "$partitioners"
 core_kafka=$(grep -rliE 'kafka' gateway/core || true)
 refuse "tern-core names Kafka (its framing is tern-kafka's)" "$core_kafka"
+# A benchmark's switches are tern-upstream's `Ablation`, handed to `run_ablated`: no shipped
+# crate declares a `bench_…` field, and no configuration module documents a "bench only" one.
 config_files=$(find gateway -path gateway/bench -prune -o \( -name 'config.rs' -o -path '*/config/*.rs' \) -print)
 # shellcheck disable=SC2086 # one word per file
-bench_knobs=$( { grep -liE 'bench' $config_files
-  grep -rlE '\bbench_[a-z]' gateway --include='*.rs' | grep -v '^gateway/bench/'; } | sort -u || true)
-refuse "a benchmark knob in a shipped crate's configuration" "$bench_knobs"
+bench_knobs=$( { grep -liE 'bench only' $config_files
+  grep -rlE '\bbench_[a-z_]+\s*:([^:]|$)' gateway --include='*.rs' | grep -v '^gateway/bench/'; } |
+  sort -u || true)
+refuse "a benchmark knob in a shipped crate" "$bench_knobs"
 
 direct_io=$(grep -rlE 'std::fs|\bFile::|OpenOptions' gateway/log/src --include='*.rs' |
   grep -vE '^gateway/log/src/(datadir\.rs|tests/|.*test\.rs)' || true)
