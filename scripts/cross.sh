@@ -132,12 +132,14 @@ for name in "${targets[@]}"; do
   smoke "${!runner_var}" "$binary" || status=1
   # Only the crates with target-dependent code run their tests here: the storage engine (mmap,
   # fallocate and off_t, fdatasync, flock, u64/usize conversions on 32-bit armv7), tern-core
-  # (sysconf) and the wire types shared with the firmware. The protocol crates are the same
+  # (sysconf), the wire types shared with the firmware and Kafka's partitioner (a key must land
+  # in the same partition on every target; it ran here inside tern-log before it got its own
+  # crate). The protocol crates are the same
   # portable Rust on every target; the smoke run above drives them on ARM end to end. The
   # power-cut sweep runs on the in-memory FaultyFs, the same logic on every target, and takes
   # minutes under emulation: it runs natively in the `test` suite.
   echo "== $triple: storage and wire tests under QEMU"
-  cargo test --locked -p tern-core -p tern-log -p tern-shared \
+  cargo test --locked -p tern-core -p tern-log -p tern-shared -p tern-partitioner \
     -Z build-std=std,panic_abort --target "$triple" -- \
     --skip tests::crash::power_cuts_never_lose_acknowledged_records || status=1
 done

@@ -6,9 +6,13 @@
 #     a reference client), and only tern-upstream and tern-kafka on kafka-protocol (among the
 #     gateway's crates; the tests crate drives them as reference clients);
 #   - inside tern-upstream only the client module (`src/client/`) opens connections
-#     (`TcpStream::connect`) or names kafka-protocol (tests decoding its batches aside), and
-#     tern-core's Kafka framing (`tern_core::frame`) is used only by the Kafka listener and the
-#     bench's proxy, never by tern-upstream;
+#     (`TcpStream::connect`) or names kafka-protocol (tests decoding its batches aside);
+#   - one owner per fact: the storage engine depends on no tern crate but tern-core and names no
+#     key partitioner or device schema (Kafka's partitioner is tern-partitioner's, the one crate
+#     that defines murmur2; `tern log dump --decode`'s schemas are the binary's); tern-core
+#     names no Kafka (its framing is tern-kafka's); no shipped crate declares a benchmark knob
+#     (`bench_…` field, "bench only" in a config module: tern-bench's ablations are
+#     tern-upstream's `Ablation`, never a setting);
 #   - the storage engine reaches files only through tern-core's `fs` module (re-exported as its
 #     `fs.rs`, so the power-cut simulation covers every write); `datadir.rs`, the lock beside the
 #     log, is the one exception; the upstream producer state (`producer/`) and the password file
@@ -24,7 +28,7 @@ fail=0
 # Fails the run, naming what was found, when `$2` (the offending files) is not empty.
 refuse() {
   if [ -n "$2" ]; then
-    echo "layout: $1: $2" >&2
+    echo "layout: $1: ${2//$'\n'/ }" >&2
     fail=1
   fi
 }
@@ -59,9 +63,27 @@ done
 upstream_net=$(grep -rlE 'TcpStream::connect|kafka_protocol' gateway/upstream/src --include='*.rs' |
   grep -vE '^gateway/upstream/src/(client/|.*test\.rs$)' || true)
 refuse "Kafka connections or kafka-protocol outside tern-upstream's client/" "$upstream_net"
-core_frame=$(grep -rlE 'tern_core::frame' gateway --include='*.rs' |
-  grep -vE '^gateway/(kafka|core|bench)/' || true)
-refuse "tern-core's Kafka framing used outside the listener and the bench" "$core_frame"
+
+# One owner per fact: each concern lives in the crate that owns it, not where it was handy.
+log_deps=$(cargo tree --locked -p tern-log -e normal --depth 1 --prefix none --format '{p}' |
+  awk '$1 ~ /^tern/ && $1 != "tern-log" && $1 != "tern-core" {print $1}' | sort -u | xargs)
+refuse "tern-log depends on a tern crate besides tern-core" "$log_deps"
+log_leaks=$(grep -rlE 'murmur|partition_for_key|tern_shared|\bReading\b|\bDecoder\b' gateway/log/src \
+  --include='*.rs' || true)
+refuse "tern-log knows Kafka's partitioner or a device schema" "$log_leaks"
+partitioners=$(grep -rlE 'fn (murmur2|partition_for_key)\b' gateway tests shared --include='*.rs' |
+  grep -v '^gateway/partitioner/' || true)
+refuse "Kafka's partitioner defined outside tern-partitioner" "$partitioners"
+core_kafka=$(grep -rliE 'kafka' gateway/core || true)
+refuse "tern-core names Kafka (its framing is tern-kafka's)" "$core_kafka"
+# A benchmark's switches are tern-upstream's `Ablation`, handed to `run_ablated`: no shipped
+# crate declares a `bench_…` field, and no configuration module documents a "bench only" one.
+config_files=$(find gateway -path gateway/bench -prune -o \( -name 'config.rs' -o -path '*/config/*.rs' \) -print)
+# shellcheck disable=SC2086 # one word per file
+bench_knobs=$( { grep -liE 'bench only' $config_files
+  grep -rlE '\bbench_[a-z_]+\s*:([^:]|$)' gateway --include='*.rs' | grep -v '^gateway/bench/'; } |
+  sort -u || true)
+refuse "a benchmark knob in a shipped crate" "$bench_knobs"
 
 direct_io=$(grep -rlE 'std::fs|\bFile::|OpenOptions' gateway/log/src --include='*.rs' |
   grep -vE '^gateway/log/src/(datadir\.rs|tests/|.*test\.rs)' || true)

@@ -1,17 +1,16 @@
 //! What every crate of the gateway shares and nothing else: human units for configuration
 //! (`ByteSize`, `HumanDuration`), the one configuration error a layer's validation returns
 //! ([`InvalidConfig`]), the shutdown signal, the metrics trait of the admin endpoint, the
-//! stderr diagnostics, Kafka's size-prefixed framing (`frame`, on a stream the caller owns),
-//! which the Kafka listener and the upstream group client both speak, the few OS calls outside
-//! `std` (`sys`: `statvfs`, the open-files limit), and the file system (`fs`: the [`fs::Fs`]
-//! trait, the real one, the power-cut simulator, the atomic small-file write), the one door to
-//! files of the log, the upstream producer state and the password file.
+//! stderr diagnostics, the few OS calls outside `std` (`sys`: `statvfs`, the open-files limit),
+//! and the file system (`fs`: the [`fs::Fs`] trait, the real one, the power-cut simulator, the
+//! atomic small-file write), the one door to files of the log, the upstream producer state and
+//! the password file.
 //!
-//! It must never depend on another tern crate, and never do I/O beyond reading `/proc/self` for
-//! process metrics, the calls of `sys` and what its callers ask of `fs`.
+//! It speaks no protocol (a protocol's framing is its listener's crate's; `scripts/layout.sh`
+//! checks), never depends on another tern crate, and never does I/O beyond
+//! reading `/proc/self` for process metrics, the calls of `sys` and what its callers ask of `fs`.
 
 mod config;
-pub mod frame;
 pub mod fs;
 pub mod logging;
 pub mod metrics;

@@ -16,9 +16,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
 use crate::api::{self, Conn, Ctx, Reply};
+use crate::frame;
 use crate::header;
 use crate::sasl::Step;
-use tern_core::frame;
 use tern_log::LogPort;
 
 /// Requests read ahead of their answers, per connection (Kafka's producers send at most 5).

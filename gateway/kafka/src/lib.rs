@@ -4,14 +4,15 @@
 //! tern-upstream that imports `kafka-protocol`, and it uses it for the whole codec. It reaches
 //! storage only through `tern_log::LogPort`, so its unit tests run on `tern_log::MemoryLog`.
 //!
-//! Layers: `tern_core::frame` (size-prefixed frames), `header` (request header), `sasl` (one connection's
-//! authentication), `api/` (one module per API, dispatch by key, ACL checks), `connection` (one client, answers in order), `listener` (accept loop).
+//! Layers: `frame` (Kafka's size-prefixed frames; public, the bench's proxy reads them too),
+//! `header` (request header), `sasl` (one connection's authentication), `api/` (one module per API, dispatch by key, ACL checks), `connection` (one client, answers in order), `listener` (accept loop).
 
 mod api;
 mod config;
 mod configs;
 mod connection;
 mod error;
+pub mod frame;
 mod group;
 mod header;
 mod listener;

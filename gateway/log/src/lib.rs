@@ -234,35 +234,3 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
         None => Ok(()),
     }
 }
-
-/// The partition of a keyed record: Kafka's default partitioner, murmur2 of the key with the
-/// sign bit cleared, modulo the partition count, so keys land where a Kafka client puts them.
-pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
-    (murmur2(key) & 0x7fff_ffff) % partitions.max(1)
-}
-
-/// Kafka's murmur2 (seed 0x9747b28c).
-pub fn murmur2(data: &[u8]) -> u32 {
-    const M: u32 = 0x5bd1_e995;
-    let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
-    let mut h: u32 = 0x9747_b28c ^ len;
-    let mut chunks = data.chunks_exact(4);
-    for chunk in &mut chunks {
-        let mut word = [0u8; 4];
-        word.copy_from_slice(chunk);
-        let mut k = u32::from_le_bytes(word).wrapping_mul(M);
-        k ^= k >> 24;
-        k = k.wrapping_mul(M);
-        h = h.wrapping_mul(M) ^ k;
-    }
-    let tail = chunks.remainder();
-    for (i, byte) in tail.iter().enumerate().rev() {
-        h ^= u32::from(*byte) << (8 * i);
-    }
-    if !tail.is_empty() {
-        h = h.wrapping_mul(M);
-    }
-    h ^= h >> 13;
-    h = h.wrapping_mul(M);
-    h ^ (h >> 15)
-}

@@ -154,7 +154,7 @@ fn group<S: LogPort>(broker: &Broker<S>, batch: &mut [Pending]) -> Vec<Group> {
         };
         let destination = routing.router.route(&message.topic, &message.client_id);
         let partitions = routing.partitions(destination.log_topic);
-        let partition = tern_log::partition_for_key(&destination.key, partitions);
+        let partition = tern_partitioner::partition_for_key(&destination.key, partitions);
         let key = Some(destination.key);
         let record = if message.retain {
             message.to_record(key)

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::Overrides;
-use tern_log::tools::Decoder;
+use crate::decode::Decoder;
 
 /// tern: an edge message broker for ARM gateways. Devices publish over MQTT; every message is
 /// kept in a segmented log on local flash and forwarded upstream to Kafka.

@@ -573,6 +573,17 @@ key = "level:1"
         assert!(text.contains("listn"), "{text}");
     }
 
+    /// tern-bench's ablations (`tern_upstream::Ablation`) are not settings: an `[[upstream]]`
+    /// that asks for one is refused like any unknown key.
+    #[test]
+    fn bench_ablations_are_unknown_upstream_keys() {
+        for key in ["bench_without_idempotence", "bench_without_transactions"] {
+            let text = format!("[[upstream]]\nbootstrap = [\"k1:9092\"]\n{key} = true\n");
+            let err = parse(&text, Path::new("t.toml")).expect_err(key);
+            assert!(err.to_string().contains(key), "{err}");
+        }
+    }
+
     #[test]
     fn bad_values_name_their_key() {
         let err = parse("[admin]\nlisten = \"nowhere\"\n", Path::new("t.toml")).expect_err("bad");

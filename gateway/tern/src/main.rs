@@ -10,6 +10,7 @@ mod app;
 mod cli;
 mod config;
 mod cursors;
+mod decode;
 mod deprecated;
 mod device;
 mod health;
@@ -152,7 +153,7 @@ fn run_log_tool(command: LogCommand) -> anyhow::Result<()> {
                 partition,
                 from,
                 count,
-                decode,
+                decode: decode.as_ref().map(|d| d as &dyn tools::ValueDecoder),
             };
             tools::dump(&data_dir, &topic, &options, &mut out)?;
             Ok(())

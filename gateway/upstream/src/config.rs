@@ -72,22 +72,9 @@ pub struct UpstreamConfig {
     pub tls: Option<TlsSettings>,
     /// Where mirror mode's idempotent producer keeps its identity (`producer-{cluster id}.state`,
     /// see docs/upstream.md): set by the binary to `{data_dir}/upstream`, not a setting. Without
-    /// it (library use, the bench) the identity lives only as long as the process.
+    /// it (library use) the identity lives only as long as the process.
     #[serde(skip)]
     pub state_dir: Option<PathBuf>,
-    /// Bench only (`tern-bench upstream` prints what the idempotent producer costs): mirror mode's
-    /// producer sends its batches with producer id −1 and no sequence numbers, otherwise the same
-    /// way. Not a setting: a batch resent while a leader still held it can then be stored twice.
-    #[serde(skip)]
-    #[doc(hidden)]
-    pub bench_without_idempotence: bool,
-    /// Bench only (`tern-bench upstream` prints what shared mode's transactions cost): shared
-    /// mode produces plain batches and commits the group offset with a plain OffsetCommit after
-    /// them, as before transactions. Not a setting: a failure between the two sends the batch
-    /// again (at least once).
-    #[serde(skip)]
-    #[doc(hidden)]
-    pub bench_without_transactions: bool,
 }
 
 impl Default for UpstreamConfig {
@@ -116,8 +103,6 @@ impl Default for UpstreamConfig {
             sasl: None,
             tls: None,
             state_dir: None,
-            bench_without_idempotence: false,
-            bench_without_transactions: false,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! This file only declares the modules and re-exports what other crates use (and the types
 //! of the `[[upstream]]` settings' fields).
 
+mod ablation;
 mod bandwidth;
 mod client;
 mod config;
@@ -27,6 +28,7 @@ mod shared;
 mod supervisor;
 mod txn;
 
+pub use ablation::Ablation;
 pub use bandwidth::BURST as BANDWIDTH_BURST;
 pub use client::frame as kafka_frame;
 pub use client::group::Commit;
@@ -43,4 +45,4 @@ pub use kafka::KafkaUpstream;
 pub use metrics::UpstreamMetrics;
 pub use provenance::{Provenance, gateway_id, upstream_topic};
 pub use shared::{group_client, shared_topic};
-pub use supervisor::run;
+pub use supervisor::{run, run_ablated};

@@ -10,6 +10,7 @@ use tern_core::shutdown::Shutdown;
 use tern_log::{LogPort, TopicInfo};
 use tokio::task::JoinSet;
 
+use crate::ablation::Ablation;
 use crate::config::UpstreamConfig;
 use crate::driver::StatusMap;
 use crate::error::UpstreamError;
@@ -24,11 +25,24 @@ pub async fn run<L: LogPort>(
     gateway: String,
     log: L,
     status: StatusMap,
+    shutdown: Shutdown,
+) -> Result<(), UpstreamError> {
+    run_ablated(config, Ablation::NONE, gateway, log, status, shutdown).await
+}
+
+/// [`run`] with the safeguards `ablation` turns off: `tern-bench upstream` only, to print what
+/// they cost.
+pub async fn run_ablated<L: LogPort>(
+    config: UpstreamConfig,
+    ablation: Ablation,
+    gateway: String,
+    log: L,
+    status: StatusMap,
     mut shutdown: Shutdown,
 ) -> Result<(), UpstreamError> {
     // Not connected yet: every partition's session connects through it, and it probes a link
     // that is down at a bounded rate (`kafka::PROBE_INTERVAL`).
-    let kafka = Arc::new(KafkaUpstream::new(&config)?);
+    let kafka = Arc::new(KafkaUpstream::ablated(&config, ablation)?);
     let group = group_client(&config, &gateway)?;
     let mut running = HashSet::new();
     let mut tasks = JoinSet::new();
@@ -49,7 +63,8 @@ pub async fn run<L: LogPort>(
                 if let Some(group) = &group {
                     let task = SharedForwarder::new(
                         &config, &kafka, group, &log, partitions, source, &status,
-                    );
+                    )
+                    .ablated(ablation);
                     tasks.spawn(task.run(shutdown.clone()));
                 } else {
                     let task =

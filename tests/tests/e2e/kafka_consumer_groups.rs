@@ -35,7 +35,7 @@ fn device_topics() -> Vec<String> {
     let mut by_partition = BTreeMap::new();
     for i in 0..1000 {
         let topic = format!("devices/d{i}/temperature");
-        let p = tern_log::partition_for_key(topic.as_bytes(), PARTITIONS);
+        let p = tern_partitioner::partition_for_key(topic.as_bytes(), PARTITIONS);
         by_partition.entry(p).or_insert(topic);
     }
     by_partition.into_values().collect()

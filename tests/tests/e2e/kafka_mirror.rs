@@ -29,7 +29,7 @@ fn device_topics() -> BTreeMap<u32, String> {
     let mut by_partition = BTreeMap::new();
     for i in 0..1000 {
         let topic = format!("site/pump{i}/pressure");
-        let p = tern_log::partition_for_key(topic.as_bytes(), PARTITIONS);
+        let p = tern_partitioner::partition_for_key(topic.as_bytes(), PARTITIONS);
         by_partition.entry(p).or_insert(topic);
     }
     by_partition

@@ -20,9 +20,9 @@ use super::{FORWARD_TIMEOUT, TOPIC_PREFIX, UpstreamBenchOptions, poll_until, wai
 use crate::BenchError;
 use tern_core::ByteSize;
 use tern_log::{Log, LogConfig, Record};
-use tern_upstream::Codec;
 use tern_upstream::KafkaUpstream;
 use tern_upstream::{self as forwarder, StatusMap};
+use tern_upstream::{Ablation, Codec};
 use tern_upstream::{Mode, PartitionStatus, shared_topic, upstream_topic};
 
 /// The edge topic of the backlog.
@@ -57,6 +57,20 @@ pub enum DrainKind {
     Plain,
     Shared { transactions: bool },
     Capped { bytes_per_sec: u64 },
+}
+
+impl DrainKind {
+    /// What this drain turns off in the forwarder: idempotence for `Plain`, transactions for
+    /// shared mode without them.
+    fn ablation(self) -> Ablation {
+        Ablation {
+            without_idempotence: self == Self::Plain,
+            without_transactions: self
+                == Self::Shared {
+                    transactions: false,
+                },
+        }
+    }
 }
 
 /// The part of a capped drain its rate is taken over: from the first upstream end offset past a
@@ -175,12 +189,11 @@ impl Backlog {
             .unwrap_or_default();
         let mut config = options.upstream(Vec::new(), gateway, codec);
         let topic = match kind {
-            DrainKind::Shared { transactions } => {
+            DrainKind::Shared { .. } => {
                 // A prefix of its own, so each drain has a new shared topic, group and
                 // transactional id.
                 config.mode = Mode::Shared;
                 config.topic_prefix = format!("{TOPIC_PREFIX}{gateway}.");
-                config.bench_without_transactions = !transactions;
                 shared_topic(&config.topic_prefix, edge_topic)
             }
             _ => upstream_topic(TOPIC_PREFIX, gateway, edge_topic),
@@ -192,7 +205,6 @@ impl Backlog {
         let proxy = CountingProxy::start(target).await?;
         config.bootstrap = vec![proxy.bootstrap().to_string()];
         config.topics = vec![edge_topic.to_owned()];
-        config.bench_without_idempotence = kind == DrainKind::Plain;
         let window_from = match kind {
             DrainKind::Capped { bytes_per_sec } => {
                 config.bandwidth = ByteSize(bytes_per_sec);
@@ -201,7 +213,7 @@ impl Backlog {
             _ => None,
         };
         let started = Instant::now();
-        let forwarding = self.forward(config, gateway);
+        let forwarding = self.forward(config, kind.ablation(), gateway);
         let status = &Arc::clone(&forwarding.status);
         let done = match (kind, window_from) {
             // Transaction markers take offsets too: done is when the forwarder committed the
@@ -257,7 +269,7 @@ impl Backlog {
         kafka
             .ensure_topic(&topic, 1, config.replication_factor)
             .await?;
-        let forwarding = self.forward(config, gateway);
+        let forwarding = self.forward(config, Ablation::NONE, gateway);
         let result = self
             .feed(&forwarding.status, &topic, options.sensor_seconds)
             .await;
@@ -265,12 +277,19 @@ impl Backlog {
         result
     }
 
-    /// Starts the forwarder of `config` on this backlog's log, in this process.
-    fn forward(&self, config: tern_upstream::UpstreamConfig, gateway: &str) -> Forwarding {
+    /// Starts the forwarder of `config`, without what `ablation` turns off, on this backlog's
+    /// log, in this process.
+    fn forward(
+        &self,
+        config: tern_upstream::UpstreamConfig,
+        ablation: Ablation,
+        gateway: &str,
+    ) -> Forwarding {
         let (trigger, shutdown) = tern_core::shutdown::channel();
         let status = StatusMap::default();
-        let task = tokio::spawn(forwarder::run(
+        let task = tokio::spawn(forwarder::run_ablated(
             config,
+            ablation,
             gateway.to_owned(),
             self.log.clone(),
             Arc::clone(&status),

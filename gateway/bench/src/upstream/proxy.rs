@@ -1,7 +1,7 @@
 //! A loopback TCP proxy between a Kafka client and a cluster that counts the bytes in each
 //! direction, for the bench's bytes-on-the-wire figure. A Kafka client connects to the brokers
 //! that Metadata responses advertise, not to its bootstrap address, so the proxy reads the
-//! request/response framing (tern-core's size-prefixed frames) and rewrites the broker list of
+//! request/response framing (tern-kafka's size-prefixed frames) and rewrites the broker list of
 //! every Metadata response (versions 0-8, the ones tern's client sends; decoded by
 //! tern-upstream's `kafka_frame`) to point at one proxy listener per broker, started on first
 //! sight. Counts are taken on the bytes as Kafka sent or received them, before any rewrite.
@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
 use crate::BenchError;
-use tern_core::frame::{self as framing, FrameError};
+use tern_kafka::frame::{self as framing, FrameError};
 use tern_upstream::kafka_frame::{self, API_METADATA, MetadataResponse, RequestHeader, WireError};
 
 /// Largest frame accepted in either direction.

@@ -13,8 +13,8 @@ use tokio::io::{AsyncRead, AsyncWrite, DuplexStream};
 use super::serve;
 use crate::api::Conn;
 use crate::config::{Authentication, KafkaListenerConfig};
+use crate::frame;
 use crate::sasl::Session;
-use tern_core::frame;
 
 const SASL_AUTHENTICATION_FAILED: i16 = 58;
 

@@ -332,31 +332,6 @@ fn bad_names_and_unknown_partitions_are_typed_errors() {
 }
 
 #[test]
-fn murmur2_matches_kafka() {
-    use crate::murmur2;
-    let cases: [(&[u8], i32); 6] = [
-        (b"21", -973_932_308),
-        (b"foobar", -790_332_482),
-        (b"a-little-bit-long-string", -985_981_536),
-        (b"a-little-bit-longer-string", -1_486_304_829),
-        (
-            b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
-            -58_897_971,
-        ),
-        (b"abc", 479_470_107),
-    ];
-    for (key, expected) in cases {
-        assert_eq!(
-            murmur2(key) as i32,
-            expected,
-            "{:?}",
-            String::from_utf8_lossy(key)
-        );
-    }
-    assert!(crate::partition_for_key(b"foobar", 7) < 7);
-}
-
-#[test]
 fn concurrent_appends_share_commits() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -16,6 +16,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tokio::sync::OwnedMutexGuard;
 
+use crate::ablation::Ablation;
 use crate::bandwidth::Bandwidth;
 use crate::client::{ClientError, Connection, Settings, metadata};
 use crate::config::{Mode, TlsSettings, UpstreamConfig};
@@ -176,11 +177,20 @@ impl KafkaUpstream {
     /// The upstream's cluster handle, not connected yet: the first request connects. Fails only
     /// on a configuration it cannot use (the TLS CA file).
     pub fn new(config: &UpstreamConfig) -> Result<Self, UpstreamError> {
+        Self::ablated(config, Ablation::NONE)
+    }
+
+    /// [`KafkaUpstream::new`] whose mirror-mode producer is plain if the bench's `ablation`
+    /// says so.
+    pub(crate) fn ablated(
+        config: &UpstreamConfig,
+        ablation: Ablation,
+    ) -> Result<Self, UpstreamError> {
         let tls = config.tls.as_ref().map(tls_config).transpose()?;
         let bandwidth = Arc::new(Bandwidth::new(config.bandwidth.0));
         let producer = (config.mode == Mode::Mirror).then(|| {
             let producer = Producer::new(config.state_dir.clone());
-            match config.bench_without_idempotence {
+            match ablation.without_idempotence {
                 true => Arc::new(producer.without_idempotence()),
                 false => Arc::new(producer),
             }

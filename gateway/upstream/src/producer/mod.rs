@@ -53,7 +53,7 @@ fn plain_identity() -> Identity {
 pub struct Producer {
     state: Option<StateDir>,
     identity: Mutex<Option<Identity>>,
-    /// Bench only (`UpstreamConfig::bench_without_idempotence`): batches carry producer id −1
+    /// Bench only (`Ablation::without_idempotence`): batches carry producer id −1
     /// and no sequence numbers, through this same path, so the bench can print what
     /// idempotence costs.
     plain: bool,

@@ -21,6 +21,7 @@ use std::time::Duration;
 use tern_core::shutdown::Shutdown;
 use tern_log::{LogPort, StoredRecord};
 
+use crate::ablation::Ablation;
 use crate::client::group::Commit;
 use crate::client::{ClientError, Settings};
 use crate::config::{Mode, UpstreamConfig};
@@ -75,6 +76,8 @@ pub struct SharedForwarder<L, C> {
     source: Provenance,
     status: StatusMap,
     topic: String,
+    /// What the bench turned off ([`Ablation::NONE`] but in `tern-bench upstream`).
+    ablation: Ablation,
 }
 
 impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
@@ -96,7 +99,13 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
             edge_partitions,
             source,
             status: Arc::clone(status),
+            ablation: Ablation::NONE,
         }
+    }
+
+    /// This forwarder with the safeguards `ablation` turns off (the bench's at-least-once run).
+    pub fn ablated(self, ablation: Ablation) -> Self {
+        Self { ablation, ..self }
     }
 
     /// The cursor holding this partition's progress in the log's cursor store.
@@ -131,7 +140,7 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
         let partitions = self.prepare_topic().await?;
         let (topic, partition) = (&self.source.topic, self.source.partition);
         // No transactional producer only on the bench's at-least-once path.
-        let mut txn = (!self.config.bench_without_transactions).then(|| {
+        let mut txn = (!self.ablation.without_transactions).then(|| {
             TxnProducer::new(
                 self.group.settings().clone(),
                 self.transactional_id(),
@@ -248,7 +257,7 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
         let mut out: BTreeMap<u32, Vec<StoredRecord>> = BTreeMap::new();
         for record in batch {
             let key = partitioner::routing_key(self.config.shared_key, &record, &self.source);
-            let target = partitioner::partition_for(&key, partitions);
+            let target = tern_partitioner::partition_for_key(&key, partitions);
             out.entry(target).or_default().push(record);
         }
         out
@@ -285,7 +294,7 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
 
     /// Commits the transaction with `next` as the group offset (AddOffsetsToTxn,
     /// TxnOffsetCommit, EndTxn), then `next` to the local cursor. Without a transaction (bench
-    /// only, [`UpstreamConfig::bench_without_transactions`]) a plain OffsetCommit after the
+    /// only, [`Ablation::without_transactions`]) a plain OffsetCommit after the
     /// records: at least once, a failure between the two sends the batch again.
     async fn commit(&self, txn: Option<&mut TxnProducer>, next: u64) -> Result<(), UpstreamError> {
         let (topic, partition) = (&self.source.topic, self.source.partition);

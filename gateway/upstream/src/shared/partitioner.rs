@@ -1,7 +1,6 @@
-//! Which upstream partition a record goes to in shared mode: Kafka's own default partitioner for
-//! keyed records (murmur2 of the key, sign bit cleared, modulo the partition count, as
-//! `org.apache.kafka.common.utils.Utils.murmur2` / `toPositive`), so tern and every Kafka client
-//! put one key in the same partition. Pure functions; never looks at values.
+//! Which key picks a record's upstream partition in shared mode (`shared_key`); the partition
+//! is Kafka's own default partitioner of that key (`tern_partitioner`), so tern and every Kafka
+//! client put one key in the same partition. Pure functions; never looks at values.
 
 use std::borrow::Cow;
 
@@ -9,13 +8,6 @@ use tern_log::StoredRecord;
 
 use crate::config::SharedKey;
 use crate::provenance::Provenance;
-
-/// `toPositive(murmur2(key)) % partitions` (Kafka's default partitioner; the log partitions
-/// keys the same way, with the same murmur2 pinned against Kafka's test vectors in the log's
-/// tests); `partitions` must be at least 1.
-pub fn partition_for(key: &[u8], partitions: u32) -> u32 {
-    tern_log::partition_for_key(key, partitions)
-}
 
 /// The bytes `shared_key` hashes for `record` from `source`.
 pub fn routing_key<'a>(
@@ -35,16 +27,6 @@ pub fn routing_key<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn partitions_clear_the_sign_bit_like_to_positive() {
-        // toPositive(-790332482) = 1357151166; % 10 = 6.
-        assert_eq!(partition_for(b"foobar", 10), 6);
-        for input in [&b"21"[..], b"abc", b"a-little-bit-long-string"] {
-            assert!(partition_for(input, 3) < 3);
-        }
-        assert_eq!(partition_for(b"x", 0), 0);
-    }
 
     #[test]
     fn routing_keys_follow_shared_key() {

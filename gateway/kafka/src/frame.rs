@@ -1,6 +1,6 @@
-//! Kafka's framing, spoken by tern's Kafka listener and by the upstream group client: a 4-byte
-//! big-endian size, then that many bytes, on a stream the caller owns. Knows nothing about what a
-//! frame holds.
+//! Kafka's framing, spoken by the listener's connections (and read by `tern-bench`'s counting
+//! proxy): a 4-byte big-endian size, then that many bytes, on a stream the caller owns. Knows
+//! nothing about what a frame holds. (tern-upstream's client frames its own requests.)
 //!
 //! It never allocates more than the size prefix announces and the limit allows, and a short or
 //! oversized frame is an error, never a panic.

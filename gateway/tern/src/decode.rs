@@ -1,6 +1,7 @@
 //! Payload decoders for `tern log dump --decode NAME`: each turns a record's value into a JSON
 //! object through a wire schema shared with the devices (`tern_shared`), so an operator reads
-//! sensor readings instead of base64.
+//! sensor readings instead of base64. The dump itself is tern-log's, which knows no device
+//! schema: it calls these through its `ValueDecoder` trait.
 //!
 //! A decoder only adds to a dump line. It must never panic, skip a record or lose its bytes: a
 //! value that does not decode keeps its raw `value` and gains a `decode_error` field.
@@ -8,6 +9,7 @@
 use std::str::FromStr;
 
 use serde_json::{Map, Value, json};
+use tern_log::tools::ValueDecoder;
 use tern_shared::Reading;
 
 /// A schema `tern log dump --decode` knows.
@@ -34,9 +36,21 @@ impl Decoder {
         }
     }
 
+    fn decode(self, value: &[u8]) -> Result<Value, String> {
+        match self {
+            Decoder::Reading => {
+                let reading =
+                    Reading::decode(value).map_err(|err| format!("not a reading: {err}"))?;
+                serde_json::to_value(reading).map_err(|err| format!("reading as JSON: {err}"))
+            }
+        }
+    }
+}
+
+impl ValueDecoder for Decoder {
     /// Rewrites one dump line: the decoded value replaces `value` and `value_encoding`, or, if
     /// `value` does not decode, a `decode_error` field joins the raw value.
-    pub fn apply(self, value: &[u8], line: &mut Map<String, Value>) {
+    fn apply(&self, value: &[u8], line: &mut Map<String, Value>) {
         match self.decode(value) {
             Ok(decoded) => {
                 line.remove("value");
@@ -45,22 +59,6 @@ impl Decoder {
             }
             Err(reason) => {
                 line.insert("decode_error".to_owned(), json!(reason));
-            }
-        }
-    }
-
-    /// The decoded value as a JSON document (what an upstream with `value_format` forwards).
-    pub fn to_json_bytes(self, value: &[u8]) -> Result<Vec<u8>, String> {
-        let decoded = self.decode(value)?;
-        serde_json::to_vec(&decoded).map_err(|err| format!("{} as JSON: {err}", self.name()))
-    }
-
-    fn decode(self, value: &[u8]) -> Result<Value, String> {
-        match self {
-            Decoder::Reading => {
-                let reading =
-                    Reading::decode(value).map_err(|err| format!("not a reading: {err}"))?;
-                serde_json::to_value(reading).map_err(|err| format!("reading as JSON: {err}"))
             }
         }
     }

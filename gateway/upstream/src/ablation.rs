@@ -1,0 +1,24 @@
+//! What `tern-bench upstream` switches off to print what it costs. Never a setting: it is not
+//! part of `UpstreamConfig`, so no `tern.toml` can ask for it (an `[[upstream]]` key of that
+//! name is an unknown field), and `tern serve` always forwards with [`Ablation::NONE`]. Only
+//! [`run_ablated`](crate::run_ablated) takes one.
+
+/// The safeguards a benchmark run turns off; [`Ablation::NONE`] (the default) turns off none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ablation {
+    /// Mirror mode's producer sends its batches with producer id −1 and no sequence numbers,
+    /// otherwise the same way: a batch resent while a leader still held it is stored twice.
+    pub without_idempotence: bool,
+    /// Shared mode produces plain batches and commits the group offset with a plain
+    /// OffsetCommit after them, as before transactions: a failure between the two sends the
+    /// batch again (at least once).
+    pub without_transactions: bool,
+}
+
+impl Ablation {
+    /// The product: every safeguard on.
+    pub const NONE: Self = Self {
+        without_idempotence: false,
+        without_transactions: false,
+    };
+}
