@@ -2,7 +2,9 @@
 //! produce that was acknowledged is visible at once, a refused one stores nothing, and one whose
 //! acknowledgement was lost stores its records but shows them only after a delay (on tokio's
 //! clock), as a batch cut off in flight does. Faults are queued per produce; `set_down` fails
-//! every call.
+//! every call. The contract suite (`contract.rs`) runs the same scenarios against it and against
+//! a real Kafka cluster: a handle exists only on a partition of an existing topic, retention
+//! never passes the end, and mirror mode's produce is idempotent (edge offsets as sequences).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -13,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::config::{Codec, ValueFormat};
 use crate::error::UpstreamError;
-use crate::follower::{Cluster, Follower};
+use crate::follower::{Cluster, Follower, TxnStamp};
 use crate::kafka::upstream_record;
 use crate::provenance::{H_OFFSET, Provenance};
 
@@ -31,6 +33,8 @@ pub enum Fault {
 pub struct FakeCluster {
     inner: Arc<Mutex<Inner>>,
     batch_limit: u64,
+    /// Whether `produce` checks sequences, as mirror mode's idempotent producer has Kafka do.
+    idempotent: bool,
 }
 
 #[derive(Debug, Default)]
@@ -46,6 +50,9 @@ struct Inner {
 struct Partition {
     start: i64,
     records: Vec<Stored>,
+    /// The sequence (edge offset) the idempotent producer's next batch must start at; `None`
+    /// while the producer has no state here (a new partition, or after a new identity).
+    next_sequence: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -68,6 +75,15 @@ impl FakeCluster {
         Self {
             inner: Arc::default(),
             batch_limit,
+            idempotent: true,
+        }
+    }
+
+    /// The same cluster produced to without idempotence: a batch sent again is stored again.
+    pub fn without_idempotence(self) -> Self {
+        Self {
+            idempotent: false,
+            ..self
         }
     }
 
@@ -81,13 +97,19 @@ impl FakeCluster {
         self.lock().down = down;
     }
 
-    /// Retention removes every record before `start`.
+    /// Retention removes every record before `start`, which Kafka allows up to the end offset.
     pub fn trim(&self, topic: &str, partition: u32, start: i64) {
-        self.lock()
+        let mut inner = self.lock();
+        let part = inner
             .partitions
             .entry((topic.to_owned(), partition))
-            .or_default()
-            .start = start;
+            .or_default();
+        let end = part.end(Instant::now());
+        assert!(
+            start <= end,
+            "Kafka refuses to delete records past the end offset ({start} > {end})"
+        );
+        part.start = part.start.max(start);
     }
 
     /// How many produce calls arrived, failed ones included.
@@ -157,7 +179,12 @@ impl Cluster for FakeCluster {
     }
 
     async fn partition(&self, topic: &str, partition: u32) -> Result<FakeFollower, UpstreamError> {
-        self.check_up("find partition leader", topic)?;
+        let op = "find partition leader";
+        self.check_up(op, topic)?;
+        let count = self.lock().topics.get(topic).copied().unwrap_or(0);
+        if partition >= count {
+            return Err(fake_error(op, topic, "unknown topic or partition"));
+        }
         Ok(FakeFollower {
             cluster: self.clone(),
             topic: topic.to_owned(),
@@ -219,6 +246,54 @@ impl Follower for FakeFollower {
         _codec: Codec,
         format: ValueFormat,
     ) -> Result<(), UpstreamError> {
+        let sequenced = match self.cluster.idempotent {
+            true => Sequenced::Idempotent,
+            false => Sequenced::Unchecked,
+        };
+        self.store(records, source, format, sequenced)
+    }
+
+    async fn produce_in_txn(
+        &self,
+        records: &[StoredRecord],
+        source: &Provenance,
+        (_codec, format): (Codec, ValueFormat),
+        _txn: &TxnStamp<'_>,
+    ) -> Result<(), UpstreamError> {
+        self.store(records, source, format, Sequenced::Unchecked)
+    }
+
+    /// A new producer identity: no partition expects a sequence any more.
+    async fn restart_sequence(&self) {
+        for part in self.cluster.lock().partitions.values_mut() {
+            part.next_sequence = None;
+        }
+    }
+}
+
+/// Whose sequences a produced batch carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sequenced {
+    /// Mirror mode's idempotent producer: edge offsets, which must follow on.
+    Idempotent,
+    /// A transaction's own, or none (not checked here).
+    Unchecked,
+}
+
+impl FakeFollower {
+    /// Stores `records` unless a fault or, for the idempotent producer, a sequence that does
+    /// not follow on (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER) refuses them.
+    fn store(
+        &self,
+        records: &[StoredRecord],
+        source: &Provenance,
+        format: ValueFormat,
+        sequenced: Sequenced,
+    ) -> Result<(), UpstreamError> {
+        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+            return Ok(());
+        };
+        let (first, last) = (first.offset, last.offset);
         let fault = {
             let mut inner = self.cluster.lock();
             inner.produces += 1;
@@ -229,7 +304,11 @@ impl Follower for FakeFollower {
             Some(Fault::LostAck(delay)) => Instant::now() + delay,
             None => Instant::now(),
         };
-        self.with("produce", |p| {
+        let stored = self.with("produce", |p| {
+            let idempotent = sequenced == Sequenced::Idempotent;
+            if idempotent && p.next_sequence.is_some_and(|next| next != first) {
+                return false;
+            }
             for record in records {
                 let headers = upstream_record(record, source, format).headers;
                 p.records.push(Stored {
@@ -237,10 +316,27 @@ impl Follower for FakeFollower {
                     headers,
                 });
             }
+            if idempotent {
+                p.next_sequence = Some(last + 1);
+            }
+            true
         })?;
-        match fault {
-            Some(_) => Err(fake_error("produce", &self.topic, "acknowledgement lost")),
-            None => Ok(()),
+        match (stored, fault) {
+            (false, _) => Err(fake_error("produce", &self.topic, "out of order sequence")),
+            (true, Some(_)) => Err(fake_error("produce", &self.topic, "acknowledgement lost")),
+            (true, None) => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FakeCluster;
+
+    /// Kafka's DeleteRecords refuses an offset past the high watermark (OFFSET_OUT_OF_RANGE).
+    #[tokio::test]
+    #[should_panic(expected = "past the end offset")]
+    async fn retention_never_passes_the_end() {
+        FakeCluster::new(1024).trim("up", 0, 1);
     }
 }
