@@ -6,7 +6,7 @@
 //! records read back in order with the `tern-*` headers naming their edge offsets, the catch-up
 //! question answered from them, no leader for a missing topic or partition, an existing topic
 //! kept as it is, reads below the log start failing, and an idempotent producer refusing a gap in
-//! edge offsets until its sequence restarts.
+//! edge offsets until its sequence restarts and storing a batch sent again only once.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -38,13 +38,14 @@ pub trait Subject {
 }
 
 /// Every scenario's name, in the order [`all`] runs them.
-pub const SCENARIOS: [&str; 6] = [
+pub const SCENARIOS: [&str; 7] = [
     "a_new_partition_is_empty",
     "produced_records_read_back_in_order",
     "a_missing_topic_or_partition_has_no_leader",
     "an_existing_topic_is_kept",
     "retention_moves_the_start_and_reads_below_it_fail",
     "a_gap_in_edge_offsets_needs_a_new_sequence",
+    "a_resent_batch_is_stored_once",
 ];
 
 /// Runs the scenario called `name` (one of [`SCENARIOS`]) on `subject`.
@@ -62,6 +63,7 @@ pub async fn run<S: Subject>(subject: &S, name: &str) -> anyhow::Result<()> {
         "a_gap_in_edge_offsets_needs_a_new_sequence" => {
             a_gap_in_edge_offsets_needs_a_new_sequence(subject).await
         }
+        "a_resent_batch_is_stored_once" => a_resent_batch_is_stored_once(subject).await,
         _ => bail!("no scenario {name}"),
     }
 }
@@ -262,6 +264,25 @@ async fn a_gap_in_edge_offsets_needs_a_new_sequence<S: Subject>(subject: &S) -> 
     Ok(())
 }
 
+/// A batch sent again (its acknowledgement was lost, and catch-up did not see it yet) is
+/// acknowledged by the leader without being stored twice.
+async fn a_resent_batch_is_stored_once<S: Subject>(subject: &S) -> anyhow::Result<()> {
+    let topic = "a_resent_batch_is_stored_once";
+    subject.create(topic, 1).await?;
+    let follower = subject.cluster().partition(topic, 0).await?;
+    produce(&follower, 0..3, Codec::None).await?;
+    produce(&follower, 3..5, Codec::None).await?;
+    produce(&follower, 3..5, Codec::None).await?;
+    ensure!(
+        bounds(&follower).await? == (0, 5),
+        "{:?}",
+        bounds(&follower).await
+    );
+    produce(&follower, 5..6, Codec::None).await?;
+    ensure!(edge_offset_at(&follower, 5).await? == 5);
+    Ok(())
+}
+
 /// The suite on the in-memory fake: one test per scenario.
 #[cfg(test)]
 mod on_fake {
@@ -311,5 +332,6 @@ mod on_fake {
         an_existing_topic_is_kept,
         retention_moves_the_start_and_reads_below_it_fail,
         a_gap_in_edge_offsets_needs_a_new_sequence,
+        a_resent_batch_is_stored_once,
     );
 }

@@ -4,7 +4,8 @@
 //! clock), as a batch cut off in flight does. Faults are queued per produce; `set_down` fails
 //! every call. The contract suite (`contract.rs`) runs the same scenarios against it and against
 //! a real Kafka cluster: a handle exists only on a partition of an existing topic, retention
-//! never passes the end, and mirror mode's produce is idempotent (edge offsets as sequences).
+//! never passes the end, and mirror mode's produce is idempotent (edge offsets as sequences: a
+//! gap is refused, a resent batch stored once).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -50,9 +51,51 @@ struct Inner {
 struct Partition {
     start: i64,
     records: Vec<Stored>,
-    /// The sequence (edge offset) the idempotent producer's next batch must start at; `None`
-    /// while the producer has no state here (a new partition, or after a new identity).
-    next_sequence: Option<u64>,
+    /// The idempotent producer's state here, as the leader keeps it.
+    sequences: Sequences,
+}
+
+/// How many of a producer's last batches a Kafka leader remembers to recognise a resent one.
+const REMEMBERED_BATCHES: usize = 5;
+
+/// The idempotent producer's state on one partition; empty while the producer has none there
+/// (a new partition, or after a new identity).
+#[derive(Debug, Default)]
+struct Sequences {
+    /// The sequence (edge offset) the next batch must start at.
+    next: Option<u64>,
+    /// The first and last sequence of the last [`REMEMBERED_BATCHES`] batches.
+    recent: VecDeque<(u64, u64)>,
+}
+
+/// What a leader does with an idempotent batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Append {
+    Store,
+    /// One of the last batches sent again: acknowledged, nothing stored.
+    Duplicate,
+    /// A gap or an older batch: OUT_OF_ORDER_SEQUENCE_NUMBER, nothing stored.
+    OutOfOrder,
+}
+
+impl Sequences {
+    fn check(&self, first: u64, last: u64) -> Append {
+        if self.recent.contains(&(first, last)) {
+            return Append::Duplicate;
+        }
+        match self.next {
+            Some(next) if next != first => Append::OutOfOrder,
+            _ => Append::Store,
+        }
+    }
+
+    fn stored(&mut self, first: u64, last: u64) {
+        self.next = Some(last + 1);
+        self.recent.push_back((first, last));
+        if self.recent.len() > REMEMBERED_BATCHES {
+            self.recent.pop_front();
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -266,7 +309,7 @@ impl Follower for FakeFollower {
     /// A new producer identity: no partition expects a sequence any more.
     async fn restart_sequence(&self) {
         for part in self.cluster.lock().partitions.values_mut() {
-            part.next_sequence = None;
+            part.sequences = Sequences::default();
         }
     }
 }
@@ -281,8 +324,9 @@ enum Sequenced {
 }
 
 impl FakeFollower {
-    /// Stores `records` unless a fault or, for the idempotent producer, a sequence that does
-    /// not follow on (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER) refuses them.
+    /// Stores `records` unless a fault refuses them or, for the idempotent producer, the leader
+    /// would: a batch that does not follow on is refused (OUT_OF_ORDER_SEQUENCE_NUMBER), one of
+    /// its last batches sent again is acknowledged without being stored.
     fn store(
         &self,
         records: &[StoredRecord],
@@ -304,10 +348,14 @@ impl FakeFollower {
             Some(Fault::LostAck(delay)) => Instant::now() + delay,
             None => Instant::now(),
         };
-        let stored = self.with("produce", |p| {
-            let idempotent = sequenced == Sequenced::Idempotent;
-            if idempotent && p.next_sequence.is_some_and(|next| next != first) {
-                return false;
+        let idempotent = sequenced == Sequenced::Idempotent;
+        let append = self.with("produce", |p| {
+            let append = match idempotent {
+                true => p.sequences.check(first, last),
+                false => Append::Store,
+            };
+            if append != Append::Store {
+                return append;
             }
             for record in records {
                 let headers = upstream_record(record, source, format).headers;
@@ -317,14 +365,16 @@ impl FakeFollower {
                 });
             }
             if idempotent {
-                p.next_sequence = Some(last + 1);
+                p.sequences.stored(first, last);
             }
-            true
+            append
         })?;
-        match (stored, fault) {
-            (false, _) => Err(fake_error("produce", &self.topic, "out of order sequence")),
-            (true, Some(_)) => Err(fake_error("produce", &self.topic, "acknowledgement lost")),
-            (true, None) => Ok(()),
+        match (append, fault) {
+            (Append::OutOfOrder, _) => {
+                Err(fake_error("produce", &self.topic, "out of order sequence"))
+            }
+            (_, Some(_)) => Err(fake_error("produce", &self.topic, "acknowledgement lost")),
+            (_, None) => Ok(()),
         }
     }
 }
