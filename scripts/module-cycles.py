@@ -6,7 +6,8 @@ every `use crate::…`/`use super::…` (brace groups expanded) and every `crate
 in the code. A reference from module A to module B is an edge between the two siblings under
 their closest common parent: between the crate root's modules, or between the child modules of
 one module directory. References to an ancestor or a descendant are not edges. Test modules
-(`#[cfg(test)]` children, inline or not, and files named `*test*.rs`) are left out.
+(`#[cfg(test)]` children, or `#[cfg(any(test, feature = …))]` ones, inline or not, and files
+named `*test*.rs`) are left out.
 
 Prints each cycle with the files and lines that close it and exits 1 if there is any.
 Usage: scripts/module-cycles.py [crate-dir …]   (default: every gateway/*/ with a src/)
@@ -22,7 +23,12 @@ MOD_DECL = re.compile(
     r"((?:#\s*\[[^\]]*\]\s*)*)(?:pub(?:\s*\([^)]*\))?\s+)?mod\s+(\w+)\s*([;{])"
 )
 PATH_ATTR = re.compile(r'#\s*\[\s*path\s*=\s*"([^"]+)"\s*\]')
-CFG_TEST = re.compile(r"#\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]")
+# `#[cfg(test)]`, or `#[cfg(any(test, feature = "…"))]`: test support that other crates' tests
+# share through a feature (an in-memory fake and its contract suite). The feature's name is a
+# string, blanked by `strip`.
+CFG_TEST = re.compile(
+    r"#\s*\[\s*cfg\s*\(\s*(?:test|any\s*\(\s*test\s*,\s*feature\s*=[^)]*\))\s*\)\s*\]"
+)
 USE_STMT = re.compile(r"\buse\s+([^;]*);")
 RAW_STRING = re.compile(r'r(#*)"')
 CHAR = re.compile(r"'(\\u\{[0-9a-fA-F]+\}|\\.|[^\\'])'")

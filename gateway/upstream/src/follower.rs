@@ -73,7 +73,7 @@ pub trait Follower: Send + Sync + 'static {
         format: ValueFormat,
     ) -> impl Future<Output = Result<(), UpstreamError>> + Send;
     /// Produces `records` from `source` inside `txn`'s open transaction (the partition was
-    /// added to it), as [`Follower::produce`] does otherwise. The fake ignores the transaction.
+    /// added to it), as [`Follower::produce`] does otherwise.
     fn produce_in_txn(
         &self,
         records: &[StoredRecord],
@@ -125,7 +125,9 @@ pub async fn next_edge_offset<F: Follower>(
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
+pub mod contract;
+#[cfg(any(test, feature = "testing"))]
 pub mod fake;
 
 #[cfg(test)]
@@ -161,6 +163,7 @@ mod tests {
     async fn the_catch_up_question_reads_the_last_tern_offset_and_checks_its_origin()
     -> Result<(), UpstreamError> {
         let cluster = FakeCluster::new(1024);
+        cluster.ensure_topic("up", 1, 1).await?;
         let follower = cluster.partition("up", 0).await?;
         assert_eq!(next_edge_offset(&follower, &source(0)).await?, Some(0));
         let (codec, format) = (UpstreamConfig::default().compression, ValueFormat::Raw);

@@ -46,3 +46,10 @@ pub use metrics::UpstreamMetrics;
 pub use provenance::{Provenance, gateway_id, upstream_topic};
 pub use shared::{group_client, shared_topic};
 pub use supervisor::{run, run_ablated};
+
+/// The follower port, its in-memory fake and the contract suite they and the Kafka client
+/// share, for other crates' tests (the e2e suite runs the contract on a real cluster).
+#[cfg(feature = "testing")]
+pub mod testing {
+    pub use crate::follower::{Cluster, Follower, contract, fake};
+}

@@ -30,6 +30,7 @@ mod operations;
 mod readings;
 mod systemd;
 mod upstream;
+mod upstream_contract;
 mod upstream_faults;
 mod upstream_shared;
 mod wear;

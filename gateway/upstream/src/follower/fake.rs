@@ -2,7 +2,10 @@
 //! produce that was acknowledged is visible at once, a refused one stores nothing, and one whose
 //! acknowledgement was lost stores its records but shows them only after a delay (on tokio's
 //! clock), as a batch cut off in flight does. Faults are queued per produce; `set_down` fails
-//! every call.
+//! every call. The contract suite (`contract.rs`) runs the same scenarios against it and against
+//! a real Kafka cluster: a handle exists only on a partition of an existing topic, retention
+//! never passes the end, and mirror mode's produce is idempotent (edge offsets as sequences: a
+//! gap is refused, a resent batch stored once).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -13,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::config::{Codec, ValueFormat};
 use crate::error::UpstreamError;
-use crate::follower::{Cluster, Follower};
+use crate::follower::{Cluster, Follower, TxnStamp};
 use crate::kafka::upstream_record;
 use crate::provenance::{H_OFFSET, Provenance};
 
@@ -31,6 +34,8 @@ pub enum Fault {
 pub struct FakeCluster {
     inner: Arc<Mutex<Inner>>,
     batch_limit: u64,
+    /// Whether `produce` checks sequences, as mirror mode's idempotent producer has Kafka do.
+    idempotent: bool,
 }
 
 #[derive(Debug, Default)]
@@ -46,6 +51,51 @@ struct Inner {
 struct Partition {
     start: i64,
     records: Vec<Stored>,
+    /// The idempotent producer's state here, as the leader keeps it.
+    sequences: Sequences,
+}
+
+/// How many of a producer's last batches a Kafka leader remembers to recognise a resent one.
+const REMEMBERED_BATCHES: usize = 5;
+
+/// The idempotent producer's state on one partition; empty while the producer has none there
+/// (a new partition, or after a new identity).
+#[derive(Debug, Default)]
+struct Sequences {
+    /// The sequence (edge offset) the next batch must start at.
+    next: Option<u64>,
+    /// The first and last sequence of the last [`REMEMBERED_BATCHES`] batches.
+    recent: VecDeque<(u64, u64)>,
+}
+
+/// What a leader does with an idempotent batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Append {
+    Store,
+    /// One of the last batches sent again: acknowledged, nothing stored.
+    Duplicate,
+    /// A gap or an older batch: OUT_OF_ORDER_SEQUENCE_NUMBER, nothing stored.
+    OutOfOrder,
+}
+
+impl Sequences {
+    fn check(&self, first: u64, last: u64) -> Append {
+        if self.recent.contains(&(first, last)) {
+            return Append::Duplicate;
+        }
+        match self.next {
+            Some(next) if next != first => Append::OutOfOrder,
+            _ => Append::Store,
+        }
+    }
+
+    fn stored(&mut self, first: u64, last: u64) {
+        self.next = Some(last + 1);
+        self.recent.push_back((first, last));
+        if self.recent.len() > REMEMBERED_BATCHES {
+            self.recent.pop_front();
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -68,6 +118,15 @@ impl FakeCluster {
         Self {
             inner: Arc::default(),
             batch_limit,
+            idempotent: true,
+        }
+    }
+
+    /// The same cluster produced to without idempotence: a batch sent again is stored again.
+    pub fn without_idempotence(self) -> Self {
+        Self {
+            idempotent: false,
+            ..self
         }
     }
 
@@ -81,13 +140,19 @@ impl FakeCluster {
         self.lock().down = down;
     }
 
-    /// Retention removes every record before `start`.
+    /// Retention removes every record before `start`, which Kafka allows up to the end offset.
     pub fn trim(&self, topic: &str, partition: u32, start: i64) {
-        self.lock()
+        let mut inner = self.lock();
+        let part = inner
             .partitions
             .entry((topic.to_owned(), partition))
-            .or_default()
-            .start = start;
+            .or_default();
+        let end = part.end(Instant::now());
+        assert!(
+            start <= end,
+            "Kafka refuses to delete records past the end offset ({start} > {end})"
+        );
+        part.start = part.start.max(start);
     }
 
     /// How many produce calls arrived, failed ones included.
@@ -157,7 +222,12 @@ impl Cluster for FakeCluster {
     }
 
     async fn partition(&self, topic: &str, partition: u32) -> Result<FakeFollower, UpstreamError> {
-        self.check_up("find partition leader", topic)?;
+        let op = "find partition leader";
+        self.check_up(op, topic)?;
+        let count = self.lock().topics.get(topic).copied().unwrap_or(0);
+        if partition >= count {
+            return Err(fake_error(op, topic, "unknown topic or partition"));
+        }
         Ok(FakeFollower {
             cluster: self.clone(),
             topic: topic.to_owned(),
@@ -219,6 +289,55 @@ impl Follower for FakeFollower {
         _codec: Codec,
         format: ValueFormat,
     ) -> Result<(), UpstreamError> {
+        let sequenced = match self.cluster.idempotent {
+            true => Sequenced::Idempotent,
+            false => Sequenced::Unchecked,
+        };
+        self.store(records, source, format, sequenced)
+    }
+
+    async fn produce_in_txn(
+        &self,
+        records: &[StoredRecord],
+        source: &Provenance,
+        (_codec, format): (Codec, ValueFormat),
+        _txn: &TxnStamp<'_>,
+    ) -> Result<(), UpstreamError> {
+        self.store(records, source, format, Sequenced::Unchecked)
+    }
+
+    /// A new producer identity: no partition expects a sequence any more.
+    async fn restart_sequence(&self) {
+        for part in self.cluster.lock().partitions.values_mut() {
+            part.sequences = Sequences::default();
+        }
+    }
+}
+
+/// Whose sequences a produced batch carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sequenced {
+    /// Mirror mode's idempotent producer: edge offsets, which must follow on.
+    Idempotent,
+    /// A transaction's own, or none (not checked here).
+    Unchecked,
+}
+
+impl FakeFollower {
+    /// Stores `records` unless a fault refuses them or, for the idempotent producer, the leader
+    /// would: a batch that does not follow on is refused (OUT_OF_ORDER_SEQUENCE_NUMBER), one of
+    /// its last batches sent again is acknowledged without being stored.
+    fn store(
+        &self,
+        records: &[StoredRecord],
+        source: &Provenance,
+        format: ValueFormat,
+        sequenced: Sequenced,
+    ) -> Result<(), UpstreamError> {
+        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+            return Ok(());
+        };
+        let (first, last) = (first.offset, last.offset);
         let fault = {
             let mut inner = self.cluster.lock();
             inner.produces += 1;
@@ -229,7 +348,15 @@ impl Follower for FakeFollower {
             Some(Fault::LostAck(delay)) => Instant::now() + delay,
             None => Instant::now(),
         };
-        self.with("produce", |p| {
+        let idempotent = sequenced == Sequenced::Idempotent;
+        let append = self.with("produce", |p| {
+            let append = match idempotent {
+                true => p.sequences.check(first, last),
+                false => Append::Store,
+            };
+            if append != Append::Store {
+                return append;
+            }
             for record in records {
                 let headers = upstream_record(record, source, format).headers;
                 p.records.push(Stored {
@@ -237,10 +364,29 @@ impl Follower for FakeFollower {
                     headers,
                 });
             }
+            if idempotent {
+                p.sequences.stored(first, last);
+            }
+            append
         })?;
-        match fault {
-            Some(_) => Err(fake_error("produce", &self.topic, "acknowledgement lost")),
-            None => Ok(()),
+        match (append, fault) {
+            (Append::OutOfOrder, _) => {
+                Err(fake_error("produce", &self.topic, "out of order sequence"))
+            }
+            (_, Some(_)) => Err(fake_error("produce", &self.topic, "acknowledgement lost")),
+            (_, None) => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FakeCluster;
+
+    /// Kafka's DeleteRecords refuses an offset past the high watermark (OFFSET_OUT_OF_RANGE).
+    #[tokio::test]
+    #[should_panic(expected = "past the end offset")]
+    async fn retention_never_passes_the_end() {
+        FakeCluster::new(1024).trim("up", 0, 1);
     }
 }

@@ -29,7 +29,7 @@ mod partition;
 mod record;
 
 pub use partition::UpstreamPartition;
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 pub(crate) use record::upstream_record;
 
 /// The most a connect to the cluster (bootstrap and ApiVersions) and a request on it may take.
