@@ -176,8 +176,11 @@ fn assert_mirrors(cluster: &KafkaCluster, log: &MemoryLog) -> anyhow::Result<()>
     Ok(())
 }
 
+/// The cluster is then shared with the follower contract (`upstream_contract.rs`), which
+/// needs one nobody faults.
 #[test]
-fn forwarder_speaks_tls_to_kafka_with_a_custom_ca() -> anyhow::Result<()> {
+fn forwarder_speaks_tls_to_kafka_with_a_custom_ca_and_the_follower_contract_holds()
+-> anyhow::Result<()> {
     let cluster = KafkaCluster::start()?;
     let log = edge_log(300)?;
     let tls = TlsSettings {
@@ -186,7 +189,8 @@ fn forwarder_speaks_tls_to_kafka_with_a_custom_ca() -> anyhow::Result<()> {
     let forwarder = Forwarder::start(&cluster.tls_bootstrap(), &log, Some(tls))?;
     forwarder.wait_until(&log, |p| end(&log, p), Duration::from_secs(120))?;
     drop(forwarder);
-    assert_mirrors(&cluster, &log)
+    assert_mirrors(&cluster, &log)?;
+    super::upstream_contract::the_follower_contract_holds_on(&cluster)
 }
 
 /// The bytes the bandwidth cap charges for `record` of `partition`: key, value, edge headers,

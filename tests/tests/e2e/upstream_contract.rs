@@ -1,8 +1,9 @@
 //! The follower port's contract on a real cluster: tern-upstream's scenario suite
 //! (`tern_upstream::testing::contract`, also run on its in-memory fake in its unit tests) against
 //! the three-node Apache Kafka cluster through tern's own Kafka client, so the fake that mirror
-//! mode's unit tests run on behaves like Kafka wherever the forwarder can tell. One cluster for
-//! every scenario: each uses a topic of its own. Retention is Kafka's own DeleteRecords tool.
+//! mode's unit tests run on behaves like Kafka wherever the forwarder can tell. It runs on a
+//! cluster another test started (Kafka tests share clusters: `upstream.rs`'s TLS test), every
+//! scenario on a topic of its own. Retention is Kafka's own DeleteRecords tool.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -19,12 +20,12 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const DELETE_RECORDS: &str = "org.apache.kafka.tools.DeleteRecordsCommand";
 
 /// The cluster and tern's client of it, in mirror mode (the idempotent producer).
-struct OnKafka {
-    cluster: KafkaCluster,
+struct OnKafka<'a> {
+    cluster: &'a KafkaCluster,
     kafka: KafkaUpstream,
 }
 
-impl Subject for OnKafka {
+impl Subject for OnKafka<'_> {
     type Cluster = KafkaUpstream;
 
     fn cluster(&self) -> &KafkaUpstream {
@@ -53,7 +54,7 @@ impl Subject for OnKafka {
     }
 }
 
-impl OnKafka {
+impl OnKafka<'_> {
     /// Waits until `topic`/`partition` has a leader that answers ListOffsets.
     async fn wait_for_leader(&self, topic: &str, partition: u32) -> anyhow::Result<()> {
         let what = format!("a leader for {topic}/{partition}");
@@ -103,9 +104,9 @@ where
     }
 }
 
-#[test]
-fn the_follower_contract_holds_on_kafka() -> anyhow::Result<()> {
-    let cluster = KafkaCluster::start()?;
+/// Runs every scenario of the follower contract on `cluster` (left as it was found, but for the
+/// scenarios' own topics).
+pub fn the_follower_contract_holds_on(cluster: &KafkaCluster) -> anyhow::Result<()> {
     let config = UpstreamConfig {
         bootstrap: cluster.bootstrap().split(',').map(str::to_owned).collect(),
         ..UpstreamConfig::default()
