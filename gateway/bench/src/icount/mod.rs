@@ -226,6 +226,7 @@ impl Runs<'_> {
         let out = self
             .work
             .join(format!("{broker}-{}-{messages}.count", self.arch.name()));
+        writable_by_anyone(&out)?;
         let server = start(&out)?;
         let load = Load {
             publishers: self.options.publishers,
@@ -246,6 +247,19 @@ impl Runs<'_> {
         }
         plugin::read_count(&out)
     }
+}
+
+/// Creates the empty count file `path` writable by every user: Mosquitto started as root
+/// drops to its own user before it exits, when the plugin writes the count.
+fn writable_by_anyone(path: &Path) -> Result<(), BenchError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |source| BenchError::File {
+        op: "creating",
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::write(path, "").map_err(io)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(io)
 }
 
 /// The bench's own temporary directory (the plugin, the loop programs, the counts), removed on
