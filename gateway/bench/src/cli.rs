@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use tern_upstream::Codec;
 
+use crate::icount::{Arch, IcountOptions};
 use crate::kafka::KafkaBenchOptions;
 use crate::mqtt::BenchOptions;
 use crate::stress::StressOptions;
@@ -44,6 +45,11 @@ pub enum BenchCommand {
     /// fsyncing every write and Kafka's default), and tern's memory with a consumer group of 3.
     /// Needs `kcat` and `java` on PATH.
     Kafka(KafkaBenchArgs),
+    /// Guest instructions per durable QoS 1 message on aarch64 and armv7: the cross-built
+    /// release tern (scripts/cross.sh) and Debian's arm64/armhf Mosquitto (scripts/arm-peers.sh)
+    /// under QEMU user mode with the bench's instruction-count plugin, N and then 2N messages.
+    /// Checks the plugin on a known loop first. Needs gcc, the cross gcc and qemu-user.
+    Icount(IcountArgs),
     /// Internal: appends to a log until killed, printing progress (the bench's child process
     /// for recovery time and peak memory).
     #[command(hide = true)]
@@ -504,5 +510,68 @@ mod tests {
         ])
         .map(|_| ());
         assert!(err.is_err_and(|e| e.to_string().contains("unknown codec `brotli`")));
+    }
+}
+
+/// Flags of `tern-bench icount`.
+#[derive(Debug, Args)]
+pub struct IcountArgs {
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Only check the plugin's count against the known loop on each architecture.
+    #[arg(long)]
+    pub self_test: bool,
+    /// Architectures to measure [default: both].
+    #[arg(long, value_enum)]
+    pub arch: Vec<Arch>,
+    /// Publisher connections.
+    #[arg(long, default_value_t = 4)]
+    pub publishers: usize,
+    /// QoS 1 messages per publisher in the short run (the long run sends twice as many).
+    #[arg(long, default_value_t = 500)]
+    pub messages: usize,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// Unacknowledged QoS 1 publishes per connection.
+    #[arg(long, default_value_t = 64)]
+    pub window: usize,
+    /// Where scripts/cross.sh put the release builds, `DIR/<triple>/release/tern` [default:
+    /// `cross` beside the directory of this tern-bench].
+    #[arg(long, value_name = "DIR")]
+    pub cross_dir: Option<PathBuf>,
+    /// Where scripts/arm-peers.sh unpacked Debian's Mosquitto, `DIR/arm64` and `DIR/armhf`
+    /// [default: `peers` beside the directory of this tern-bench, when it exists].
+    #[arg(long, value_name = "DIR")]
+    pub peers_dir: Option<PathBuf>,
+}
+
+impl IcountArgs {
+    /// The run these flags describe; the default directories are the siblings of the directory
+    /// cargo put this tern-bench in (`target/release/..`).
+    pub fn options(&self) -> Result<IcountOptions, crate::BenchError> {
+        let target = crate::beside_exe("..")?;
+        let peers = self
+            .peers_dir
+            .clone()
+            .or_else(|| Some(target.join("peers")).filter(|dir| dir.is_dir()));
+        Ok(IcountOptions {
+            archs: if self.arch.is_empty() {
+                Arch::ALL.to_vec()
+            } else {
+                self.arch.clone()
+            },
+            publishers: self.publishers,
+            messages: self.messages,
+            size: self.size,
+            window: self.window,
+            cross_dir: self
+                .cross_dir
+                .clone()
+                .unwrap_or_else(|| target.join("cross")),
+            peers_dir: peers,
+            self_test_only: self.self_test,
+        })
     }
 }

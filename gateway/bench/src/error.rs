@@ -82,6 +82,15 @@ pub enum BenchError {
         "no flush-delay library at {path} (build it with `cargo build --release -p tern-flush-delay`)"
     )]
     NoFlushDelayLibrary { path: PathBuf },
+    /// The instruction-count plugin miscounted the known loop: no broker figure is trusted.
+    #[error(
+        "the QEMU plugin counted {counted} instructions of the known loop on {arch}, not {expected}"
+    )]
+    Inexact {
+        arch: &'static str,
+        expected: u64,
+        counted: u64,
+    },
     #[error("interrupted by a signal")]
     Interrupted,
     #[error("--broker {broker} is not a reachable HOST:PORT")]

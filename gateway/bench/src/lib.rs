@@ -3,15 +3,16 @@
 //! of it (the SQLite comparison, loop mounts, load generators) is compiled into the `tern` that
 //! is flashed onto a gateway.
 //!
-//! Four sibling benches, `log` (the storage engine against the raw device and SQLite), `mqtt`
-//! (tern next to Mosquitto), `upstream` (forwarding to Kafka) and `kafka` (tern's Kafka listener
-//! next to Apache Kafka), share one error type
+//! The sibling benches, `log` (the storage engine against the raw device and SQLite), `mqtt`
+//! (tern next to Mosquitto), `upstream` (forwarding to Kafka), `kafka` (tern's Kafka listener
+//! next to Apache Kafka) and `icount` (guest instructions per message under QEMU), share one error type
 //! (`error.rs`), one statistics module (`stats.rs`) and the report helpers (`report.rs`). This
 //! file only dispatches a parsed command line; it must never touch a data directory, process
 //! or topic the benches did not create.
 
 pub mod cli;
 mod error;
+pub mod icount;
 pub mod kafka;
 mod log;
 pub mod mqtt;
@@ -35,6 +36,7 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::Stress(args) => stress::run(&args.options()),
         BenchCommand::Upstream(args) => report::print(&upstream::run(&args.options())?, args.json),
         BenchCommand::Kafka(args) => report::print(&kafka::run(&args.options()?)?, args.json),
+        BenchCommand::Icount(args) => report::print(&icount::run(&args.options()?)?, args.json),
         BenchCommand::Mqtt(args) => report::print(&mqtt::run(&args.options())?, args.json),
         BenchCommand::Wear(args) => report::print(&wear::run(&wear::options(&args))?, args.json),
     }

@@ -133,9 +133,28 @@ impl Server {
         marker: &str,
         env: &[(String, String)],
     ) -> Result<Self, BenchError> {
+        Self::tern_in(Command::new(exe), dir, text, marker, env)
+    }
+
+    /// Starts tern's MQTT broker as `command` (tern, or an emulator with its arguments and then
+    /// tern) with its defaults but for loopback listeners and waits for its MQTT listener (the
+    /// instruction-count bench runs it under QEMU).
+    pub fn tern_under(command: Command) -> Result<Self, BenchError> {
+        let dir = TempDir::new("tern")?;
+        let text = tern_config(&dir.path().join("data"), &[]);
+        Self::tern_in(command, dir, &text, "mqtt listener on ", &[])
+    }
+
+    /// [`Server::tern_from`] as `command`.
+    fn tern_in(
+        mut command: Command,
+        dir: TempDir,
+        text: &str,
+        marker: &str,
+        env: &[(String, String)],
+    ) -> Result<Self, BenchError> {
         let config = dir.path().join("tern.toml");
         write_file(&config, text)?;
-        let mut command = Command::new(exe);
         command.arg("serve").arg("--config").arg(&config);
         command.env_remove("RUST_LOG");
         command.envs(env.iter().map(|(k, v)| (k, v)));
@@ -152,11 +171,16 @@ impl Server {
 
     /// Starts `mosquitto -c FILE` on a free loopback port and waits until it accepts.
     pub fn mosquitto() -> Result<Self, BenchError> {
+        Self::mosquitto_under(Command::new(mosquitto_binary()))
+    }
+
+    /// [`Server::mosquitto`] as `command` (mosquitto, or an emulator with its arguments and
+    /// then mosquitto).
+    pub fn mosquitto_under(mut command: Command) -> Result<Self, BenchError> {
         let dir = TempDir::new("mosquitto")?;
         let port = free_port()?;
         let config = dir.path().join("mosquitto.conf");
         write_file(&config, &mosquitto_config(port))?;
-        let mut command = Command::new(mosquitto_binary());
         command.arg("-c").arg(&config);
         let (child, stderr) = spawn(command, "mosquitto")?;
         let mut server = Self {
@@ -255,6 +279,26 @@ impl Server {
                 .ok_or_else(|| BenchError::Proc { path: path.clone() })?;
         }
         Ok(out)
+    }
+}
+
+impl Server {
+    /// Asks the child to exit (SIGTERM to its own PID, which both brokers handle by exiting
+    /// cleanly) and waits for it; under QEMU this is when a plugin writes its figures.
+    pub fn stop(mut self, broker: &'static str) -> Result<std::process::ExitStatus, BenchError> {
+        let pid = libc::pid_t::try_from(self.pid()).map_err(|_| BenchError::Proc {
+            path: format!("/proc/{}", self.pid()),
+        })?;
+        // SAFETY: kill only sends a signal, to the child this handle started and still owns
+        // (it has not been waited for, so the PID is not reused).
+        if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+            let source = std::io::Error::last_os_error();
+            return Err(BenchError::Spawn { broker, source });
+        }
+        self.child.wait().map_err(|source| BenchError::Io {
+            what: "waiting for a broker to exit",
+            source,
+        })
     }
 }
 

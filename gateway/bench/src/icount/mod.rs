@@ -1,0 +1,290 @@
+//! `tern-bench icount`: guest instructions per durable QoS 1 message on the Pi's instruction
+//! sets. The cross-built release `tern` and Debian's arm64/armhf Mosquitto run under QEMU user
+//! mode (`qemu-aarch64`, `qemu-arm`) with the bench's TCG plugin (`plugin.rs`), which counts
+//! every guest instruction the broker executes. Each broker serves N messages in one run and 2N
+//! in another; the difference of the two counts over N is the work of one message, start-up and
+//! shut-down cancelling. Time under QEMU means nothing, so none is reported.
+//!
+//! Before any broker runs, the plugin's count of a known loop must be exact on each
+//! architecture; otherwise the bench stops. It never touches a process it did not start.
+
+mod plugin;
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub use plugin::{Plugin, SelfTest, expected_loop_insns};
+pub use report::Report;
+
+use report::BrokerCount;
+
+use crate::BenchError;
+use crate::mqtt::load::{self, Load};
+use crate::mqtt::servers::Server;
+
+/// An ARM architecture of the gateways, as QEMU user mode emulates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    Aarch64,
+    Armv7,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 2] = [Arch::Aarch64, Arch::Armv7];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "aarch64",
+            Arch::Armv7 => "armv7",
+        }
+    }
+
+    /// Rust's target triple (scripts/cross.sh builds tern for it).
+    pub fn triple(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "aarch64-unknown-linux-gnu",
+            Arch::Armv7 => "armv7-unknown-linux-gnueabihf",
+        }
+    }
+
+    /// Debian's name of the architecture (the peers' packages).
+    pub fn debian(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "arm64",
+            Arch::Armv7 => "armhf",
+        }
+    }
+
+    pub fn qemu_program(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "qemu-aarch64",
+            Arch::Armv7 => "qemu-arm",
+        }
+    }
+
+    pub fn cross_gcc(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "aarch64-linux-gnu-gcc",
+            Arch::Armv7 => "arm-linux-gnueabihf-gcc",
+        }
+    }
+
+    /// The cross toolchain's C library, where QEMU finds tern's loader and libraries.
+    fn cross_sysroot(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "/usr/aarch64-linux-gnu",
+            Arch::Armv7 => "/usr/arm-linux-gnueabihf",
+        }
+    }
+
+    /// QEMU with the plugin writing its count to `out`; the guest program and its arguments
+    /// follow. Without `-L` (the known loop is static) the sysroot is not needed.
+    fn qemu(self, plugin: &Plugin, out: &Path) -> Command {
+        let mut command = Command::new(self.qemu_program());
+        command.arg("-plugin").arg(plugin.argument(out));
+        command
+    }
+
+    /// [`Arch::qemu`] finding libraries under `sysroot`.
+    fn qemu_in(self, sysroot: &Path, plugin: &Plugin, out: &Path) -> Command {
+        let mut command = self.qemu(plugin, out);
+        command.arg("-L").arg(sysroot);
+        command
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IcountOptions {
+    pub archs: Vec<Arch>,
+    /// Publisher connections of each run.
+    pub publishers: usize,
+    /// QoS 1 messages per publisher of the short run (the long run sends twice as many).
+    pub messages: usize,
+    pub size: usize,
+    /// Unacknowledged QoS 1 publishes per connection.
+    pub window: usize,
+    /// Where scripts/cross.sh put the release builds (`<dir>/<triple>/release/tern`).
+    pub cross_dir: PathBuf,
+    /// Where scripts/arm-peers.sh unpacked Mosquitto (`<dir>/arm64`, `<dir>/armhf`); `None`
+    /// measures tern alone.
+    pub peers_dir: Option<PathBuf>,
+    /// Only check the plugin against the known loop.
+    pub self_test_only: bool,
+}
+
+/// Runs the self-test and, unless only it was asked for, the brokers.
+pub fn run(options: &IcountOptions) -> Result<Report, BenchError> {
+    validate(options)?;
+    let work = WorkDir::new()?;
+    let plugin = Plugin::build(work.path())?;
+    let mut report = Report::new(options);
+    for &arch in &options.archs {
+        let test = plugin.self_test(arch, plugin::LOOP_PASSES)?;
+        report.self_tests.push(test);
+        if !test.exact() {
+            return Err(BenchError::Inexact {
+                arch: arch.name(),
+                expected: expected_loop_insns(test.passes),
+                counted: test.short,
+            });
+        }
+    }
+    if options.self_test_only {
+        return Ok(report);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| BenchError::Io {
+            what: "starting the async runtime",
+            source,
+        })?;
+    for &arch in &options.archs {
+        let runs = Runs {
+            arch,
+            work: work.path(),
+            options,
+            runtime: &runtime,
+        };
+        report.brokers.push(runs.per_message("tern", |out| {
+            let exe = options.cross_dir.join(arch.triple()).join("release/tern");
+            let sysroot = Path::new(arch.cross_sysroot());
+            let mut command = arch.qemu_in(sysroot, &plugin, out);
+            command.arg(exe);
+            Server::tern_under(command)
+        })?);
+        if let Some(peers) = &options.peers_dir {
+            report.brokers.push(runs.per_message("mosquitto", |out| {
+                let root = peers.join(arch.debian());
+                let mut command = arch.qemu_in(&root, &plugin, out);
+                command.arg(root.join("usr/sbin/mosquitto"));
+                Server::mosquitto_under(command)
+            })?);
+        }
+    }
+    Ok(report)
+}
+
+fn validate(options: &IcountOptions) -> Result<(), BenchError> {
+    let checks = [
+        (options.archs.is_empty(), "--arch", "needs at least one"),
+        (
+            options.publishers == 0,
+            "--publishers",
+            "must be at least 1",
+        ),
+        (options.messages == 0, "--messages", "must be at least 1"),
+        (
+            !(1..=65_535).contains(&options.window),
+            "--window",
+            "must be between 1 and 65535",
+        ),
+    ];
+    match checks.iter().find(|(bad, ..)| *bad) {
+        Some((_, option, reason)) => Err(BenchError::Invalid { option, reason }),
+        None => Ok(()),
+    }
+}
+
+/// The measured runs of one architecture.
+struct Runs<'a> {
+    arch: Arch,
+    work: &'a Path,
+    options: &'a IcountOptions,
+    runtime: &'a tokio::runtime::Runtime,
+}
+
+impl Runs<'_> {
+    /// Guest instructions per message of the broker `start` starts (with the plugin writing to
+    /// the path it is given): one run of N messages and one of 2N.
+    fn per_message(
+        &self,
+        broker: &'static str,
+        start: impl Fn(&Path) -> Result<Server, BenchError>,
+    ) -> Result<BrokerCount, BenchError> {
+        let short = self.count(broker, &start, self.options.messages)?;
+        let long = self.count(broker, &start, 2 * self.options.messages)?;
+        Ok(BrokerCount::new(
+            self.arch,
+            broker,
+            (self.options.publishers * self.options.messages) as u64,
+            short,
+            long,
+        ))
+    }
+
+    /// The instructions of one whole broker run: start, `messages` per publisher, SIGTERM.
+    fn count(
+        &self,
+        broker: &'static str,
+        start: &impl Fn(&Path) -> Result<Server, BenchError>,
+        messages: usize,
+    ) -> Result<u64, BenchError> {
+        let out = self
+            .work
+            .join(format!("{broker}-{}-{messages}.count", self.arch.name()));
+        writable_by_anyone(&out)?;
+        let server = start(&out)?;
+        let load = Load {
+            publishers: self.options.publishers,
+            messages,
+            size: self.options.size,
+            qos1: true,
+            window: self.options.window,
+        };
+        let label = format!("i{}{messages}", self.arch.name());
+        self.runtime
+            .block_on(load::run(server.addr, load, &label))?;
+        let status = server.stop(broker)?;
+        if !status.success() {
+            return Err(BenchError::Tool {
+                program: broker.to_owned(),
+                message: format!("exited with {status} under QEMU"),
+            });
+        }
+        plugin::read_count(&out)
+    }
+}
+
+/// Creates the empty count file `path` writable by every user: Mosquitto started as root
+/// drops to its own user before it exits, when the plugin writes the count.
+fn writable_by_anyone(path: &Path) -> Result<(), BenchError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |source| BenchError::File {
+        op: "creating",
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::write(path, "").map_err(io)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(io)
+}
+
+/// The bench's own temporary directory (the plugin, the loop programs, the counts), removed on
+/// drop.
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn new() -> Result<Self, BenchError> {
+        let path = std::env::temp_dir().join(format!("tern-bench-icount-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).map_err(|source| BenchError::File {
+            op: "creating",
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Self(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
