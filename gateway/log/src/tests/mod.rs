@@ -5,6 +5,7 @@ mod allocation;
 mod clock;
 mod closed_loop;
 mod codec;
+mod cold;
 mod crash;
 mod damage;
 mod model;
