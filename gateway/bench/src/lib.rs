@@ -35,6 +35,9 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::Stress(args) => stress::run(&args.options()),
         BenchCommand::Upstream(args) => report::print(&upstream::run(&args.options())?, args.json),
         BenchCommand::Kafka(args) => report::print(&kafka::run(&args.options()?)?, args.json),
+        BenchCommand::ColdRead(args) => {
+            report::print(&kafka::cold::run(&args.options()?)?, args.json)
+        }
         BenchCommand::Mqtt(args) => report::print(&mqtt::run(&args.options())?, args.json),
         BenchCommand::Wear(args) => report::print(&wear::run(&wear::options(&args))?, args.json),
     }
