@@ -9,6 +9,7 @@ use tern_upstream::Codec;
 
 use crate::icount::{Arch, IcountOptions};
 use crate::kafka::KafkaBenchOptions;
+use crate::kafka::cold::ColdReadOptions;
 use crate::mqtt::BenchOptions;
 use crate::stress::StressOptions;
 use crate::upstream::{UpstreamBenchOptions, codec_name};
@@ -50,6 +51,11 @@ pub enum BenchCommand {
     /// under QEMU user mode with the bench's instruction-count plugin, N and then 2N messages.
     /// Checks the plugin on a known loop first. Needs gcc, the cross gcc and qemu-user.
     Icount(IcountArgs),
+    /// PUBACK p50/p99 of a steady QoS 1 publisher alone and while `kcat` fetches a cold
+    /// backlog from offset 0, with tern's reads from --dir's device limited to --read-iops
+    /// (cgroup v1 blkio) and the page cache dropped. Root only; needs `kcat`.
+    /// `scripts/cold-read-bench.sh` makes the loop-mounted --dir.
+    ColdRead(ColdReadArgs),
     /// Internal: appends to a log until killed, printing progress (the bench's child process
     /// for recovery time and peak memory).
     #[command(hide = true)]
@@ -321,6 +327,49 @@ impl KafkaBenchArgs {
             repetitions: self.repetitions,
             dir: self.dir.clone().unwrap_or_else(std::env::temp_dir),
             flush_delay_us: self.flush_delay_us,
+        })
+    }
+}
+
+/// Flags of `tern-bench cold-read`.
+#[derive(Debug, Args)]
+pub struct ColdReadArgs {
+    /// Where tern's data directory is made: a file system of its own device (a loop mount).
+    #[arg(long, value_name = "DIR", required = true)]
+    pub dir: PathBuf,
+    /// Backlog records.
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
+    pub records: u64,
+    /// Value bytes per backlog record.
+    #[arg(long, value_name = "S", default_value_t = 1000)]
+    pub size: usize,
+    /// Reads a second tern may make from --dir's device (an SD card's cold random reads take
+    /// milliseconds each).
+    #[arg(long, value_name = "IOPS", default_value_t = 100)]
+    pub read_iops: u64,
+    /// QoS 1 messages per measured phase.
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    pub messages: usize,
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ColdReadArgs {
+    pub fn options(&self) -> Result<ColdReadOptions, crate::BenchError> {
+        let invalid = |option, reason| crate::BenchError::Invalid { option, reason };
+        if self.records == 0 || self.size == 0 || self.messages == 0 || self.read_iops == 0 {
+            return Err(invalid(
+                "--records/--size/--messages/--read-iops",
+                "must be at least 1",
+            ));
+        }
+        Ok(ColdReadOptions {
+            dir: self.dir.clone(),
+            records: self.records,
+            size: self.size,
+            read_iops: self.read_iops,
+            messages: self.messages,
         })
     }
 }

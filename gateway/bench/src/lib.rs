@@ -37,6 +37,9 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::Upstream(args) => report::print(&upstream::run(&args.options())?, args.json),
         BenchCommand::Kafka(args) => report::print(&kafka::run(&args.options()?)?, args.json),
         BenchCommand::Icount(args) => report::print(&icount::run(&args.options()?)?, args.json),
+        BenchCommand::ColdRead(args) => {
+            report::print(&kafka::cold::run(&args.options()?)?, args.json)
+        }
         BenchCommand::Mqtt(args) => report::print(&mqtt::run(&args.options())?, args.json),
         BenchCommand::Wear(args) => report::print(&wear::run(&wear::options(&args))?, args.json),
     }

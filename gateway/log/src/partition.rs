@@ -21,7 +21,7 @@ use super::cursors::CursorStore;
 use super::error::{LogError, Result};
 use super::fs::{Fs, ReadFile, WriteFile};
 use super::index::{self, IndexBuilder, IndexView, OffsetEntry};
-use super::segment::{self, Active, Damage, Mapped};
+use super::segment::{self, Active, Damage, Sealed};
 use super::stats::{Counters, PartitionStats};
 use super::{Record, RecordView, StoredRecord};
 
@@ -173,7 +173,7 @@ pub struct Partition {
 enum View {
     Sealed {
         base: u64,
-        log: Arc<dyn ReadFile>,
+        log: Sealed,
         index: Option<Arc<dyn ReadFile>>,
     },
     Active {
@@ -336,7 +336,7 @@ impl Partition {
         Ok(Some((
             View::Sealed {
                 base: target,
-                log,
+                log: Sealed::new(log),
                 index,
             },
             end,
@@ -411,12 +411,14 @@ impl Partition {
     }
 
     /// Walks `view` from `offset`, skipping damaged stretches; `visit` sees each good batch.
+    /// A sealed segment the device fails to read is [`LogError::Io`], not damage: its bytes
+    /// may be intact.
     fn walk_view(
         &self,
         view: &View,
         offset: u64,
         mut visit: impl FnMut(&batch::BatchHeader, &[u8]) -> ControlFlow<()>,
-    ) {
+    ) -> Result<()> {
         let mut pos = self.seek(view, offset);
         let next_offset = std::cell::Cell::new(view.base());
         let mut visit = |h: &batch::BatchHeader, b: &[u8]| {
@@ -425,31 +427,41 @@ impl Partition {
         };
         loop {
             let walked = match view {
-                View::Sealed { log, .. } => {
-                    segment::walk(&Mapped(Arc::clone(log)), pos, |_, h, b| visit(h, b))
-                }
+                View::Sealed { log, .. } => segment::walk(log, pos, |_, h, b| visit(h, b)),
                 View::Active { src, .. } => segment::walk(src, pos, |_, h, b| visit(h, b)),
             };
-            let Err(damage) = walked else { return };
+            self.check_read(view)?;
+            let Err(damage) = walked else { return Ok(()) };
             self.report(view, &damage);
             let resynced = match view {
                 View::Sealed { log, base, .. } => {
-                    segment::header(log.bytes(), *base).ok().and_then(|(h, _)| {
-                        segment::resync(
-                            log.bytes(),
-                            damage.position,
-                            h.generation,
-                            next_offset.get(),
-                        )
+                    let bytes = log.read_all().map_err(|e| self.read_error(*base, e))?;
+                    segment::header(&bytes, *base).ok().and_then(|(h, _)| {
+                        segment::resync(&bytes, damage.position, h.generation, next_offset.get())
                     })
                 }
                 View::Active { .. } => None,
             };
             match resynced.or_else(|| self.next_entry_after(view, damage.position)) {
                 Some(next) => pos = next,
-                None => return,
+                None => return Ok(()),
             }
         }
+    }
+
+    /// The read error a walk over a sealed segment stopped at, if any.
+    fn check_read(&self, view: &View) -> Result<()> {
+        match view {
+            View::Sealed { log, base, .. } => match log.take_error() {
+                Some(err) => Err(self.read_error(*base, err)),
+                None => Ok(()),
+            },
+            View::Active { .. } => Ok(()),
+        }
+    }
+
+    fn read_error(&self, base: u64, err: std::io::Error) -> LogError {
+        LogError::io("read", segment::log_path(&self.dir, base), err)
     }
 
     /// Records with offset >= `from`, up to about `max_bytes` (at least one if any exist).
@@ -477,8 +489,27 @@ impl Partition {
         })
     }
 
-    /// [`Partition::read_each`], each record seen with the batch it is stored in.
+    /// [`Partition::read_each`], each record seen with the batch it is stored in. A read that
+    /// starts in a sealed segment (cold on the card, its file perhaps not yet open) runs
+    /// [`off_worker`]; a tail read of the active segment, in the page cache, stays inline.
     pub fn read_batched(
+        &self,
+        from: u64,
+        max_bytes: usize,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>, BatchSpan),
+    ) -> Result<usize> {
+        if self.in_active(from) {
+            return self.read_batched_here(from, max_bytes, visit);
+        }
+        off_worker(|| self.read_batched_here(from, max_bytes, visit))
+    }
+
+    /// Whether `from` lies in the active segment (or at the end).
+    fn in_active(&self, from: u64) -> bool {
+        from >= self.lock().active.base
+    }
+
+    fn read_batched_here(
         &self,
         from: u64,
         max_bytes: usize,
@@ -492,7 +523,7 @@ impl Partition {
             let mut count = 0;
             let mut size = 0usize;
             let mut last_seen = from;
-            self.walk_view(&view, from, |header, bytes| {
+            let walked = self.walk_view(&view, from, |header, bytes| {
                 last_seen = header.next_offset();
                 if header.next_offset() <= from {
                     return ControlFlow::Continue(());
@@ -517,8 +548,11 @@ impl Partition {
                 }
                 ControlFlow::Continue(())
             });
-            if count > 0 {
-                return Ok(count);
+            match walked {
+                // The records seen are answered; the next read meets the error again.
+                Err(_) | Ok(()) if count > 0 => return Ok(count),
+                Err(err) => return Err(err),
+                Ok(()) => {}
             }
             // Nothing readable here (damage): go on with the next segment, up to the end of the
             // partition (not of this segment: records after a damaged end are still there).
@@ -533,6 +567,10 @@ impl Partition {
     /// The producer stamps of the durable batches in the last [`PRODUCER_SEGMENTS`] segments,
     /// in log order (damaged batches are skipped, as every reader skips them).
     pub fn producer_stamps(&self) -> Result<Vec<StampedBatch>> {
+        off_worker(|| self.producer_stamps_here())
+    }
+
+    fn producer_stamps_here(&self) -> Result<Vec<StampedBatch>> {
         let bases: Vec<u64> = {
             let st = self.lock();
             let last_sealed = st.sealed.iter().rev().take(PRODUCER_SEGMENTS - 1).rev();
@@ -558,7 +596,7 @@ impl Partition {
                     });
                 }
                 ControlFlow::Continue(())
-            });
+            })?;
         }
         Ok(out)
     }
@@ -574,6 +612,10 @@ impl Partition {
 
     /// The first offset whose timestamp is >= `ts`, `None` past the end.
     pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<u64>> {
+        off_worker(|| self.offset_for_timestamp_here(ts))
+    }
+
+    fn offset_for_timestamp_here(&self, ts: i64) -> Result<Option<u64>> {
         let candidates: Vec<u64> = {
             let st = self.lock();
             let sealed = st.sealed.iter().filter(|s| s.max_ts >= ts).map(|s| s.base);
@@ -603,7 +645,7 @@ impl Partition {
                 } else {
                     ControlFlow::Continue(())
                 }
-            });
+            })?;
             if found.is_some() {
                 return Ok(found);
             }
@@ -633,5 +675,23 @@ impl Partition {
                 index::seek_time(times.len(), |i| times.get(i).copied(), ts).unwrap_or(0)
             }
         }
+    }
+}
+
+/// Runs `read`, which may wait for the card (a cold sealed segment: opening and mapping it,
+/// `pread` of pages not in the page cache), where waiting stalls no other task. On a
+/// multi-threaded tokio runtime's worker it runs through `block_in_place`, which first hands
+/// the worker's queued tasks (every other connection's acknowledgements) to another thread; on
+/// a blocking-pool thread or outside tokio it simply runs. A current-thread runtime has no
+/// other thread to hand its tasks to, so there it runs inline (tests, `tern` tools).
+///
+/// `block_in_place` rather than `spawn_blocking`: the read methods lend each record to the
+/// caller's visitor borrowed from the read buffer, and their callers are synchronous steps of
+/// connection loops; a `'static` closure on the blocking pool would copy every record.
+pub(crate) fn off_worker<T>(read: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|handle| handle.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(read),
+        _ => read(),
     }
 }

@@ -1,5 +1,6 @@
 //! Segment files on disk: their names, and walking the batches of a segment's bytes, whether
-//! memory-mapped (sealed) or read from the file being appended (active).
+//! read with `pread` from a sealed file, from the file being appended (active), or from bytes
+//! in memory (recovery and the tools, over a mapping).
 //!
 //! Read-only: this module validates and decodes, it never writes or truncates.
 
@@ -59,16 +60,89 @@ impl Source for [u8] {
     }
 }
 
-/// A sealed (mapped) segment file.
-#[derive(Debug)]
-pub struct Mapped(pub Arc<dyn ReadFile>);
+/// Bytes a sealed segment is read ahead by: one `pread` serves the many small batches an MQTT
+/// partition holds, not one call per batch.
+const READ_AHEAD: usize = 64 << 10;
 
-impl Source for Mapped {
+/// A sealed segment file, read with `pread`, never through its mapping: a page the card cannot
+/// read is EIO from `pread` but SIGBUS, the end of the process, from a mapping. A walk takes a
+/// failed read for the end of what it can read; the first such error is kept for the reader
+/// to report ([`Sealed::take_error`]).
+#[derive(Debug)]
+pub struct Sealed {
+    file: Arc<dyn ReadFile>,
+    state: std::sync::Mutex<SealedState>,
+}
+
+#[derive(Debug, Default)]
+struct SealedState {
+    /// The last bytes read, from `window.0` on.
+    window: (u64, Vec<u8>),
+    error: Option<io::Error>,
+}
+
+impl SealedState {
+    /// `len` bytes at `pos` if the window holds them.
+    fn cached(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        let start = usize::try_from(pos.checked_sub(self.window.0)?).ok()?;
+        self.window.1.get(start..start.checked_add(len)?)
+    }
+}
+
+impl Sealed {
+    pub fn new(file: Arc<dyn ReadFile>) -> Self {
+        Self {
+            file,
+            state: std::sync::Mutex::new(SealedState::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SealedState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The first read that failed (not a read past the end), if any.
+    pub fn take_error(&self) -> Option<io::Error> {
+        self.lock().error.take()
+    }
+
+    /// The whole file (to resync after damage, a rare path).
+    pub fn read_all(&self) -> io::Result<Vec<u8>> {
+        let len = usize::try_from(self.file.len()).map_err(io::Error::other)?;
+        let mut bytes = vec![0u8; len];
+        self.file.read_at(0, &mut bytes)?;
+        Ok(bytes)
+    }
+}
+
+impl Source for Sealed {
     fn slice(&self, pos: u64, len: usize) -> io::Result<Cow<'_, [u8]>> {
-        self.0.bytes().slice(pos, len)
+        let file_len = self.file.len();
+        if pos.saturating_add(len as u64) > file_len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "read past the end",
+            ));
+        }
+        let mut state = self.lock();
+        if let Some(bytes) = state.cached(pos, len) {
+            return Ok(Cow::Owned(bytes.to_vec()));
+        }
+        let ahead = usize::try_from(file_len - pos).unwrap_or(usize::MAX);
+        let mut buf = vec![0u8; len.max(READ_AHEAD).min(ahead)];
+        if let Err(err) = self.file.read_at(pos, &mut buf) {
+            let kind = err.kind();
+            state.error.get_or_insert(err);
+            return Err(kind.into());
+        }
+        state.window = (pos, buf);
+        let bytes = state.cached(pos, len).unwrap_or_default();
+        Ok(Cow::Owned(bytes.to_vec()))
     }
     fn len(&self) -> u64 {
-        self.0.bytes().len() as u64
+        self.file.len()
     }
 }
 
@@ -461,6 +535,52 @@ mod tests {
             offset += records.len() as u64;
         }
         (bytes, spans)
+    }
+
+    /// A sealed segment read with `pread` through the read-ahead window sees exactly the
+    /// batches its bytes hold, batches across window edges and larger than the window included.
+    #[test]
+    fn sealed_reads_see_the_batches_the_bytes_hold() {
+        use crate::fs::{FaultyFs, Fs};
+        let header = SegmentHeader {
+            generation: 1,
+            base_offset: 0,
+        };
+        let mut bytes = header.encode().to_vec();
+        for (i, size) in [100usize, 40_000, 70_000, 300, 150_000, 7]
+            .iter()
+            .enumerate()
+        {
+            let record = Record {
+                timestamp_ms: 1,
+                key: None,
+                value: vec![b'v'; *size],
+                headers: vec![],
+            };
+            batch::encode_batch(i as u64, 1, &[record], &mut bytes);
+        }
+        let fs = FaultyFs::new(0);
+        fs.create_dir_all(Path::new("/s")).expect("mkdir");
+        let path = Path::new("/s/0.log");
+        fs.create(path)
+            .expect("create")
+            .write_at(0, &bytes)
+            .expect("write");
+        let sealed = Sealed::new(fs.open_read(path).expect("open"));
+        fn seen(src: &(impl Source + ?Sized)) -> Vec<(u64, u64, Vec<u8>)> {
+            let mut seen = Vec::new();
+            let start = SEGMENT_HEADER_LEN as u64;
+            walk(src, start, |pos, h, b| {
+                seen.push((pos, h.base_offset, b.to_vec()));
+                ControlFlow::Continue(())
+            })
+            .expect("no damage");
+            seen
+        }
+        let expected = seen(bytes.as_slice());
+        assert_eq!(expected.len(), 6);
+        assert_eq!(seen(&sealed), expected);
+        assert!(sealed.take_error().is_none());
     }
 
     proptest::proptest! {

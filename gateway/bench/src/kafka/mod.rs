@@ -21,6 +21,7 @@
 //! whether they are met) and touches only the processes, topics and directories it created.
 
 mod broker;
+pub mod cold;
 mod kcat;
 mod report;
 

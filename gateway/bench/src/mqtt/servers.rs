@@ -95,6 +95,20 @@ impl Server {
         Self::tern_from(dir, &tern_config(&data_dir, &[]), "kafka listener on ", env)
     }
 
+    /// [`Server::tern_kafka`], also returning the MQTT listener's address.
+    pub fn tern_kafka_mqtt(
+        parent: &Path,
+        env: &[(String, String)],
+    ) -> Result<(Self, SocketAddr), BenchError> {
+        let dir = TempDir::new_in(parent, "tern")?;
+        let data_dir = dir.path().join("data");
+        let mut server =
+            Self::tern_from(dir, &tern_config(&data_dir, &[]), "mqtt listener on ", env)?;
+        let mqtt = server.addr;
+        server.addr = server.wait_for_line("kafka listener on ")?;
+        Ok((server, mqtt))
+    }
+
     /// Starts `tern serve` with exactly the config `text` (which must listen on loopback port
     /// 0 and name its own data directory) and waits for its MQTT listener.
     pub fn tern_configured(text: &str) -> Result<Self, BenchError> {

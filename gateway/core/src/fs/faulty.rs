@@ -19,7 +19,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
+mod media;
+
 use super::{Fs, ReadFile, WriteFile};
+use media::{ReadFaults, Snapshot};
+
+pub use media::ReadHold;
 
 /// What a crash does to writes not yet fdatasync'd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +81,8 @@ struct State {
     cut: bool,
     /// Bumped by every crash: a sync that spans one fails.
     boots: u64,
+    /// Reads that fail or wait (`media.rs`).
+    reads: ReadFaults,
 }
 
 /// The fault-injecting file system. Cheap to clone; clones share one disk.
@@ -478,15 +485,6 @@ impl WriteFile for FaultyFile {
     }
 }
 
-#[derive(Debug)]
-struct Snapshot(Vec<u8>);
-
-impl ReadFile for Snapshot {
-    fn bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
-
 impl Fs for FaultyFs {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut state = self.lock();
@@ -553,7 +551,12 @@ impl Fs for FaultyFs {
         }))
     }
     fn open_read(&self, path: &Path) -> io::Result<Arc<dyn ReadFile>> {
-        Ok(Arc::new(Snapshot(self.read(path)?)))
+        self.pass_hold(path);
+        Ok(Arc::new(Snapshot {
+            data: self.read(path)?,
+            path: path.to_owned(),
+            fs: self.clone(),
+        }))
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         let mut state = self.lock();

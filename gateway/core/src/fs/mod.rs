@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[cfg(any(test, feature = "fault-injection"))]
-pub use faulty::{CrashMode, FaultyFs};
+pub use faulty::{CrashMode, FaultyFs, ReadHold};
 
 /// A file the log appends to (the active segment, the cursor log).
 pub trait WriteFile: Send + Sync + Debug {
@@ -46,9 +46,19 @@ pub trait WriteFile: Send + Sync + Debug {
     fn preallocate(&self, len: u64) -> io::Result<()>;
 }
 
-/// A file read whole, typically memory-mapped: sealed segments and their indexes.
+/// A file no longer written, typically memory-mapped: sealed segments and their indexes.
 pub trait ReadFile: Send + Sync + Debug {
+    /// The whole file in place (mapped). A page the device cannot read kills the process with
+    /// SIGBUS when touched: the broker's segment reads use [`ReadFile::read_at`] instead.
     fn bytes(&self) -> &[u8];
+    /// Fills `buf` from byte `pos` with `pread`: a media error is an `Err` (EIO), never a
+    /// signal. Fails if the file is shorter.
+    fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// The file's length (without touching its pages).
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The file-system operations of the gateway. Paths are absolute or relative to the process.
@@ -203,18 +213,22 @@ impl WriteFile for RealFile {
     }
 }
 
+/// A sealed file: its descriptor (for `pread`) and its mapping (none when empty).
 #[derive(Debug)]
-enum Mapped {
-    Map(memmap2::Mmap),
-    Empty,
+struct Mapped {
+    file: File,
+    map: Option<memmap2::Mmap>,
 }
 
 impl ReadFile for Mapped {
     fn bytes(&self) -> &[u8] {
-        match self {
-            Self::Map(map) => map,
-            Self::Empty => &[],
-        }
+        self.map.as_deref().unwrap_or_default()
+    }
+    fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(buf, pos)
+    }
+    fn len(&self) -> u64 {
+        self.map.as_ref().map_or(0, |map| map.len() as u64)
     }
 }
 
@@ -271,12 +285,15 @@ impl Fs for RealFs {
     fn open_read(&self, path: &Path) -> io::Result<Arc<dyn ReadFile>> {
         let file = File::open(path)?;
         if file.metadata()?.len() == 0 {
-            return Ok(Arc::new(Mapped::Empty));
+            return Ok(Arc::new(Mapped { file, map: None }));
         }
         // SAFETY: the log maps only sealed files, which it never writes or truncates again;
         // deleting a mapped file keeps the mapping valid on Linux.
         let map = unsafe { memmap2::Mmap::map(&file)? };
-        Ok(Arc::new(Mapped::Map(map)))
+        Ok(Arc::new(Mapped {
+            file,
+            map: Some(map),
+        }))
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         std::fs::read(path)

@@ -6,6 +6,7 @@ mod allocation;
 mod clock;
 mod closed_loop;
 mod codec;
+mod cold;
 mod contract;
 mod crash;
 mod damage;
