@@ -55,6 +55,21 @@ pub fn beside_exe(name: &str) -> Result<PathBuf, BenchError> {
     Ok(exe.with_file_name(name))
 }
 
+/// A bench's multi-threaded async runtime: `workers` threads, or tokio's default (one per core).
+pub(crate) fn runtime(workers: Option<usize>) -> Result<tokio::runtime::Runtime, BenchError> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    builder
+        .enable_all()
+        .build()
+        .map_err(|source| BenchError::Io {
+            what: "starting the async runtime",
+            source,
+        })
+}
+
 /// The `tern` binary a bench starts: `$TERN_BIN` when set, else the `tern` built beside this
 /// `tern-bench` (`cargo build --release -p tern -p tern-bench` puts both in one directory).
 pub fn tern_binary() -> Result<PathBuf, BenchError> {

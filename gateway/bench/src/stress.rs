@@ -41,14 +41,7 @@ pub struct StressOptions {
 
 /// Runs [`stress`] on a two-worker runtime, as the crash tests start it.
 pub fn run(options: &StressOptions) -> Result<(), BenchError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|source| BenchError::Io {
-            what: "starting the async runtime",
-            source,
-        })?;
+    let runtime = crate::runtime(Some(2))?;
     let data_dir = options.data_dir.clone();
     runtime.block_on(stress(&data_dir, options.clone()))
 }

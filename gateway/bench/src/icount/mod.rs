@@ -135,13 +135,7 @@ pub fn run(options: &IcountOptions) -> Result<Report, BenchError> {
     if options.self_test_only {
         return Ok(report);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| BenchError::Io {
-            what: "starting the async runtime",
-            source,
-        })?;
+    let runtime = crate::runtime(None)?;
     for &arch in &options.archs {
         let runs = Runs {
             arch,

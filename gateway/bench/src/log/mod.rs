@@ -304,14 +304,9 @@ fn remove(dir: &std::path::Path) -> Result<(), BenchError> {
 
 /// The bench's async runtime: as many workers as `tern serve` would use.
 fn runtime() -> Result<tokio::runtime::Runtime, BenchError> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get().min(4)))
-        .enable_all()
-        .build()
-        .map_err(|source| BenchError::Io {
-            what: "starting the async runtime",
-            source,
-        })
+    crate::runtime(Some(
+        std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
+    ))
 }
 
 #[cfg(feature = "sqlite")]

@@ -155,13 +155,7 @@ impl BenchOptions {
 pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     options.validate()?;
     raise_open_files_limit(options.connections() + 256);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| BenchError::Io {
-            what: "starting the async runtime",
-            source,
-        })?;
+    let runtime = crate::runtime(None)?;
     match &options.broker {
         Some(broker) => runtime.block_on(one_broker(options, resolve(broker)?)),
         None => side_by_side(options, &runtime),

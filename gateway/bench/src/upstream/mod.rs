@@ -126,13 +126,7 @@ pub fn run(options: &UpstreamBenchOptions) -> Result<Report, BenchError> {
     options.validate()?;
     // The forwarder's warnings.
     tern_core::logging::init("warn");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| BenchError::Io {
-            what: "starting the async runtime",
-            source,
-        })?;
+    let runtime = crate::runtime(None)?;
     let direct = options.upstream(options.kafka.clone(), "direct", Codec::None);
     let kafka = runtime.block_on(KafkaUpstream::connect(&direct))?;
     let run_id = run_id();

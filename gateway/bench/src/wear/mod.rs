@@ -192,13 +192,7 @@ pub fn options(args: &crate::cli::WearArgs) -> WearOptions {
 /// Runs every rate `repetitions` times and returns the medians.
 pub fn run(options: &WearOptions) -> Result<Report, BenchError> {
     options.validate()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| BenchError::Io {
-            what: "starting the async runtime",
-            source,
-        })?;
+    let runtime = crate::runtime(None)?;
     let parent = options.dir.clone().unwrap_or_else(std::env::temp_dir);
     let mut report = Report::new(options);
     for &rate in &options.rates {
