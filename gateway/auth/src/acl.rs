@@ -48,6 +48,19 @@ pub enum Access {
     Deny,
 }
 
+/// Why `topic` cannot be the name an MQTT message is published on (1 to 65535 bytes, no `+`,
+/// `#` or NUL), if it cannot: the one check of a topic that arrives in a Kafka record's
+/// `mqtt.topic` header (the Kafka listener's produce, the downstream's commands).
+pub fn invalid_topic_name(topic: &str) -> Option<&'static str> {
+    if topic.is_empty() || topic.len() > usize::from(u16::MAX) {
+        return Some("must be 1 to 65535 bytes");
+    }
+    if topic.contains(['+', '#', '\0']) {
+        return Some("must not contain +, # or NUL");
+    }
+    None
+}
+
 /// Whether the MQTT topic filter `filter` matches the topic name `topic` (`+` one level, `#`
 /// the rest; wildcards at the start never match `$` topics).
 pub fn topic_matches(filter: &str, topic: &str) -> bool {

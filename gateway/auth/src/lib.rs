@@ -15,6 +15,6 @@ pub mod tls;
 mod users;
 mod verifier;
 
-pub use acl::{Access, AclConfig, Want, topic_matches};
+pub use acl::{Access, AclConfig, Want, invalid_topic_name, topic_matches};
 pub use security::{Anonymous, Security};
 pub use users::{AuthError, Refusal, Users};

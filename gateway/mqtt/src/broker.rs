@@ -134,7 +134,8 @@ impl<S: LogPort> Broker<S> {
     ) -> Result<Arc<Self>, MqttError> {
         let auth = Auth::load(&config.auth, &config.acl)?;
         metrics.queued.set_cap(config.max_queued_bytes_total.0);
-        let router = Router::new(routes, config.default_log_topic.clone());
+        let router = Router::new(routes, config.default_log_topic.clone())
+            .reading(config.command_log_topics.clone());
         let routing = Routing::open(&log, router)?;
         let state = Arc::new(StateLog::new(log.clone()).map_err(MqttError::Log)?);
         let loaded = state.load().await.map_err(MqttError::Log)?;
@@ -256,13 +257,15 @@ impl<S: LogPort> Broker<S> {
         config: &MqttConfig,
         routes: Vec<RouteConfig>,
     ) -> Result<Vec<String>, MqttError> {
-        let router = Router::new(routes, config.default_log_topic.clone());
+        let router = Router::new(routes, config.default_log_topic.clone())
+            .reading(config.command_log_topics.clone());
         let routing = Routing::open(&self.log, router)?;
         *self.routing.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(routing);
         self.auth.set_acl(&config.acl);
         let comparable = |c: &MqttConfig| MqttConfig {
             acl: Vec::new(),
             default_log_topic: String::new(),
+            command_log_topics: Vec::new(),
             ..c.clone()
         };
         let mut not_applied = Vec::new();

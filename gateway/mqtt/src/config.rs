@@ -70,6 +70,11 @@ pub struct MqttConfig {
     pub max_session_expiry: HumanDuration,
     /// Log topic for publishes that no `[[route]]` matches.
     pub default_log_topic: String,
+    /// Log topics the downstream appends the datacenter's commands to (`[upstream.commands]
+    /// log_topic`): every subscription reads them besides the routed ones. Set by the binary
+    /// from `[[upstream]]`, not a setting.
+    #[serde(skip)]
+    pub command_log_topics: Vec<String>,
     /// The subscription type of shared groups (`$share/{group}/{filter}`) that no
     /// `[[mqtt.shared_group]]` names: "shared", "key_shared", "failover" or "exclusive".
     pub shared_type: SharedType,
@@ -112,6 +117,7 @@ impl Default for MqttConfig {
             max_retained_bytes: ByteSize(16 * 1024 * 1024),
             max_session_expiry: HumanDuration(std::time::Duration::from_secs(7 * 24 * 3600)),
             default_log_topic: "mqtt".to_owned(),
+            command_log_topics: Vec::new(),
             shared_type: SharedType::Shared,
             shared_strategy: None,
             shared_group: Vec::new(),

@@ -21,6 +21,8 @@ pub struct Destination<'a> {
 pub struct Router {
     routes: Vec<RouteConfig>,
     default_topic: String,
+    /// Log topics no publish goes to that every subscription reads (the downstream's commands).
+    read_only: Vec<String>,
 }
 
 impl Router {
@@ -28,7 +30,15 @@ impl Router {
         Self {
             routes,
             default_topic,
+            read_only: Vec::new(),
         }
+    }
+
+    /// The table with `topics` read by every subscription too (records land there from
+    /// elsewhere than a publish: the downstream's commands).
+    pub fn reading(mut self, topics: Vec<String>) -> Self {
+        self.read_only = topics;
+        self
     }
 
     /// The destination of a publish on `mqtt_topic` by `client_id`.
@@ -55,9 +65,10 @@ impl Router {
     /// Every log topic a publish can land in (subscriptions read these), without duplicates.
     pub fn log_topics(&self) -> Vec<String> {
         let mut topics = vec![self.default_topic.clone()];
-        for route in &self.routes {
-            if !topics.contains(&route.topic) {
-                topics.push(route.topic.clone());
+        let routed = self.routes.iter().map(|r| &r.topic);
+        for topic in routed.chain(&self.read_only) {
+            if !topics.contains(topic) {
+                topics.push(topic.clone());
             }
         }
         topics
@@ -69,6 +80,7 @@ impl Router {
             .into_iter()
             .filter(|t| {
                 *t == self.default_topic
+                    || self.read_only.contains(t)
                     || self
                         .routes
                         .iter()
@@ -152,5 +164,19 @@ mod tests {
             ["mqtt", "temperature", "site"]
         );
         assert_eq!(router.log_topics_for("#"), router.log_topics());
+    }
+
+    #[test]
+    fn every_subscription_reads_the_downstreams_topics_and_no_publish_lands_there() {
+        let router = router().reading(vec!["downstream".to_owned(), "commands".to_owned()]);
+        assert_eq!(
+            router.log_topics(),
+            ["mqtt", "temperature", "commands", "site", "downstream"]
+        );
+        assert_eq!(
+            router.log_topics_for("devices/7/cmd"),
+            ["mqtt", "commands", "downstream"]
+        );
+        assert_eq!(router.route("downstream", "c1").log_topic, "mqtt");
     }
 }

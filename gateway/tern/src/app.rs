@@ -27,7 +27,7 @@ use tern_kafka::KafkaListener;
 use tern_log::datadir::{self, DataDirLock};
 use tern_log::{Log, LogMetrics};
 use tern_mqtt::{Broker, MqttListener, MqttMetrics};
-use tern_upstream::{self as upstream, UpstreamConfig, UpstreamMetrics};
+use tern_upstream::{self as upstream, DownstreamMetrics, UpstreamConfig, UpstreamMetrics};
 
 /// Raises the soft open-files limit to the hard one, before any listener accepts: the MQTT
 /// server sizes its connection budget from the limit it finds (`tern_mqtt::Admission`).
@@ -72,6 +72,8 @@ pub fn serve(config: Config, source: Source) -> anyhow::Result<()> {
 struct Upstreams {
     log: Log,
     status: upstream::StatusMap,
+    /// The downstream's command partitions (`[upstream.commands]`).
+    downstream: upstream::StatusMap,
     /// Mirror mode's producer identity lives beside the log (docs/upstream.md).
     state_dir: std::path::PathBuf,
     running: Vec<(
@@ -90,6 +92,18 @@ impl Upstreams {
                 state_dir: Some(self.state_dir.clone()),
                 ..settings.clone()
             };
+            if let Some(commands) = &settings.commands {
+                tracing::info!(%gateway, topic = %commands.topic, log_topic = %commands.log_topic, "reading commands from upstream");
+                let (trigger, shutdown) = shutdown::channel();
+                let task = tokio::spawn(upstream::downstream::run(
+                    settings.clone(),
+                    gateway.clone(),
+                    self.log.clone(),
+                    Arc::clone(&self.downstream),
+                    shutdown,
+                ));
+                self.running.push((trigger, task));
+            }
             let task = tokio::spawn(upstream::run(
                 settings,
                 gateway,
@@ -171,6 +185,7 @@ impl Gateway {
     /// Locks the data directory, opens the log, binds every listener and starts every task.
     async fn start(config: &Config, shutdown: &Shutdown) -> anyhow::Result<Self> {
         let (lock, log) = open_log(config).await?;
+        ensure_command_topics(&log, config)?;
         let mqtt_metrics = Arc::new(MqttMetrics::default());
         let broker = Broker::open(
             log.clone(),
@@ -184,13 +199,14 @@ impl Gateway {
         let mut upstreams = Upstreams {
             log: log.clone(),
             status: upstream::StatusMap::default(),
+            downstream: upstream::StatusMap::default(),
             state_dir: config.data_dir.join("upstream"),
             running: Vec::new(),
         };
         let mut services = JoinSet::new();
         let (admin, readiness) = start_services(
             config,
-            (&log, mqtt_metrics, &upstreams.status),
+            (&log, mqtt_metrics, &upstreams.status, &upstreams.downstream),
             shutdown,
             &mut services,
         )
@@ -364,7 +380,12 @@ async fn bind_kafka(
 /// the systemd notifier.
 async fn start_services(
     config: &Config,
-    (log, mqtt_metrics, upstream_status): (&Log, Arc<MqttMetrics>, &upstream::StatusMap),
+    (log, mqtt_metrics, upstream_status, downstream_status): (
+        &Log,
+        Arc<MqttMetrics>,
+        &upstream::StatusMap,
+        &upstream::StatusMap,
+    ),
     shutdown: &Shutdown,
     tasks: &mut JoinSet<()>,
 ) -> anyhow::Result<(AbortHandle, watch::Receiver<Readiness>)> {
@@ -373,7 +394,8 @@ async fn start_services(
         &config.data_dir,
         &config.log.flush.wear,
     ));
-    let mut sources = metrics_sources(config, log, mqtt_metrics, upstream_status, &device);
+    let statuses = (upstream_status, downstream_status);
+    let mut sources = metrics_sources(config, log, mqtt_metrics, statuses, &device);
     let health = Health::standard(
         &config.health,
         &config.data_dir,
@@ -383,13 +405,16 @@ async fn start_services(
     );
     let readiness = health.subscribe();
     sources.push(Arc::new(ReadinessMetrics(readiness.clone())));
-    let status = Arc::new(StatusPage::new(
-        log.clone(),
-        Arc::clone(upstream_status),
-        config.upstream.clone(),
-        config.status.clone(),
-        device,
-    ));
+    let status = Arc::new(
+        StatusPage::new(
+            log.clone(),
+            Arc::clone(upstream_status),
+            config.upstream.clone(),
+            config.status.clone(),
+            device,
+        )
+        .with_downstream(Arc::clone(downstream_status)),
+    );
     let admin_state = AdminState {
         sources,
         log: Some(log.clone()),
@@ -414,7 +439,7 @@ fn metrics_sources(
     config: &Config,
     log: &Log,
     mqtt_metrics: Arc<MqttMetrics>,
-    upstream_status: &upstream::StatusMap,
+    (upstream_status, downstream_status): (&upstream::StatusMap, &upstream::StatusMap),
     device: &Arc<crate::device::DeviceMetrics>,
 ) -> Vec<Arc<dyn MetricsSource>> {
     let mut sources: Vec<Arc<dyn MetricsSource>> = vec![
@@ -430,7 +455,30 @@ fn metrics_sources(
             log.clone(),
         )));
     }
+    if !config.command_log_topics().is_empty() {
+        sources.push(Arc::new(DownstreamMetrics::new(Arc::clone(
+            downstream_status,
+        ))));
+    }
     sources
+}
+
+/// Creates each `[upstream.commands]` log topic with one partition (every command of the
+/// gateway in one order) before MQTT opens, which reads it.
+fn ensure_command_topics(log: &Log, config: &Config) -> anyhow::Result<()> {
+    for topic in config.command_log_topics() {
+        if log.topics().iter().any(|t| t.name == topic) {
+            continue;
+        }
+        match log.create_topic(&topic, 1) {
+            Ok(_) | Err(tern_log::LogError::TopicExists { .. }) => {}
+            Err(err) => {
+                return Err(err)
+                    .with_context(|| format!("cannot create the commands' log topic {topic}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One SIGHUP: load, compare, apply what can change live, log the rest.
@@ -450,6 +498,9 @@ async fn apply_reload(
         }
     };
     let mut outcome = crate::reload::plan(running, &new, &source.level);
+    if let Err(err) = ensure_command_topics(log, &new) {
+        tracing::warn!(%err, "reload: the commands' log topic");
+    }
     match broker.reload(&new.mqtt, new.route.clone()) {
         Ok(not_applied) => outcome.not_applied.extend(not_applied),
         Err(err) => {
@@ -463,11 +514,12 @@ async fn apply_reload(
     }
     if outcome.restart_upstream {
         upstreams.stop(running.shutdown.grace.0).await;
-        upstreams
-            .status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
+        for status in [&upstreams.status, &upstreams.downstream] {
+            status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clear();
+        }
         upstreams.start(&new.upstream);
     }
     for item in &outcome.not_applied {

@@ -192,6 +192,7 @@ pub fn load(
         None => (Config::default(), Vec::new()),
     };
     config.apply(overrides);
+    config.derive();
     config.validate()?;
     Ok((config, deprecated))
 }
@@ -257,6 +258,18 @@ impl Config {
                 upstream.gateway_id = Some(id.clone());
             }
         }
+    }
+
+    /// Fills in what one section takes from another: MQTT subscriptions read the log topic the
+    /// downstream appends commands to.
+    pub fn derive(&mut self) {
+        self.mqtt.command_log_topics = self.command_log_topics();
+    }
+
+    /// The log topics of every `[upstream.commands]`.
+    pub fn command_log_topics(&self) -> Vec<String> {
+        let commands = self.upstream.iter().filter_map(|u| u.commands.as_ref());
+        commands.map(|c| c.log_topic.clone()).collect()
     }
 
     /// Checks what types alone cannot: relations between keys and sensible ranges.
@@ -365,6 +378,17 @@ impl Config {
                     ));
                 }
             }
+        }
+        let published = |t: &String| {
+            *t == self.mqtt.default_log_topic || self.route.iter().any(|r| r.topic == *t)
+        };
+        if let Some(topic) = self.command_log_topics().iter().find(|t| published(t)) {
+            return Err(invalid(
+                "upstream.commands.log_topic",
+                format!(
+                    "`{topic}` is a log topic MQTT publishes are routed to; the commands need one of their own"
+                ),
+            ));
         }
         self.mqtt.validate(&self.route)?;
         self.health.validate()?;

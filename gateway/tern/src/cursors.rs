@@ -26,7 +26,7 @@ pub struct CursorsConfig {
 }
 
 /// Who owns a cursor, by the prefix its owner names it with (tern-mqtt's sessions and shared
-/// groups, tern-upstream's forwarders, tern-kafka's consumer groups).
+/// groups, tern-upstream's forwarders and downstream, tern-kafka's consumer groups).
 pub fn owner_kind(name: &str) -> &'static str {
     if name.starts_with("mqtt:") || name.starts_with("mqtt-sent:") {
         "mqtt session"
@@ -36,6 +36,8 @@ pub fn owner_kind(name: &str) -> &'static str {
         "shared group"
     } else if name.starts_with("upstream:") {
         "upstream"
+    } else if name.starts_with("downstream:") {
+        "downstream"
     } else if name.starts_with("kafka.group:") {
         "kafka group"
     } else {
@@ -352,6 +354,7 @@ mod tests {
         assert_eq!(owner_kind("mqtt-sent:sensor-1"), "mqtt session");
         assert_eq!(owner_kind("mqtt.share:g/a/#"), "shared group");
         assert_eq!(owner_kind("upstream:tern.pi.t"), "upstream");
+        assert_eq!(owner_kind("downstream:tern-commands"), "downstream");
         assert_eq!(owner_kind("kafka.group:analytics"), "kafka group");
         assert_eq!(owner_kind("mqtt-state"), "mqtt state");
         assert_eq!(owner_kind("backup"), "other");

@@ -112,6 +112,8 @@ fn now_ms() -> i64 {
 pub struct StatusPage {
     log: Log,
     upstream: tern_upstream::StatusMap,
+    /// The downstream's command partitions (`[upstream.commands]`), empty without one.
+    downstream: tern_upstream::StatusMap,
     upstreams: Vec<tern_upstream::UpstreamConfig>,
     config: StatusConfig,
     device: Arc<DeviceMetrics>,
@@ -129,11 +131,39 @@ impl StatusPage {
         Self {
             log,
             upstream,
+            downstream: tern_upstream::StatusMap::default(),
             upstreams,
             config,
             device,
             samples: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// The page with the downstream's partitions in it.
+    pub fn with_downstream(mut self, downstream: tern_upstream::StatusMap) -> Self {
+        self.downstream = downstream;
+        self
+    }
+
+    /// Per command partition: where the gateway reads, its lag and what it stored.
+    fn downstream_json(&self) -> Value {
+        let status = self
+            .downstream
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let partitions: Vec<Value> = status
+            .iter()
+            .map(|((topic, partition), s)| {
+                let lag = s.upstream_end.map(|end| end.saturating_sub(s.next));
+                json!({
+                    "topic": topic, "partition": partition, "connected": s.connected,
+                    "next": s.next, "lag": lag, "commands": s.forwarded_records,
+                    "refused": s.refused, "last_error": s.last_error,
+                })
+            })
+            .collect();
+        let configured = self.upstreams.iter().any(|u| u.commands.is_some());
+        json!({ "configured": configured, "partitions": partitions })
     }
 
     fn write_source() -> WriteSource {
@@ -260,6 +290,7 @@ impl StatusPage {
             "partitions": partitions,
             "cursors": crate::cursors::report_json(&self.log.cursor_report())["cursors"],
             "upstream": self.upstream_json(&samples),
+            "downstream": self.downstream_json(),
             "fsync": {
                 "count": stats.fsyncs,
                 "total_seconds": stats.fsync_time.as_secs_f64(),

@@ -13,6 +13,10 @@ pub struct Ablation {
     /// OffsetCommit after them, as before transactions: a failure between the two sends the
     /// batch again (at least once).
     pub without_transactions: bool,
+    /// The downstream commits the command group's offset before its append is durable and
+    /// resumes from that offset alone (no position records read back): a crash between the
+    /// two skips the commands of that fetch. The negative control of the downstream's tests.
+    pub commit_before_append: bool,
 }
 
 impl Ablation {
@@ -20,5 +24,6 @@ impl Ablation {
     pub const NONE: Self = Self {
         without_idempotence: false,
         without_transactions: false,
+        commit_before_append: false,
     };
 }

@@ -70,6 +70,9 @@ pub struct UpstreamConfig {
     pub catch_up_settle: HumanDuration,
     pub sasl: Option<SaslSettings>,
     pub tls: Option<TlsSettings>,
+    /// `[upstream.commands]`: the downstream, commands from this cluster to devices
+    /// (docs/downstream.md). Off when absent.
+    pub commands: Option<CommandsConfig>,
     /// Where mirror mode's idempotent producer keeps its identity (`producer-{cluster id}.state`,
     /// see docs/upstream.md): set by the binary to `{data_dir}/upstream`, not a setting. Without
     /// it (library use) the identity lives only as long as the process.
@@ -102,9 +105,59 @@ impl Default for UpstreamConfig {
             catch_up_settle: HumanDuration(std::time::Duration::from_millis(500)),
             sasl: None,
             tls: None,
+            commands: None,
             state_dir: None,
         }
     }
+}
+
+/// `[upstream.commands]`: which datacenter topic holds commands for devices, which of them are
+/// this gateway's, where they go in the edge log and which MQTT topics they may be published on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CommandsConfig {
+    /// The fleet's command topic in the upstream cluster. A record is this gateway's when its
+    /// key is the gateway id, `*` (every gateway) or `group:{g}` for a `g` in `groups`.
+    pub topic: String,
+    /// Groups this gateway belongs to (`group:{name}` keys address all of a group's gateways).
+    pub groups: Vec<String>,
+    /// The edge log topic (one partition) each accepted or refused command is appended to; MQTT
+    /// subscriptions read it, and the upstream forwards it back as the commands' outcomes.
+    pub log_topic: String,
+    /// MQTT topic filters the datacenter may publish to; a command for any other topic is
+    /// refused (stored with a `tern-refused` header, never delivered). Empty refuses all.
+    pub allow: Vec<String>,
+    /// Where a gateway that has never consumed the topic starts: `earliest` (every retained
+    /// command addressed to it) or `latest` (only what arrives from now on).
+    pub start: CommandStart,
+    /// Longest a Fetch waits at the leader for a first command.
+    pub max_wait: HumanDuration,
+    /// At most how often the position is stored in the edge log when no command of this
+    /// gateway moved it (records for other gateways skipped); each append of commands stores
+    /// it anyway.
+    pub checkpoint_interval: HumanDuration,
+}
+
+impl Default for CommandsConfig {
+    fn default() -> Self {
+        Self {
+            topic: "tern-commands".to_owned(),
+            groups: Vec::new(),
+            log_topic: "commands".to_owned(),
+            allow: Vec::new(),
+            start: CommandStart::Earliest,
+            max_wait: HumanDuration(std::time::Duration::from_millis(500)),
+            checkpoint_interval: HumanDuration(std::time::Duration::from_secs(60)),
+        }
+    }
+}
+
+/// `start`: where a gateway with no stored position begins reading the command topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CommandStart {
+    Earliest,
+    Latest,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -268,6 +321,7 @@ impl UpstreamConfig {
         }
         self.validate_shared()?;
         self.validate_topic_configs()?;
+        self.validate_commands()?;
         check_topic_part(&self.topic_prefix).map_err(|m| ("upstream.topic_prefix".to_owned(), m))
     }
 }
@@ -296,6 +350,54 @@ impl UpstreamConfig {
             return Err((
                 "upstream.transaction_timeout".into(),
                 "must be 1s to 24h (and at most the brokers' transaction.max.timeout.ms)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `[upstream.commands]`: usable names, and a command topic that no forwarded edge topic
+    /// is written to (the commands' own log topic would otherwise loop back into it).
+    fn validate_commands(&self) -> Result<(), (String, String)> {
+        let Some(commands) = &self.commands else {
+            return Ok(());
+        };
+        let key = |k: &str| format!("upstream.commands.{k}");
+        check_topic_part(&commands.topic).map_err(|m| (key("topic"), m))?;
+        if commands.topic.is_empty() || commands.topic.len() > 249 {
+            return Err((key("topic"), "must be 1 to 249 characters".into()));
+        }
+        check_topic_part(&commands.log_topic).map_err(|m| (key("log_topic"), m))?;
+        if commands.log_topic.is_empty() || commands.log_topic.starts_with("__") {
+            return Err((
+                key("log_topic"),
+                "must be a non-empty edge topic name not starting with `__`".into(),
+            ));
+        }
+        if let Some(bad) = commands.allow.iter().find(|f| !valid_filter(f)) {
+            return Err((key("allow"), format!("`{bad}` is not an MQTT topic filter")));
+        }
+        if commands.max_wait.0.is_zero() || commands.max_wait.0 > MAX_LINGER {
+            return Err((key("max_wait"), "must be above zero and at most 10s".into()));
+        }
+        let shared = format!("{}{}", self.topic_prefix, commands.log_topic);
+        let loops = match self.mode {
+            Mode::Shared => shared == commands.topic,
+            Mode::Mirror => {
+                let mirrored = commands
+                    .topic
+                    .strip_prefix(&self.topic_prefix)
+                    .and_then(|rest| rest.strip_suffix(&commands.log_topic))
+                    .is_some_and(|gw| gw.ends_with('.'));
+                mirrored && self.forwards(&commands.log_topic)
+            }
+        };
+        if loops && self.forwards(&commands.log_topic) {
+            return Err((
+                key("topic"),
+                format!(
+                    "`{}` is where edge topic `{}` is forwarded to: commands would loop back",
+                    commands.topic, commands.log_topic
+                ),
             ));
         }
         Ok(())
@@ -337,6 +439,16 @@ impl UpstreamConfig {
         !topic.starts_with("__")
             && (self.topics.is_empty() || self.topics.iter().any(|t| t == topic))
     }
+}
+
+/// Whether `filter` is a valid MQTT topic filter (`#` last and alone in its level, `+` alone).
+fn valid_filter(filter: &str) -> bool {
+    let levels: Vec<&str> = filter.split('/').collect();
+    !filter.is_empty()
+        && !filter.contains('\0')
+        && levels.iter().enumerate().all(|(i, level)| {
+            (*level == "#" && i + 1 == levels.len()) || *level == "+" || !level.contains(['#', '+'])
+        })
 }
 
 /// Kafka topic names allow `[A-Za-z0-9._-]` and at most 249 characters.

@@ -32,6 +32,10 @@ pub struct PartitionStatus {
     pub batches: u64,
     pub connected: bool,
     pub last_error: Option<String>,
+    /// The downstream only: the command partition's end (last stable offset) at the last
+    /// Fetch, and how many commands addressed to this gateway were refused.
+    pub upstream_end: Option<u64>,
+    pub refused: u64,
 }
 
 /// Status of every forwarded partition, keyed by (edge topic, partition).

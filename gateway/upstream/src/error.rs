@@ -98,6 +98,8 @@ pub enum UpstreamError {
         #[source]
         source: ClientError,
     },
+    #[error("downstream into edge topic {topic}: {message}")]
+    Downstream { topic: String, message: String },
     #[error("upstream TLS: CA file {path}: {message}")]
     Tls { path: PathBuf, message: String },
 }

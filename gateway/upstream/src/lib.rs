@@ -6,7 +6,9 @@
 //! run their partition sessions through `driver.rs`, started by `supervisor.rs`. Kafka is spoken
 //! by one client, `client/` (on kafka-protocol), the only module that opens Kafka connections;
 //! `kafka/` puts it behind the `follower.rs` traits and `group.rs` keeps shared mode's
-//! coordinator connection. Nothing here appends to the edge log or answers devices.
+//! coordinator connection. The downstream (`downstream/`) reads commands from the same cluster
+//! into one edge topic, exactly once; it is the only part that appends to the edge log. Nothing
+//! here answers devices.
 //!
 //! This file only declares the modules and re-exports what other crates use (and the types
 //! of the `[[upstream]]` settings' fields).
@@ -15,6 +17,7 @@ mod ablation;
 mod bandwidth;
 mod client;
 mod config;
+pub mod downstream;
 mod driver;
 mod error;
 mod follower;
@@ -34,15 +37,15 @@ pub use client::frame as kafka_frame;
 pub use client::group::Commit;
 pub use client::{ClientError, SaslError};
 pub use config::{
-    Codec, DEFAULT_TOPIC_CONFIGS, Mode, SaslMechanism, SaslSettings, SharedKey, TlsSettings,
-    TopicConfigValue, UpstreamConfig, ValueFormat,
+    Codec, CommandStart, CommandsConfig, DEFAULT_TOPIC_CONFIGS, Mode, SaslMechanism, SaslSettings,
+    SharedKey, TlsSettings, TopicConfigValue, UpstreamConfig, ValueFormat,
 };
 pub use driver::{PartitionStatus, StatusMap};
 pub use error::UpstreamError;
 pub use follower::next_edge_offset;
 pub use group::GroupClient;
 pub use kafka::KafkaUpstream;
-pub use metrics::UpstreamMetrics;
+pub use metrics::{DownstreamMetrics, UpstreamMetrics};
 pub use provenance::{Provenance, gateway_id, upstream_topic};
 pub use shared::{group_client, shared_topic};
 pub use supervisor::{run, run_ablated};

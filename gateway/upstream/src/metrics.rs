@@ -1,13 +1,15 @@
 //! Per-partition forwarding metrics on `/metrics`: records behind, forwarded totals, connected,
-//! and whether the last attempt failed. Reads the shared status and the edge log's offsets; never
+//! and whether the last attempt failed; and the downstream's per command partition (next offset,
+//! lag, commands stored and refused). Reads the shared status and the edge log's offsets; never
 //! changes either.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use tern_core::metrics::MetricsSource;
 use tern_log::LogPort;
 
-use crate::driver::StatusMap;
+use crate::driver::{PartitionStatus, StatusMap};
 
 /// The upstream families for the admin endpoint.
 #[derive(Debug)]
@@ -62,26 +64,102 @@ impl<L: LogPort> MetricsSource for UpstreamMetrics<L> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        for (i, (name, kind, help)) in FAMILIES.iter().enumerate() {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for ((topic, partition), s) in &map {
-                let value = match i {
-                    0 => self
-                        .log
-                        .offsets(topic, *partition)
-                        .map_or(0, |(_, end)| end.saturating_sub(s.next)),
-                    1 => s.forwarded_records,
-                    2 => s.forwarded_bytes,
-                    3 => s.batches,
-                    4 => u64::from(s.connected),
-                    _ => u64::from(s.last_error.is_some()),
-                };
-                let _ = writeln!(
-                    out,
-                    "{name}{{topic=\"{topic}\",partition=\"{partition}\"}} {value}"
-                );
-            }
+        render(out, &FAMILIES, &map, |i, (topic, partition), s| match i {
+            0 => self
+                .log
+                .offsets(topic, *partition)
+                .map_or(0, |(_, end)| end.saturating_sub(s.next)),
+            1 => s.forwarded_records,
+            2 => s.forwarded_bytes,
+            3 => s.batches,
+            4 => u64::from(s.connected),
+            _ => u64::from(s.last_error.is_some()),
+        });
+    }
+}
+
+/// Writes each of `families` (name, type, help) with one sample per partition of `map`, the
+/// value of family `i` for a partition being `value(i, key, status)`.
+fn render(
+    out: &mut String,
+    families: &[(&str, &str, &str)],
+    map: &BTreeMap<(String, u32), PartitionStatus>,
+    value: impl Fn(usize, &(String, u32), &PartitionStatus) -> u64,
+) {
+    for (i, (name, kind, help)) in families.iter().enumerate() {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (key, s) in map {
+            let (topic, partition) = key;
+            let value = value(i, key, s);
+            let _ = writeln!(
+                out,
+                "{name}{{topic=\"{topic}\",partition=\"{partition}\"}} {value}"
+            );
         }
+    }
+}
+
+/// The downstream families for the admin endpoint: per command partition, where the gateway
+/// reads, how far behind the partition's end it is, and what it stored.
+#[derive(Debug)]
+pub struct DownstreamMetrics {
+    status: StatusMap,
+}
+
+impl DownstreamMetrics {
+    pub fn new(status: StatusMap) -> Self {
+        Self { status }
+    }
+}
+
+const DOWNSTREAM_FAMILIES: [(&str, &str, &str); 6] = [
+    (
+        "tern_downstream_next_offset",
+        "gauge",
+        "Next offset of the command partition the gateway reads (all before it are in the edge log or for other gateways).",
+    ),
+    (
+        "tern_downstream_lag_records",
+        "gauge",
+        "Records of the command partition not read yet (its last stable offset at the last Fetch minus the next offset).",
+    ),
+    (
+        "tern_downstream_commands_total",
+        "counter",
+        "Commands addressed to this gateway appended to the edge log since start (refused ones included).",
+    ),
+    (
+        "tern_downstream_refused_total",
+        "counter",
+        "Commands refused since start (invalid, or an MQTT topic [upstream.commands] allow does not match).",
+    ),
+    (
+        "tern_downstream_connected",
+        "gauge",
+        "1 while the partition's reader is connected.",
+    ),
+    (
+        "tern_downstream_failing",
+        "gauge",
+        "1 when the last attempt failed (see the log).",
+    ),
+];
+
+impl MetricsSource for DownstreamMetrics {
+    fn render(&self, out: &mut String) {
+        let map = self
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        render(out, &DOWNSTREAM_FAMILIES, &map, |i, _, s| match i {
+            0 => s.next,
+            1 => s.upstream_end.map_or(0, |end| end.saturating_sub(s.next)),
+            2 => s.forwarded_records,
+            3 => s.refused,
+            4 => u64::from(s.connected),
+            _ => u64::from(s.last_error.is_some()),
+        });
     }
 }

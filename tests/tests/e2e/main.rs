@@ -2,6 +2,7 @@
 
 mod boards;
 mod clock_steps;
+mod downstream;
 mod foundation;
 mod full_disk;
 mod kafka;

@@ -177,11 +177,12 @@ fn assert_mirrors(cluster: &KafkaCluster, log: &MemoryLog) -> anyhow::Result<()>
 }
 
 /// The cluster is then shared with the follower contract (`upstream_contract.rs`), which
-/// needs one nobody faults.
+/// needs one nobody faults, and after it with the downstream's suite (`downstream.rs`), which
+/// cuts the link and kills a broker.
 #[test]
-fn forwarder_speaks_tls_to_kafka_with_a_custom_ca_and_the_follower_contract_holds()
+fn forwarder_speaks_tls_to_kafka_with_a_custom_ca_the_follower_contract_and_the_downstream_hold()
 -> anyhow::Result<()> {
-    let cluster = KafkaCluster::start()?;
+    let mut cluster = KafkaCluster::start()?;
     let log = edge_log(300)?;
     let tls = TlsSettings {
         ca_file: cluster.tls_ca(),
@@ -190,7 +191,8 @@ fn forwarder_speaks_tls_to_kafka_with_a_custom_ca_and_the_follower_contract_hold
     forwarder.wait_until(&log, |p| end(&log, p), Duration::from_secs(120))?;
     drop(forwarder);
     assert_mirrors(&cluster, &log)?;
-    super::upstream_contract::the_follower_contract_holds_on(&cluster)
+    super::upstream_contract::the_follower_contract_holds_on(&cluster)?;
+    super::downstream::commands_reach_devices_exactly_once_on(&mut cluster)
 }
 
 /// The bytes the bandwidth cap charges for `record` of `partition`: key, value, edge headers,

@@ -69,6 +69,7 @@ impl DrainKind {
                 == Self::Shared {
                     transactions: false,
                 },
+            ..Ablation::NONE
         }
     }
 }

@@ -210,18 +210,12 @@ async fn append<L: LogPort>(
 }
 
 /// Why a record's MQTT topic header cannot be delivered to MQTT subscribers, if it cannot.
-fn bad_mqtt_topic(record: &Record) -> Option<&'static str> {
+fn bad_mqtt_topic(record: &Record) -> Option<String> {
     let topic = record.header(MQTT_TOPIC_HEADER)?;
     let Ok(topic) = std::str::from_utf8(topic) else {
-        return Some("the mqtt.topic header is not UTF-8");
+        return Some("the mqtt.topic header is not UTF-8".to_owned());
     };
-    if topic.is_empty() || topic.len() > usize::from(u16::MAX) {
-        return Some("the mqtt.topic header must be 1 to 65535 bytes");
-    }
-    if topic.contains(['+', '#', '\0']) {
-        return Some("the mqtt.topic header must not contain +, # or NUL");
-    }
-    None
+    tern_auth::invalid_topic_name(topic).map(|why| format!("the mqtt.topic header {why}"))
 }
 
 /// Waits for one partition's append and builds its answer.

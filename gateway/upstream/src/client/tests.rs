@@ -377,3 +377,50 @@ fn a_whole_batch_then_a_partial_one_yields_the_whole_batch() -> Result<(), Clien
     assert_eq!(header.as_deref(), Some(&b"41"[..]));
     Ok(())
 }
+
+/// A record at `offset` of producer `producer`, transactional or not, a control record or not.
+fn txn_record(
+    offset: i64,
+    producer: i64,
+    transactional: bool,
+    control: bool,
+) -> kafka_protocol::records::Record {
+    kafka_protocol::records::Record {
+        transactional,
+        control,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: producer,
+        producer_epoch: 0,
+        timestamp_type: kafka_protocol::records::TimestampType::Creation,
+        offset,
+        sequence: 0,
+        timestamp: 0,
+        key: None,
+        value: Some(Bytes::from(offset.to_string())),
+        headers: Default::default(),
+    }
+}
+
+/// A `read_committed` reader keeps plain records and committed transactions and leaves out an
+/// aborted transaction's records (from its first offset to its producer's abort marker) and
+/// every control record, as Kafka's consumer does.
+#[test]
+fn a_committed_read_leaves_out_aborted_transactions_and_control_records() {
+    let records = vec![
+        txn_record(0, -1, false, false),
+        txn_record(1, 7, true, false), // producer 7's transaction, aborted
+        txn_record(2, 8, true, false), // producer 8's, committed
+        txn_record(3, 7, true, false),
+        txn_record(4, 7, true, true),  // abort marker of 7
+        txn_record(5, 8, true, true),  // commit marker of 8
+        txn_record(6, 7, true, false), // 7's next transaction, committed
+        txn_record(7, 7, true, true),
+        txn_record(8, -1, false, false),
+    ];
+    let kept: Vec<i64> = fetch::committed(records, vec![(7, 1)])
+        .iter()
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(kept, [0, 2, 6, 8]);
+}

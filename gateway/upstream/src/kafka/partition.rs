@@ -143,6 +143,26 @@ impl UpstreamPartition {
         self.list_offset(LATEST).await
     }
 
+    /// The partition's first offset (Kafka's retention may have moved it).
+    pub async fn first_offset(&self) -> Result<i64, UpstreamError> {
+        self.list_offset(EARLIEST).await
+    }
+
+    /// Committed records from `offset` (a `read_committed` Fetch, the leader waiting up to
+    /// `max_wait` for a first one): how the downstream reads a command partition.
+    pub async fn fetch_committed(
+        &self,
+        offset: i64,
+        max_wait: Duration,
+    ) -> Result<fetch::Fetched, UpstreamError> {
+        let wait = i32::try_from(max_wait.as_millis()).unwrap_or(i32::MAX);
+        let mut slot = self.leader.lock().await;
+        let leader = self.leader_in(&mut slot).await?;
+        let result =
+            fetch::fetch_committed(leader, &self.topic, self.partition, offset, wait).await;
+        self.settle(&mut slot, "fetch", result)
+    }
+
     /// The idempotent producer's identity (asked over the bootstrap connection when it is not
     /// known yet); `None` in shared mode.
     async fn identity(&self) -> Result<Option<(Arc<Producer>, Identity)>, UpstreamError> {
