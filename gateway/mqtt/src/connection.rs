@@ -229,6 +229,8 @@ pub struct Connection<S: LogPort, W> {
     room: tokio::sync::watch::Receiver<u64>,
     /// Subscription changes of a persistent session on their way to `__mqtt_state`.
     saves: saves::SubscriptionSaves,
+    /// Outcomes of the datacenter's commands still to report (`outcome.rs`).
+    outcomes: Vec<super::outcome::Due>,
 }
 
 impl<S: LogPort, W> std::fmt::Debug for Connection<S, W> {

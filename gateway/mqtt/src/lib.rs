@@ -16,6 +16,7 @@ mod ingest;
 mod listener;
 mod message;
 mod metrics;
+mod outcome;
 mod queued;
 mod replay;
 mod retained;
@@ -35,6 +36,7 @@ pub use config::auth::{Access, Anonymous};
 pub use config::{MqttConfig, RouteConfig, RouteKey};
 pub use listener::MqttListener;
 pub use metrics::MqttMetrics;
+pub use outcome::COMMAND_HEADER;
 
 /// Why the MQTT server could not start.
 #[derive(Debug, thiserror::Error)]

@@ -282,8 +282,12 @@ impl Session {
 
     /// Handles a PUBACK; false unless a QoS 1 delivery had this packet id.
     pub fn acknowledge(&mut self, pkid: u16) -> bool {
+        self.acknowledged(pkid).is_some()
+    }
+
+    /// [`Session::acknowledge`], returning the delivery that ended.
+    pub fn acknowledged(&mut self, pkid: u16) -> Option<Inflight> {
         self.finish_if(pkid, |i| i.publish.qos == QoS::AtLeastOnce)
-            .is_some()
     }
 
     /// Handles a successful PUBREC: the QoS 2 delivery moves to "released" and is never

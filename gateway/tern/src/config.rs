@@ -737,4 +737,12 @@ key = "level:1"
         let err = config.validate().expect_err("clash");
         assert!(err.to_string().contains("admin.listen"), "{err}");
     }
+
+    #[test]
+    fn the_downstream_and_mqtt_name_a_command_alike() {
+        assert_eq!(
+            tern_mqtt::COMMAND_HEADER,
+            tern_upstream::downstream::H_COMMAND
+        );
+    }
 }

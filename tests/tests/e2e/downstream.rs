@@ -24,7 +24,9 @@ use anyhow::{Context, bail};
 use tern_core::fs::{CrashMode, FaultyFs, Fs};
 use tern_log::{Log, LogConfig};
 use tern_tests::raw_mqtt::RawClient;
-use tern_tests::{DumpedRecord, Gateway, KafkaCluster, ServeOptions, TempDir, free_port, read_log};
+use tern_tests::{
+    DumpedRecord, Gateway, KafkaCluster, ServeOptions, TempDir, free_port, read_log, wait_until,
+};
 use tern_upstream::{Ablation, CommandsConfig, StatusMap, UpstreamConfig};
 
 /// The fleet's command topic in this test.
@@ -144,13 +146,13 @@ fn wait_read(gateway: &mut Gateway, end: u64, what: &str) -> anyhow::Result<()> 
 }
 
 /// The commands' values in a gateway's edge log, checked: each at most once, in source order
-/// per command partition. Position records are skipped; refused commands included.
+/// per command partition. Position and outcome records are skipped; refused commands included.
 fn stored_values(records: &[DumpedRecord]) -> Result<Vec<String>, String> {
     let mut values = Vec::new();
     let mut last: BTreeMap<String, u64> = BTreeMap::new();
     for record in records {
         let id = record.header("tern-command");
-        if id.is_empty() {
+        if id.is_empty() || !record.header("tern-outcome").is_empty() {
             continue;
         }
         let (partition, offset) = id
@@ -183,6 +185,63 @@ fn check_exactly(stored: &[String], expected: &BTreeSet<String>) -> Result<(), S
             "{} stored, missing {missing:?}, not addressed here {extra:?}",
             stored.len()
         ));
+    }
+    Ok(())
+}
+
+/// Checks the outcome records upstream: every command in `delivered` acknowledged by device
+/// `a1` (and the ones for `a2` by it), the expiring one expired and never delivered, no refused
+/// one delivered.
+fn check_outcomes(
+    records: &[tern_tests::kafka_tools::ConsumedRecord],
+    delivered: &BTreeSet<String>,
+    refused: &BTreeSet<String>,
+) -> Result<(), String> {
+    let mut value_of = BTreeMap::new();
+    let mut outcomes: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for record in records {
+        let Some(id) = record.header("tern-command") else {
+            continue;
+        };
+        match record.header("tern-outcome") {
+            None => {
+                value_of.insert(id.to_owned(), record.value.clone());
+            }
+            Some(kind) => {
+                let client = record.header("tern-client-id").unwrap_or_default();
+                let value = value_of.get(id).cloned().unwrap_or_default();
+                outcomes
+                    .entry(value)
+                    .or_default()
+                    .push((kind.to_owned(), client.to_owned()));
+            }
+        }
+    }
+    let has = |value: &str, kind: &str, client: &str| {
+        outcomes
+            .get(value)
+            .is_some_and(|o| o.iter().any(|(k, c)| k == kind && c == client))
+    };
+    for value in delivered {
+        if !has(value, "delivered", "a1") {
+            return Err(format!("no `delivered` outcome from a1 for {value}"));
+        }
+    }
+    for value in ["r1-site-1", "r1-a2-lasting"] {
+        if !has(value, "delivered", "a2") {
+            return Err(format!("no `delivered` outcome from a2 for {value}"));
+        }
+    }
+    if !has("r1-expiring", "expired", "a1") || !has("r1-expiring", "expired", "a2") {
+        return Err(format!("r1-expiring: {:?}", outcomes.get("r1-expiring")));
+    }
+    for value in refused.iter().map(String::as_str).chain(["r1-expiring"]) {
+        if outcomes
+            .get(value)
+            .is_some_and(|o| o.iter().any(|(k, _)| k == "delivered"))
+        {
+            return Err(format!("{value} delivered: {:?}", outcomes.get(value)));
+        }
     }
     Ok(())
 }
@@ -349,10 +408,10 @@ pub(super) fn commands_reach_devices_exactly_once_on(
     a.wait_forwarded(&format!("topic=\"{LOG_TOPIC}\""), Duration::from_secs(60))?;
     let upstream = cluster.consume_all(&format!("{PREFIX}gw-a.{LOG_TOPIC}"), 0)?;
     let mut ids = BTreeSet::new();
-    for record in upstream
+    let commands = upstream
         .iter()
-        .filter(|r| r.header("tern-command").is_some())
-    {
+        .filter(|r| r.header("tern-command").is_some() && r.header("tern-outcome").is_none());
+    for record in commands {
         let id = record.header("tern-command").unwrap_or_default().to_owned();
         assert!(ids.insert(id.clone()), "{id} reached the datacenter twice");
         assert_eq!(
@@ -362,6 +421,17 @@ pub(super) fn commands_reach_devices_exactly_once_on(
         );
     }
     assert_eq!(ids.len() as u64, total_a, "stored copies upstream");
+
+    // The devices' acknowledgements and the expiry reached the datacenter as outcomes.
+    let upstream_topic = format!("{PREFIX}gw-a.{LOG_TOPIC}");
+    let mut last = String::new();
+    wait_until(Duration::from_secs(120), "every outcome upstream", || {
+        let records = cluster.consume_all(&upstream_topic, 0)?;
+        let verdict = check_outcomes(&records, &delivered, &refused);
+        last = format!("{verdict:?}");
+        Ok(verdict.is_ok())
+    })
+    .with_context(|| last.clone())?;
 
     // The group shows no lag.
     for row in cluster.group_offsets(&format!("{PREFIX}gw-a.commands"))? {

@@ -16,6 +16,7 @@ use super::super::clip::clip;
 use super::super::codec::{OutPublish, Outgoing, PublishProperties, QoS};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
+use super::super::outcome::{self, Due, Kind};
 use super::super::router::PartitionId;
 use super::super::session::{Inflight, Matched};
 use super::super::topic::is_shared;
@@ -304,7 +305,11 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let granted = matched.qos;
         let retain = message.retain && matched.retain_as_published;
         let now = message::now_ms();
-        if message.expired(now) || !self.may_receive(&message.topic) {
+        if message.expired(now) {
+            self.note_outcome(source, Kind::Expired, message.qos);
+            return Ok(None);
+        }
+        if !self.may_receive(&message.topic) {
             return Ok(None);
         }
         let qos = if (message.qos as u8) < (granted as u8) {
@@ -339,13 +344,15 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             retain,
             properties,
         };
+        let mut source = source;
         if qos != QoS::AtMostOnce {
             let Some(pkid) = self.session.next_pkid() else {
                 return Ok(None);
             };
             publish.pkid = pkid;
             let inflight = Inflight {
-                source,
+                // Reported when acknowledged.
+                source: source.take(),
                 publish: publish.clone(),
                 size,
                 released: false,
@@ -355,7 +362,34 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let tracked = (qos == QoS::AtLeastOnce).then_some(publish.pkid);
         MqttMetrics::inc(&self.broker.metrics.publishes_out);
         self.send_publish(publish)?;
+        if qos == QoS::AtMostOnce {
+            self.note_outcome(source, Kind::Delivered, qos);
+        }
         Ok(tracked)
+    }
+
+    /// Notes an outcome to report if `source` is a record of a command log topic.
+    pub(super) fn note_outcome(
+        &mut self,
+        source: Option<(PartitionId, u64)>,
+        kind: Kind,
+        qos: QoS,
+    ) {
+        let Some(source) = source else {
+            return;
+        };
+        if self.broker.config.command_log_topics.contains(&source.0.0) {
+            self.outcomes.push(Due { source, kind, qos });
+        }
+    }
+
+    /// Reports the outcomes noted since the last call (`outcome.rs`).
+    pub(super) async fn report_outcomes(&mut self) {
+        if self.outcomes.is_empty() {
+            return;
+        }
+        let due = std::mem::take(&mut self.outcomes);
+        outcome::report(&self.broker.log, due, &self.client_id, message::now_ms()).await;
     }
 
     /// Sends a delivery, replacing its topic by an alias when the client allows them.

@@ -205,6 +205,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         rate: RateLimit::new(broker.config.max_publish_rate),
         groups: Default::default(),
         retained_due: VecDeque::new(),
+        outcomes: Vec::new(),
         retained_early: VecDeque::new(),
         saves: Default::default(),
         resend: VecDeque::new(),

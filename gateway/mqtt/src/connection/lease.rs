@@ -25,6 +25,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             self.pump_retained()?;
             self.pump()?;
             if self.lease_due.is_empty() {
+                self.report_outcomes().await;
                 return Ok(());
             }
             self.extend_leases().await?;

@@ -18,6 +18,7 @@ use super::super::codec::{
 use super::super::ingest::{Pending, ack_for};
 use super::super::message::{self, Message};
 use super::super::metrics::MqttMetrics;
+use super::super::outcome::Kind;
 use super::super::replay::{self, Start, StartError};
 use super::super::router::PartitionId;
 use super::super::session::{Matched, PubRecOutcome, Subscription};
@@ -37,7 +38,8 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             In::Connect(_) => return Err(protocol("second CONNECT")),
             In::Publish(publish) => self.publish(*publish).await?,
             In::PubAck { pkid } => {
-                if self.session.acknowledge(pkid) {
+                if let Some(done) = self.session.acknowledged(pkid) {
+                    self.note_outcome(done.source, Kind::Delivered, QoS::AtLeastOnce);
                     self.shared_acknowledged(pkid).await;
                     self.deliver_more().await?;
                 }
@@ -100,6 +102,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let Some(done) = self.session.complete(pkid) else {
             return Ok(());
         };
+        self.note_outcome(done.source.clone(), Kind::Delivered, QoS::ExactlyOnce);
         if done.released && done.source.is_some() && self.session.persistent() {
             self.broker
                 .state
