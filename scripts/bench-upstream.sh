@@ -7,6 +7,7 @@
 #
 #   scripts/bench-upstream.sh [--debug] [BENCH FLAGS...]
 #   scripts/bench-upstream.sh --records 1000000 --json
+#   scripts/bench-upstream.sh [--debug] downstream [BENCH FLAGS...]   (tern-bench downstream)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,5 +38,11 @@ if [ -z "$bootstrap" ]; then
     exit 1
 fi
 echo "kafka cluster: $started" >&2
-"$target/$profile/tern-bench" upstream --kafka "$bootstrap" \
-    --kafka-classpath "$root/tests/kafka/cache/*" "$@"
+if [ "${1:-}" = downstream ]; then
+    shift
+    "$target/$profile/tern-bench" downstream --kafka "$bootstrap" \
+        --kafka-classpath "$root/tests/kafka/cache/*" "$@"
+else
+    "$target/$profile/tern-bench" upstream --kafka "$bootstrap" \
+        --kafka-classpath "$root/tests/kafka/cache/*" "$@"
+fi

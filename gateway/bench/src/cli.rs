@@ -46,6 +46,11 @@ pub enum BenchCommand {
     /// fsyncing every write and Kafka's default), and tern's memory with a consumer group of 3.
     /// Needs `kcat` and `java` on PATH.
     Kafka(KafkaBenchArgs),
+    /// Commands from the datacenter through `tern serve` (`[upstream.commands]`) to an MQTT
+    /// device: produce-to-receipt p50/p99 on an idle link and while the upstream drains a
+    /// capped backlog, and commands a second stored from a burst beside the same child's MQTT
+    /// ingest. Needs a running cluster (scripts/bench-upstream.sh) and `java`.
+    Downstream(DownstreamBenchArgs),
     /// Guest instructions per durable QoS 1 message on aarch64 and armv7: the cross-built
     /// release tern (scripts/cross.sh) and Debian's arm64/armhf Mosquitto (scripts/arm-peers.sh)
     /// under QEMU user mode with the bench's instruction-count plugin, N and then 2N messages.
@@ -215,6 +220,51 @@ pub struct WearArgs {
     /// or on sync): what the mount option saves of ext4's own journal writes.
     #[arg(long)]
     pub lazytime: bool,
+}
+
+/// Flags of `tern-bench downstream`.
+#[derive(Debug, Args)]
+pub struct DownstreamBenchArgs {
+    /// Bootstrap servers of the Kafka cluster (it is not started for you).
+    #[arg(
+        long,
+        value_name = "HOST:PORT[,HOST:PORT...]",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub kafka: Vec<String>,
+    /// Latency samples per phase (one command in flight).
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    pub samples: usize,
+    /// Commands produced at once for the stored-per-second figure.
+    #[arg(long, value_name = "N", default_value_t = 20_000)]
+    pub burst: u64,
+    /// MQTT messages (100 B, QoS 1) in the upstream backlog of the draining phase.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub backlog: u64,
+    /// The child's upstream `bandwidth` cap in KiB/s [default: about 1 Mbit/s].
+    #[arg(long, value_name = "KIB", default_value_t = 128)]
+    pub bandwidth_kib: u64,
+    /// Java classpath with Kafka's tools, e.g. `tests/kafka/cache/*`: its console producer
+    /// sends the commands.
+    #[arg(long, value_name = "CLASSPATH", required = true)]
+    pub kafka_classpath: String,
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl DownstreamBenchArgs {
+    pub fn options(&self) -> crate::downstream::DownstreamBenchOptions {
+        crate::downstream::DownstreamBenchOptions {
+            kafka: self.kafka.clone(),
+            samples: self.samples,
+            burst: self.burst,
+            backlog: self.backlog,
+            bandwidth_kib: self.bandwidth_kib,
+            kafka_classpath: self.kafka_classpath.clone(),
+        }
+    }
 }
 
 /// Flags of `tern-bench upstream`.

@@ -11,6 +11,7 @@
 //! or topic the benches did not create.
 
 pub mod cli;
+pub mod downstream;
 mod error;
 pub mod icount;
 pub mod kafka;
@@ -36,6 +37,11 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::Stress(args) => stress::run(&args.options()),
         BenchCommand::Upstream(args) => report::print(&upstream::run(&args.options())?, args.json),
         BenchCommand::Kafka(args) => report::print(&kafka::run(&args.options()?)?, args.json),
+        BenchCommand::Downstream(args) => {
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            let report = downstream::run(&args.options(), command)?;
+            report::print(&report, args.json)
+        }
         BenchCommand::Icount(args) => report::print(&icount::run(&args.options()?)?, args.json),
         BenchCommand::ColdRead(args) => {
             report::print(&kafka::cold::run(&args.options()?)?, args.json)

@@ -410,7 +410,7 @@ fn metric(page: &str, name: &str) -> Option<f64> {
 }
 
 /// The body of `GET path` from a loopback HTTP/1.0 server.
-fn http_get(addr: SocketAddr, path: &str) -> Result<String, BenchError> {
+pub(crate) fn http_get(addr: SocketAddr, path: &str) -> Result<String, BenchError> {
     let io = |source| BenchError::Io {
         what: "reading tern's /metrics",
         source,
