@@ -449,7 +449,7 @@ fn explained(err: BenchError, admin: SocketAddr) -> BenchError {
 
 /// The sum of every sample of `name` on the child's `/metrics`.
 fn metric(admin: SocketAddr, name: &str) -> Result<u64, BenchError> {
-    let page = crate::wear::http_get(admin, "/metrics")?;
+    let page = crate::mqtt::servers::http_get(admin, "/metrics")?;
     Ok(page
         .lines()
         .filter(|l| {

@@ -5,7 +5,7 @@
 //!
 //! It must never touch a process it did not start and never listen beyond 127.0.0.1.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -432,6 +432,24 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The body of `GET path` from a loopback HTTP/1.0 server.
+pub(crate) fn http_get(addr: SocketAddr, path: &str) -> Result<String, BenchError> {
+    let io = |source| BenchError::Io {
+        what: "reading tern's /metrics",
+        source,
+    };
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(io)?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(io)?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(io)?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).map_err(io)?;
+    Ok(text
+        .split_once("\r\n\r\n")
+        .map_or(text.clone(), |(_, b)| b.to_owned()))
 }
 
 #[cfg(test)]

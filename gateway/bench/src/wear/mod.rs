@@ -21,8 +21,7 @@ mod report;
 mod sqlite;
 mod trickle;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -325,7 +324,7 @@ async fn age(broker: SocketAddr, admin: SocketAddr) -> Result<Aged, BenchError> 
     // Segments rolled when a deletion was first seen.
     let mut rolled_at_delete = None;
     loop {
-        let metrics = http_get(admin, "/metrics")?;
+        let metrics = crate::mqtt::servers::http_get(admin, "/metrics")?;
         let deleted = metric(&metrics, "tern_log_segments_deleted_total").unwrap_or(0.0);
         let rolled = metric(&metrics, "tern_log_segments_rolled_total").unwrap_or(0.0);
         if deleted >= 1.0 {
@@ -387,7 +386,7 @@ struct Snapshot {
 fn snapshot(target: &Target, admin: SocketAddr) -> Result<Snapshot, BenchError> {
     target.sync()?;
     let device = target.written()?;
-    let metrics = http_get(admin, "/metrics")?;
+    let metrics = crate::mqtt::servers::http_get(admin, "/metrics")?;
     let get = |name| metric(&metrics, name).unwrap_or(0.0);
     Ok(Snapshot {
         device,
@@ -407,24 +406,6 @@ fn metric(page: &str, name: &str) -> Option<f64> {
     page.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
-}
-
-/// The body of `GET path` from a loopback HTTP/1.0 server.
-pub(crate) fn http_get(addr: SocketAddr, path: &str) -> Result<String, BenchError> {
-    let io = |source| BenchError::Io {
-        what: "reading tern's /metrics",
-        source,
-    };
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(io)?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(io)?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(io)?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).map_err(io)?;
-    Ok(text
-        .split_once("\r\n\r\n")
-        .map_or(text.clone(), |(_, b)| b.to_owned()))
 }
 
 #[cfg(test)]
