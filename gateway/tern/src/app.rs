@@ -463,20 +463,12 @@ fn metrics_sources(
     sources
 }
 
-/// Creates each `[upstream.commands]` log topic with one partition (every command of the
-/// gateway in one order) before MQTT opens, which reads it.
+/// Creates each `[upstream.commands]` log topic (`tern_upstream::downstream::ensure_log_topic`)
+/// before MQTT opens, which reads it.
 fn ensure_command_topics(log: &Log, config: &Config) -> anyhow::Result<()> {
     for topic in config.command_log_topics() {
-        if log.topics().iter().any(|t| t.name == topic) {
-            continue;
-        }
-        match log.create_topic(&topic, 1) {
-            Ok(_) | Err(tern_log::LogError::TopicExists { .. }) => {}
-            Err(err) => {
-                return Err(err)
-                    .with_context(|| format!("cannot create the commands' log topic {topic}"));
-            }
-        }
+        upstream::downstream::ensure_log_topic(log, &topic)
+            .with_context(|| format!("cannot create the commands' log topic {topic}"))?;
     }
     Ok(())
 }

@@ -382,14 +382,11 @@ impl UpstreamConfig {
         let shared = format!("{}{}", self.topic_prefix, commands.log_topic);
         let loops = match self.mode {
             Mode::Shared => shared == commands.topic,
-            Mode::Mirror => {
-                let mirrored = commands
-                    .topic
-                    .strip_prefix(&self.topic_prefix)
-                    .and_then(|rest| rest.strip_suffix(&commands.log_topic))
-                    .is_some_and(|gw| gw.ends_with('.'));
-                mirrored && self.forwards(&commands.log_topic)
-            }
+            Mode::Mirror => commands
+                .topic
+                .strip_prefix(&self.topic_prefix)
+                .and_then(|rest| rest.strip_suffix(&commands.log_topic))
+                .is_some_and(|gw| gw.ends_with('.')),
         };
         if loops && self.forwards(&commands.log_topic) {
             return Err((

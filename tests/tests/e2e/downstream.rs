@@ -39,16 +39,16 @@ const STORED: &str = "tern_downstream_commands_total";
 /// headers.
 #[derive(Debug, Clone)]
 struct Cmd {
-    key: &'static str,
+    key: String,
     topic: String,
     value: String,
     headers: Vec<(&'static str, String)>,
 }
 
 impl Cmd {
-    fn new(key: &'static str, topic: &str, value: String) -> Self {
+    fn new(key: &str, topic: &str, value: String) -> Self {
         Self {
-            key,
+            key: key.to_owned(),
             topic: topic.to_owned(),
             value,
             headers: vec![("mqtt.qos", "1".to_owned())],
@@ -541,7 +541,7 @@ async fn cut_run(
     .await?;
     fs.hold_syncs(true);
     let commands: Vec<Cmd> = (0..CUT_COMMANDS)
-        .map(|i| Cmd::new(leak(gateway), "devices/1/cmd", format!("{gateway}-{i}")))
+        .map(|i| Cmd::new(gateway, "devices/1/cmd", format!("{gateway}-{i}")))
         .collect();
     let bootstrap = cluster.bootstrap();
     tokio::task::spawn_blocking(move || produce(&bootstrap, CUT_TOPIC, &commands)).await??;
@@ -556,19 +556,20 @@ async fn cut_run(
     .await?;
     if ablation.commit_before_append {
         let group = format!("ds-cut.{gateway}.commands");
-        let (cluster_group, want) = (group.clone(), CUT_COMMANDS as u64);
-        let offsets = |c: &KafkaCluster| -> anyhow::Result<bool> {
-            Ok(c.group_offsets(&cluster_group)?
+        let covered = || -> anyhow::Result<bool> {
+            let offsets = cluster.group_offsets(&group)?;
+            Ok(offsets
                 .iter()
-                .any(|r| r.offset >= Some(want)))
+                .any(|r| r.offset >= Some(CUT_COMMANDS as u64)))
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !offsets(cluster).unwrap_or(false) {
-            if Instant::now() > deadline {
-                bail!("the control's group offset never covered the commands");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        // The tool is a JVM run: off the runtime's worker, polled by the suites' one wait.
+        tokio::task::block_in_place(|| {
+            wait_until(
+                Duration::from_secs(60),
+                "the control's group offset",
+                || Ok(covered().unwrap_or(false)),
+            )
+        })?;
     }
     fs.cut_power();
     fs.hold_syncs(false);
@@ -610,11 +611,6 @@ async fn cut_run(
         end
     );
     Ok(values)
-}
-
-/// A `'static` key for [`Cmd`] (a handful per test run).
-fn leak(text: &str) -> &'static str {
-    Box::leak(text.to_owned().into_boxed_str())
 }
 
 /// Polls `condition` every 50 ms for up to a minute.

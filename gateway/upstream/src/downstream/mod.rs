@@ -131,8 +131,8 @@ pub async fn run_ablated<L: LogPort>(
 }
 
 /// Creates the log topic with one partition (every command of the gateway in one order) unless
-/// it exists.
-fn ensure_log_topic<L: LogPort>(log: &L, topic: &str) -> Result<(), UpstreamError> {
+/// it exists. The binary calls it before MQTT opens, which reads the topic.
+pub fn ensure_log_topic<L: LogPort>(log: &L, topic: &str) -> Result<(), UpstreamError> {
     if log.topics().iter().any(|t| t.name == topic) {
         return Ok(());
     }
@@ -396,17 +396,18 @@ impl<L: LogPort> Downstream<L> {
 
     /// Stores a position that only skipped records moved (on shutdown).
     async fn save_unsaved(&self) {
-        let (unsaved, any) = {
+        let Some((p, next)) = ({
             let book = self.book.lock().await;
-            (
-                book.unsaved,
-                book.next.first_key_value().map(|(p, o)| (*p, *o)),
-            )
+            book.next
+                .first_key_value()
+                .filter(|_| book.unsaved)
+                .map(|(p, o)| (*p, *o))
+        }) else {
+            return;
         };
-        if let (true, Some((p, next))) = (unsaved, any) {
-            if let Err(err) = self.store(p, Vec::new(), next, true).await {
-                tracing::warn!(%err, "cannot store the downstream's position on shutdown");
-            }
+        // The book's own position again, forced out: the position record holds every partition.
+        if let Err(err) = self.store(p, Vec::new(), next, true).await {
+            tracing::warn!(%err, "cannot store the downstream's position on shutdown");
         }
     }
 
