@@ -26,6 +26,12 @@ pub mod firmware;
 pub mod raw_mqtt;
 pub mod system;
 
+/// The `RUST_LOG` filter of every tern the tests start: `info`, or `TERN_TEST_LOG` when set
+/// (`TERN_TEST_LOG=info,tern_upstream=debug` to see a forwarder's retries while chasing a flake).
+fn log_filter() -> String {
+    std::env::var("TERN_TEST_LOG").unwrap_or_else(|_| "info".to_owned())
+}
+
 /// Path of the `tern` binary, built once per test process with the same cargo that runs the tests.
 pub fn tern_binary() -> anyhow::Result<PathBuf> {
     built_binaries().map(|dir| dir.join("tern"))
@@ -349,7 +355,7 @@ impl Gateway {
 
     fn spawn_command(mut command: Command) -> anyhow::Result<Self> {
         command
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", log_filter())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());

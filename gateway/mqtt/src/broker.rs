@@ -17,6 +17,7 @@ use super::admission::Admission;
 use super::auth::Auth;
 use super::clip::clip;
 use super::config::{MqttConfig, RouteConfig};
+use super::message;
 use super::metrics::MqttMetrics;
 use super::retained::{Retained, RetainedLimits};
 use super::router::PartitionId;
@@ -24,8 +25,9 @@ use super::router::Router;
 use super::session::{NEVER_EXPIRES, Session};
 use super::shared::SharedGroups;
 use super::state::{StateError, StateLog};
-use super::tasks::Wills;
+use super::tasks::{Watchers, Wills};
 use super::topic::TopicLimits;
+use super::unclaimed::{self, Unclaimed};
 use tern_log::LogPort;
 use tokio::time::error::Elapsed;
 
@@ -119,6 +121,10 @@ pub struct Broker<S> {
     pub(crate) shared: SharedGroups<S>,
     /// Wills waiting for their delay.
     pub(crate) wills: Wills,
+    /// Sends of the datacenter's commands with an expiry, for their watchers (`unclaimed.rs`).
+    pub(crate) unclaimed: Arc<Unclaimed>,
+    /// The watchers of the command log topics' expiries.
+    watchers: Watchers,
     sessions: Mutex<HashMap<String, Arc<SessionEntry>>>,
     next_connection: AtomicU64,
     boot: u64,
@@ -170,7 +176,25 @@ impl<S: LogPort> Broker<S> {
                 )
             })
             .collect();
+        let unclaimed = Arc::new(Unclaimed::default());
+        let watchers = Watchers::default();
+        for topic in &config.command_log_topics {
+            let partitions = log.ensure_topic(topic).map_err(MqttError::Log)?;
+            for partition in 0..partitions {
+                let watch = unclaimed::watch(
+                    log.clone(),
+                    (topic.clone(), partition),
+                    Arc::clone(&unclaimed),
+                    message::now_ms,
+                    watchers.stop.clone(),
+                );
+                // A fresh set is open.
+                let _ = watchers.tasks.spawn(watch).await;
+            }
+        }
         Ok(Arc::new(Self {
+            unclaimed,
+            watchers,
             limits: config.topic_limits(),
             retained: Retained::new(
                 state.clone(),
@@ -204,6 +228,7 @@ impl<S: LogPort> Broker<S> {
     pub async fn shutdown(&self) {
         self.wills.close().await;
         self.shared.close().await;
+        self.watchers.close().await;
     }
 
     /// Cancels the broker's tasks left running (a shutdown past its grace period) and waits
@@ -211,6 +236,7 @@ impl<S: LogPort> Broker<S> {
     pub async fn abort(&self) {
         self.wills.abort().await;
         self.shared.abort().await;
+        self.watchers.tasks.abort().await;
     }
 
     /// A number unique to this connection within this process.

@@ -27,6 +27,7 @@ mod state;
 mod tasks;
 mod tls;
 mod topic;
+mod unclaimed;
 mod will;
 
 use std::net::SocketAddr;

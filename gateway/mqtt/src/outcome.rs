@@ -56,15 +56,24 @@ pub fn outcome_record(id: &[u8], due: &Due, client_id: &str, now_ms: i64) -> Rec
         QoS::AtLeastOnce => b"1",
         QoS::ExactlyOnce => b"2",
     };
+    let mut record = record_of(id, due.kind.name(), now_ms);
+    record.headers.extend([
+        (CLIENT_HEADER.into(), client_id.as_bytes().to_vec().into()),
+        (QOS_HEADER.into(), qos.into()),
+    ]);
+    record
+}
+
+/// An outcome record of command `id`: its key and `tern-command` the id, `tern-outcome`
+/// `outcome`, no value and no `mqtt.topic` (never delivered), stamped `now_ms`.
+pub fn record_of(id: &[u8], outcome: &'static str, now_ms: i64) -> Record {
     Record {
         timestamp_ms: now_ms,
         key: Some(id.to_vec()),
         value: Vec::new(),
         headers: vec![
             (COMMAND_HEADER.into(), id.to_vec().into()),
-            (OUTCOME_HEADER.into(), due.kind.name().as_bytes().into()),
-            (CLIENT_HEADER.into(), client_id.as_bytes().to_vec().into()),
-            (QOS_HEADER.into(), qos.into()),
+            (OUTCOME_HEADER.into(), outcome.as_bytes().into()),
         ],
     }
 }

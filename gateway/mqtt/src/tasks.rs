@@ -1,5 +1,6 @@
 //! The broker's tasks that outlive the connection that started them: delayed wills
-//! (`will.rs`) and `$share` dispatchers (`shared/`). Each is spawned here and owned here until
+//! (`will.rs`), `$share` dispatchers (`shared/`) and the watchers of commands' expiries
+//! (`unclaimed.rs`). Each is spawned here and owned here until
 //! it ends, so the broker's shutdown can wait for every one of them (or abort and await them)
 //! before the log closes. Nothing here ever detaches a task; once closed, it refuses new ones.
 
@@ -101,6 +102,33 @@ impl Wills {
     /// Cancels the wills still being published (shutdown past its grace) and waits for them.
     pub(crate) async fn abort(&self) {
         self.tasks.abort().await;
+    }
+}
+
+/// The watchers of the command log topics' expiries (`unclaimed.rs`), one task per partition.
+#[derive(Debug)]
+pub(crate) struct Watchers {
+    pub(crate) tasks: Tasks,
+    stopping: ShutdownTrigger,
+    pub(crate) stop: Shutdown,
+}
+
+impl Default for Watchers {
+    fn default() -> Self {
+        let (stopping, stop) = shutdown::channel();
+        Self {
+            tasks: Tasks::default(),
+            stopping,
+            stop,
+        }
+    }
+}
+
+impl Watchers {
+    /// Stops every watcher and waits until each has ended.
+    pub(crate) async fn close(&self) {
+        self.stopping.trigger();
+        self.tasks.close().await;
     }
 }
 

@@ -6,7 +6,11 @@
 //! order, none of B's; A's persistent-session devices, offline throughout, receive every
 //! unexpired command once they connect, and not the one whose MQTT expiry passed; B's online
 //! device receives its commands live; every command's stored copy reached the datacenter once
-//! (mirror mode's `ds.gw-a.commands`); the group `ds.gw-a.commands` shows no lag.
+//! (mirror mode's `ds.gw-a.commands`), with its outcomes (`delivered` by each device,
+//! `expired` for each offline one and `no-subscriber` for the command that expired unreceived);
+//! the group `ds.gw-a.commands` shows no lag. B also serves an MQTT 5 device at QoS 2 that
+//! answers a request/response command, a `$share` subscriber and a command nobody hears
+//! (`downstream/devices.rs`).
 //!
 //! The negative control runs the downstream in this process on a simulated disk (`FaultyFs`):
 //! with the group offset committed before the local append, a power cut after the commit loses
@@ -28,6 +32,8 @@ use tern_tests::{
     DumpedRecord, Gateway, KafkaCluster, ServeOptions, TempDir, free_port, read_log, wait_until,
 };
 use tern_upstream::{Ablation, CommandsConfig, StatusMap, UpstreamConfig};
+
+mod devices;
 
 /// The fleet's command topic in this test.
 const COMMANDS: &str = "ds-commands";
@@ -107,7 +113,7 @@ fn start_gateway(
     let groups: Vec<String> = groups.iter().map(|g| format!("{g:?}")).collect();
     let toml = format!(
         "[[upstream]]\nbootstrap = [{}]\ngateway_id = \"{id}\"\ntopic_prefix = \"{PREFIX}\"\n\
-         topics = [\"{LOG_TOPIC}\"]\ncatch_up_settle = \"100ms\"\n\
+         topics = [\"{LOG_TOPIC}\", \"mqtt\"]\ncatch_up_settle = \"100ms\"\n\
          [upstream.commands]\ntopic = \"{COMMANDS}\"\ngroups = [{}]\n\
          allow = [\"devices/+/cmd\"]\nmax_wait = \"200ms\"\n",
         bootstrap.join(", "),
@@ -197,30 +203,11 @@ fn check_outcomes(
     delivered: &BTreeSet<String>,
     refused: &BTreeSet<String>,
 ) -> Result<(), String> {
-    let mut value_of = BTreeMap::new();
-    let mut outcomes: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-    for record in records {
-        let Some(id) = record.header("tern-command") else {
-            continue;
-        };
-        match record.header("tern-outcome") {
-            None => {
-                value_of.insert(id.to_owned(), record.value.clone());
-            }
-            Some(kind) => {
-                let client = record.header("tern-client-id").unwrap_or_default();
-                let value = value_of.get(id).cloned().unwrap_or_default();
-                outcomes
-                    .entry(value)
-                    .or_default()
-                    .push((kind.to_owned(), client.to_owned()));
-            }
-        }
-    }
+    let outcomes = devices::outcomes(records);
     let has = |value: &str, kind: &str, client: &str| {
         outcomes
             .get(value)
-            .is_some_and(|o| o.iter().any(|(k, c)| k == kind && c == client))
+            .is_some_and(|o| o.iter().any(|(k, c, _)| k == kind && c == client))
     };
     for value in delivered {
         if !has(value, "delivered", "a1") {
@@ -232,13 +219,14 @@ fn check_outcomes(
             return Err(format!("no `delivered` outcome from a2 for {value}"));
         }
     }
-    if !has("r1-expiring", "expired", "a1") || !has("r1-expiring", "expired", "a2") {
+    let expired = ["a1", "a2"].map(|c| has("r1-expiring", "expired", c));
+    if expired.contains(&false) || !has("r1-expiring", "no-subscriber", "") {
         return Err(format!("r1-expiring: {:?}", outcomes.get("r1-expiring")));
     }
     for value in refused.iter().map(String::as_str).chain(["r1-expiring"]) {
         if outcomes
             .get(value)
-            .is_some_and(|o| o.iter().any(|(k, _)| k == "delivered"))
+            .is_some_and(|o| o.iter().any(|(k, _, _)| k == "delivered"))
         {
             return Err(format!("{value} delivered: {:?}", outcomes.get(value)));
         }
@@ -301,6 +289,8 @@ pub(super) fn commands_reach_devices_exactly_once_on(
     }
     let mut b1 = RawClient::connect(b.mqtt, "b1", 60, false, false)?;
     b1.subscribe("devices/b1/cmd", 1, 1)?;
+    let b5 = devices::Mqtt5Device::subscribe(b.mqtt)?;
+    let mut b2 = devices::shared_subscriber(b.mqtt)?;
 
     let mut for_a = BTreeSet::new();
     let mut for_b = BTreeSet::new();
@@ -324,10 +314,16 @@ pub(super) fn commands_reach_devices_exactly_once_on(
     for_b.insert(everyone.value.clone());
     refused.insert(forbidden.value.clone());
     first.extend([everyone, site, other_site, forbidden, expiring, lasting]);
+    for c in devices::commands() {
+        for_b.insert(c.value.clone());
+        first.push(c);
+    }
     produce(&direct, COMMANDS, &first)?;
     let expired_at = Instant::now();
     wait_stored(&mut a, for_a.len() as u64, "round 1 on A")?;
     wait_stored(&mut b, for_b.len() as u64, "round 1 on B")?;
+    b5.answer(b.mqtt)?;
+    receive_all(&mut b2, &[devices::SHARED.to_owned()].into())?;
 
     // Round 2: A is SIGKILLed once it has stored some of it, and restarted.
     let before = a.metric_sum(STORED, "")?.unwrap_or(0);
@@ -432,6 +428,23 @@ pub(super) fn commands_reach_devices_exactly_once_on(
         Ok(verdict.is_ok())
     })
     .with_context(|| last.clone())?;
+
+    // B's devices: the MQTT 5 request answered, the $share delivery, the unheard command.
+    b.wait_forwarded("", Duration::from_secs(60))?;
+    let b_commands = format!("{PREFIX}gw-b.{LOG_TOPIC}");
+    wait_until(Duration::from_secs(60), "B's outcomes upstream", || {
+        let records = cluster.consume_all(&b_commands, 0)?;
+        let verdict = devices::check_outcomes(&records);
+        last = format!("{verdict:?}");
+        Ok(verdict.is_ok())
+    })
+    .with_context(|| last.clone())?;
+    let b_mqtt = format!("{PREFIX}gw-b.mqtt");
+    let mut replies = Vec::new();
+    for partition in 0..cluster.describe_topic(&b_mqtt)?.len() as u32 {
+        replies.extend(cluster.consume_all(&b_mqtt, partition)?);
+    }
+    devices::check_reply(&replies).map_err(anyhow::Error::msg)?;
 
     // The group shows no lag.
     for row in cluster.group_offsets(&format!("{PREFIX}gw-a.commands"))? {

@@ -30,6 +30,26 @@ const READ_BYTES: usize = 32 * 1024;
 /// Outgoing bytes buffered before the socket must take them.
 pub(super) const OUT_HIGH_WATER: usize = 64 * 1024;
 
+/// The log record a delivery carries, and who tracks its acknowledgement.
+#[derive(Debug, Clone)]
+pub(super) enum Origin {
+    /// Not a log record (a retained message sent on subscribe).
+    Nowhere,
+    /// A record the session reads itself: its in-flight window and cursors track it.
+    Session((PartitionId, u64)),
+    /// A record a shared group handed over: the group tracks it (`share.rs`).
+    Group((PartitionId, u64)),
+}
+
+impl Origin {
+    fn record(&self) -> Option<(PartitionId, u64)> {
+        match self {
+            Self::Nowhere => None,
+            Self::Session(source) | Self::Group(source) => Some(source.clone()),
+        }
+    }
+}
+
 impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// Gives every partition the (non-shared) `filters` just subscribed may read a position and
     /// a watcher; a partition without one starts at `starts` (a `tern-start`), else at the log
@@ -289,24 +309,27 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         matched: &Matched,
         source: Option<(PartitionId, u64)>,
     ) -> Result<(), ConnError> {
-        self.deliver_tracked(message, matched, source, false)
+        let from = source.map_or(Origin::Nowhere, Origin::Session);
+        self.deliver_tracked(message, matched, from, false)
             .map(drop)
     }
 
-    /// `deliver` with the DUP flag given; returns the packet id when the message is now in
-    /// flight (awaiting the client's acknowledgement).
+    /// `deliver` of a record `from` the session's own reading or a shared group, with the DUP
+    /// flag given; returns the packet id when the message is now in flight at QoS 1 (awaiting
+    /// the client's PUBACK).
     pub(super) fn deliver_tracked(
         &mut self,
         message: Message,
         matched: &Matched,
-        source: Option<(PartitionId, u64)>,
+        from: Origin,
         dup: bool,
     ) -> Result<Option<u16>, ConnError> {
         let granted = matched.qos;
         let retain = message.retain && matched.retain_as_published;
         let now = message::now_ms();
+        let record = from.record();
         if message.expired(now) {
-            self.note_outcome(source, Kind::Expired, message.qos);
+            self.note_outcome(record, Kind::Expired, message.qos);
             return Ok(None);
         }
         if !self.may_receive(&message.topic) {
@@ -330,9 +353,14 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         if size > self.client_max_packet {
             return Ok(None);
         }
+        // Only the session's own records: it alone knows what it may have sent before.
+        let session_source = match &from {
+            Origin::Session(source) => Some(source.clone()),
+            Origin::Nowhere | Origin::Group(_) => None,
+        };
         let dup = qos != QoS::AtMostOnce
             && (dup
-                || source
+                || session_source
                     .as_ref()
                     .is_some_and(|(p, offset)| self.session.maybe_sent(p, *offset)));
         let mut publish = OutPublish {
@@ -344,15 +372,14 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             retain,
             properties,
         };
-        let mut source = source;
         if qos != QoS::AtMostOnce {
             let Some(pkid) = self.session.next_pkid() else {
                 return Ok(None);
             };
             publish.pkid = pkid;
             let inflight = Inflight {
-                // Reported when acknowledged.
-                source: source.take(),
+                // Reported when acknowledged; a group's record is acknowledged to its group.
+                source: session_source,
                 publish: publish.clone(),
                 size,
                 released: false,
@@ -362,8 +389,11 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let tracked = (qos == QoS::AtLeastOnce).then_some(publish.pkid);
         MqttMetrics::inc(&self.broker.metrics.publishes_out);
         self.send_publish(publish)?;
+        if let (Some(record), Some(_)) = (&record, remaining) {
+            self.broker.unclaimed.sent(record);
+        }
         if qos == QoS::AtMostOnce {
-            self.note_outcome(source, Kind::Delivered, qos);
+            self.note_outcome(record, Kind::Delivered, qos);
         }
         Ok(tracked)
     }

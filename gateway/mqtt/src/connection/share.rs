@@ -9,11 +9,13 @@ use tokio::io::AsyncWrite;
 use super::super::auth::Want;
 use super::super::clip::clip;
 use super::super::codec::{DisconnectReason, QoS, SubAckCode, SubscribeFilter};
+use super::super::outcome::Kind;
 use super::super::replay::{self, Start};
 use super::super::router::PartitionId;
 use super::super::session::{Matched, Subscription};
 use super::super::shared::{Delivery, JoinError, ShareKey};
 use super::super::topic::is_shared;
+use super::delivery::Origin;
 use super::{ConnError, Connection};
 use tern_log::LogPort;
 
@@ -171,7 +173,10 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             dup,
         } = delivery;
         let pkid = match matched {
-            Some(matched) => self.deliver_tracked(*message, &matched, None, dup)?,
+            Some(matched) => {
+                let from = Origin::Group((partition.clone(), offset));
+                self.deliver_tracked(*message, &matched, from, dup)?
+            }
             None => None,
         };
         match pkid {
@@ -184,7 +189,8 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     /// The client acknowledged `pkid` (PUBACK: shared subscriptions are granted at most QoS 1,
     /// see docs/mqtt.md); passes it on if it carried a group's record.
     pub(super) async fn shared_acknowledged(&mut self, pkid: u16) {
-        self.groups.acknowledged(pkid).await;
+        let source = self.groups.acknowledged(pkid).await;
+        self.note_outcome(source, Kind::Delivered, QoS::AtLeastOnce);
     }
 
     /// Leaves every group; their unacknowledged records go to other members, so they leave

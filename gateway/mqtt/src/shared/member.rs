@@ -143,13 +143,11 @@ impl Memberships {
         }
     }
 
-    /// The client acknowledged packet `pkid`; true if it carried a group's record.
-    pub async fn acknowledged(&mut self, pkid: u16) -> bool {
-        let Some((filter, partition, offset)) = self.inflight.remove(&pkid) else {
-            return false;
-        };
-        self.settle(&filter, partition, offset).await;
-        true
+    /// The client acknowledged packet `pkid`; the group's record it carried, if any.
+    pub async fn acknowledged(&mut self, pkid: u16) -> Option<(PartitionId, u64)> {
+        let (filter, partition, offset) = self.inflight.remove(&pkid)?;
+        self.settle(&filter, partition.clone(), offset).await;
+        Some((partition, offset))
     }
 
     /// Leaves the group subscribed as `filter`; returns the packet ids of its records still
