@@ -1,12 +1,15 @@
 //! The sensor node's behaviour: sample every period into the backlog, publish the backlog oldest
 //! first at QoS 1 to `sensors/{device_id}/reading`, and reconnect with exponential backoff when
-//! the broker stops answering; a `halt` command on `sensors/{device_id}/command` ends the run.
+//! the broker stops answering. Commands arrive on `sensors/{device_id}/command` in a persistent
+//! session (`tern_shared::command`): `period <ms> <tag>` sets the sampling period once per tag and
+//! replies `applied <tag> period <ms>` to `sensors/{device_id}/reply`; `halt` ends the run.
 //!
 //! It owns the policy, not the mechanics: MQTT framing is in `tern_shared::mqtt`, the backlog
 //! and the simulated sensor in `tern_shared::device`. It must never forget a reading before its
 //! PUBACK arrived, except by the backlog's counted drop-oldest when it is full.
 
 use heapless::String;
+use tern_shared::command::{self, DeviceCommand, Tag};
 use tern_shared::device::{Backlog, simulate};
 use tern_shared::mqtt::{self, Client, ClientConfig, Credentials, QoS};
 use tern_shared::{READING_MAX_ENCODED_LEN, Reading};
@@ -38,13 +41,16 @@ pub enum Stop {
 /// One sensor node.
 #[derive(Debug)]
 pub struct Node<'a> {
-    client: Client<'a, Uart, Millis, 128, 128, 16>,
+    /// The command slot holds the longest command, `period <ms> <tag>` (46 bytes).
+    client: Client<'a, Uart, Millis, 128, 128, 48>,
     device_id: u32,
     period_ms: u32,
     backlog: Backlog<BACKLOG>,
     next_sample_ms: u64,
     next_connect_ms: u64,
     backoff_ms: u32,
+    /// The tag of the last `period` command applied: a redelivery of it is not applied again.
+    applied: Option<Tag>,
 }
 
 impl<'a> Node<'a> {
@@ -63,14 +69,16 @@ impl<'a> Node<'a> {
             next_sample_ms: clock.now_ms(),
             next_connect_ms: 0,
             backoff_ms: FIRST_BACKOFF_MS,
+            applied: None,
         }
     }
 
     /// Runs until a `halt` command arrives.
     pub fn run(&mut self) -> Stop {
-        let (Some(reading_topic), Some(command_topic)) = (
+        let (Some(reading_topic), Some(command_topic), Some(reply_topic)) = (
             mqtt::reading_topic::<TOPIC_LEN>(self.device_id),
             mqtt::command_topic::<TOPIC_LEN>(self.device_id),
+            mqtt::reply_topic::<TOPIC_LEN>(self.device_id),
         ) else {
             return Stop::TopicTooLong;
         };
@@ -80,7 +88,7 @@ impl<'a> Node<'a> {
                 self.try_connect(&command_topic);
             }
             self.drain(&reading_topic);
-            if self.serve_commands() {
+            if self.serve_commands(&reply_topic) {
                 return Stop::Halted;
             }
             self.clock().sleep_until(self.wake_at());
@@ -176,7 +184,7 @@ impl<'a> Node<'a> {
     }
 
     /// Keeps the connection alive and handles commands; true when `halt` arrived.
-    fn serve_commands(&mut self) -> bool {
+    fn serve_commands(&mut self, reply_topic: &str) -> bool {
         if !self.client.is_connected() {
             return false;
         }
@@ -184,18 +192,51 @@ impl<'a> Node<'a> {
             warn!("connection lost: {}", err);
             return false;
         }
-        match self.client.take_command() {
-            Some(command) if command.as_slice() == b"halt" => {
+        let Some(payload) = self.client.take_command() else {
+            return false;
+        };
+        match DeviceCommand::parse(&payload) {
+            Ok(DeviceCommand::Halt) => {
                 info!("halting on command");
                 // Best effort: the broker may already be gone.
                 let _ = self.client.disconnect();
                 true
             }
-            Some(command) => {
-                warn!("unknown command of {=usize} bytes ignored", command.len());
+            Ok(DeviceCommand::SetPeriod { period_ms, tag }) => {
+                self.set_period(period_ms, tag, reply_topic);
                 false
             }
-            None => false,
+            Err(err) => {
+                warn!("command of {=usize} bytes ignored: {}", payload.len(), err);
+                false
+            }
+        }
+    }
+
+    /// Applies a `period` command unless its tag was the last one applied (a redelivery), and
+    /// replies either way (the first reply may have been lost with the connection).
+    fn set_period(&mut self, period_ms: u32, tag: Tag, reply_topic: &str) {
+        if self.applied.as_ref() == Some(&tag) {
+            info!("command {=str} already applied", tag.as_str());
+        } else {
+            self.period_ms = period_ms;
+            self.next_sample_ms = self.clock().now_ms() + u64::from(period_ms);
+            info!(
+                "command {=str} applied: period {=u32} ms",
+                tag.as_str(),
+                period_ms
+            );
+        }
+        let reply = command::reply(&tag, period_ms);
+        self.applied = Some(tag);
+        let Some(reply) = reply else {
+            return;
+        };
+        if let Err(err) = self
+            .client
+            .publish(reply_topic, reply.as_bytes(), QoS::AtLeastOnce)
+        {
+            warn!("reply not acknowledged: {}", err);
         }
     }
 
@@ -250,6 +291,8 @@ impl Identity {
                 password: password.as_bytes(),
             }),
             keep_alive_s: 30,
+            // Commands that arrive while the gateway reboots or the link is down wait there.
+            clean_session: false,
             connect_timeout_ms: CONNECT_TIMEOUT_MS,
             ack_timeout_ms: 500,
             max_retries: 2,

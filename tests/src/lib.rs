@@ -2,6 +2,7 @@
 //! is ready, talks HTTP to its admin endpoint, and cleans up its temporary data directories.
 //! Every process it starts is ended by its own PID when the handle drops.
 
+pub mod commands;
 pub mod kafka;
 pub mod kafka_groups;
 pub mod kafka_mirror;

@@ -23,6 +23,9 @@ pub struct ClientConfig<'a> {
     pub credentials: Option<Credentials<'a>>,
     /// Keep alive announced in CONNECT; a PINGREQ goes out after half of it without traffic.
     pub keep_alive_s: u16,
+    /// CONNECT's clean-session flag. A persistent session (`false`) keeps the subscription and
+    /// the QoS 1 commands that arrive while the device is away on the server.
+    pub clean_session: bool,
     /// How long to wait for CONNACK and the SUBACK that completes the session. A gateway checks
     /// the password (argon2, slow by design) and may still be starting, so this is longer than
     /// `ack_timeout_ms`.
@@ -137,14 +140,14 @@ where
         self.transport
     }
 
-    /// Sends CONNECT with a clean session and waits for CONNACK.
+    /// Sends CONNECT (clean or persistent, as configured) and waits for CONNACK.
     pub fn connect(&mut self) -> Result<(), T::Error> {
         self.connected = false;
         self.rx.clear();
         let connect = Packet::Connect(Connect {
             client_id: self.config.client_id,
             keep_alive_s: self.config.keep_alive_s,
-            clean_session: true,
+            clean_session: self.config.clean_session,
             credentials: self.config.credentials,
         });
         self.send(&connect)?;

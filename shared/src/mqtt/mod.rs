@@ -15,15 +15,23 @@ pub use packet::{
 
 /// Topic a device publishes its readings to.
 pub fn reading_topic<const N: usize>(device_id: u32) -> Option<heapless::String<N>> {
-    let mut topic = heapless::String::new();
-    core::fmt::write(&mut topic, format_args!("sensors/{device_id}/reading")).ok()?;
-    Some(topic)
+    device_topic(device_id, "reading")
 }
 
 /// Topic filter a device subscribes to for commands.
 pub fn command_topic<const N: usize>(device_id: u32) -> Option<heapless::String<N>> {
+    device_topic(device_id, "command")
+}
+
+/// Topic a device publishes its replies to commands to.
+pub fn reply_topic<const N: usize>(device_id: u32) -> Option<heapless::String<N>> {
+    device_topic(device_id, "reply")
+}
+
+/// `sensors/{device_id}/{leaf}`, if it fits `N` bytes.
+fn device_topic<const N: usize>(device_id: u32, leaf: &str) -> Option<heapless::String<N>> {
     let mut topic = heapless::String::new();
-    core::fmt::write(&mut topic, format_args!("sensors/{device_id}/command")).ok()?;
+    core::fmt::write(&mut topic, format_args!("sensors/{device_id}/{leaf}")).ok()?;
     Some(topic)
 }
 
@@ -38,6 +46,10 @@ mod tests {
         assert_eq!(
             super::command_topic::<32>(4_294_967_295).as_deref(),
             Some("sensors/4294967295/command")
+        );
+        assert_eq!(
+            super::reply_topic::<32>(12).as_deref(),
+            Some("sensors/12/reply")
         );
         assert_eq!(super::reading_topic::<8>(7), None);
     }

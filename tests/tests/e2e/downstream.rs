@@ -20,13 +20,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use tern_core::fs::{CrashMode, FaultyFs, Fs};
 use tern_log::{Log, LogConfig};
+use tern_tests::commands::{Cmd, produce};
 use tern_tests::raw_mqtt::RawClient;
 use tern_tests::{
     DumpedRecord, Gateway, KafkaCluster, ServeOptions, TempDir, free_port, read_log, wait_until,
@@ -40,67 +40,6 @@ const COMMANDS: &str = "ds-commands";
 const PREFIX: &str = "ds.";
 const LOG_TOPIC: &str = "commands";
 const STORED: &str = "tern_downstream_commands_total";
-
-/// One command as the test produces it: its address (record key), MQTT topic, value and extra
-/// headers.
-#[derive(Debug, Clone)]
-struct Cmd {
-    key: String,
-    topic: String,
-    value: String,
-    headers: Vec<(&'static str, String)>,
-}
-
-impl Cmd {
-    fn new(key: &str, topic: &str, value: String) -> Self {
-        Self {
-            key: key.to_owned(),
-            topic: topic.to_owned(),
-            value,
-            headers: vec![("mqtt.qos", "1".to_owned())],
-        }
-    }
-}
-
-/// Produces `commands` to `topic` with kcat (idempotent, Kafka's murmur2 partitioner), one
-/// kcat per run of equal key and headers, in order.
-fn produce(bootstrap: &str, topic: &str, commands: &[Cmd]) -> anyhow::Result<()> {
-    let mut start = 0;
-    while start < commands.len() {
-        let first = &commands[start];
-        let same =
-            |c: &Cmd| c.key == first.key && c.topic == first.topic && c.headers == first.headers;
-        let run = commands[start..].iter().take_while(|c| same(c)).count();
-        let mut command = Command::new("kcat");
-        command
-            .args(["-b", bootstrap, "-P", "-t", topic, "-K", "|"])
-            .args(["-X", "partitioner=murmur2_random"])
-            .args(["-X", "enable.idempotence=true"])
-            .args(["-H", &format!("mqtt.topic={}", first.topic)]);
-        for (name, value) in &first.headers {
-            command.args(["-H", &format!("{name}={value}")]);
-        }
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("kcat (scripts/ensure-deps.sh installs it)")?;
-        {
-            use std::io::Write;
-            let mut stdin = child.stdin.take().context("kcat has no stdin")?;
-            for c in &commands[start..start + run] {
-                writeln!(stdin, "{}|{}", c.key, c.value)?;
-            }
-        }
-        let output = child.wait_with_output()?;
-        if !output.status.success() {
-            bail!("kcat failed: {}", String::from_utf8_lossy(&output.stderr));
-        }
-        start += run;
-    }
-    Ok(())
-}
 
 fn start_gateway(
     dir: &TempDir,

@@ -4,11 +4,21 @@
 //! device's readings are in the edge log and in Kafka gap-free from 0 and in order, with no
 //! reading dropped at the device, every reading the device saw acknowledged (its defmt log) is
 //! there, and Kafka holds the edge log exactly once.
+//!
+//! The datacenter talks back: before one of the cuts, each device gets a command produced to
+//! the fleet's command topic with kcat (`period 900 <tag>`, to `sensors/{id}/command`), and the
+//! gateway's power is cut at a random moment of its way (fetched, stored, delivered or
+//! acknowledged: the seed picks the delay). Afterwards each board applied its command exactly
+//! once (its defmt log: one `applied` line; a redelivery shows as `already applied`), its reply
+//! (`sensors/{id}/reply`, routed to the edge topic `replies`) reached Kafka, and the command's
+//! stored copy reached `tern.gw-field.commands` once with a `delivered` outcome from the board's
+//! client id.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use tern_tests::commands::{self, Cmd};
 use tern_tests::firmware::{self, Board, Device, Qemu};
 use tern_tests::system::{Arch, Forward, Guest, SdCard, cross_tern, guest_config};
 use tern_tests::{KafkaCluster, TempDir, TestRng, wait_until};
@@ -26,6 +36,12 @@ const READINGS: u32 = 20;
 const PERIOD_MS: u32 = 1_000;
 /// This gateway's id: its follower topic is apart from the upstream test's on the shared cluster.
 const GATEWAY_ID: &str = "gw-field";
+/// The cut the commands travel through.
+const COMMAND_CUT: usize = 2;
+/// The sampling period the commands set.
+const COMMANDED_PERIOD_MS: u32 = 900;
+/// The longest the cut waits after the commands were produced.
+const COMMAND_CUT_DELAY_MS: u64 = 3_000;
 
 /// `tern_mqtt_publishes_received_total` of the running boot.
 fn received_in_this_boot(guest: &Guest) -> anyhow::Result<u64> {
@@ -48,6 +64,8 @@ pub fn field_in_a_box(arch: Arch, cluster: &KafkaCluster) -> anyhow::Result<()> 
             Device::provisioned(12, "mps2-field-secret").with_period_ms(PERIOD_MS),
         ),
     ];
+    let command_topic = format!("field-commands-{}", arch.name());
+    cluster.create_topic(&command_topic, 3, 3)?;
     let dir = TempDir::new("system-field")?;
     let passwd = dir.path().join("passwd");
     let mut elves = Vec::new();
@@ -60,7 +78,10 @@ pub fn field_in_a_box(arch: Arch, cluster: &KafkaCluster) -> anyhow::Result<()> 
     let config = guest_config(
         "",
         &format!(
-            "[[mqtt.acl]]\ntopic = \"sensors/%u/#\"\naccess = \"readwrite\"\n\n{}value_format = \"reading-json\"\n",
+            "[[mqtt.acl]]\ntopic = \"sensors/%u/#\"\naccess = \"readwrite\"\n\n\
+             [[route]]\nfilter = \"sensors/+/reply\"\ntopic = \"replies\"\n\n\
+             {}value_format = \"reading-json\"\n\
+             [upstream.commands]\ntopic = \"{command_topic}\"\nallow = [\"sensors/+/command\"]\n",
             upstream_section(cluster, GATEWAY_ID)
         ),
     )
@@ -90,6 +111,19 @@ pub fn field_in_a_box(arch: Arch, cluster: &KafkaCluster) -> anyhow::Result<()> 
             || Ok(received_in_this_boot(&guest)? >= more),
         )
         .with_context(|| guest.console_tail(20))?;
+        if cut == COMMAND_CUT {
+            let delay = Duration::from_millis(rng.below(COMMAND_CUT_DELAY_MS));
+            let tags = send_commands(cluster, &command_topic, &boards)?;
+            // Fault placement, not a wait: the seed picks where on its way the cut finds them.
+            std::thread::sleep(delay);
+            let stored = guest
+                .metric_sum("tern_downstream_commands_total", "")
+                .ok()
+                .flatten();
+            eprintln!(
+                "{test}: commands {tags:?} produced; cut {delay:?} later, {stored:?} stored by then"
+            );
+        }
         guest.power_cut()?;
         eprintln!("{test}: power cut {cut} after {more} readings received in this boot");
         card.check_after_cut(&dir.path().join("after-cut.img"))?;
@@ -99,13 +133,17 @@ pub fn field_in_a_box(arch: Arch, cluster: &KafkaCluster) -> anyhow::Result<()> 
     // device's own defmt log must report reading READINGS - 1 acknowledged.
     wait_until(
         Duration::from_secs(300),
-        "each device's readings acknowledged after the last boot",
+        "each device's readings acknowledged after the last boot and its command applied",
         || {
             if received_in_this_boot(&guest)? == 0 {
                 return Ok(false);
             }
-            for qemu in &devices {
-                if last_acknowledged(&qemu.log()?).is_none_or(|acked| acked + 1 < READINGS) {
+            for ((_, device), qemu) in boards.iter().zip(&devices) {
+                let log = qemu.log()?;
+                if last_acknowledged(&log).is_none_or(|acked| acked + 1 < READINGS) {
+                    return Ok(false);
+                }
+                if !log.contains(&format!("command {} applied", tag_of(device))) {
                     return Ok(false);
                 }
             }
@@ -117,7 +155,9 @@ pub fn field_in_a_box(arch: Arch, cluster: &KafkaCluster) -> anyhow::Result<()> 
         .metric_sum("tern_mqtt_connections_refused_total", "")?
         .unwrap_or(0);
     let mut acknowledged = BTreeMap::new();
+    let mut devices_logs = BTreeMap::new();
     for ((_, device), qemu) in boards.iter().zip(&devices) {
+        devices_logs.insert(device.id, qemu.log()?);
         let acked = last_acknowledged(&qemu.log()?)
             .with_context(|| format!("device {}: nothing acknowledged", device.id))?;
         acknowledged.insert(device.id, acked);
@@ -132,6 +172,16 @@ pub fn field_in_a_box(arch: Arch, cluster: &KafkaCluster) -> anyhow::Result<()> 
         || Ok(guest.metric_sum("tern_mqtt_connections", "")? == Some(0)),
     )?;
     wait_forwarded(&mut guest, Duration::from_secs(180))?;
+    wait_until(
+        Duration::from_secs(180),
+        "every edge topic forwarded (commands, outcomes, replies)",
+        || {
+            let behind = guest.metric_sum("tern_upstream_records_behind", "")?;
+            let failing = guest.metric_sum("tern_upstream_failing", "")?;
+            Ok(behind == Some(0) && failing == Some(0))
+        },
+    )?;
+    let commanded = check_commands(cluster, &boards, &devices_logs)?;
     guest.shutdown()?;
     card.check_clean()?;
     let data = SdCard::extract(&card.path, "/data", &dir.path().join("read-back"))?;
@@ -145,10 +195,105 @@ pub fn field_in_a_box(arch: Arch, cluster: &KafkaCluster) -> anyhow::Result<()> 
     }
     let (mirrored, resent) = assert_follower_mirrors_readings(cluster, &data)?;
     eprintln!(
-        "{test}: power cuts {FIELD_CUTS}, readings per device {per_device:?} (gap-free from 0, gaps 0, dropped at the device 0, last acknowledged in the defmt logs {acknowledged:?}), {mirrored} records in {} exactly once and in order (duplicates 0; QoS 1 resends of an unacknowledged reading {resent}), connections refused {refused}; {:.0?} in all",
+        "{test}: power cuts {FIELD_CUTS}, readings per device {per_device:?} (gap-free from 0, gaps 0, dropped at the device 0, last acknowledged in the defmt logs {acknowledged:?}), {mirrored} records in {} exactly once and in order (duplicates 0; QoS 1 resends of an unacknowledged reading {resent}), connections refused {refused}; commands: {commanded}; {:.0?} in all",
         follower_topic(GATEWAY_ID),
         started.elapsed()
     );
+    Ok(())
+}
+
+/// The command tag of `device`.
+fn tag_of(device: &Device) -> String {
+    format!("field-{}", device.id)
+}
+
+/// Produces one `period` command for each board's device to `topic`, addressed to this
+/// gateway; returns their tags.
+fn send_commands(
+    cluster: &KafkaCluster,
+    topic: &str,
+    boards: &[(Board, Device)],
+) -> anyhow::Result<Vec<String>> {
+    let commands: Vec<Cmd> = boards
+        .iter()
+        .map(|(_, device)| {
+            let value = format!("period {COMMANDED_PERIOD_MS} {}", tag_of(device));
+            let mqtt_topic = format!("sensors/{}/command", device.id);
+            Cmd::new(GATEWAY_ID, &mqtt_topic, value)
+        })
+        .collect();
+    commands::produce(&cluster.bootstrap(), topic, &commands)?;
+    Ok(boards.iter().map(|(_, d)| tag_of(d)).collect())
+}
+
+/// Each board applied its command exactly once (`logs`: the devices' defmt logs), its reply
+/// reached Kafka, and the command's stored copy reached the datacenter once with a `delivered`
+/// outcome from the board's client id (the caller waited until every topic was forwarded);
+/// returns a summary for the report.
+fn check_commands(
+    cluster: &KafkaCluster,
+    boards: &[(Board, Device)],
+    logs: &BTreeMap<u32, String>,
+) -> anyhow::Result<String> {
+    let mut summary = Vec::new();
+    for (_, device) in boards {
+        let tag = tag_of(device);
+        let log = logs.get(&device.id).map_or("", String::as_str);
+        let applied = format!("command {tag} applied: period {COMMANDED_PERIOD_MS} ms");
+        let count = log.matches(&applied).count();
+        let again = log
+            .matches(&format!("command {tag} already applied"))
+            .count();
+        assert_eq!(
+            count, 1,
+            "device {}: `{applied}` {count} times in its defmt log",
+            device.id
+        );
+        summary.push(format!("{tag} applied once, redelivered {again}"));
+    }
+    let commands_topic = format!("tern.{GATEWAY_ID}.commands");
+    let replies_topic = format!("tern.{GATEWAY_ID}.replies");
+    let records = cluster.consume_all(&commands_topic, 0)?;
+    let mut replies = Vec::new();
+    for partition in 0..cluster.describe_topic(&replies_topic)?.len() as u32 {
+        let consumed = cluster.consume_all(&replies_topic, partition)?;
+        replies.extend(consumed.into_iter().map(|r| r.value));
+    }
+    commands_verdict(&records, &replies, boards).map_err(anyhow::Error::msg)?;
+    Ok(summary.join(", "))
+}
+
+/// Whether `records` (the forwarded commands' topic) hold each board's command once and its
+/// `delivered` outcome, and `replies` its reply.
+fn commands_verdict(
+    records: &[tern_tests::kafka_tools::ConsumedRecord],
+    replies: &[String],
+    boards: &[(Board, Device)],
+) -> Result<(), String> {
+    for (_, device) in boards {
+        let value = format!("period {COMMANDED_PERIOD_MS} {}", tag_of(device));
+        let stored: Vec<_> = records
+            .iter()
+            .filter(|r| r.value == value && r.header("tern-outcome").is_none())
+            .collect();
+        let [command] = stored.as_slice() else {
+            return Err(format!("{value}: {} stored copies upstream", stored.len()));
+        };
+        let id = command.header("tern-command").unwrap_or_default();
+        let client = format!("tern-{}", device.id);
+        let delivered = records.iter().any(|r| {
+            r.header("tern-command") == Some(id)
+                && r.header("tern-outcome") == Some("delivered")
+                && r.header("tern-client-id") == Some(client.as_str())
+        });
+        if !delivered {
+            return Err(format!("{id}: no delivered outcome from {client}"));
+        }
+        let reply = format!("applied {} period {COMMANDED_PERIOD_MS}", tag_of(device));
+        if !replies.contains(&reply) {
+            return Err(format!("no reply {reply:?} upstream: {replies:?}"));
+        }
+    }
     Ok(())
 }
 

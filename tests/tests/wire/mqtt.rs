@@ -147,6 +147,8 @@ fn config() -> ClientConfig<'static> {
         client_id: "tern-7",
         credentials: None,
         keep_alive_s: 1,
+        // The firmware's persistent session: the flag must reach the broker as sent.
+        clean_session: false,
         connect_timeout_ms: 50,
         ack_timeout_ms: 50,
         max_retries: 2,
@@ -207,7 +209,7 @@ fn every_client_packet_decodes_in_rumqttd_and_reencodes_byte_for_byte() {
             connect.keep_alive,
             connect.clean_session
         ),
-        ("tern-7", 1, true)
+        ("tern-7", 1, false)
     );
     let Rumqttd::Subscribe(subscribe, _) = &broker.received[1].0 else {
         panic!("second packet is not SUBSCRIBE")

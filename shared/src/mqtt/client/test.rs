@@ -118,6 +118,7 @@ fn config() -> ClientConfig<'static> {
         client_id: "tern-7",
         credentials: None,
         keep_alive_s: 2,
+        clean_session: true,
         connect_timeout_ms: 50,
         ack_timeout_ms: 50,
         max_retries: 2,
