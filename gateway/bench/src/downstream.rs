@@ -12,7 +12,7 @@
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use serde::Serialize;
@@ -460,10 +460,7 @@ fn metric(admin: SocketAddr, name: &str) -> Result<u64, BenchError> {
         .sum::<f64>() as u64)
 }
 
-fn now_ms() -> i64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH);
-    now.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use tern_core::time::now_ms;
 
 #[cfg(test)]
 mod tests {

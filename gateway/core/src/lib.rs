@@ -1,7 +1,7 @@
 //! What every crate of the gateway shares and nothing else: human units for configuration
 //! (`ByteSize`, `HumanDuration`), the one configuration error a layer's validation returns
 //! ([`InvalidConfig`]), the shutdown signal, the metrics trait of the admin endpoint, the
-//! stderr diagnostics, the few OS calls outside `std` (`sys`: `statvfs`, the open-files limit),
+//! stderr diagnostics, the wall clock in ms (`time`), the few OS calls outside `std` (`sys`: `statvfs`, the open-files limit),
 //! and the file system (`fs`: the [`fs::Fs`] trait, the real one, the power-cut simulator, the
 //! atomic small-file write), the one door to files of the log, the upstream producer state and
 //! the password file.
@@ -16,6 +16,7 @@ pub mod logging;
 pub mod metrics;
 pub mod shutdown;
 pub mod sys;
+pub mod time;
 mod units;
 
 pub use config::{InvalidConfig, invalid};

@@ -242,9 +242,7 @@ fn write_snapshot(
 
 /// Keeps a damaged cursor file beside the log for the operator and says what was salvaged.
 fn salvaged(fs: &dyn Fs, path: &Path, replayed: &Replayed, len: u64) -> Result<()> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
+    let now = tern_core::time::now_ms();
     let mut kept = path.as_os_str().to_owned();
     kept.push(format!(".damaged-{now}"));
     let kept = PathBuf::from(kept);

@@ -175,13 +175,8 @@ fn read_properties(record: &Record) -> Option<PublishProperties> {
     (properties != PublishProperties::default()).then_some(properties)
 }
 
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+/// Milliseconds since the Unix epoch, now (the clock record timestamps and expiries use).
+pub use tern_core::time::now_ms;
 
 #[cfg(test)]
 mod tests {

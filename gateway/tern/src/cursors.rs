@@ -6,7 +6,6 @@
 //! It moves cursors only through tern-log's public repair calls; it never touches log files.
 
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -45,11 +44,7 @@ pub fn owner_kind(name: &str) -> &'static str {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use tern_core::time::now_ms;
 
 /// The JSON form of the cursor report (admin `GET /cursors`, `tern cursors list --json`).
 pub fn report_json(reports: &[CursorReport]) -> Value {

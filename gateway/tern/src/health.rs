@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -227,9 +227,7 @@ pub struct ClockCheck {
 
 impl Check for ClockCheck {
     fn check(&self, out: &mut Vec<Reason>) {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let now = tern_core::time::now_ms();
         let log_says = self
             .log
             .as_ref()

@@ -130,9 +130,7 @@ async fn appender(
 }
 
 pub(super) fn record(size: usize) -> Record {
-    let timestamp_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let timestamp_ms = tern_core::time::now_ms();
     Record {
         timestamp_ms,
         key: None,

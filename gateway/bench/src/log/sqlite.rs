@@ -124,9 +124,7 @@ fn appender(
     {
         let started = Instant::now();
         let connection = shared.lock().map_err(|_| panicked())?;
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now_ms = tern_core::time::now_ms();
         connection
             .prepare_cached("INSERT INTO messages (ts, payload) VALUES (?1, ?2)")
             .and_then(|mut insert| insert.execute((now_ms, payload)))

@@ -476,11 +476,7 @@ async fn wait_for_window(
     })
 }
 
-fn chrono_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use tern_core::time::now_ms as chrono_now_ms;
 
 /// Values like a fleet's telemetry: JSON readings of 1,000 devices whose temperature, humidity
 /// and supply voltage drift randomly, as many per value as fit, cut to exactly `size` bytes.

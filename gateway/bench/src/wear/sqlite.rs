@@ -84,9 +84,7 @@ fn commit(db: &Connection, arrivals: &[Instant], payload: &[u8]) -> Result<(), B
     let tx = db
         .unchecked_transaction()
         .map_err(|source| sqlite("begin", source))?;
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let now_ms = tern_core::time::now_ms();
     for (i, _) in arrivals.iter().enumerate() {
         let topic = format!("sensors/{}", i % 50);
         tx.prepare_cached("INSERT INTO messages (ts, topic, payload) VALUES (?1, ?2, ?3)")

@@ -265,9 +265,4 @@ pub fn log_error(err: &LogError) -> (ResponseError, String) {
 }
 
 /// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+pub use tern_core::time::now_ms;

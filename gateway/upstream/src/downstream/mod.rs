@@ -449,10 +449,7 @@ fn offset_u64(offset: i64) -> u64 {
 
 /// Milliseconds since the epoch by the gateway's clock (the edge log keeps its timestamps from
 /// going backwards).
-fn wall_clock_ms() -> i64 {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    now.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use tern_core::time::now_ms as wall_clock_ms;
 
 #[cfg(test)]
 mod test;
