@@ -341,11 +341,19 @@ impl KafkaCluster {
         if behind == 0 {
             bail!("{what}: no record waiting at the restore, nothing to time");
         }
+        let io_before = io_progress(gateway);
         self.restore_clients();
         let restored = Instant::now();
         gateway
             .wait_metric(name, labels, what, bound, |n| n.is_some_and(|n| n < behind))
-            .with_context(|| format!("{what}: forwarding did not resume within {bound:?}"))?;
+            .with_context(|| {
+                // Whether the log kept committing meanwhile: a forwarder waits for its cursor's
+                // sync, so a disk that stalls stops forwarding as surely as a client bug.
+                let io_after = io_progress(gateway);
+                format!(
+                    "{what}: forwarding did not resume within {bound:?}; (fsyncs, fsync seconds,                      MQTT publishes received) at the restore {io_before:?}, now {io_after:?}"
+                )
+            })?;
         let resumed = restored.elapsed();
         eprintln!(
             "{what}: forwarding resumed {resumed:?} after the link returned ({behind} records behind)"
@@ -776,4 +784,15 @@ fn spawn_tied_to_parent(command: &mut Command) -> std::io::Result<Child> {
         });
     }
     command.spawn()
+}
+
+/// The log's fsyncs, their seconds and the MQTT publishes `gateway` has received so far (`None`
+/// where it does not say).
+fn io_progress(gateway: &Gateway) -> (Option<u64>, Option<u64>, Option<u64>) {
+    let read = |name: &str| gateway.metric_sum(name, "").ok().flatten();
+    (
+        read("tern_log_fsyncs_total"),
+        read("tern_log_fsync_seconds_total"),
+        read("tern_mqtt_publishes_received_total"),
+    )
 }

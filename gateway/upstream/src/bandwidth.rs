@@ -1,29 +1,93 @@
-//! The `bandwidth` cap of one upstream: a token bucket held by its Kafka connection
-//! (`kafka/`), so all of its forwarders share it, charged with the bytes of every produce
-//! request before it is sent. It holds up to one second's
-//! worth of bytes (the burst), and the forwarders read batches no larger than that, so the link
-//! never sees more than the cap plus one burst in any window. It only delays callers; it never
+//! The `bandwidth` cap of one upstream, shared by priority class: a scheduler held by its Kafka
+//! connection (`kafka/`), so all of its forwarders share it, charged with the bytes of every
+//! produce request before it is sent.
+//!
+//! Each edge topic belongs to a [`Class`] (`[upstream.priorities]`). The cap is shared by
+//! weight among the classes that want to send (weights 16, 4 and 1 for `high`, `normal` and
+//! `low`): when all three have a backlog `high` gets 16/21 of it, `low` 1/21, so a higher class
+//! is never starved by a lower one's backlog and a lower one still moves; a class alone gets all
+//! of it (work-conserving). Two balances decide when a request goes: its class's, which grows at
+//! the class's share of the cap, and the link's, which grows at the cap; a request goes as soon
+//! as both are positive and is charged to both (they may go negative, so a large request is
+//! never starved by small ones). Each holds at most one second's worth ([`BURST`]), and the
+//! forwarders read batches no larger than that, so the link never sees more than the cap plus
+//! one burst in any window. A waiting request looks again at least every [`LOOK_AGAIN`], so a
+//! class going idle hands its share to the others within that. It only delays callers; it never
 //! drops, splits or reorders anything, and it never sleeps while holding its lock.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How much unused allowance the bucket keeps, in time at the capped rate.
+use serde::{Deserialize, Serialize};
+
+/// How much unused allowance a balance keeps, in time at the capped rate.
 pub const BURST: Duration = Duration::from_secs(1);
+/// The longest a waiting request sleeps before it looks at the shares again.
+pub const LOOK_AGAIN: Duration = Duration::from_millis(100);
+
+/// A priority class of the bandwidth cap (`[upstream.priorities]`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Class {
+    High,
+    #[default]
+    Normal,
+    Low,
+}
+
+impl Class {
+    pub const ALL: [Class; 3] = [Class::High, Class::Normal, Class::Low];
+
+    /// The class's weight in the share of the cap.
+    pub fn weight(self) -> u32 {
+        match self {
+            Self::High => 16,
+            Self::Normal => 4,
+            Self::Low => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::High => "high",
+            Self::Normal => "normal",
+            Self::Low => "low",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Self::High => 0,
+            Self::Normal => 1,
+            Self::Low => 2,
+        }
+    }
+}
 
 /// The shared cap; `bytes_per_sec == 0` means unlimited (every call returns at once).
 #[derive(Debug)]
 pub struct Bandwidth {
-    bucket: Option<Mutex<Bucket>>,
+    shares: Option<Mutex<Shares>>,
     bytes_per_sec: u64,
+    /// Edge topic → class (`[upstream.priorities]`); other topics are `normal`.
+    priorities: BTreeMap<String, Class>,
 }
 
 impl Bandwidth {
-    pub fn new(bytes_per_sec: u64) -> Self {
+    pub fn new(bytes_per_sec: u64, priorities: BTreeMap<String, Class>) -> Self {
         Self {
-            bucket: (bytes_per_sec > 0).then(|| Mutex::new(Bucket::new(bytes_per_sec))),
+            shares: (bytes_per_sec > 0).then(|| Mutex::new(Shares::new(bytes_per_sec))),
             bytes_per_sec,
+            priorities,
         }
+    }
+
+    /// The class of edge topic `topic`.
+    pub fn class_of(&self, topic: &str) -> Class {
+        self.priorities.get(topic).copied().unwrap_or_default()
     }
 
     /// The largest batch a forwarder should read: `max_batch_bytes`, or one burst if smaller.
@@ -34,114 +98,284 @@ impl Bandwidth {
         }
     }
 
-    /// Waits until `bytes` may go out under the cap, and charges them.
-    pub async fn acquire(&self, bytes: u64) {
-        let Some(bucket) = &self.bucket else { return };
-        let wait = {
-            let mut bucket = bucket.lock().unwrap_or_else(|e| e.into_inner());
-            bucket.reserve(tokio::time::Instant::now().into_std(), bytes)
-        };
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
+    /// Waits until `bytes` of `class` may go out under the cap, and charges them.
+    pub async fn acquire(&self, class: Class, bytes: u64) {
+        let Some(shares) = &self.shares else { return };
+        // While it waits, the request makes its class active; dropped (or done), it does not.
+        let mut waiting: Option<Waiting<'_>> = None;
+        loop {
+            let wait = {
+                let mut locked = shares.lock().unwrap_or_else(|e| e.into_inner());
+                let now = tokio::time::Instant::now().into_std();
+                let wait = locked.try_take(now, class, bytes);
+                if wait.is_zero() {
+                    return;
+                }
+                if waiting.is_none() {
+                    locked.classes[class.index()].waiting += 1;
+                    waiting = Some(Waiting { shares, class });
+                }
+                wait
+            };
+            tokio::time::sleep(wait.min(LOOK_AGAIN)).await;
         }
     }
 }
 
-/// A token bucket kept as its theoretical arrival time (GCRA): the instant at which everything
-/// reserved so far has been paid for at the capped rate.
+#[cfg(test)]
+impl Bandwidth {
+    /// Bytes charged to each class since start.
+    fn charged(&self) -> [(Class, u64); 3] {
+        let totals = self.shares.as_ref().map_or([0; 3], |shares| {
+            let shares = shares.lock().unwrap_or_else(|e| e.into_inner());
+            shares.classes.each_ref().map(|c| c.charged)
+        });
+        Class::ALL.map(|class| (class, totals[class.index()]))
+    }
+}
+
+/// A request waiting in its class: counted there until dropped.
+struct Waiting<'a> {
+    shares: &'a Mutex<Shares>,
+    class: Class,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
+        let state = &mut shares.classes[self.class.index()];
+        state.waiting = state.waiting.saturating_sub(1);
+    }
+}
+
+/// The balances of the link and of each class, in bytes.
 #[derive(Debug)]
-pub struct Bucket {
+struct Shares {
     bytes_per_sec: f64,
-    paid_until: Option<Instant>,
+    link: f64,
+    classes: [ClassState; 3],
+    updated: Option<Instant>,
 }
 
-impl Bucket {
-    pub fn new(bytes_per_sec: u64) -> Self {
+#[derive(Debug, Default, Clone, Copy)]
+struct ClassState {
+    balance: f64,
+    /// Requests of the class waiting now.
+    waiting: u32,
+    /// Bytes let through since start (the tests' account).
+    charged: u64,
+}
+
+impl Shares {
+    fn new(bytes_per_sec: u64) -> Self {
+        let rate = bytes_per_sec.max(1) as f64;
+        let full = rate * BURST.as_secs_f64();
         Self {
-            bytes_per_sec: bytes_per_sec.max(1) as f64,
-            paid_until: None,
+            bytes_per_sec: rate,
+            link: full,
+            classes: [ClassState {
+                balance: full,
+                ..ClassState::default()
+            }; 3],
+            updated: None,
         }
     }
 
-    /// Reserves `bytes` at `now`; returns how long the caller must wait before sending them.
-    /// After a quiet spell the bucket holds at most [`BURST`] of allowance.
-    pub fn reserve(&mut self, now: Instant, bytes: u64) -> Duration {
-        let cost = Duration::from_secs_f64(bytes as f64 / self.bytes_per_sec);
-        let start = match self.paid_until {
-            Some(paid) if paid > now => paid,
-            _ => now,
+    /// Whether `class` wants to send: a request of it waits, or it still owes bytes (it sent
+    /// more than its share earned so far).
+    fn active(&self, class: Class) -> bool {
+        let state = &self.classes[class.index()];
+        state.waiting > 0 || state.balance < 0.0
+    }
+
+    /// Each class's rate: its weight's share among the active classes (an idle class as if it
+    /// joined them).
+    fn rates(&self) -> [f64; 3] {
+        let active: u32 = Class::ALL
+            .iter()
+            .filter(|c| self.active(**c))
+            .map(|c| c.weight())
+            .sum();
+        Class::ALL.map(|class| {
+            let total = match self.active(class) {
+                true => active,
+                false => active + class.weight(),
+            };
+            self.bytes_per_sec * f64::from(class.weight()) / f64::from(total.max(1))
+        })
+    }
+
+    /// Grows every balance by what the time since the last look earned, up to one burst.
+    fn advance(&mut self, now: Instant) {
+        let elapsed = self
+            .updated
+            .map_or(0.0, |at| now.saturating_duration_since(at).as_secs_f64());
+        self.updated = Some(self.updated.map_or(now, |at| at.max(now)));
+        let full = self.bytes_per_sec * BURST.as_secs_f64();
+        let rates = self.rates();
+        self.link = (self.link + self.bytes_per_sec * elapsed).min(full);
+        for (state, rate) in self.classes.iter_mut().zip(rates) {
+            state.balance = (state.balance + rate * elapsed).min(full);
+        }
+    }
+
+    /// Charges `bytes` to `class` if both balances are positive (zero returned), else how long
+    /// until they may be at the present rates.
+    fn try_take(&mut self, now: Instant, class: Class, bytes: u64) -> Duration {
+        self.advance(now);
+        let rates = self.rates();
+        let state = &mut self.classes[class.index()];
+        if state.balance > 0.0 && self.link > 0.0 {
+            state.balance -= bytes as f64;
+            state.charged += bytes;
+            self.link -= bytes as f64;
+            return Duration::ZERO;
+        }
+        let owed = |balance: f64, rate: f64| {
+            Duration::from_secs_f64((-balance).max(0.0) / rate.max(1.0)) + Duration::from_millis(1)
         };
-        let paid = start + cost;
-        self.paid_until = Some(paid);
-        paid.saturating_duration_since(now).saturating_sub(BURST)
+        owed(state.balance, rates[class.index()]).max(owed(self.link, self.bytes_per_sec))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
-    /// Sends `chunks` through a bucket as fast as it allows; returns when the last one may go.
-    fn last_send(bucket: &mut Bucket, start: Instant, chunks: &[u64]) -> Duration {
-        let mut now = start;
-        for &bytes in chunks {
-            now += bucket.reserve(now, bytes);
-        }
-        now - start
-    }
-
-    #[test]
-    fn a_burst_goes_at_once_and_the_rest_at_the_capped_rate() {
-        let start = Instant::now();
-        let mut bucket = Bucket::new(1000);
-        // One second's worth passes without waiting.
-        assert_eq!(bucket.reserve(start, 1000), Duration::ZERO);
-        // Everything after it is paced: 500 more bytes are due 0.5 s later.
-        assert_eq!(bucket.reserve(start, 500), Duration::from_millis(500));
-        // 10,000 bytes in 100-byte chunks take (10,000 - 1,000) / 1,000 = 9 s.
-        let mut bucket = Bucket::new(1000);
-        let elapsed = last_send(&mut bucket, start, &[100; 100]);
-        assert_eq!(elapsed, Duration::from_millis(9_000));
-    }
-
-    #[test]
-    fn idle_time_refills_at_most_one_burst() {
-        let start = Instant::now();
-        let mut bucket = Bucket::new(1000);
-        assert_eq!(bucket.reserve(start, 3000), Duration::from_secs(2));
-        // A minute later the bucket is full again, but holds one second, not sixty.
-        let later = start + Duration::from_secs(60);
-        assert_eq!(bucket.reserve(later, 1000), Duration::ZERO);
-        assert_eq!(bucket.reserve(later, 1000), Duration::from_secs(1));
-    }
-
-    #[test]
-    fn a_batch_larger_than_the_burst_is_sent_late_not_refused() {
-        let start = Instant::now();
-        let mut bucket = Bucket::new(100);
-        assert_eq!(bucket.reserve(start, 1000), Duration::from_secs(9));
-        assert_eq!(bucket.reserve(start, 100), Duration::from_secs(10));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn forwarders_sharing_a_cap_are_paced_together() {
-        let cap = std::sync::Arc::new(Bandwidth::new(2000));
-        let started = tokio::time::Instant::now();
+    /// Runs `senders` (class, request size, requests; `None` = as many as it can) on one cap
+    /// for `run`; returns the bytes each class was let through.
+    async fn share_out(
+        rate: u64,
+        senders: &[(Class, u64, Option<u32>)],
+        run: Duration,
+    ) -> [(Class, u64); 3] {
+        let cap = Arc::new(Bandwidth::new(rate, BTreeMap::new()));
         let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..4 {
-            let cap = std::sync::Arc::clone(&cap);
+        for &(class, bytes, count) in senders {
+            let cap = Arc::clone(&cap);
             tasks.spawn(async move {
-                for _ in 0..10 {
-                    cap.acquire(250).await;
+                let mut sent = 0;
+                while count.is_none_or(|c| sent < c) {
+                    cap.acquire(class, bytes).await;
+                    sent += 1;
                 }
             });
         }
+        tokio::time::sleep(run).await;
+        tasks.abort_all();
         while tasks.join_next().await.is_some() {}
-        // 4 x 10 x 250 = 10,000 bytes at 2,000 B/s with a one-second burst: 4 s.
+        cap.charged()
+    }
+
+    fn of(charged: [(Class, u64); 3], class: Class) -> u64 {
+        charged
+            .iter()
+            .find(|(c, _)| *c == class)
+            .map_or(0, |(_, bytes)| *bytes)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_class_alone_gets_the_whole_cap_and_one_burst() {
+        let charged = share_out(1000, &[(Class::Low, 100, None)], Duration::from_secs(10)).await;
+        // 10 s at 1,000 B/s plus the one-second burst, within one request.
+        let low = of(charged, Class::Low);
+        assert!((10_900..=11_100).contains(&low), "{low}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backlogged_classes_share_the_cap_by_weight_and_the_lowest_still_moves() {
+        let senders = [
+            (Class::High, 100, None),
+            (Class::Normal, 100, None),
+            (Class::Low, 100, None),
+        ];
+        let charged = share_out(2100, &senders, Duration::from_secs(60)).await;
+        let (high, normal, low) = (
+            of(charged, Class::High),
+            of(charged, Class::Normal),
+            of(charged, Class::Low),
+        );
+        let total = high + normal + low;
+        // 60 s at 2,100 B/s, plus each class's starting burst at most.
+        assert!(total <= 60 * 2100 + 3 * 2100 + 300, "{total}");
+        // 16 : 4 : 1 of 126,000 B is 96,000 : 24,000 : 6,000, give or take the bursts.
+        assert!((93_000..=100_000).contains(&high), "{charged:?}");
+        assert!((22_000..=27_000).contains(&normal), "{charged:?}");
+        assert!((5_000..=9_000).contains(&low), "{charged:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_higher_class_goes_first_behind_a_lower_backlog() {
+        let cap = Arc::new(Bandwidth::new(1000, BTreeMap::new()));
+        let backlog = {
+            let cap = Arc::clone(&cap);
+            tokio::spawn(async move {
+                loop {
+                    cap.acquire(Class::Low, 1000).await;
+                }
+            })
+        };
+        // The backlog has used its burst and owes a second's worth.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let asked = tokio::time::Instant::now();
+        for _ in 0..5 {
+            cap.acquire(Class::High, 100).await;
+        }
+        let waited = asked.elapsed();
+        backlog.abort();
+        // Five small requests behind 30 s of low-class backlog: the link's debt (at most one
+        // request, 1 s) and then the high class's 16/17 of the cap, never the backlog's queue.
+        assert!(waited <= Duration::from_millis(1_700), "{waited:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_class_going_idle_hands_its_share_back_within_a_look() {
+        // High sends 5 s' worth and stops; low, backlogged, then gets the whole cap again.
+        let senders = [(Class::High, 500, Some(10)), (Class::Low, 500, None)];
+        let charged = share_out(1000, &senders, Duration::from_secs(30)).await;
+        let low = of(charged, Class::Low);
+        // Of 31 s at 1,000 B/s (with the burst), high took 5,000 B: low gets about the rest.
+        assert!(low >= 24_000, "{charged:?}");
+        assert_eq!(of(charged, Class::High), 5_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_larger_than_the_burst_is_sent_late_not_refused() {
+        let cap = Bandwidth::new(100, BTreeMap::new());
+        let started = tokio::time::Instant::now();
+        cap.acquire(Class::Normal, 1000).await;
+        cap.acquire(Class::Normal, 100).await;
+        // The first goes at once on the burst; it owes 900 B, 9 s at 100 B/s.
         let elapsed = started.elapsed();
-        assert!(elapsed >= Duration::from_secs(4), "{elapsed:?}");
-        assert!(elapsed < Duration::from_millis(4_100), "{elapsed:?}");
-        assert_eq!(cap.batch_limit(512 * 1024), 2000);
-        assert_eq!(Bandwidth::new(0).batch_limit(512 * 1024), 512 * 1024);
+        assert!(
+            (Duration::from_secs(9)..Duration::from_millis(9_200)).contains(&elapsed),
+            "{elapsed:?}"
+        );
+        assert_eq!(cap.batch_limit(512 * 1024), 100);
+        assert_eq!(
+            Bandwidth::new(0, BTreeMap::new()).batch_limit(512 * 1024),
+            512 * 1024
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_wait_leaves_its_class_idle() {
+        let cap = Arc::new(Bandwidth::new(1000, BTreeMap::new()));
+        cap.acquire(Class::High, 3000).await;
+        let waiter = {
+            let cap = Arc::clone(&cap);
+            tokio::spawn(async move { cap.acquire(Class::High, 100).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waiter.abort();
+        let _ = waiter.await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let shares = cap
+            .shares
+            .as_ref()
+            .map(|s| s.lock().map(|s| s.classes[0].waiting));
+        assert!(matches!(shares, Some(Ok(0))), "{shares:?}");
     }
 }

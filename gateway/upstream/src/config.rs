@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use tern_core::{ByteSize, HumanDuration};
 
+use crate::bandwidth::Class;
+
 /// One upstream Kafka cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -53,6 +55,9 @@ pub struct UpstreamConfig {
     /// Cap on the bytes produced per second across all partitions of this upstream, counted
     /// like `max_batch_bytes` (before compression); `0` = unlimited.
     pub bandwidth: ByteSize,
+    /// `[upstream.priorities]`: edge topic → priority class (`high`, `normal`, `low`) in the
+    /// share of `bandwidth`; topics not named are `normal`. Weights 16, 4, 1 (`bandwidth.rs`).
+    pub priorities: BTreeMap<String, Class>,
     /// Replication factor of upstream topics tern creates.
     pub replication_factor: u16,
     /// Topic configs (`name = value`) sent with CreateTopics when tern creates an upstream topic,
@@ -80,6 +85,13 @@ pub struct UpstreamConfig {
     pub state_dir: Option<PathBuf>,
 }
 
+impl UpstreamConfig {
+    /// The priority class of edge topic `topic` (`[upstream.priorities]`, else `normal`).
+    pub fn class_of(&self, topic: &str) -> Class {
+        self.priorities.get(topic).copied().unwrap_or_default()
+    }
+}
+
 impl Default for UpstreamConfig {
     fn default() -> Self {
         Self {
@@ -97,6 +109,7 @@ impl Default for UpstreamConfig {
             max_batch_bytes: ByteSize(512 * 1024),
             linger: HumanDuration(std::time::Duration::from_millis(5)),
             bandwidth: ByteSize(0),
+            priorities: BTreeMap::new(),
             replication_factor: 3,
             topic_configs: BTreeMap::new(),
             backoff_min: HumanDuration(std::time::Duration::from_millis(100)),
@@ -506,6 +519,29 @@ mod tests {
             ..config
         };
         assert_eq!(key(long), Err("upstream.linger".to_owned()));
+        Ok(())
+    }
+
+    #[test]
+    fn priorities_name_a_class_per_edge_topic_and_refuse_unknown_classes()
+    -> Result<(), toml::de::Error> {
+        let config: UpstreamConfig = toml::from_str(
+            "bootstrap = [\"k:9093\"]\nbandwidth = \"125KB\"\n\
+             [priorities]\nalarms = \"high\"\ntelemetry = \"low\"\n",
+        )?;
+        assert_eq!(config.class_of("alarms"), Class::High);
+        assert_eq!(config.class_of("telemetry"), Class::Low);
+        assert_eq!(config.class_of("mqtt"), Class::Normal);
+        let unknown = toml::from_str::<UpstreamConfig>(
+            "bootstrap = [\"k:9093\"]\n[priorities]\nalarms = \"urgent\"\n",
+        );
+        let message = unknown.map(drop).map_err(|e| e.to_string());
+        assert!(
+            message
+                .as_ref()
+                .is_err_and(|m| m.contains("urgent") && m.contains("high")),
+            "{message:?}"
+        );
         Ok(())
     }
 

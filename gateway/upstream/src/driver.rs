@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use tern_core::shutdown::Shutdown;
 use tern_log::{LogError, LogPort};
 
+use crate::bandwidth::Class;
 use crate::config::UpstreamConfig;
 use crate::error::UpstreamError;
 use crate::provenance::Provenance;
@@ -36,6 +37,8 @@ pub struct PartitionStatus {
     /// Fetch, and how many commands addressed to this gateway were refused.
     pub upstream_end: Option<u64>,
     pub refused: u64,
+    /// The edge topic's priority class in the share of the `bandwidth` cap.
+    pub class: Class,
 }
 
 /// Status of every forwarded partition, keyed by (edge topic, partition).
@@ -55,6 +58,15 @@ pub fn connected(status: &StatusMap, source: &Provenance, next: u64) {
     update(status, source, |s| {
         s.connected = true;
         s.next = next;
+    });
+}
+
+/// A forwarder's session is connected and resumes at `next`, its edge topic in `class`.
+pub fn forwarding(status: &StatusMap, source: &Provenance, next: u64, class: Class) {
+    update(status, source, |s| {
+        s.connected = true;
+        s.next = next;
+        s.class = class;
     });
 }
 

@@ -1,5 +1,5 @@
 //! Per-partition forwarding metrics on `/metrics`: records behind, forwarded totals, connected,
-//! and whether the last attempt failed; and the downstream's per command partition (next offset,
+//! and whether the last attempt failed, and the backlog and bytes of each priority class; and the downstream's per command partition (next offset,
 //! lag, commands stored and refused). Reads the shared status and the edge log's offsets; never
 //! changes either.
 
@@ -9,6 +9,7 @@ use std::fmt::Write;
 use tern_core::metrics::MetricsSource;
 use tern_log::LogPort;
 
+use crate::bandwidth::Class;
 use crate::driver::{PartitionStatus, StatusMap};
 
 /// The upstream families for the admin endpoint.
@@ -75,6 +76,46 @@ impl<L: LogPort> MetricsSource for UpstreamMetrics<L> {
             4 => u64::from(s.connected),
             _ => u64::from(s.last_error.is_some()),
         });
+        self.render_classes(out, &map);
+    }
+}
+
+impl<L: LogPort> UpstreamMetrics<L> {
+    /// Records behind and bytes forwarded per priority class of the `bandwidth` cap.
+    fn render_classes(&self, out: &mut String, map: &BTreeMap<(String, u32), PartitionStatus>) {
+        let mut behind = [0u64; 3];
+        let mut bytes = [0u64; 3];
+        for ((topic, partition), s) in map {
+            let Some(i) = Class::ALL.iter().position(|c| *c == s.class) else {
+                continue;
+            };
+            let end = self
+                .log
+                .offsets(topic, *partition)
+                .map_or(0, |(_, end)| end);
+            behind[i] += end.saturating_sub(s.next);
+            bytes[i] += s.forwarded_bytes;
+        }
+        for (name, kind, help, values) in [
+            (
+                "tern_upstream_class_records_behind",
+                "gauge",
+                "Durable edge records not yet forwarded, per priority class.",
+                behind,
+            ),
+            (
+                "tern_upstream_class_forwarded_bytes_total",
+                "counter",
+                "Uncompressed bytes forwarded since start, per priority class.",
+                bytes,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (class, value) in Class::ALL.iter().zip(values) {
+                let _ = writeln!(out, "{name}{{class=\"{}\"}} {value}", class.name());
+            }
+        }
     }
 }
 
@@ -161,5 +202,62 @@ impl MetricsSource for DownstreamMetrics {
             4 => u64::from(s.connected),
             _ => u64::from(s.last_error.is_some()),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tern_log::{MemoryLog, Record};
+
+    use super::*;
+
+    fn record() -> Record {
+        Record {
+            timestamp_ms: 1,
+            key: None,
+            value: vec![0; 10],
+            headers: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn each_class_shows_its_backlog_and_bytes() -> Result<(), Box<dyn std::error::Error>> {
+        let log = MemoryLog::new(1);
+        log.create_topic("alarms", 1)?;
+        log.create_topic("telemetry", 1)?;
+        log.append("alarms", 0, vec![record(); 3]).await?;
+        log.append("telemetry", 0, vec![record(); 50]).await?;
+        let status: StatusMap = Arc::new(Mutex::new(BTreeMap::new()));
+        {
+            let mut map = status.lock().map_err(|_| "poisoned")?;
+            let alarms = PartitionStatus {
+                next: 3,
+                forwarded_bytes: 30,
+                class: Class::High,
+                ..PartitionStatus::default()
+            };
+            let telemetry = PartitionStatus {
+                next: 20,
+                forwarded_bytes: 200,
+                class: Class::Low,
+                ..PartitionStatus::default()
+            };
+            map.insert(("alarms".to_owned(), 0), alarms);
+            map.insert(("telemetry".to_owned(), 0), telemetry);
+        }
+        let mut out = String::new();
+        UpstreamMetrics::new(status, log).render(&mut out);
+        for line in [
+            "tern_upstream_class_records_behind{class=\"high\"} 0",
+            "tern_upstream_class_records_behind{class=\"normal\"} 0",
+            "tern_upstream_class_records_behind{class=\"low\"} 30",
+            "tern_upstream_class_forwarded_bytes_total{class=\"high\"} 30",
+            "tern_upstream_class_forwarded_bytes_total{class=\"low\"} 200",
+        ] {
+            assert!(out.lines().any(|l| l == line), "no {line:?} in\n{out}");
+        }
+        Ok(())
     }
 }

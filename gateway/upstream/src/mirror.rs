@@ -78,7 +78,8 @@ impl<L: LogPort, C: Cluster> MirrorForwarder<L, C> {
             .partition(&self.upstream_topic, partition)
             .await?;
         let mut next = self.catch_up(&upstream).await?;
-        driver::connected(&self.status, &self.source, next);
+        let class = self.config.class_of(topic);
+        driver::forwarding(&self.status, &self.source, next, class);
         let mut durable_end = self
             .log
             .subscribe(topic, partition)

@@ -187,7 +187,10 @@ impl KafkaUpstream {
         ablation: Ablation,
     ) -> Result<Self, UpstreamError> {
         let tls = config.tls.as_ref().map(tls_config).transpose()?;
-        let bandwidth = Arc::new(Bandwidth::new(config.bandwidth.0));
+        let bandwidth = Arc::new(Bandwidth::new(
+            config.bandwidth.0,
+            config.priorities.clone(),
+        ));
         let producer = (config.mode == Mode::Mirror).then(|| {
             let producer = Producer::new(config.state_dir.clone());
             match ablation.without_idempotence {

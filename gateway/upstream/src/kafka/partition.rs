@@ -233,7 +233,8 @@ impl UpstreamPartition {
         for (batch, bytes) in batches {
             let edge_offset = offsets.get(first).copied().unwrap_or(0);
             first += batch.len();
-            self.bandwidth.acquire(bytes).await;
+            let class = self.bandwidth.class_of(&source.topic);
+            self.bandwidth.acquire(class, bytes).await;
             let encoded = produce::encode_batch(stamp, edge_offset, batch, codec)
                 .map_err(|e| self.error("produce", e))?;
             let leader = self.leader_in(&mut slot).await?;

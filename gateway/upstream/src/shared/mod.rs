@@ -153,7 +153,8 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
                 .map_err(|source| self.txn_error(txn, "init producer id", source))?;
         }
         let mut next = self.resume().await?;
-        driver::connected(&self.status, &self.source, next);
+        let class = self.config.class_of(topic);
+        driver::forwarding(&self.status, &self.source, next, class);
         let mut upstream = BTreeMap::new();
         let mut durable_end = self
             .log
