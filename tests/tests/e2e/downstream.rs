@@ -228,7 +228,7 @@ pub(super) fn commands_reach_devices_exactly_once_on(
     }
     let mut b1 = RawClient::connect(b.mqtt, "b1", 60, false, false)?;
     b1.subscribe("devices/b1/cmd", 1, 1)?;
-    let b5 = devices::Mqtt5Device::subscribe(b.mqtt)?;
+    let mut b5 = devices::Mqtt5Device::subscribe(b.mqtt)?;
     let mut b2 = devices::shared_subscriber(b.mqtt)?;
 
     let mut for_a = BTreeSet::new();
@@ -384,6 +384,7 @@ pub(super) fn commands_reach_devices_exactly_once_on(
         replies.extend(cluster.consume_all(&b_mqtt, partition)?);
     }
     devices::check_reply(&replies).map_err(anyhow::Error::msg)?;
+    b5.received_exactly_once()?;
 
     // The group shows no lag.
     for row in cluster.group_offsets(&format!("{PREFIX}gw-a.commands"))? {

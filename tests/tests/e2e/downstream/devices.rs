@@ -2,7 +2,8 @@
 //! `mosquitto_sub`) that takes a request/response command at QoS 2 and replies with
 //! `mosquitto_pub` to the response topic with the correlation data; a `$share` subscriber; a
 //! command whose topic no device subscribes to, and a live one with a short expiry. Checked
-//! upstream: each one's outcome (`delivered` at QoS 2 from the MQTT 5 device, `delivered` from
+//! upstream: each one's outcome (`delivered` at QoS 2 from the MQTT 5 device, which received the
+//! request exactly once over the whole run, `delivered` from
 //! the shared subscriber, `no-subscriber` for the unheard one and never for the live one), and
 //! the reply forwarded like any record, its correlation data intact.
 
@@ -49,10 +50,12 @@ pub(super) fn commands() -> Vec<Cmd> {
 }
 
 /// The MQTT 5 device: `mosquitto_sub` at QoS 2 printing QoS, response topic, correlation data
-/// and payload of the one message it waits for; its stdout lines arrive on a channel.
+/// and payload of each message, online for the whole run; its stdout lines arrive on a channel.
 pub(super) struct Mqtt5Device {
     child: Child,
     lines: Receiver<String>,
+    /// Messages it printed so far.
+    received: usize,
 }
 
 impl Mqtt5Device {
@@ -62,7 +65,7 @@ impl Mqtt5Device {
         let mut child = Command::new("stdbuf")
             .args(["-oL", "mosquitto_sub"])
             .args(["-h", "127.0.0.1", "-p", &mqtt.port().to_string()])
-            .args(["-V", "mqttv5", "-i", "b5", "-q", "2", "-C", "1", "-d"])
+            .args(["-V", "mqttv5", "-i", "b5", "-q", "2", "-d"])
             .args(["-t", "devices/b5/cmd", "-F", "CMD|%q|%R|%D|%p"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -77,7 +80,11 @@ impl Mqtt5Device {
                 }
             }
         });
-        let mut device = Self { child, lines };
+        let mut device = Self {
+            child,
+            lines,
+            received: 0,
+        };
         device.line_containing("SUBACK")?;
         Ok(device)
     }
@@ -88,6 +95,7 @@ impl Mqtt5Device {
                 .lines
                 .recv_timeout(Duration::from_secs(90))
                 .with_context(|| format!("mosquitto_sub printed no line with {what:?}"))?;
+            self.received += usize::from(line.starts_with("CMD|"));
             if line.contains(what) {
                 return Ok(line);
             }
@@ -96,9 +104,8 @@ impl Mqtt5Device {
 
     /// Waits for the request, checks what MQTT 5 carried and answers it like a device would:
     /// a publish to the response topic with the correlation data.
-    pub(super) fn answer(mut self, mqtt: SocketAddr) -> anyhow::Result<()> {
+    pub(super) fn answer(&mut self, mqtt: SocketAddr) -> anyhow::Result<()> {
         let line = self.line_containing("CMD|")?;
-        let _ = self.child.wait();
         let fields: Vec<&str> = line.splitn(5, '|').collect();
         let [_, qos, response_topic, correlation, payload] = fields.as_slice() else {
             bail!("mosquitto_sub printed {line:?}");
@@ -117,6 +124,23 @@ impl Mqtt5Device {
             .context("mosquitto_pub")?;
         if !status.success() {
             bail!("mosquitto_pub of the reply failed: {status}");
+        }
+        Ok(())
+    }
+}
+
+impl Mqtt5Device {
+    /// Ends the device (at the end of the run) and checks that the QoS 2 request arrived
+    /// exactly once.
+    pub(super) fn received_exactly_once(mut self) -> anyhow::Result<()> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // The reader thread ends at the pipe's end; everything it read is on the channel.
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(10)) {
+            self.received += usize::from(line.starts_with("CMD|"));
+        }
+        if self.received != 1 {
+            bail!("the QoS 2 request arrived {} times", self.received);
         }
         Ok(())
     }
