@@ -239,7 +239,7 @@ impl StatusPage {
                 json!({
                     "topic": topic, "partition": partition, "connected": s.connected,
                     "next": s.next, "forwarded_records": s.forwarded_records,
-                    "last_error": s.last_error,
+                    "class": s.class.name(), "last_error": s.last_error,
                 })
             })
             .collect();

@@ -668,6 +668,7 @@ fn the_status_page_renders_in_a_headless_browser() -> anyhow::Result<()> {
         "mqtt:viewer",
         "mqtt session",
         "id=\"upstream-state\" class=\"bad\">not connected",
+        "<th>priority class</th>",
         "<polyline id=\"backlog-line\" points=\"",
         "fdatasync mean latency",
         "projected card lifetime",
