@@ -3,7 +3,8 @@
 //! one the ACL refuses) reach each real `tern serve` through its link proxy while the link is
 //! cut, gateway A is SIGKILLed and restarted, and a command partition's leader dies. Checked
 //! afterwards: A's edge log holds every command addressed to it exactly once and in source
-//! order, none of B's; A's persistent-session devices, offline throughout, receive every
+//! order, none of B's; A's persistent-session devices (`mosquitto_sub -c`), offline throughout,
+//! receive every
 //! unexpired command once they connect, and not the one whose MQTT expiry passed; B's online
 //! device receives its commands live; every command's stored copy reached the datacenter once
 //! (mirror mode's `ds.gw-a.commands`), with its outcomes (`delivered` by each device,
@@ -40,6 +41,9 @@ const COMMANDS: &str = "ds-commands";
 const PREFIX: &str = "ds.";
 const LOG_TOPIC: &str = "commands";
 const STORED: &str = "tern_downstream_commands_total";
+/// Gateway A's devices (`mosquitto_sub -c`, persistent sessions): client id and filter. They
+/// subscribe once and stay offline until the end.
+const A_DEVICES: [(&str, &str); 2] = [("a1", "devices/+/cmd"), ("a2", "devices/a2/cmd")];
 
 fn start_gateway(
     dir: &TempDir,
@@ -221,10 +225,8 @@ pub(super) fn commands_reach_devices_exactly_once_on(
     let mut b = start_gateway(&dir_b, "gw-b", &[], &proxied, free_port()?)?;
 
     // A's devices subscribe once and go offline; B's device stays online.
-    for (id, filter) in [("a1", "devices/+/cmd"), ("a2", "devices/a2/cmd")] {
-        let mut device = RawClient::connect(a.mqtt, id, 60, false, false)?;
-        device.subscribe(filter, 1, 1)?;
-        device.disconnect()?;
+    for (id, filter) in A_DEVICES {
+        devices::subscribe_and_leave(a.mqtt, id, filter)?;
     }
     let mut b1 = RawClient::connect(b.mqtt, "b1", 60, false, false)?;
     b1.subscribe("devices/b1/cmd", 1, 1)?;
@@ -325,19 +327,14 @@ pub(super) fn commands_reach_devices_exactly_once_on(
         .filter(|v| !refused.contains(*v) && *v != "r1-expiring")
         .cloned()
         .collect();
-    let mut a1 = RawClient::connect(a.mqtt, "a1", 60, false, false)?;
-    let got = receive_all(&mut a1, &delivered)?;
-    assert!(
-        !got.iter().any(|v| v == "r1-expiring"),
-        "the expired command was delivered: {got:?}"
-    );
-    let mut a2 = RawClient::connect(a.mqtt, "a2", 60, false, false)?;
     let a2_want: BTreeSet<String> = ["r1-site-1", "r1-a2-lasting"].map(str::to_owned).into();
-    let got = receive_all(&mut a2, &a2_want)?;
-    assert!(
-        !got.iter().any(|v| v == "r1-expiring"),
-        "the expired command was delivered: {got:?}"
-    );
+    for ((id, filter), want) in A_DEVICES.into_iter().zip([&delivered, &a2_want]) {
+        let got = devices::come_back(a.mqtt, id, filter, want)?;
+        assert!(
+            !got.iter().any(|v| v == "r1-expiring"),
+            "{id}: the expired command was delivered: {got:?}"
+        );
+    }
 
     // The stored copies reached the datacenter once each (mirror mode).
     a.wait_forwarded(&format!("topic=\"{LOG_TOPIC}\""), Duration::from_secs(60))?;

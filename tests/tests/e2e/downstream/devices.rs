@@ -7,12 +7,12 @@
 //! the shared subscriber, `no-subscriber` for the unheard one and never for the live one), and
 //! the reply forwarded like any record, its correlation data intact.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use tern_tests::kafka_tools::ConsumedRecord;
@@ -61,25 +61,11 @@ pub(super) struct Mqtt5Device {
 impl Mqtt5Device {
     /// Connects as `b5`, subscribes at QoS 2 and waits for the SUBACK.
     pub(super) fn subscribe(mqtt: SocketAddr) -> anyhow::Result<Self> {
-        // Line-buffered: its debug lines (the SUBACK) are not flushed on their own.
-        let mut child = Command::new("stdbuf")
-            .args(["-oL", "mosquitto_sub"])
-            .args(["-h", "127.0.0.1", "-p", &mqtt.port().to_string()])
-            .args(["-V", "mqttv5", "-i", "b5", "-q", "2", "-d"])
-            .args(["-t", "devices/b5/cmd", "-F", "CMD|%q|%R|%D|%p"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("mosquitto_sub (scripts/ensure-deps.sh installs it)")?;
-        let stdout = child.stdout.take().context("mosquitto_sub has no stdout")?;
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let (child, lines) = mosquitto_sub(
+            mqtt,
+            &["-V", "mqttv5", "-i", "b5", "-q", "2", "-d"],
+            &["-t", "devices/b5/cmd", "-F", "CMD|%q|%R|%D|%p"],
+        )?;
         let mut device = Self {
             child,
             lines,
@@ -153,6 +139,80 @@ impl Drop for Mqtt5Device {
             let _ = self.child.wait();
         }
     }
+}
+
+/// `mosquitto_sub` to the gateway at `mqtt` with `options` and `topic_args`, line-buffered (its
+/// debug lines, the SUBACK's, are not flushed on their own); its stdout lines on a channel.
+fn mosquitto_sub(
+    mqtt: SocketAddr,
+    options: &[&str],
+    topic_args: &[&str],
+) -> anyhow::Result<(Child, Receiver<String>)> {
+    let mut child = Command::new("stdbuf")
+        .args(["-oL", "mosquitto_sub"])
+        .args(["-h", "127.0.0.1", "-p", &mqtt.port().to_string()])
+        .args(options)
+        .args(topic_args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("mosquitto_sub (scripts/ensure-deps.sh installs it)")?;
+    let stdout = child.stdout.take().context("mosquitto_sub has no stdout")?;
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    Ok((child, lines))
+}
+
+/// A device with a persistent session, as `mosquitto_sub -c` (clean session off, QoS 1):
+/// `id` subscribes to `filter` and leaves at once (`-E`), its session kept by the gateway.
+pub(super) fn subscribe_and_leave(mqtt: SocketAddr, id: &str, filter: &str) -> anyhow::Result<()> {
+    let status = Command::new("mosquitto_sub")
+        .args(["-h", "127.0.0.1", "-p", &mqtt.port().to_string()])
+        .args(["-c", "-i", id, "-q", "1", "-t", filter, "-E"])
+        .stdout(Stdio::null())
+        .status()
+        .context("mosquitto_sub (scripts/ensure-deps.sh installs it)")?;
+    if !status.success() {
+        bail!("mosquitto_sub -E for {id} failed: {status}");
+    }
+    Ok(())
+}
+
+/// The persistent device `id` comes back (`mosquitto_sub -c`, same filter) and reads what its
+/// session kept until every value in `want` arrived (duplicates allowed at QoS 1); returns
+/// everything it printed.
+pub(super) fn come_back(
+    mqtt: SocketAddr,
+    id: &str,
+    filter: &str,
+    want: &BTreeSet<String>,
+) -> anyhow::Result<Vec<String>> {
+    let (mut child, lines) = mosquitto_sub(mqtt, &["-c", "-i", id, "-q", "1"], &["-t", filter])?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut got = Vec::new();
+    let result = loop {
+        if want.iter().all(|w| got.contains(w)) {
+            break Ok(got);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => got.push(line),
+            Err(_) => {
+                break Err(anyhow::anyhow!(
+                    "{id} received {got:?}, still waiting for some of {want:?}"
+                ));
+            }
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    result
 }
 
 /// The `$share` subscriber `b2`, online.
