@@ -7,8 +7,8 @@
 //!
 //! The datacenter talks back: before one of the cuts, each device gets a command produced to
 //! the fleet's command topic with kcat (`period 900 <tag>`, to `sensors/{id}/command`), and the
-//! gateway's power is cut at a random moment of its way (fetched, stored, delivered or
-//! acknowledged: the seed picks the delay). Afterwards each board applied its command exactly
+//! gateway's power is cut at a point of their way the seed picks, each reached by a signal
+//! (just produced, one or both stored, one applied: `COMMAND_PHASES`). Afterwards each board applied its command exactly
 //! once (its defmt log: one `applied` line; a redelivery shows as `already applied`), its reply
 //! (`sensors/{id}/reply`, routed to the edge topic `replies`) reached Kafka, and the command's
 //! stored copy reached `tern.gw-field.commands` once with a `delivered` outcome from the board's
@@ -40,8 +40,13 @@ const GATEWAY_ID: &str = "gw-field";
 const COMMAND_CUT: usize = 2;
 /// The sampling period the commands set.
 const COMMANDED_PERIOD_MS: u32 = 900;
-/// The longest the cut waits after the commands were produced.
-const COMMAND_CUT_DELAY_MS: u64 = 3_000;
+/// Where on their way the cut finds the commands (the seed picks one; each is a signal).
+const COMMAND_PHASES: [&str; 4] = [
+    "just produced",
+    "one stored by the gateway",
+    "both stored by the gateway",
+    "one applied by its board",
+];
 
 /// `tern_mqtt_publishes_received_total` of the running boot.
 fn received_in_this_boot(guest: &Guest) -> anyhow::Result<u64> {
@@ -112,16 +117,36 @@ pub fn field_in_a_box(arch: Arch, cluster: &KafkaCluster) -> anyhow::Result<()> 
         )
         .with_context(|| guest.console_tail(20))?;
         if cut == COMMAND_CUT {
-            let delay = Duration::from_millis(rng.below(COMMAND_CUT_DELAY_MS));
+            let phase = COMMAND_PHASES[rng.below(COMMAND_PHASES.len() as u64) as usize];
             let tags = send_commands(cluster, &command_topic, &boards)?;
-            // Fault placement, not a wait: the seed picks where on its way the cut finds them.
-            std::thread::sleep(delay);
-            let stored = guest
-                .metric_sum("tern_downstream_commands_total", "")
-                .ok()
-                .flatten();
+            let stored = || -> anyhow::Result<u64> {
+                let count = guest.metric_sum("tern_downstream_commands_total", "")?;
+                Ok(count.unwrap_or(0))
+            };
+            let applied = || -> anyhow::Result<bool> {
+                for ((_, device), qemu) in boards.iter().zip(&devices) {
+                    if qemu
+                        .log()?
+                        .contains(&format!("command {} applied", tag_of(device)))
+                    {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            };
+            let reached = |phase: &str| -> anyhow::Result<bool> {
+                Ok(match phase {
+                    "one stored by the gateway" => stored()? >= 1,
+                    "both stored by the gateway" => stored()? >= 2,
+                    "one applied by its board" => applied()?,
+                    _ => true,
+                })
+            };
+            wait_until(Duration::from_secs(120), phase, || reached(phase))
+                .with_context(|| guest.console_tail(20))?;
             eprintln!(
-                "{test}: commands {tags:?} produced; cut {delay:?} later, {stored:?} stored by then"
+                "{test}: commands {tags:?} produced; cut when {phase}, {} stored by then",
+                stored().unwrap_or(0)
             );
         }
         guest.power_cut()?;

@@ -327,9 +327,11 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let granted = matched.qos;
         let retain = message.retain && matched.retain_as_published;
         let now = message::now_ms();
-        let record = from.record();
+        // The datacenter's command this delivery carries, if it is one (its outcome is
+        // reported, its send noted for the no-subscriber watcher).
+        let command = from.record().filter(|source| self.is_command(source));
         if message.expired(now) {
-            self.note_outcome(record, Kind::Expired, message.qos);
+            self.note_outcome(command, Kind::Expired, message.qos);
             return Ok(None);
         }
         if !self.may_receive(&message.topic) {
@@ -389,11 +391,11 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let tracked = (qos == QoS::AtLeastOnce).then_some(publish.pkid);
         MqttMetrics::inc(&self.broker.metrics.publishes_out);
         self.send_publish(publish)?;
-        if let (Some(record), Some(_)) = (&record, remaining) {
-            self.broker.unclaimed.sent(record);
+        if let (Some(command), Some(_)) = (&command, remaining) {
+            self.broker.unclaimed.sent(command);
         }
         if qos == QoS::AtMostOnce {
-            self.note_outcome(record, Kind::Delivered, qos);
+            self.note_outcome(command, Kind::Delivered, qos);
         }
         Ok(tracked)
     }
@@ -405,12 +407,14 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         kind: Kind,
         qos: QoS,
     ) {
-        let Some(source) = source else {
-            return;
-        };
-        if self.broker.config.command_log_topics.contains(&source.0.0) {
+        if let Some(source) = source.filter(|source| self.is_command(source)) {
             self.outcomes.push(Due { source, kind, qos });
         }
+    }
+
+    /// Whether `source` is a record of a command log topic.
+    fn is_command(&self, (partition, _): &(PartitionId, u64)) -> bool {
+        self.broker.config.command_log_topics.contains(&partition.0)
     }
 
     /// Reports the outcomes noted since the last call (`outcome.rs`).
