@@ -8,6 +8,7 @@
 #   scripts/bench-upstream.sh [--debug] [BENCH FLAGS...]
 #   scripts/bench-upstream.sh --records 1000000 --json
 #   scripts/bench-upstream.sh [--debug] downstream [BENCH FLAGS...]   (tern-bench downstream)
+#   scripts/bench-upstream.sh [--debug] thin-link [BENCH FLAGS...]    (tern-bench thin-link)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -42,6 +43,9 @@ if [ "${1:-}" = downstream ]; then
     shift
     "$target/$profile/tern-bench" downstream --kafka "$bootstrap" \
         --kafka-classpath "$root/tests/kafka/cache/*" "$@"
+elif [ "${1:-}" = thin-link ]; then
+    shift
+    "$target/$profile/tern-bench" thin-link --kafka "$bootstrap" "$@"
 else
     "$target/$profile/tern-bench" upstream --kafka "$bootstrap" \
         --kafka-classpath "$root/tests/kafka/cache/*" "$@"

@@ -36,6 +36,12 @@ pub enum BenchCommand {
     /// steady forwarding rate, then the drain of a backlog per compression codec with bytes on
     /// the wire per payload byte. Creates topics named `tern-bench.*`.
     Upstream(UpstreamBenchArgs),
+    /// The link's return on a thin uplink, per strategy (strict order, priority classes, live
+    /// first): a day's telemetry backlog drains under a bandwidth cap while live telemetry and
+    /// alarms arrive; time to the first live record upstream, alarm latency, drain time against
+    /// strict order's, each kind's share of the cap. Against a cluster you started; creates
+    /// topics named `tern-bench.thin-*`.
+    ThinLink(ThinLinkArgs),
     /// Flash wear at sensor rates: a trickle of 100 B QoS 1 messages from 50 clients at
     /// 10, 100 and 1,000 msg/s against `tern serve` with its defaults on a fresh loop-mounted
     /// ext4 (root), beside SQLite (WAL, synchronous=FULL) at tern's commit cadence: device
@@ -609,6 +615,62 @@ mod tests {
         ])
         .map(|_| ());
         assert!(err.is_err_and(|e| e.to_string().contains("unknown codec `brotli`")));
+    }
+}
+
+/// Flags of `tern-bench thin-link`.
+#[derive(Debug, Args)]
+pub struct ThinLinkArgs {
+    /// Bootstrap servers of the Kafka cluster (scripts/bench-upstream.sh thin-link starts one).
+    #[arg(
+        long,
+        value_name = "HOST:PORT[,HOST:PORT...]",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub kafka: Vec<String>,
+    /// Telemetry records in the backlog, stamped over the last 24 hours.
+    #[arg(long, value_name = "N", default_value_t = 50_000)]
+    pub backlog: u64,
+    /// Payload bytes per record.
+    #[arg(long, value_name = "S", default_value_t = 100)]
+    pub size: usize,
+    /// The `bandwidth` cap, bytes per second [default: 1 Mbit/s].
+    #[arg(long, value_name = "BYTES", default_value_t = 125_000)]
+    pub bandwidth: u64,
+    /// Live telemetry records per second while the backlog drains.
+    #[arg(long, value_name = "R", default_value_t = 20)]
+    pub live_rate: u64,
+    /// One alarm every this many milliseconds while the backlog drains.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub alarm_interval_ms: u64,
+    /// Only these strategies [default: strict,priority,live-first].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub strategy: Vec<crate::thin::Strategy>,
+    /// Also run live first with its copies written into the forwarded topic itself, the
+    /// negative control of the checks on the topics (it duplicates and reorders on purpose).
+    #[arg(long)]
+    pub ablate_live_copies: bool,
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ThinLinkArgs {
+    pub fn options(&self) -> crate::thin::ThinOptions {
+        crate::thin::ThinOptions {
+            kafka: self.kafka.clone(),
+            backlog: self.backlog,
+            size: self.size,
+            bandwidth: self.bandwidth,
+            live_rate: self.live_rate,
+            alarm_interval: std::time::Duration::from_millis(self.alarm_interval_ms),
+            strategies: match self.strategy.is_empty() {
+                true => crate::thin::Strategy::ALL.to_vec(),
+                false => self.strategy.clone(),
+            },
+            ablate_live_copies: self.ablate_live_copies,
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! is flashed onto a gateway.
 //!
 //! The sibling benches, `log` (the storage engine against the raw device and SQLite), `mqtt`
-//! (tern next to Mosquitto), `upstream` (forwarding to Kafka), `kafka` (tern's Kafka listener
+//! (tern next to Mosquitto), `upstream` (forwarding to Kafka), `thin-link` (draining after an outage under a bandwidth cap, per strategy), `kafka` (tern's Kafka listener
 //! next to Apache Kafka) and `icount` (guest instructions per message under QEMU), share one error type
 //! (`error.rs`), one statistics module (`stats.rs`) and the report helpers (`report.rs`). This
 //! file only dispatches a parsed command line; it must never touch a data directory, process
@@ -20,6 +20,7 @@ pub mod mqtt;
 mod report;
 mod stats;
 mod stress;
+pub mod thin;
 pub mod upstream;
 pub mod wear;
 
@@ -41,6 +42,10 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
             let command = std::env::args().collect::<Vec<_>>().join(" ");
             let report = downstream::run(&args.options(), command)?;
             report::print(&report, args.json)
+        }
+        BenchCommand::ThinLink(args) => {
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            report::print(&thin::run(&args.options(), command)?, args.json)
         }
         BenchCommand::Icount(args) => report::print(&icount::run(&args.options()?)?, args.json),
         BenchCommand::ColdRead(args) => {

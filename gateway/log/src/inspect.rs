@@ -191,6 +191,23 @@ impl Log {
             .collect()
     }
 
+    /// What a reader at `from` has left in a partition ([`LogPort::lag`](crate::LogPort::lag)).
+    pub fn lag(&self, topic: &str, partition: u32, from: u64) -> Result<crate::Lag, LogError> {
+        let part =
+            self.partition_handle(topic, partition)
+                .ok_or_else(|| LogError::UnknownPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                })?;
+        let (start, _) = part.offsets();
+        let position = part.position(from.max(start));
+        Ok(crate::Lag {
+            records: position.lag_records,
+            bytes: Some(position.lag_bytes),
+            oldest_ms: position.oldest_held_ms,
+        })
+    }
+
     /// Every cursor with its lag and held bytes per partition, by name.
     pub fn cursor_report(&self) -> Vec<CursorReport> {
         let mut reports: Vec<CursorReport> = Vec::new();

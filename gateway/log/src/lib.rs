@@ -55,7 +55,7 @@ pub use fs::{Fs, RealFs};
 pub use inspect::{CursorPosition, CursorReport, PartitionState, Refusal, ResetTo};
 #[cfg(any(test, feature = "testing"))]
 pub use memory::MemoryLog;
-pub use port::{LogPort, Queued};
+pub use port::{Lag, LogPort, Queued};
 pub use stats::{LogMetrics, LogStats, PartitionStats};
 pub use store::{Log, MAX_PARTITIONS};
 pub use topic_config::TopicConfig;

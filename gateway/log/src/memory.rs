@@ -578,6 +578,25 @@ impl LogPort for MemoryLog {
         })
     }
 
+    fn lag(&self, topic: &str, partition: u32, from: u64) -> Result<crate::Lag, LogError> {
+        self.with_partition(topic, partition, |part| {
+            let left = part.durable.iter().filter(|r| r.offset >= from);
+            let (records, bytes) = left.fold((0u64, 0u64), |(n, b), r| {
+                (n + 1, b + r.record.size() as u64)
+            });
+            let oldest_ms = part
+                .durable
+                .iter()
+                .find(|r| r.offset >= from)
+                .map(|r| r.record.timestamp_ms);
+            Ok(crate::Lag {
+                records,
+                bytes: Some(bytes),
+                oldest_ms,
+            })
+        })
+    }
+
     fn offset_for_timestamp(
         &self,
         topic: &str,

@@ -22,6 +22,18 @@ use crate::{
 /// A queued append: resolves with its base offset once durable.
 pub type Queued = Pin<Box<dyn Future<Output = Result<u64, LogError>> + Send>>;
 
+/// What a reader at some offset has still to read in a partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lag {
+    /// Records from the offset to the durable end.
+    pub records: u64,
+    /// Their bytes as stored (exact at segment boundaries, interpolated by offset inside the
+    /// segment holding the offset); `None` where the port cannot tell without reading them.
+    pub bytes: Option<u64>,
+    /// The timestamp (ms since the epoch) of the record at the offset, if there is one.
+    pub oldest_ms: Option<i64>,
+}
+
 /// What the MQTT server and the forwarder may do with the log.
 pub trait LogPort: Clone + Send + Sync + 'static {
     /// Every topic with its partition count.
@@ -169,6 +181,23 @@ pub trait LogPort: Clone + Send + Sync + 'static {
         partition: u32,
         ts_ms: i64,
     ) -> Result<Option<u64>, LogError>;
+    /// What is left to read from `from` (clamped to the log start) to the durable end.
+    fn lag(&self, topic: &str, partition: u32, from: u64) -> Result<Lag, LogError> {
+        let (start, end) = self.offsets(topic, partition)?;
+        let from = from.max(start);
+        let oldest_ms = match from < end {
+            true => self
+                .read(topic, partition, from, 1)?
+                .first()
+                .map(|r| r.record.timestamp_ms),
+            false => None,
+        };
+        Ok(Lag {
+            records: end.saturating_sub(from),
+            bytes: None,
+            oldest_ms,
+        })
+    }
     /// The partition's durable end offset, changing after each commit.
     fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>, LogError>;
     /// Cursor `name`'s next offset to read in a partition, if it has one.
@@ -312,6 +341,10 @@ impl LogPort for Log {
 
     fn subscribe(&self, topic: &str, partition: u32) -> Result<watch::Receiver<u64>, LogError> {
         Log::subscribe(self, topic, partition)
+    }
+
+    fn lag(&self, topic: &str, partition: u32, from: u64) -> Result<Lag, LogError> {
+        Log::lag(self, topic, partition, from)
     }
 
     fn cursor(&self, name: &str, topic: &str, partition: u32) -> Option<u64> {

@@ -232,16 +232,36 @@ impl StatusPage {
     }
 
     fn upstream_json(&self, samples: &VecDeque<Sample>) -> Value {
-        let status = self.upstream.lock().unwrap_or_else(PoisonError::into_inner);
+        let status = self
+            .upstream
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let now = now_ms();
+        let backlog_json = |b: &tern_upstream::Backlog| {
+            json!({
+                "records": b.records, "bytes": b.bytes, "age_seconds": b.age_ms / 1000,
+                "rate": b.rate, "drain_seconds": b.drain_seconds(),
+            })
+        };
         let partitions: Vec<Value> = status
             .iter()
             .map(|((topic, partition), s)| {
+                let backlog =
+                    tern_upstream::partition_backlog(&self.log, (topic, *partition), s, now);
                 json!({
                     "topic": topic, "partition": partition, "connected": s.connected,
                     "next": s.next, "forwarded_records": s.forwarded_records,
                     "class": s.class.name(), "last_error": s.last_error,
+                    "backlog": backlog_json(&backlog),
+                    "draining": s.draining, "live_records": s.live_records,
                 })
             })
+            .collect();
+        let classes: Vec<Value> = tern_upstream::class_backlogs(&self.log, &status, now)
+            .iter()
+            .zip(tern_upstream::Class::ALL)
+            .map(|(b, class)| json!({ "class": class.name(), "backlog": backlog_json(b) }))
             .collect();
         let history: Vec<Value> = samples
             .iter()
@@ -250,6 +270,7 @@ impl StatusPage {
         json!({
             "configured": !self.upstreams.is_empty(),
             "partitions": partitions,
+            "classes": classes,
             "backlog": self.backlog(),
             "history": history,
         })

@@ -17,6 +17,11 @@ pub struct Ablation {
     /// resumes from that offset alone (no position records read back): a crash between the
     /// two skips the commands of that fetch. The negative control of the downstream's tests.
     pub commit_before_append: bool,
+    /// Live first's copies go into the forwarded topic itself instead of `{topic}.live`, as a
+    /// naive "send the new records first" would: the forwarded topic gets records out of edge
+    /// order and twice, and its catch-up resumes after the last copy, skipping the backlog's
+    /// rest. The negative control of the thin-link bench's checks.
+    pub live_into_forwarded_topic: bool,
 }
 
 impl Ablation {
@@ -25,5 +30,6 @@ impl Ablation {
         without_idempotence: false,
         without_transactions: false,
         commit_before_append: false,
+        live_into_forwarded_topic: false,
     };
 }

@@ -14,12 +14,20 @@
 //! one burst in any window. A waiting request looks again at least every [`LOOK_AGAIN`], so a
 //! class going idle hands its share to the others within that. It only delays callers; it never
 //! drops, splits or reorders anything, and it never sleeps while holding its lock.
+//!
+//! The cap itself may follow a [`ScheduleWindow`] list (`[[upstream.schedule]]`): each look
+//! asks the [`DayClock`] for the minute of the day, and the first window holding it sets the
+//! cap (`0`: unlimited while it lasts); outside every window the cap is `bandwidth`. At a change
+//! the balances are grown at the old rate up to then and clipped to one burst of the new one, so
+//! a lower cap applies from its first minute.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+use tern_core::ByteSize;
 
 /// How much unused allowance a balance keeps, in time at the capped rate.
 pub const BURST: Duration = Duration::from_secs(1);
@@ -67,22 +75,159 @@ impl Class {
     }
 }
 
-/// The shared cap; `bytes_per_sec == 0` means unlimited (every call returns at once).
+/// One `[[upstream.schedule]]` window: from `from` until `to` (local time, `HH:MM`; a window
+/// whose `to` is not after its `from` runs over midnight) the cap is `bandwidth` (`0`:
+/// unlimited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleWindow {
+    pub from: TimeOfDay,
+    pub to: TimeOfDay,
+    pub bandwidth: ByteSize,
+}
+
+impl ScheduleWindow {
+    /// Whether minute `minute` of the day (0..1440) falls in the window.
+    pub fn holds(&self, minute: u32) -> bool {
+        let (from, to) = (self.from.0, self.to.0);
+        if from < to {
+            (from..to).contains(&minute)
+        } else {
+            minute >= from || minute < to
+        }
+    }
+}
+
+/// A time of day, `HH:MM` (00:00 to 23:59), as minutes since midnight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TimeOfDay(pub u32);
+
+impl std::str::FromStr for TimeOfDay {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("`{text}` is not a time of day HH:MM (00:00 to 23:59)");
+        let (hours, minutes) = text.split_once(':').ok_or_else(bad)?;
+        let two_digits = |s: &str| s.len() == 2 && s.bytes().all(|b| b.is_ascii_digit());
+        if !two_digits(hours) || !two_digits(minutes) {
+            return Err(bad());
+        }
+        let (hours, minutes): (u32, u32) = (
+            hours.parse().map_err(|_| bad())?,
+            minutes.parse().map_err(|_| bad())?,
+        );
+        if hours > 23 || minutes > 59 {
+            return Err(bad());
+        }
+        Ok(Self(hours * 60 + minutes))
+    }
+}
+
+impl std::fmt::Display for TimeOfDay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:02}:{:02}", self.0 / 60, self.0 % 60)
+    }
+}
+
+impl Serialize for TimeOfDay {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for TimeOfDay {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The minute of the day (0..1440) a schedule is looked up at: the gateway's local time in the
+/// product ([`DayClock::local`]), a paused tokio clock in tests.
+#[derive(Clone)]
+pub struct DayClock(Arc<dyn Fn() -> u32 + Send + Sync>);
+
+impl std::fmt::Debug for DayClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DayClock(minute {})", (self.0)())
+    }
+}
+
+impl DayClock {
+    pub fn new(minute: impl Fn() -> u32 + Send + Sync + 'static) -> Self {
+        Self(Arc::new(minute))
+    }
+
+    /// The system's local time (`TZ`, else `/etc/localtime`), as `localtime_r` reads it.
+    pub fn local() -> Self {
+        Self::new(|| {
+            // time_t is 64 bits on aarch64 and x86_64 but 32 on Debian's armhf.
+            #[allow(clippy::useless_conversion)]
+            let now: libc::time_t = tern_core::time::now_ms()
+                .div_euclid(1000)
+                .try_into()
+                .unwrap_or(0);
+            // SAFETY: a zeroed tm is a valid out-parameter; localtime_r writes only into it.
+            let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+            // SAFETY: both pointers are valid for the call; localtime_r is thread-safe.
+            let converted = unsafe { libc::localtime_r(&now, &mut tm) };
+            if converted.is_null() {
+                let seconds = now.rem_euclid(86_400);
+                return u32::try_from(seconds / 60).unwrap_or(0);
+            }
+            u32::try_from(tm.tm_hour * 60 + tm.tm_min).unwrap_or(0)
+        })
+    }
+
+    fn minute(&self) -> u32 {
+        (self.0)() % 1440
+    }
+}
+
+/// The shared cap; `bytes_per_sec == 0` with no schedule means unlimited (every call returns
+/// at once).
 #[derive(Debug)]
 pub struct Bandwidth {
     shares: Option<Mutex<Shares>>,
+    /// The cap outside every schedule window.
     bytes_per_sec: u64,
+    schedule: Vec<ScheduleWindow>,
+    clock: DayClock,
     /// Edge topic → class (`[upstream.priorities]`); other topics are `normal`.
     priorities: BTreeMap<String, Class>,
 }
 
 impl Bandwidth {
-    pub fn new(bytes_per_sec: u64, priorities: BTreeMap<String, Class>) -> Self {
-        Self {
-            shares: (bytes_per_sec > 0).then(|| Mutex::new(Shares::new(bytes_per_sec))),
+    /// A cap of `bytes_per_sec` outside the windows of `schedule`, looked up on `clock`.
+    pub fn scheduled(
+        bytes_per_sec: u64,
+        schedule: Vec<ScheduleWindow>,
+        clock: DayClock,
+        priorities: BTreeMap<String, Class>,
+    ) -> Self {
+        let capped = bytes_per_sec > 0 || !schedule.is_empty();
+        let mut bandwidth = Self {
+            shares: None,
             bytes_per_sec,
+            schedule,
+            clock,
             priorities,
+        };
+        let first = bandwidth.rate_now();
+        bandwidth.shares = capped.then(|| Mutex::new(Shares::new(first)));
+        bandwidth
+    }
+
+    /// The cap now, bytes per second (`0`: unlimited).
+    pub fn rate_now(&self) -> u64 {
+        if self.schedule.is_empty() {
+            return self.bytes_per_sec;
         }
+        let minute = self.clock.minute();
+        self.schedule
+            .iter()
+            .find(|w| w.holds(minute))
+            .map_or(self.bytes_per_sec, |w| w.bandwidth.0)
     }
 
     /// The class of edge topic `topic`.
@@ -91,11 +236,13 @@ impl Bandwidth {
     }
 
     /// The largest batch a forwarder should read: `max_batch_bytes`, or one burst if smaller.
+    /// With a schedule, one burst of its lowest cap.
     pub fn batch_limit(&self, max_batch_bytes: u64) -> u64 {
-        match self.bytes_per_sec {
-            0 => max_batch_bytes,
-            rate => max_batch_bytes.min(rate),
-        }
+        let rates =
+            std::iter::once(self.bytes_per_sec).chain(self.schedule.iter().map(|w| w.bandwidth.0));
+        rates
+            .filter(|rate| *rate > 0)
+            .fold(max_batch_bytes, u64::min)
     }
 
     /// Waits until `bytes` of `class` may go out under the cap, and charges them.
@@ -104,9 +251,14 @@ impl Bandwidth {
         // While it waits, the request makes its class active; dropped (or done), it does not.
         let mut waiting: Option<Waiting<'_>> = None;
         loop {
+            let rate = self.rate_now();
+            if rate == 0 {
+                return;
+            }
             let wait = {
                 let mut locked = shares.lock().unwrap_or_else(|e| e.into_inner());
                 let now = tokio::time::Instant::now().into_std();
+                locked.set_rate(now, rate);
                 let wait = locked.try_take(now, class, bytes);
                 if wait.is_zero() {
                     return;
@@ -124,6 +276,11 @@ impl Bandwidth {
 
 #[cfg(test)]
 impl Bandwidth {
+    /// A cap of `bytes_per_sec` without a schedule.
+    fn new(bytes_per_sec: u64, priorities: BTreeMap<String, Class>) -> Self {
+        Self::scheduled(bytes_per_sec, Vec::new(), DayClock::local(), priorities)
+    }
+
     /// Bytes charged to each class since start.
     fn charged(&self) -> [(Class, u64); 3] {
         let totals = self.shares.as_ref().map_or([0; 3], |shares| {
@@ -178,6 +335,27 @@ impl Shares {
                 ..ClassState::default()
             }; 3],
             updated: None,
+        }
+    }
+
+    /// Moves to a cap of `bytes_per_sec` at `now`: the time before is earned at the old rate,
+    /// and no balance keeps more than one burst of the new one.
+    fn set_rate(&mut self, now: Instant, bytes_per_sec: u64) {
+        let rate = bytes_per_sec.max(1) as f64;
+        if rate == self.bytes_per_sec {
+            return;
+        }
+        self.advance(now);
+        tracing::info!(
+            from = self.bytes_per_sec,
+            to = rate,
+            "upstream bandwidth cap changes (schedule)"
+        );
+        self.bytes_per_sec = rate;
+        let full = rate * BURST.as_secs_f64();
+        self.link = self.link.min(full);
+        for state in &mut self.classes {
+            state.balance = state.balance.min(full);
         }
     }
 
@@ -357,6 +535,81 @@ mod tests {
         assert_eq!(
             Bandwidth::new(0, BTreeMap::new()).batch_limit(512 * 1024),
             512 * 1024
+        );
+    }
+
+    /// A day clock at 00:00 when `started`, running with tokio's (paused) clock.
+    fn minutes_since(started: tokio::time::Instant) -> DayClock {
+        DayClock::new(move || u32::try_from(started.elapsed().as_secs() / 60).unwrap_or(u32::MAX))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_schedule_changes_the_cap_at_its_window_boundaries() {
+        // 00:00 on the paused clock; a window from 00:01 to 00:02 at 1,000 B/s, 4,000 outside.
+        let started = tokio::time::Instant::now();
+        let clock = minutes_since(started);
+        let window = ScheduleWindow {
+            from: TimeOfDay(1),
+            to: TimeOfDay(2),
+            bandwidth: ByteSize(1000),
+        };
+        let cap = Arc::new(Bandwidth::scheduled(
+            4000,
+            vec![window],
+            clock,
+            BTreeMap::new(),
+        ));
+        assert_eq!(cap.batch_limit(512 * 1024), 1000);
+        let sender = {
+            let cap = Arc::clone(&cap);
+            tokio::spawn(async move {
+                loop {
+                    cap.acquire(Class::Low, 100).await;
+                }
+            })
+        };
+        let mut per_minute = Vec::new();
+        let mut before = 0;
+        for minute in 1..=3 {
+            tokio::time::sleep_until(started + Duration::from_secs(60 * minute)).await;
+            let total = of(cap.charged(), Class::Low);
+            per_minute.push(total - before);
+            before = total;
+        }
+        sender.abort();
+        // Each minute at its own cap (the first with its 4,000 B burst); at 00:01 the balance is
+        // clipped to 1,000 B, so the lower cap holds from its first second.
+        let [first, window, after] = [per_minute[0], per_minute[1], per_minute[2]];
+        assert!((243_000..=244_200).contains(&first), "{per_minute:?}");
+        assert!((59_000..=61_100).contains(&window), "{per_minute:?}");
+        assert!((239_000..=241_200).contains(&after), "{per_minute:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unlimited_window_lets_everything_through_and_the_cap_returns_after_it() {
+        let started = tokio::time::Instant::now();
+        let clock = minutes_since(started);
+        // Unlimited from 00:00 to 00:01, 1,000 B/s after.
+        let window = ScheduleWindow {
+            from: TimeOfDay(0),
+            to: TimeOfDay(1),
+            bandwidth: ByteSize(0),
+        };
+        let cap = Bandwidth::scheduled(1000, vec![window], clock, BTreeMap::new());
+        for _ in 0..100 {
+            cap.acquire(Class::Normal, 100_000).await;
+        }
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let capped = tokio::time::Instant::now();
+        for _ in 0..4 {
+            cap.acquire(Class::Normal, 1000).await;
+        }
+        // The first goes on the burst, each of the next three waits a second.
+        let waited = capped.elapsed();
+        assert!(
+            (Duration::from_secs(3)..Duration::from_millis(3_100)).contains(&waited),
+            "{waited:?}"
         );
     }
 

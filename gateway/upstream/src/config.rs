@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use tern_core::{ByteSize, HumanDuration};
 
-use crate::bandwidth::Class;
+#[cfg(test)]
+use crate::bandwidth::TimeOfDay;
+use crate::bandwidth::{Class, ScheduleWindow};
 
 /// One upstream Kafka cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,6 +60,18 @@ pub struct UpstreamConfig {
     /// `[upstream.priorities]`: edge topic → priority class (`high`, `normal`, `low`) in the
     /// share of `bandwidth`; topics not named are `normal`. Weights 16, 4, 1 (`bandwidth.rs`).
     pub priorities: BTreeMap<String, Class>,
+    /// `[[upstream.schedule]]`: windows of the day (the gateway's local time) with their own
+    /// `bandwidth`, e.g. a lower cap in working hours on a metered link; the first window that
+    /// holds the time applies, `bandwidth` outside every window (`bandwidth.rs`).
+    pub schedule: Vec<ScheduleWindow>,
+    /// Edge topics forwarded live first: while such a partition drains a backlog whose oldest
+    /// record is older than `live_after`, its records younger than that also go at once to
+    /// `{topic_prefix}{gateway_id}.{topic}.live`, and the backlog's records carry
+    /// `tern-historical` (`live.rs`, docs/upstream.md "Live first").
+    pub live_first: Vec<String>,
+    /// How old the oldest record not yet forwarded must be for a live-first partition to count
+    /// as draining a backlog, and how young a record must be to be copied live.
+    pub live_after: HumanDuration,
     /// Replication factor of upstream topics tern creates.
     pub replication_factor: u16,
     /// Topic configs (`name = value`) sent with CreateTopics when tern creates an upstream topic,
@@ -90,6 +104,11 @@ impl UpstreamConfig {
     pub fn class_of(&self, topic: &str) -> Class {
         self.priorities.get(topic).copied().unwrap_or_default()
     }
+
+    /// Whether edge topic `topic` is forwarded live first (`live_first`).
+    pub fn is_live_first(&self, topic: &str) -> bool {
+        self.live_first.iter().any(|t| t == topic)
+    }
 }
 
 impl Default for UpstreamConfig {
@@ -110,6 +129,9 @@ impl Default for UpstreamConfig {
             linger: HumanDuration(std::time::Duration::from_millis(5)),
             bandwidth: ByteSize(0),
             priorities: BTreeMap::new(),
+            schedule: Vec::new(),
+            live_first: Vec::new(),
+            live_after: HumanDuration(std::time::Duration::from_secs(30)),
             replication_factor: 3,
             topic_configs: BTreeMap::new(),
             backoff_min: HumanDuration(std::time::Duration::from_millis(100)),
@@ -286,6 +308,9 @@ impl Default for TlsSettings {
 
 /// Longest accepted `linger`.
 const MAX_LINGER: std::time::Duration = std::time::Duration::from_secs(10);
+/// Shortest accepted `live_after`: below it every record waiting for a batch would count as a
+/// backlog and be sent twice.
+const MIN_LIVE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// Smallest accepted non-zero `bandwidth`, bytes per second.
 const MIN_BANDWIDTH: u64 = 1024;
 /// Accepted `transaction_timeout`: Kafka counts it in whole milliseconds as an int32 and aborts
@@ -328,6 +353,23 @@ impl UpstreamConfig {
                 "upstream.bandwidth".into(),
                 "must be 0 (unlimited) or at least 1KiB (bytes per second)".into(),
             ));
+        }
+        for window in &self.schedule {
+            if window.from == window.to {
+                return Err((
+                    "upstream.schedule".into(),
+                    format!("the window from {} to {} is empty", window.from, window.to),
+                ));
+            }
+            if window.bandwidth.0 != 0 && window.bandwidth.0 < MIN_BANDWIDTH {
+                return Err((
+                    "upstream.schedule.bandwidth".into(),
+                    "must be 0 (unlimited) or at least 1KiB (bytes per second)".into(),
+                ));
+            }
+        }
+        if self.live_after.0 < MIN_LIVE_AFTER {
+            return Err(("upstream.live_after".into(), "must be at least 1s".into()));
         }
         if let Some(id) = &self.gateway_id {
             check_topic_part(id).map_err(|m| ("upstream.gateway_id".to_owned(), m))?;
@@ -542,6 +584,41 @@ mod tests {
                 .is_err_and(|m| m.contains("urgent") && m.contains("high")),
             "{message:?}"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_schedule_and_live_first_topics_parse_and_bad_windows_are_named()
+    -> Result<(), toml::de::Error> {
+        let config: UpstreamConfig = toml::from_str(
+            "bootstrap = [\"k:9093\"]\nbandwidth = \"125KB\"\nlive_first = [\"telemetry\"]\n\
+             live_after = \"10s\"\n\
+             [[schedule]]\nfrom = \"08:00\"\nto = \"18:30\"\nbandwidth = \"16KB\"\n\
+             [[schedule]]\nfrom = \"22:00\"\nto = \"06:00\"\nbandwidth = 0\n",
+        )?;
+        assert_eq!(config.validate(), Ok(()));
+        assert!(config.is_live_first("telemetry") && !config.is_live_first("alarms"));
+        assert_eq!(config.live_after.0, std::time::Duration::from_secs(10));
+        let [day, night] = [config.schedule[0], config.schedule[1]];
+        assert_eq!((day.from, day.to), (TimeOfDay(480), TimeOfDay(1110)));
+        assert!(day.holds(480) && day.holds(1109) && !day.holds(1110) && !day.holds(479));
+        // Over midnight.
+        assert!(night.holds(1320) && night.holds(0) && night.holds(359) && !night.holds(360));
+        for bad in ["8:00", "24:00", "12:60", "12-00", "aa:bb", "12:000"] {
+            assert!(bad.parse::<TimeOfDay>().is_err(), "{bad}");
+        }
+        let key = |config: UpstreamConfig| config.validate().map_err(|e| e.0);
+        let mut empty = config.clone();
+        empty.schedule[0].to = empty.schedule[0].from;
+        assert_eq!(key(empty), Err("upstream.schedule".to_owned()));
+        let mut slow = config.clone();
+        slow.schedule[0].bandwidth = ByteSize(10);
+        assert_eq!(key(slow), Err("upstream.schedule.bandwidth".to_owned()));
+        let eager = UpstreamConfig {
+            live_after: HumanDuration(std::time::Duration::from_millis(10)),
+            ..config
+        };
+        assert_eq!(key(eager), Err("upstream.live_after".to_owned()));
         Ok(())
     }
 

@@ -39,6 +39,34 @@ pub struct PartitionStatus {
     pub refused: u64,
     /// The edge topic's priority class in the share of the `bandwidth` cap.
     pub class: Class,
+    /// Live first (`live.rs`): whether the partition drains a backlog older than `live_after`
+    /// (its new records are copied live), and how many records were copied since start.
+    pub draining: bool,
+    pub live_records: u64,
+    pub live_bytes: u64,
+    /// Forwarding rate: records per second over the last full window of at least
+    /// [`RATE_WINDOW_MS`], and the window being counted (start, ms since the epoch; records).
+    pub rate: u64,
+    pub window_start_ms: i64,
+    pub window_records: u64,
+}
+
+/// The shortest window a forwarding rate is measured over.
+pub const RATE_WINDOW_MS: i64 = 5_000;
+
+impl PartitionStatus {
+    /// Records per second forwarded lately: the last window's rate, or less when the window
+    /// being counted has run for two windows (forwarding slowed down or stopped).
+    pub fn rate_at(&self, now_ms: i64) -> u64 {
+        let elapsed = now_ms - self.window_start_ms;
+        if self.window_start_ms > 0 && elapsed >= 2 * RATE_WINDOW_MS {
+            let elapsed = u64::try_from(elapsed).unwrap_or(u64::MAX);
+            return self
+                .rate
+                .min(self.window_records.saturating_mul(1000) / elapsed);
+        }
+        self.rate
+    }
 }
 
 /// Status of every forwarded partition, keyed by (edge topic, partition).
@@ -78,6 +106,17 @@ pub fn forwarded(status: &StatusMap, source: &Provenance, next: u64, records: us
         s.forwarded_bytes += bytes as u64;
         s.batches += 1;
         s.last_error = None;
+        let now = tern_core::time::now_ms();
+        if s.window_start_ms == 0 {
+            s.window_start_ms = now;
+        }
+        s.window_records += records as u64;
+        let elapsed = now - s.window_start_ms;
+        if elapsed >= RATE_WINDOW_MS {
+            let elapsed = u64::try_from(elapsed).unwrap_or(u64::MAX);
+            s.rate = s.window_records.saturating_mul(1000) / elapsed;
+            (s.window_start_ms, s.window_records) = (now, 0);
+        }
     });
 }
 

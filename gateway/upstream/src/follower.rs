@@ -10,6 +10,7 @@ use std::future::Future;
 
 use tern_log::StoredRecord;
 
+use crate::bandwidth::Class;
 use crate::config::{Codec, ValueFormat};
 use crate::error::UpstreamError;
 use crate::provenance::{H_OFFSET, H_PARTITION, H_TOPIC, Provenance};
@@ -48,6 +49,17 @@ pub trait Cluster: Send + Sync + 'static {
         topic: &str,
         partition: u32,
     ) -> impl Future<Output = Result<Self::Partition, UpstreamError>> + Send;
+    /// A handle for a live copy (`live.rs`): plain batches (its edge offsets have gaps, so no
+    /// idempotent sequences), charged to `class` under the bandwidth cap.
+    fn live_partition(
+        &self,
+        topic: &str,
+        partition: u32,
+        class: Class,
+    ) -> impl Future<Output = Result<Self::Partition, UpstreamError>> + Send {
+        let _ = class;
+        self.partition(topic, partition)
+    }
 }
 
 /// One upstream partition: the follower of an edge partition in mirror mode.
@@ -88,6 +100,24 @@ pub trait Follower: Send + Sync + 'static {
     /// offsets): an idempotent producer starts its sequence over. Nothing to do by default.
     fn restart_sequence(&self) -> impl Future<Output = ()> + Send {
         async {}
+    }
+}
+
+/// Waits until `follower`'s end offset holds still for `wait`: a request cut off in flight may
+/// have left a batch on the leader that is not committed yet, and resending it before it shows
+/// would duplicate it.
+pub async fn settle<F: Follower>(
+    follower: &F,
+    wait: std::time::Duration,
+) -> Result<(), UpstreamError> {
+    let mut end = follower.end_offset().await?;
+    loop {
+        tokio::time::sleep(wait).await;
+        let now = follower.end_offset().await?;
+        if now == end {
+            return Ok(());
+        }
+        end = now;
     }
 }
 

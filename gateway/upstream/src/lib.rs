@@ -14,6 +14,7 @@
 //! of the `[[upstream]]` settings' fields).
 
 mod ablation;
+mod backlog;
 mod bandwidth;
 mod client;
 mod config;
@@ -23,6 +24,7 @@ mod error;
 mod follower;
 mod group;
 mod kafka;
+mod live;
 mod metrics;
 mod mirror;
 mod producer;
@@ -32,7 +34,9 @@ mod supervisor;
 mod txn;
 
 pub use ablation::Ablation;
+pub use backlog::{Backlog, class_backlogs, partition_backlog};
 pub use bandwidth::BURST as BANDWIDTH_BURST;
+pub use bandwidth::Class;
 pub use client::frame as kafka_frame;
 pub use client::group::Commit;
 pub use client::{ClientError, SaslError};

@@ -9,6 +9,7 @@ use std::fmt::Write;
 use tern_core::metrics::MetricsSource;
 use tern_log::LogPort;
 
+use crate::backlog::{Backlog, class_backlogs, partition_backlog};
 use crate::bandwidth::Class;
 use crate::driver::{PartitionStatus, StatusMap};
 
@@ -25,7 +26,7 @@ impl<L> UpstreamMetrics<L> {
     }
 }
 
-const FAMILIES: [(&str, &str, &str); 6] = [
+const FAMILIES: [(&str, &str, &str); 11] = [
     (
         "tern_upstream_records_behind",
         "gauge",
@@ -56,6 +57,31 @@ const FAMILIES: [(&str, &str, &str); 6] = [
         "gauge",
         "1 when the last attempt failed (see the log).",
     ),
+    (
+        "tern_upstream_backlog_bytes",
+        "gauge",
+        "Bytes of the edge records not yet forwarded, as stored in the edge log.",
+    ),
+    (
+        "tern_upstream_backlog_age_seconds",
+        "gauge",
+        "Age of the oldest edge record not yet forwarded (0 without a backlog).",
+    ),
+    (
+        "tern_upstream_drain_seconds",
+        "gauge",
+        "Estimated time to forward the backlog at the rate of the last seconds (+Inf while nothing moves).",
+    ),
+    (
+        "tern_upstream_draining",
+        "gauge",
+        "1 while a live-first partition drains a backlog older than live_after and copies its new records live.",
+    ),
+    (
+        "tern_upstream_live_records_total",
+        "counter",
+        "Records copied to the live topic since start (live_first).",
+    ),
 ];
 
 impl<L: LogPort> MetricsSource for UpstreamMetrics<L> {
@@ -65,56 +91,108 @@ impl<L: LogPort> MetricsSource for UpstreamMetrics<L> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        render(out, &FAMILIES, &map, |i, (topic, partition), s| match i {
-            0 => self
-                .log
-                .offsets(topic, *partition)
-                .map_or(0, |(_, end)| end.saturating_sub(s.next)),
-            1 => s.forwarded_records,
-            2 => s.forwarded_bytes,
-            3 => s.batches,
-            4 => u64::from(s.connected),
-            _ => u64::from(s.last_error.is_some()),
+        let now = tern_core::time::now_ms();
+        let backlogs: BTreeMap<_, _> = map
+            .iter()
+            .map(|((topic, partition), s)| {
+                let key = (topic.clone(), *partition);
+                (
+                    key,
+                    partition_backlog(&self.log, (topic, *partition), s, now),
+                )
+            })
+            .collect();
+        render(out, &FAMILIES, &map, |i, key, s| {
+            let backlog = backlogs.get(key).copied().unwrap_or_default();
+            match i {
+                0 => backlog.records as f64,
+                1 => s.forwarded_records as f64,
+                2 => s.forwarded_bytes as f64,
+                3 => s.batches as f64,
+                4 => f64::from(u8::from(s.connected)),
+                5 => f64::from(u8::from(s.last_error.is_some())),
+                6 => backlog.bytes as f64,
+                7 => backlog.age_ms as f64 / 1000.0,
+                8 => drain(&backlog),
+                9 => f64::from(u8::from(s.draining)),
+                _ => s.live_records as f64,
+            }
         });
         self.render_classes(out, &map);
     }
 }
 
 impl<L: LogPort> UpstreamMetrics<L> {
-    /// Records behind and bytes forwarded per priority class of the `bandwidth` cap.
+    /// Backlog (records, bytes, age, time to drain) and bytes forwarded per priority class of
+    /// the `bandwidth` cap.
     fn render_classes(&self, out: &mut String, map: &BTreeMap<(String, u32), PartitionStatus>) {
-        let mut behind = [0u64; 3];
+        let backlogs = class_backlogs(&self.log, map, tern_core::time::now_ms());
         let mut bytes = [0u64; 3];
-        for ((topic, partition), s) in map {
-            let Some(i) = Class::ALL.iter().position(|c| *c == s.class) else {
-                continue;
-            };
-            let end = self
-                .log
-                .offsets(topic, *partition)
-                .map_or(0, |(_, end)| end);
-            behind[i] += end.saturating_sub(s.next);
-            bytes[i] += s.forwarded_bytes;
+        for s in map.values() {
+            if let Some(i) = Class::ALL.iter().position(|c| *c == s.class) {
+                bytes[i] += s.forwarded_bytes;
+            }
         }
-        for (name, kind, help, values) in [
+        let families: [(&str, &str, &str, [f64; 3]); 5] = [
             (
                 "tern_upstream_class_records_behind",
                 "gauge",
                 "Durable edge records not yet forwarded, per priority class.",
-                behind,
+                backlogs.map(|b| b.records as f64),
+            ),
+            (
+                "tern_upstream_class_backlog_bytes",
+                "gauge",
+                "Bytes of the edge records not yet forwarded, per priority class.",
+                backlogs.map(|b| b.bytes as f64),
+            ),
+            (
+                "tern_upstream_class_backlog_age_seconds",
+                "gauge",
+                "Age of the oldest record not yet forwarded, per priority class.",
+                backlogs.map(|b| b.age_ms as f64 / 1000.0),
+            ),
+            (
+                "tern_upstream_class_drain_seconds",
+                "gauge",
+                "Estimated time to forward the class's backlog at its rate of the last seconds (+Inf while nothing moves).",
+                backlogs.map(|b| drain(&b)),
             ),
             (
                 "tern_upstream_class_forwarded_bytes_total",
                 "counter",
                 "Uncompressed bytes forwarded since start, per priority class.",
-                bytes,
+                bytes.map(|b| b as f64),
             ),
-        ] {
+        ];
+        for (name, kind, help, values) in families {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
             for (class, value) in Class::ALL.iter().zip(values) {
-                let _ = writeln!(out, "{name}{{class=\"{}\"}} {value}", class.name());
+                let _ = writeln!(
+                    out,
+                    "{name}{{class=\"{}\"}} {}",
+                    class.name(),
+                    Sample(value)
+                );
             }
+        }
+    }
+}
+
+/// The time to drain as a sample: `+Inf` when nothing moves.
+fn drain(backlog: &Backlog) -> f64 {
+    backlog.drain_seconds().map_or(f64::INFINITY, |s| s as f64)
+}
+
+/// A sample value as Prometheus writes it.
+struct Sample(f64);
+
+impl std::fmt::Display for Sample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            v if v == f64::INFINITY => f.write_str("+Inf"),
+            v => write!(f, "{v}"),
         }
     }
 }
@@ -125,14 +203,14 @@ fn render(
     out: &mut String,
     families: &[(&str, &str, &str)],
     map: &BTreeMap<(String, u32), PartitionStatus>,
-    value: impl Fn(usize, &(String, u32), &PartitionStatus) -> u64,
+    value: impl Fn(usize, &(String, u32), &PartitionStatus) -> f64,
 ) {
     for (i, (name, kind, help)) in families.iter().enumerate() {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
         for (key, s) in map {
             let (topic, partition) = key;
-            let value = value(i, key, s);
+            let value = Sample(value(i, key, s));
             let _ = writeln!(
                 out,
                 "{name}{{topic=\"{topic}\",partition=\"{partition}\"}} {value}"
@@ -194,13 +272,16 @@ impl MetricsSource for DownstreamMetrics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        render(out, &DOWNSTREAM_FAMILIES, &map, |i, _, s| match i {
-            0 => s.next,
-            1 => s.upstream_end.map_or(0, |end| end.saturating_sub(s.next)),
-            2 => s.forwarded_records,
-            3 => s.refused,
-            4 => u64::from(s.connected),
-            _ => u64::from(s.last_error.is_some()),
+        render(out, &DOWNSTREAM_FAMILIES, &map, |i, _, s| {
+            let value = match i {
+                0 => s.next,
+                1 => s.upstream_end.map_or(0, |end| end.saturating_sub(s.next)),
+                2 => s.forwarded_records,
+                3 => s.refused,
+                4 => u64::from(s.connected),
+                _ => u64::from(s.last_error.is_some()),
+            };
+            value as f64
         });
     }
 }
@@ -255,6 +336,11 @@ mod tests {
             "tern_upstream_class_records_behind{class=\"low\"} 30",
             "tern_upstream_class_forwarded_bytes_total{class=\"high\"} 30",
             "tern_upstream_class_forwarded_bytes_total{class=\"low\"} 200",
+            "tern_upstream_class_backlog_bytes{class=\"low\"} 300",
+            "tern_upstream_class_drain_seconds{class=\"low\"} +Inf",
+            "tern_upstream_class_drain_seconds{class=\"high\"} 0",
+            "tern_upstream_backlog_bytes{topic=\"telemetry\",partition=\"0\"} 300",
+            "tern_upstream_draining{topic=\"telemetry\",partition=\"0\"} 0",
         ] {
             assert!(out.lines().any(|l| l == line), "no {line:?} in\n{out}");
         }

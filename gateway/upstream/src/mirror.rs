@@ -16,7 +16,8 @@ use tokio::sync::watch;
 use crate::config::UpstreamConfig;
 use crate::driver::{self, StatusMap, edge_error, resume_within, run_sessions};
 use crate::error::UpstreamError;
-use crate::follower::{Cluster, Follower, next_edge_offset};
+use crate::follower::{Cluster, Follower, next_edge_offset, settle};
+use crate::live::mark_historical;
 use crate::provenance::{Provenance, upstream_topic};
 
 /// Forwards one edge partition to its follower.
@@ -86,13 +87,14 @@ impl<L: LogPort, C: Cluster> MirrorForwarder<L, C> {
             .map_err(|e| edge_error("subscribe", e))?;
         let max_bytes = usize::try_from(self.kafka.batch_limit()).unwrap_or(usize::MAX);
         loop {
-            let batch = self.next_batch(next, max_bytes, &durable_end).await?;
+            let mut batch = self.next_batch(next, max_bytes, &durable_end).await?;
             let Some(last) = batch.last().map(|r| r.offset) else {
                 if durable_end.changed().await.is_err() {
                     return Ok(());
                 }
                 continue;
             };
+            mark_historical(&self.config, topic, &mut batch, tern_core::time::now_ms());
             let (codec, format) = (self.config.compression, self.config.value_format);
             upstream
                 .produce(&batch, &self.source, codec, format)
@@ -141,7 +143,7 @@ impl<L: LogPort, C: Cluster> MirrorForwarder<L, C> {
             .offsets(topic, partition)
             .map_err(|e| edge_error("offsets", e))?;
         let cursor = self.log.cursor(&self.cursor_name(), topic, partition);
-        self.settle(upstream).await?;
+        settle(upstream, self.config.catch_up_settle.0).await?;
         let follower_next = next_edge_offset(upstream, &self.source).await?;
         let upstream_next = match follower_next {
             Some(next) => next,
@@ -167,21 +169,6 @@ impl<L: LogPort, C: Cluster> MirrorForwarder<L, C> {
             upstream.restart_sequence().await;
         }
         Ok(next)
-    }
-
-    /// Waits until the follower's end offset holds still for `catch_up_settle`: a request cut
-    /// off in flight may have left a batch on the leader that is not committed yet, and resending
-    /// it before it shows would duplicate it.
-    async fn settle(&self, upstream: &C::Partition) -> Result<(), UpstreamError> {
-        let mut end = upstream.end_offset().await?;
-        loop {
-            tokio::time::sleep(self.config.catch_up_settle.0).await;
-            let now = upstream.end_offset().await?;
-            if now == end {
-                return Ok(());
-            }
-            end = now;
-        }
     }
 }
 

@@ -15,9 +15,10 @@ use crate::config::UpstreamConfig;
 use crate::driver::StatusMap;
 use crate::error::UpstreamError;
 use crate::kafka::KafkaUpstream;
+use crate::live::LiveForwarder;
 use crate::mirror::MirrorForwarder;
-use crate::provenance::Provenance;
-use crate::shared::{SharedForwarder, group_client};
+use crate::provenance::{Provenance, upstream_topic};
+use crate::shared::{SharedForwarder, group_client, shared_topic};
 
 /// Forwards the edge log to one upstream cluster until `shutdown` fires.
 pub async fn run<L: LogPort>(
@@ -60,6 +61,22 @@ pub async fn run_ablated<L: LogPort>(
                     topic: name.clone(),
                     partition,
                 };
+                if config.is_live_first(&name) {
+                    let forwarded = match &group {
+                        Some(_) => shared_topic(&config.topic_prefix, &name),
+                        None => upstream_topic(&config.topic_prefix, &gateway, &name),
+                    };
+                    let live = LiveForwarder::new(
+                        &config,
+                        &kafka,
+                        &log,
+                        (&forwarded, partitions),
+                        source.clone(),
+                        &status,
+                    )
+                    .ablated(ablation);
+                    tasks.spawn(live.run(shutdown.clone()));
+                }
                 if let Some(group) = &group {
                     let task = SharedForwarder::new(
                         &config, &kafka, group, &log, partitions, source, &status,

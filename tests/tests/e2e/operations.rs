@@ -669,6 +669,8 @@ fn the_status_page_renders_in_a_headless_browser() -> anyhow::Result<()> {
         "mqtt session",
         "id=\"upstream-state\" class=\"bad\">not connected",
         "<th>priority class</th>",
+        "<th>time to drain</th>",
+        "<table id=\"upstream-classes\">",
         "<polyline id=\"backlog-line\" points=\"",
         "fdatasync mean latency",
         "projected card lifetime",

@@ -15,7 +15,7 @@
 //! It never starts or stops Kafka, never asserts a target (it prints whether each is met), and
 //! never touches a process or topic it did not create (its topics start with `tern-bench.`).
 
-mod backlog;
+pub(crate) mod backlog;
 mod java;
 mod live;
 mod proxy;
@@ -321,7 +321,7 @@ fn progress(what: std::fmt::Arguments<'_>) {
 }
 
 /// A name part that keeps this run's topics apart from earlier runs on the same cluster.
-fn run_id() -> String {
+pub(crate) fn run_id() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

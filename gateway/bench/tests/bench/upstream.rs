@@ -9,6 +9,7 @@
 
 use serde_json::Value;
 use tern_tests::kafka::kafka_classpath;
+use tern_tests::kafka_tools::ConsumedRecord;
 use tern_tests::{KafkaCluster, run_bench};
 
 const CODECS: [&str; 5] = ["none", "gzip", "lz4", "snappy", "zstd"];
@@ -28,7 +29,8 @@ fn figure(report: &Value, path: &str) -> f64 {
 }
 
 #[test]
-fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()> {
+fn bench_upstream_prints_live_and_per_codec_drain_figures_and_the_thin_link_keeps_exactly_once()
+-> anyhow::Result<()> {
     let cluster = KafkaCluster::start()?;
     let bootstrap = cluster.bootstrap();
     let classpath = kafka_classpath()?;
@@ -82,7 +84,125 @@ fn bench_upstream_prints_live_and_per_codec_drain_figures() -> anyhow::Result<()
     ] {
         assert!(table.contains(line), "{line} missing in\n{table}");
     }
+    // The same cluster: the thin link's three strategies and the negative control.
+    thin_link_keeps_each_topic_exactly_once_and_the_control_is_caught(&cluster, &bootstrap)
+}
+
+/// `tern-bench thin-link` with a small backlog under a 48,000 B/s cap, every strategy and the
+/// negative control; then Kafka's own console consumer reads back every topic the report names:
+/// the forwarded telemetry and alarm topics hold each edge record exactly once in edge order
+/// (the live-first run's backlog marked `tern-historical`, nothing marked in the others), the
+/// live topic holds only records after the backlog, each once and in order. The ablated run
+/// (copies into the forwarded topic itself) must fail that check. No timing is asserted.
+fn thin_link_keeps_each_topic_exactly_once_and_the_control_is_caught(
+    cluster: &KafkaCluster,
+    bootstrap: &str,
+) -> anyhow::Result<()> {
+    const BACKLOG: u64 = 2000;
+    let args = [
+        "thin-link",
+        "--kafka",
+        bootstrap,
+        "--backlog",
+        "2000",
+        "--bandwidth",
+        "48000",
+        "--ablate-live-copies",
+        "--json",
+    ];
+    let (status, stdout, stderr) = run_bench(&args)?;
+    assert!(status.success(), "thin-link failed: {stderr}\n{stdout}");
+    println!("{stdout}");
+    let report: Value = serde_json::from_str(&stdout)?;
+    let runs = report["runs"].as_array().expect("runs");
+    let names: Vec<(&str, bool)> = runs
+        .iter()
+        .map(|r| (r["strategy"].as_str().unwrap_or(""), r["ablated"] == true))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("strict", false),
+            ("priority", false),
+            ("live-first", false),
+            ("live-first", true)
+        ]
+    );
+    for (i, run) in runs.iter().enumerate() {
+        let count = |key: &str| run[key].as_u64().expect("a record count");
+        let topic = |key: &str| run["topics"][key].as_str().map(str::to_owned);
+        let (telemetry, alarms) = (count("telemetry_records"), count("alarm_records"));
+        assert!(telemetry > BACKLOG && alarms > 0, "{run}");
+        figure(&report, &format!("runs.{i}.first_live_ms"));
+        figure(&report, &format!("runs.{i}.drain_s"));
+        let forwarded = cluster.consume_all(&topic("telemetry").expect("topic"), 0)?;
+        let checked = exactly_once_in_order(&forwarded, telemetry);
+        if run["ablated"] == true {
+            // The negative control: copies in the forwarded topic must be caught.
+            let caught = checked.expect_err("copies in the forwarded topic went unnoticed");
+            println!("negative control caught: {caught}");
+            continue;
+        }
+        checked.map_err(anyhow::Error::msg)?;
+        exactly_once_in_order(
+            &cluster.consume_all(&topic("alarms").expect("topic"), 0)?,
+            alarms,
+        )
+        .map_err(anyhow::Error::msg)?;
+        let live_first = run["strategy"] == "live-first";
+        for record in &forwarded {
+            let offset: u64 = record.header("tern-offset").unwrap_or("").parse()?;
+            let marked = record.header("tern-historical") == Some("1");
+            if live_first && offset >= BACKLOG {
+                // A live record is marked only if it waited longer than live_after: either way.
+                continue;
+            }
+            assert_eq!(
+                marked,
+                live_first && offset < BACKLOG,
+                "{}: {record:?}",
+                run["strategy"]
+            );
+        }
+        match topic("live") {
+            Some(live) => {
+                let copies = cluster.consume_all(&live, 0)?;
+                let offsets: Vec<u64> = copies
+                    .iter()
+                    .map(|r| r.header("tern-offset").unwrap_or("").parse())
+                    .collect::<Result<_, _>>()?;
+                assert!(!offsets.is_empty(), "no live copy");
+                assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{offsets:?}");
+                assert!(offsets[0] >= BACKLOG, "{offsets:?}");
+                assert_eq!(offsets.len() as u64, count("live_copies"));
+            }
+            None => assert!(!live_first, "{run}"),
+        }
+    }
     Ok(())
+}
+
+/// Whether `records` hold the edge offsets 0..`count` once each, in order.
+fn exactly_once_in_order(records: &[ConsumedRecord], count: u64) -> Result<(), String> {
+    let offsets: Vec<u64> = records
+        .iter()
+        .map(|r| {
+            r.header("tern-offset")
+                .and_then(|o| o.parse().ok())
+                .unwrap_or(u64::MAX)
+        })
+        .collect();
+    if let Some(i) = offsets.iter().zip(0..).position(|(&got, want)| got != want) {
+        return Err(format!(
+            "record {i} of {} holds edge offset {}, not {i}",
+            offsets.len(),
+            offsets[i]
+        ));
+    }
+    match offsets.len() as u64 {
+        n if n == count => Ok(()),
+        n => Err(format!("{n} records, not {count}")),
+    }
 }
 
 fn check_report(report: &Value) -> anyhow::Result<()> {

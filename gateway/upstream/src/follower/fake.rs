@@ -162,6 +162,15 @@ impl FakeCluster {
 
     /// The `tern-offset` of every record of a partition that shows, in order.
     pub fn edge_offsets(&self, topic: &str, partition: u32) -> Vec<u64> {
+        self.headers(topic, partition)
+            .iter()
+            .filter_map(|h| h.get(H_OFFSET))
+            .filter_map(|v| std::str::from_utf8(v).ok()?.parse().ok())
+            .collect()
+    }
+
+    /// The headers of every record of a partition that shows, in order.
+    pub fn headers(&self, topic: &str, partition: u32) -> Vec<BTreeMap<String, Vec<u8>>> {
         let inner = self.lock();
         let Some(part) = inner.partitions.get(&(topic.to_owned(), partition)) else {
             return Vec::new();
@@ -170,8 +179,7 @@ impl FakeCluster {
         part.records
             .iter()
             .take_while(|r| r.visible_at <= now)
-            .filter_map(|r| r.headers.get(H_OFFSET))
-            .filter_map(|v| std::str::from_utf8(v).ok()?.parse().ok())
+            .map(|r| r.headers.clone())
             .collect()
     }
 

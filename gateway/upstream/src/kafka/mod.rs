@@ -17,7 +17,7 @@ use rustls::pki_types::pem::PemObject;
 use tokio::sync::OwnedMutexGuard;
 
 use crate::ablation::Ablation;
-use crate::bandwidth::Bandwidth;
+use crate::bandwidth::{Bandwidth, Class, DayClock};
 use crate::client::{ClientError, Connection, Settings, metadata};
 use crate::config::{Mode, TlsSettings, UpstreamConfig};
 use crate::driver::PROBE_INTERVAL;
@@ -187,8 +187,10 @@ impl KafkaUpstream {
         ablation: Ablation,
     ) -> Result<Self, UpstreamError> {
         let tls = config.tls.as_ref().map(tls_config).transpose()?;
-        let bandwidth = Arc::new(Bandwidth::new(
+        let bandwidth = Arc::new(Bandwidth::scheduled(
             config.bandwidth.0,
+            config.schedule.clone(),
+            DayClock::local(),
             config.priorities.clone(),
         ));
         let producer = (config.mode == Mode::Mirror).then(|| {
@@ -356,6 +358,25 @@ impl KafkaUpstream {
             topic,
             partition,
             (Arc::clone(&self.bandwidth), self.batch_limit),
+            None,
+        )
+        .await
+    }
+
+    /// A handle for a live copy: plain batches (no producer identity), charged to `class`.
+    pub async fn live_partition(
+        &self,
+        topic: &str,
+        partition: u32,
+        class: Class,
+    ) -> Result<UpstreamPartition, UpstreamError> {
+        UpstreamPartition::open(
+            &self.slot,
+            None,
+            topic,
+            partition,
+            (Arc::clone(&self.bandwidth), self.batch_limit),
+            Some(class),
         )
         .await
     }
@@ -401,6 +422,15 @@ impl Cluster for KafkaUpstream {
         partition: u32,
     ) -> Result<UpstreamPartition, UpstreamError> {
         KafkaUpstream::partition(self, topic, partition).await
+    }
+
+    async fn live_partition(
+        &self,
+        topic: &str,
+        partition: u32,
+        class: Class,
+    ) -> Result<UpstreamPartition, UpstreamError> {
+        KafkaUpstream::live_partition(self, topic, partition, class).await
     }
 }
 

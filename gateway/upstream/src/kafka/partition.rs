@@ -13,7 +13,7 @@ use tern_log::StoredRecord;
 
 use super::ClientSlot;
 use super::record::{split, split_idempotent, upstream_record};
-use crate::bandwidth::Bandwidth;
+use crate::bandwidth::{Bandwidth, Class};
 use crate::client::fetch::{self, EARLIEST, LATEST};
 use crate::client::produce::{self, ProduceOptions, Stamp};
 use crate::client::{ClientError, Connection, metadata};
@@ -45,6 +45,8 @@ pub struct UpstreamPartition {
     generation: u64,
     bandwidth: Arc<Bandwidth>,
     batch_limit: u64,
+    /// The class its requests are charged to; `None`: the edge topic's.
+    class: Option<Class>,
 }
 
 impl UpstreamPartition {
@@ -55,6 +57,7 @@ impl UpstreamPartition {
         topic: &str,
         partition: u32,
         (bandwidth, batch_limit): (Arc<Bandwidth>, u64),
+        class: Option<Class>,
     ) -> Result<Self, UpstreamError> {
         let (generation, _) = slot.connection().await?;
         let handle = Self {
@@ -66,6 +69,7 @@ impl UpstreamPartition {
             generation,
             bandwidth,
             batch_limit,
+            class,
         };
         let mut leader = handle.leader.lock().await;
         handle.leader_in(&mut leader).await?;
@@ -233,7 +237,9 @@ impl UpstreamPartition {
         for (batch, bytes) in batches {
             let edge_offset = offsets.get(first).copied().unwrap_or(0);
             first += batch.len();
-            let class = self.bandwidth.class_of(&source.topic);
+            let class = self
+                .class
+                .unwrap_or_else(|| self.bandwidth.class_of(&source.topic));
             self.bandwidth.acquire(class, bytes).await;
             let encoded = produce::encode_batch(stamp, edge_offset, batch, codec)
                 .map_err(|e| self.error("produce", e))?;

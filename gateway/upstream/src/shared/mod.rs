@@ -30,6 +30,7 @@ use crate::error::UpstreamError;
 use crate::follower::{Cluster, Follower, TxnStamp};
 use crate::group::GroupClient;
 use crate::kafka::tls_config;
+use crate::live::mark_historical;
 use crate::provenance::Provenance;
 use crate::txn::TxnProducer;
 
@@ -162,7 +163,7 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
             .map_err(|e| edge_error("subscribe", e))?;
         let max_bytes = usize::try_from(self.config.max_batch_bytes.0).unwrap_or(usize::MAX);
         loop {
-            let batch = self
+            let mut batch = self
                 .log
                 .read(topic, partition, next, max_bytes)
                 .map_err(|e| edge_error("read", e))?;
@@ -172,6 +173,7 @@ impl<L: LogPort, C: Cluster> SharedForwarder<L, C> {
                 }
                 continue;
             };
+            mark_historical(&self.config, topic, &mut batch, tern_core::time::now_ms());
             let started = tokio::time::Instant::now();
             let (count, bytes) = (
                 batch.len(),
