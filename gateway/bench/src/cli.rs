@@ -651,6 +651,10 @@ pub struct ThinLinkArgs {
     /// negative control of the checks on the topics (it duplicates and reorders on purpose).
     #[arg(long)]
     pub ablate_live_copies: bool,
+    /// Also run live first in shared mode (a topic of the run's own for all gateways, records
+    /// and group offsets in Kafka transactions).
+    #[arg(long)]
+    pub shared: bool,
     /// Print one JSON object with every figure instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -670,6 +674,7 @@ impl ThinLinkArgs {
                 false => self.strategy.clone(),
             },
             ablate_live_copies: self.ablate_live_copies,
+            shared: self.shared,
         }
     }
 }

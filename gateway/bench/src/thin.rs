@@ -3,14 +3,16 @@
 //! [`Log`], in a temporary directory) holding a day of telemetry (timestamps spread over the
 //! last 24 hours), starts tern's forwarder in this process under a `bandwidth` cap (the link
 //! returns), and while it drains appends live telemetry and alarms at fixed rates. It watches
-//! the upstream end offsets every [`POLL`] and prints, per strategy: the time from the link's
-//! return to the first live telemetry record upstream, the alarms' latency (durable at the edge
-//! → visible upstream), the time to drain the backlog and its ratio to strict order's, and the
+//! the forwarder's progress every [`POLL`] (a record counts as upstream once Kafka acknowledged
+//! it with acks=all, in shared mode once its transaction committed) and prints, per strategy:
+//! the time from the link's return to the first live telemetry record upstream, the alarms'
+//! latency (durable at the edge → upstream), the time to drain the backlog and its ratio to strict order's, and the
 //! share of the cap each kind of traffic got while draining.
 //!
 //! Strategies: `strict` (one class, oldest first), `priority` (alarms `high`, telemetry `low`),
-//! `live-first` (the same classes, telemetry also `live_first`). `--ablate-live-copies` adds a
-//! fourth run, `live-first` with the copies written into the forwarded topic itself
+//! `live-first` (the same classes, telemetry also `live_first`), all in mirror mode; `--shared`
+//! adds a live-first run in shared mode. `--ablate-live-copies` adds a
+//! run, `live-first` with the copies written into the forwarded topic itself
 //! ([`Ablation::live_into_forwarded_topic`]): the negative control of the checks the test
 //! makes on the topics the report names.
 //!
@@ -27,7 +29,7 @@ use tern_core::shutdown;
 use tern_core::{ByteSize, HumanDuration};
 use tern_log::{Log, LogConfig, Record};
 use tern_upstream::{
-    Ablation, Class, KafkaUpstream, StatusMap, UpstreamConfig, run_ablated, upstream_topic,
+    Ablation, Class, Mode, StatusMap, UpstreamConfig, run_ablated, shared_topic, upstream_topic,
 };
 
 use crate::BenchError;
@@ -84,6 +86,8 @@ pub struct ThinOptions {
     pub strategies: Vec<Strategy>,
     /// Adds the negative control's run.
     pub ablate_live_copies: bool,
+    /// Adds a live-first run in shared mode.
+    pub shared: bool,
 }
 
 impl ThinOptions {
@@ -136,6 +140,8 @@ pub struct Topics {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StrategyRun {
     pub strategy: Strategy,
+    /// `mirror` or `shared`.
+    pub mode: &'static str,
     /// The negative control's run (copies into the forwarded topic).
     pub ablated: bool,
     /// From the link's return to the first live telemetry record upstream (the live topic's or
@@ -181,11 +187,26 @@ pub fn run(options: &ThinOptions, command: String) -> Result<ThinReport, BenchEr
     options.validate()?;
     let runtime = crate::runtime(None)?;
     let mut runs = Vec::new();
+    let mirror = Variant {
+        ablated: false,
+        shared: false,
+    };
     for &strategy in &options.strategies {
-        runs.push(runtime.block_on(run_one(options, strategy, false))?);
+        runs.push(runtime.block_on(run_one(options, strategy, mirror))?);
+    }
+    if options.shared {
+        let shared = Variant {
+            shared: true,
+            ..mirror
+        };
+        runs.push(runtime.block_on(run_one(options, Strategy::LiveFirst, shared))?);
     }
     if options.ablate_live_copies {
-        runs.push(runtime.block_on(run_one(options, Strategy::LiveFirst, true))?);
+        let ablated = Variant {
+            ablated: true,
+            ..mirror
+        };
+        runs.push(runtime.block_on(run_one(options, Strategy::LiveFirst, ablated))?);
     }
     Ok(ThinReport {
         command,
@@ -196,6 +217,15 @@ pub fn run(options: &ThinOptions, command: String) -> Result<ThinReport, BenchEr
         alarm_interval_ms: u64::try_from(options.alarm_interval.as_millis()).unwrap_or(u64::MAX),
         runs,
     })
+}
+
+/// How a run differs from the product's mirror mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Variant {
+    /// The negative control: copies into the forwarded topic.
+    ablated: bool,
+    /// Shared mode.
+    shared: bool,
 }
 
 /// The edge log of one run; its directory is removed on drop.
@@ -250,11 +280,21 @@ fn record(timestamp_ms: i64, value: Vec<u8>) -> Record {
 }
 
 /// The configuration of `strategy`'s forwarder under `gateway`.
-fn upstream_config(options: &ThinOptions, strategy: Strategy, gateway: &str) -> UpstreamConfig {
+fn upstream_config(
+    options: &ThinOptions,
+    strategy: Strategy,
+    gateway: &str,
+    shared: bool,
+) -> UpstreamConfig {
     let mut config = UpstreamConfig {
         bootstrap: options.kafka.clone(),
         gateway_id: Some(gateway.to_owned()),
-        topic_prefix: TOPIC_PREFIX.to_owned(),
+        // Shared mode: a prefix of the run's own, so each run has new shared topics.
+        topic_prefix: match shared {
+            true => format!("{TOPIC_PREFIX}{gateway}."),
+            false => TOPIC_PREFIX.to_owned(),
+        },
+        mode: if shared { Mode::Shared } else { Mode::Mirror },
         bandwidth: ByteSize(options.bandwidth),
         backoff_max: HumanDuration(Duration::from_secs(1)),
         ..UpstreamConfig::default()
@@ -269,29 +309,17 @@ fn upstream_config(options: &ThinOptions, strategy: Strategy, gateway: &str) -> 
     config
 }
 
-/// The end offset of partition 0 of `topic`, 0 while it cannot be asked.
-async fn end_offset(kafka: &KafkaUpstream, topic: &str) -> u64 {
-    match kafka.partition(topic, 0).await {
-        Ok(partition) => partition
-            .end_offset()
-            .await
-            .ok()
-            .and_then(|end| u64::try_from(end).ok())
-            .unwrap_or(0),
-        Err(_) => 0,
-    }
-}
-
 async fn run_one(
     options: &ThinOptions,
     strategy: Strategy,
-    ablated: bool,
+    variant: Variant,
 ) -> Result<StrategyRun, BenchError> {
     let unique = crate::upstream::run_id();
     let gateway = format!(
-        "thin-{unique}-{}{}",
+        "thin-{unique}-{}{}{}",
         strategy.name(),
-        if ablated { "-ablated" } else { "" }
+        if variant.shared { "-shared" } else { "" },
+        if variant.ablated { "-ablated" } else { "" }
     );
     let edge = Edge::open(&gateway).await?;
     // A day of telemetry, oldest first.
@@ -311,16 +339,20 @@ async fn run_one(
             .collect();
         built = edge.append(TELEMETRY, batch).await?;
     }
-    let config = upstream_config(options, strategy, &gateway);
-    let topics = Topics {
-        telemetry: upstream_topic(TOPIC_PREFIX, &gateway, TELEMETRY),
-        alarms: upstream_topic(TOPIC_PREFIX, &gateway, ALARMS),
-        live: (strategy == Strategy::LiveFirst && !ablated)
-            .then(|| format!("{}.live", upstream_topic(TOPIC_PREFIX, &gateway, TELEMETRY))),
+    let config = upstream_config(options, strategy, &gateway, variant.shared);
+    let prefix = config.topic_prefix.clone();
+    let forwarded = |topic| match variant.shared {
+        true => shared_topic(&prefix, topic),
+        false => upstream_topic(&prefix, &gateway, topic),
     };
-    let observer = KafkaUpstream::new(&config)?;
+    let topics = Topics {
+        telemetry: forwarded(TELEMETRY),
+        alarms: forwarded(ALARMS),
+        live: (strategy == Strategy::LiveFirst && !variant.ablated)
+            .then(|| format!("{}.live", upstream_topic(&prefix, &gateway, TELEMETRY))),
+    };
     let ablation = Ablation {
-        live_into_forwarded_topic: ablated,
+        live_into_forwarded_topic: variant.ablated,
         ..Ablation::NONE
     };
     // The link returns.
@@ -349,7 +381,7 @@ async fn run_one(
             return Err(BenchError::Stalled {
                 topic: topics.telemetry.clone(),
                 expected: options.backlog,
-                got: end_offset(&observer, &topics.telemetry).await,
+                got: forwarded_next(&status, TELEMETRY),
                 after: RUN_TIMEOUT,
             });
         }
@@ -365,22 +397,17 @@ async fn run_one(
             }
             _ = poll.tick() => {
                 let now = Instant::now();
-                let alarms = end_offset(&observer, &topics.alarms).await;
+                let alarms = forwarded_next(&status, ALARMS);
                 while (alarms_seen.len() as u64) < alarms.min(alarms_durable.len() as u64) {
                     alarms_seen.push(now);
                 }
-                let telemetry = end_offset(&observer, &topics.telemetry).await;
-                if first_live.is_none() {
-                    let live = match &topics.live {
-                        Some(live) => end_offset(&observer, live).await,
-                        None => 0,
-                    };
-                    if live > 0 || telemetry > options.backlog {
-                        first_live = Some(started.elapsed());
-                    }
+                let telemetry = status_of(&status, TELEMETRY);
+                if first_live.is_none()
+                    && (telemetry.live_records > 0 || telemetry.next > options.backlog)
+                {
+                    first_live = Some(started.elapsed());
                 }
-                let next = forwarded_next(&status, TELEMETRY);
-                if next >= options.backlog {
+                if telemetry.next >= options.backlog {
                     drained = Some((started.elapsed(), bytes_by_kind(&status, options.backlog)));
                 }
             }
@@ -403,7 +430,7 @@ async fn run_one(
         }
         tokio::time::sleep(POLL).await;
         let now = Instant::now();
-        let alarms = end_offset(&observer, &topics.alarms).await;
+        let alarms = forwarded_next(&status, ALARMS);
         while (alarms_seen.len() as u64) < alarms.min(alarm_records) {
             alarms_seen.push(now);
         }
@@ -425,7 +452,8 @@ async fn run_one(
     let live_copies = status_of(&status, TELEMETRY).live_records;
     Ok(StrategyRun {
         strategy,
-        ablated,
+        mode: if variant.shared { "shared" } else { "mirror" },
+        ablated: variant.ablated,
         first_live_ms: ms(first_live),
         alarms: latencies.len(),
         alarm_p50_ms: ms(percentile(&latencies, 50.0)),
@@ -506,12 +534,17 @@ impl fmt::Display for ThinReport {
         let strict = self
             .runs
             .iter()
-            .find(|r| r.strategy == Strategy::Strict && !r.ablated)
+            .find(|r| r.strategy == Strategy::Strict && r.mode == "mirror" && !r.ablated)
             .map(|r| r.drain_s);
         for run in &self.runs {
             let name = format!(
-                "{}{}",
+                "{}{}{}",
                 run.strategy.name(),
+                if run.mode == "shared" {
+                    " (shared)"
+                } else {
+                    ""
+                },
                 if run.ablated { " (ablated)" } else { "" }
             );
             let ratio = strict.map_or(f64::NAN, |s| run.drain_s / s);
@@ -557,20 +590,25 @@ mod tests {
             alarm_interval: Duration::from_secs(1),
             strategies: Strategy::ALL.to_vec(),
             ablate_live_copies: false,
+            shared: false,
         }
     }
 
     #[test]
     fn strategies_set_the_classes_and_live_first_and_bad_options_are_named() {
-        let strict = upstream_config(&options(), Strategy::Strict, "gw");
+        let strict = upstream_config(&options(), Strategy::Strict, "gw", false);
         assert!(strict.priorities.is_empty() && strict.live_first.is_empty());
         assert_eq!(strict.validate(), Ok(()));
-        let priority = upstream_config(&options(), Strategy::Priority, "gw");
+        let priority = upstream_config(&options(), Strategy::Priority, "gw", false);
         assert_eq!(priority.class_of(ALARMS), Class::High);
         assert_eq!(priority.class_of(TELEMETRY), Class::Low);
         assert!(priority.live_first.is_empty());
-        let live = upstream_config(&options(), Strategy::LiveFirst, "gw");
+        let live = upstream_config(&options(), Strategy::LiveFirst, "gw", false);
         assert!(live.is_live_first(TELEMETRY) && !live.is_live_first(ALARMS));
+        let shared = upstream_config(&options(), Strategy::LiveFirst, "gw", true);
+        assert_eq!(shared.mode, Mode::Shared);
+        assert_eq!(shared.topic_prefix, "tern-bench.gw.");
+        assert_eq!(shared.validate(), Ok(()));
         assert_eq!(live.bandwidth.0, 125_000);
         let bad = ThinOptions {
             live_rate: 0,

@@ -8,8 +8,10 @@
 //! cap lines; it asserts no timing and no performance target.
 
 use serde_json::Value;
+use std::time::Duration;
 use tern_tests::kafka::kafka_classpath;
-use tern_tests::kafka_tools::ConsumedRecord;
+
+use tern_tests::kafka_tools::{ConsumedRecord, Isolation};
 use tern_tests::{KafkaCluster, run_bench};
 
 const CODECS: [&str; 5] = ["none", "gzip", "lz4", "snappy", "zstd"];
@@ -108,6 +110,7 @@ fn thin_link_keeps_each_topic_exactly_once_and_the_control_is_caught(
         "--bandwidth",
         "48000",
         "--ablate-live-copies",
+        "--shared",
         "--json",
     ];
     let (status, stdout, stderr) = run_bench(&args)?;
@@ -115,17 +118,21 @@ fn thin_link_keeps_each_topic_exactly_once_and_the_control_is_caught(
     println!("{stdout}");
     let report: Value = serde_json::from_str(&stdout)?;
     let runs = report["runs"].as_array().expect("runs");
-    let names: Vec<(&str, bool)> = runs
+    let names: Vec<(&str, &str, bool)> = runs
         .iter()
-        .map(|r| (r["strategy"].as_str().unwrap_or(""), r["ablated"] == true))
+        .map(|r| {
+            let name = |key: &str| r[key].as_str().unwrap_or("");
+            (name("strategy"), name("mode"), r["ablated"] == true)
+        })
         .collect();
     assert_eq!(
         names,
         [
-            ("strict", false),
-            ("priority", false),
-            ("live-first", false),
-            ("live-first", true)
+            ("strict", "mirror", false),
+            ("priority", "mirror", false),
+            ("live-first", "mirror", false),
+            ("live-first", "shared", false),
+            ("live-first", "mirror", true)
         ]
     );
     for (i, run) in runs.iter().enumerate() {
@@ -135,7 +142,17 @@ fn thin_link_keeps_each_topic_exactly_once_and_the_control_is_caught(
         assert!(telemetry > BACKLOG && alarms > 0, "{run}");
         figure(&report, &format!("runs.{i}.first_live_ms"));
         figure(&report, &format!("runs.{i}.drain_s"));
-        let forwarded = cluster.consume_all(&topic("telemetry").expect("topic"), 0)?;
+        // Shared mode's topics are transactional: read what committed, as its consumers must.
+        let read = |topic: String| match run["mode"] == "shared" {
+            true => cluster.consume_isolated(
+                &topic,
+                0,
+                Isolation::ReadCommitted,
+                Duration::from_secs(10),
+            ),
+            false => cluster.consume_all(&topic, 0),
+        };
+        let forwarded = read(topic("telemetry").expect("topic"))?;
         let checked = exactly_once_in_order(&forwarded, telemetry);
         if run["ablated"] == true {
             // The negative control: copies in the forwarded topic must be caught.
