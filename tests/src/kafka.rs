@@ -309,6 +309,14 @@ impl KafkaCluster {
     }
 
     /// Lets clients connect again after [`KafkaCluster::cut_clients`].
+    /// When each client connection through the proxies reached a broker, every node's, in
+    /// time order.
+    pub fn client_connections_opened(&self) -> Vec<Instant> {
+        let mut opened: Vec<Instant> = self.nodes.iter().flat_map(|n| n.proxy.opened()).collect();
+        opened.sort();
+        opened
+    }
+
     pub fn restore_clients(&self) {
         for node in &self.nodes {
             node.proxy.restore();

@@ -38,6 +38,8 @@ struct State {
     lose_responses: AtomicBool,
     stopped: AtomicBool,
     connections: Mutex<Vec<TcpStream>>,
+    /// When each connection forwarded to the target was opened (what the broker saw).
+    opened: Mutex<Vec<std::time::Instant>>,
 }
 
 impl State {
@@ -72,6 +74,11 @@ impl TcpProxy {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// When each connection the proxy forwarded to its target was opened, oldest first.
+    pub fn opened(&self) -> Vec<std::time::Instant> {
+        (self.state.opened.lock().unwrap_or_else(|e| e.into_inner())).clone()
     }
 
     /// Closes every connection and refuses new ones.
@@ -149,6 +156,8 @@ fn accept_loop(listener: &TcpListener, target: SocketAddr, state: &Arc<State>) {
         let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else {
             continue;
         };
+        let opened = std::time::Instant::now();
+        (state.opened.lock().unwrap_or_else(|e| e.into_inner())).push(opened);
         let _ = pump_both(client, server, state);
     }
 }

@@ -99,6 +99,17 @@ impl fmt::Display for HumanDuration {
     }
 }
 
+impl std::str::FromStr for HumanDuration {
+    type Err = String;
+
+    /// `500ms`, `30s`, `5m`, `1h 30m`: humantime's syntax, as the configuration takes it.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        humantime::parse_duration(text)
+            .map(HumanDuration)
+            .map_err(|err| format!("`{text}` is not a duration: {err}"))
+    }
+}
+
 impl Serialize for HumanDuration {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)

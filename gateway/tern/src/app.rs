@@ -428,6 +428,15 @@ async fn start_services(
         .context("admin listener has no address")?;
     tracing::info!("admin endpoint listening on {addr}");
     let notifier_readiness = health.subscribe();
+    // Each upstream link carries this gateway's status records to the fleet's status topic.
+    for settings in config.upstream.iter().filter(|u| u.status.enabled) {
+        let gateway = upstream::gateway_id(settings);
+        let page = (Arc::clone(&status), config.data_dir.clone());
+        let readiness = health.subscribe();
+        let report =
+            crate::fleet::report(settings.clone(), gateway, page, readiness, shutdown.clone());
+        tasks.spawn(report);
+    }
     let admin = tasks.spawn(admin.run(shutdown.clone()));
     tasks.spawn(health.run(shutdown.clone()));
     tasks.spawn(status.run(shutdown.clone()));

@@ -32,6 +32,9 @@ pub enum Command {
     /// running tern's admin endpoint (`--admin`).
     #[command(subcommand)]
     Cursors(CursorsCommand),
+    /// The fleet, seen from the datacenter: every gateway's last status record.
+    #[command(subcommand)]
+    Fleet(FleetCommand),
     /// Add, change or delete a user of an MQTT password file (argon2id hashes, mode 0600).
     /// The password is prompted for twice without echo on a terminal, else read from the first
     /// line of standard input. A running tern picks the change up at the next CONNECT.
@@ -43,6 +46,32 @@ pub enum Command {
         /// Remove the user instead of setting a password.
         #[arg(long)]
         delete: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FleetCommand {
+    /// Reads the fleet's status topic (`[upstream.status] topic`, compacted) from the start
+    /// and prints each gateway's last status: ready or why not, backlog, uptime, when it was
+    /// last heard of and its clock's skew against the broker. Gateways silent for longer than
+    /// `--silent-after` are flagged SILENT.
+    Status {
+        /// Bootstrap servers of the datacenter's Kafka cluster.
+        #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]", value_delimiter = ',')]
+        kafka: Vec<String>,
+        /// A tern.toml whose first [[upstream]] gives the connection (TLS, SASL, status topic);
+        /// --kafka and --topic override it.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The status topic [default: tern-status].
+        #[arg(long)]
+        topic: Option<String>,
+        /// Flag gateways whose last record is older than this.
+        #[arg(long, value_name = "DURATION", default_value = "5m")]
+        silent_after: tern_core::HumanDuration,
+        /// Print one JSON array instead of the table.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -13,13 +13,14 @@ mod cursors;
 mod decode;
 mod deprecated;
 mod device;
+mod fleet;
 mod health;
 mod heap;
 mod reload;
 mod status;
 mod systemd;
 
-use cli::{Cli, Command, ConfigCommand, CursorTarget, CursorsCommand, LogCommand};
+use cli::{Cli, Command, ConfigCommand, CursorTarget, CursorsCommand, FleetCommand, LogCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -77,6 +78,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Log(command) => run_log_tool(command),
         Command::Cursors(command) => run_cursors(command),
+        Command::Fleet(FleetCommand::Status {
+            kafka,
+            config,
+            topic,
+            silent_after,
+            json,
+        }) => fleet::run_status(&fleet::StatusQuery {
+            kafka,
+            config,
+            topic,
+            silent_after: silent_after.0,
+            json,
+        }),
         Command::Passwd { file, user, delete } => {
             use tern_auth::passwd;
             let password = if delete {

@@ -82,6 +82,10 @@ pub struct UpstreamConfig {
     /// Wait after a failure; doubles up to `backoff_max`.
     pub backoff_min: HumanDuration,
     pub backoff_max: HumanDuration,
+    /// The longest gap between connects while Kafka cannot be reached: the gap starts at
+    /// 500 ms, grows by half after each failed connect up to this, and is jittered (between
+    /// its half and its whole), so a fleet cut off together does not reconnect in one second.
+    pub reconnect_max: HumanDuration,
     /// How often new edge topics are looked for.
     pub discover_interval: HumanDuration,
     /// Catch-up waits until the follower's end offset stays the same for this long, so a batch
@@ -89,6 +93,9 @@ pub struct UpstreamConfig {
     pub catch_up_settle: HumanDuration,
     pub sasl: Option<SaslSettings>,
     pub tls: Option<TlsSettings>,
+    /// `[upstream.status]`: this gateway's status records in the fleet's status topic
+    /// (docs/fleet.md).
+    pub status: StatusConfig,
     /// `[upstream.commands]`: the downstream, commands from this cluster to devices
     /// (docs/downstream.md). Off when absent.
     pub commands: Option<CommandsConfig>,
@@ -136,12 +143,40 @@ impl Default for UpstreamConfig {
             topic_configs: BTreeMap::new(),
             backoff_min: HumanDuration(std::time::Duration::from_millis(100)),
             backoff_max: HumanDuration(std::time::Duration::from_secs(30)),
+            reconnect_max: HumanDuration(std::time::Duration::from_secs(2)),
             discover_interval: HumanDuration(std::time::Duration::from_secs(1)),
             catch_up_settle: HumanDuration(std::time::Duration::from_millis(500)),
             sasl: None,
             tls: None,
+            status: StatusConfig::default(),
             commands: None,
             state_dir: None,
+        }
+    }
+}
+
+/// `[upstream.status]`: where and how often the gateway reports its status to the datacenter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StatusConfig {
+    /// Whether status records are sent at all.
+    pub enabled: bool,
+    /// The fleet's status topic, one for every gateway, created compacted when missing.
+    pub topic: String,
+    /// How often a record is sent; one is also sent at start and whenever readiness changes.
+    pub interval: HumanDuration,
+    /// Partitions of a status topic tern creates (a gateway's records go to the partition
+    /// Kafka's partitioner picks for its id).
+    pub partitions: u32,
+}
+
+impl Default for StatusConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            topic: "tern-status".to_owned(),
+            interval: HumanDuration(std::time::Duration::from_secs(60)),
+            partitions: 1,
         }
     }
 }
@@ -345,6 +380,14 @@ impl UpstreamConfig {
                 "must be above zero and at most backoff_max".into(),
             ));
         }
+        if self.reconnect_max.0 < std::time::Duration::from_millis(500)
+            || self.reconnect_max.0 > std::time::Duration::from_secs(600)
+        {
+            return Err((
+                "upstream.reconnect_max".into(),
+                "must be 500ms to 10m".into(),
+            ));
+        }
         if self.linger.0 > MAX_LINGER {
             return Err(("upstream.linger".into(), "must be at most 10s".into()));
         }
@@ -375,6 +418,7 @@ impl UpstreamConfig {
             check_topic_part(id).map_err(|m| ("upstream.gateway_id".to_owned(), m))?;
         }
         self.validate_shared()?;
+        self.validate_status()?;
         self.validate_topic_configs()?;
         self.validate_commands()?;
         check_topic_part(&self.topic_prefix).map_err(|m| ("upstream.topic_prefix".to_owned(), m))
@@ -406,6 +450,38 @@ impl UpstreamConfig {
                 "upstream.transaction_timeout".into(),
                 "must be 1s to 24h (and at most the brokers' transaction.max.timeout.ms)".into(),
             ));
+        }
+        Ok(())
+    }
+
+    /// `[upstream.status]`: a usable topic that no forwarded edge topic is sent to, and an
+    /// interval of at least a second.
+    fn validate_status(&self) -> Result<(), (String, String)> {
+        let status = &self.status;
+        let key = |k: &str| format!("upstream.status.{k}");
+        check_topic_part(&status.topic).map_err(|m| (key("topic"), m))?;
+        if status.topic.is_empty() || status.topic.len() > 249 {
+            return Err((key("topic"), "must be 1 to 249 characters".into()));
+        }
+        if self.mode == Mode::Shared
+            && status
+                .topic
+                .strip_prefix(&self.topic_prefix)
+                .is_some_and(|edge| self.forwards(edge))
+        {
+            return Err((
+                key("topic"),
+                format!(
+                    "`{}` is where shared mode forwards an edge topic",
+                    status.topic
+                ),
+            ));
+        }
+        if status.interval.0 < std::time::Duration::from_secs(1) {
+            return Err((key("interval"), "must be at least 1s".into()));
+        }
+        if status.partitions == 0 || i32::try_from(status.partitions).is_err() {
+            return Err((key("partitions"), "must be 1..=2147483647".into()));
         }
         Ok(())
     }
@@ -619,6 +695,30 @@ mod tests {
             ..config
         };
         assert_eq!(key(eager), Err("upstream.live_after".to_owned()));
+        Ok(())
+    }
+
+    #[test]
+    fn status_records_are_on_by_default_and_their_topic_is_checked() -> Result<(), toml::de::Error>
+    {
+        let config: UpstreamConfig = toml::from_str("bootstrap = [\"k:9093\"]\n")?;
+        assert!(config.status.enabled);
+        assert_eq!(config.status.topic, "tern-status");
+        let config: UpstreamConfig = toml::from_str(
+            "bootstrap = [\"k:9093\"]\nmode = \"shared\"\n\
+             [status]\ntopic = \"tern.mqtt\"\ninterval = \"10s\"\n",
+        )?;
+        let key = |config: &UpstreamConfig| config.validate().map_err(|e| e.0);
+        assert_eq!(key(&config), Err("upstream.status.topic".to_owned()));
+        let fast = UpstreamConfig {
+            status: StatusConfig {
+                interval: HumanDuration(std::time::Duration::from_millis(100)),
+                ..StatusConfig::default()
+            },
+            mode: Mode::Mirror,
+            ..config
+        };
+        assert_eq!(key(&fast), Err("upstream.status.interval".to_owned()));
         Ok(())
     }
 

@@ -52,6 +52,11 @@ pub enum UpstreamError {
         #[source]
         source: ClientError,
     },
+    /// `tern fleet status` found no status topic.
+    #[error(
+        "the fleet status topic {topic} does not exist: no gateway has sent a status record to this cluster"
+    )]
+    NoStatusTopic { topic: String },
     #[error(
         "upstream {topic}/{partition}: the record at offset {offset} was not mirrored from this \
          edge partition (no matching tern-topic/tern-partition/tern-offset headers)"

@@ -21,6 +21,7 @@ mod config;
 pub mod downstream;
 mod driver;
 mod error;
+mod fleet;
 mod follower;
 mod group;
 mod kafka;
@@ -42,10 +43,11 @@ pub use client::group::Commit;
 pub use client::{ClientError, SaslError};
 pub use config::{
     Codec, CommandStart, CommandsConfig, DEFAULT_TOPIC_CONFIGS, Mode, SaslMechanism, SaslSettings,
-    SharedKey, TlsSettings, TopicConfigValue, UpstreamConfig, ValueFormat,
+    SharedKey, StatusConfig, TlsSettings, TopicConfigValue, UpstreamConfig, ValueFormat,
 };
 pub use driver::{PartitionStatus, StatusMap};
 pub use error::UpstreamError;
+pub use fleet::{GatewayStatus, STATUS_TOPIC_CONFIGS, StatusPublisher, read_statuses};
 pub use follower::next_edge_offset;
 pub use group::GroupClient;
 pub use kafka::KafkaUpstream;

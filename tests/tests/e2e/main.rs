@@ -3,6 +3,7 @@
 mod boards;
 mod clock_steps;
 mod downstream;
+mod fleet;
 mod foundation;
 mod full_disk;
 mod kafka;

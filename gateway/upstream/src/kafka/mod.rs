@@ -54,7 +54,10 @@ pub struct KafkaUpstream {
 
 /// The bootstrap connection of one upstream, opened on first use and dropped as soon as a
 /// request through it (or through a partition handle opened with it) lost its connection. A
-/// new one is opened on the next request, at most once per [`PROBE_INTERVAL`].
+/// new one is opened on the next request, at most once per gap: [`PROBE_INTERVAL`] after a
+/// first failed connect, growing by half after each further one up to `reconnect_max`, each gap
+/// drawn between its half and its whole (equal jitter), so gateways cut off by one outage do not
+/// come back in the same second ([`reconnect_gap`]).
 #[derive(Debug)]
 pub(crate) struct ClientSlot {
     pub(crate) settings: Settings,
@@ -62,6 +65,34 @@ pub(crate) struct ClientSlot {
     /// Held while connecting, so concurrent sessions wait for one connect instead of each
     /// opening their own.
     connecting: tokio::sync::Mutex<()>,
+    /// The longest gap between connects while Kafka cannot be reached.
+    reconnect_max: Duration,
+}
+
+/// The gap after the `failures`-th failed connect in a row: [`PROBE_INTERVAL`] × 1.5^(failures
+/// − 1), at most `max`, then a random point between its half and its whole (`random` in
+/// [0, 1)).
+pub(crate) fn reconnect_gap(failures: u32, max: Duration, random: f64) -> Duration {
+    let exponent = i32::try_from(failures.saturating_sub(1))
+        .unwrap_or(i32::MAX)
+        .min(64);
+    let full = PROBE_INTERVAL
+        .mul_f64(1.5f64.powi(exponent))
+        .min(max.max(PROBE_INTERVAL));
+    full.mul_f64(0.5 + 0.5 * random.clamp(0.0, 1.0))
+}
+
+/// A number in [0, 1) that differs between processes and calls (the jitter's, not a secret).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.write_u32(std::process::id());
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The live connection of a [`ClientSlot`] and its generation.
@@ -71,8 +102,10 @@ type Live = (u64, Arc<tokio::sync::Mutex<Connection>>);
 struct SlotState {
     live: Option<Live>,
     generation: u64,
-    /// When and why the last connect failed.
+    /// Until when no connect is tried, and why the last one failed.
     failed: Option<(tokio::time::Instant, Arc<ClientError>)>,
+    /// Failed connects in a row.
+    failures: u32,
 }
 
 impl ClientSlot {
@@ -119,11 +152,15 @@ impl ClientSlot {
                 );
                 state.live = Some(live.clone());
                 state.failed = None;
+                state.failures = 0;
                 Ok(live)
             }
             Err(err) => {
                 let source = Arc::new(err);
-                state.failed = Some((tokio::time::Instant::now(), Arc::clone(&source)));
+                state.failures = state.failures.saturating_add(1);
+                let gap = reconnect_gap(state.failures, self.reconnect_max, jitter());
+                let until = tokio::time::Instant::now() + gap;
+                state.failed = Some((until, Arc::clone(&source)));
                 Err(UpstreamError::Connect {
                     bootstrap: self.bootstrap(),
                     source,
@@ -132,12 +169,12 @@ impl ClientSlot {
         }
     }
 
-    /// The live connection, if another session connected meanwhile; an error when the last
-    /// connect failed less than [`PROBE_INTERVAL`] ago.
+    /// The live connection, if another session connected meanwhile; an error while the gap
+    /// after the last failed connect lasts.
     fn live_or_recent_failure(&self) -> Result<Option<Live>, UpstreamError> {
         let state = self.lock();
-        if let Some((at, source)) = &state.failed {
-            if at.elapsed() < PROBE_INTERVAL {
+        if let Some((until, source)) = &state.failed {
+            if tokio::time::Instant::now() < *until {
                 return Err(UpstreamError::Connect {
                     bootstrap: self.bootstrap(),
                     source: Arc::clone(source),
@@ -211,6 +248,7 @@ impl KafkaUpstream {
                 settings,
                 state: std::sync::Mutex::default(),
                 connecting: tokio::sync::Mutex::new(()),
+                reconnect_max: config.reconnect_max.0,
             }),
             bootstrap: config.bootstrap.join(","),
             batch_limit: bandwidth.batch_limit(config.max_batch_bytes.0),
@@ -244,6 +282,24 @@ impl KafkaUpstream {
         partitions: u32,
         replication: u16,
     ) -> Result<(), UpstreamError> {
+        let configs: Vec<(&str, &str)> = self
+            .topic_configs
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        self.ensure_topic_configured(topic, partitions, replication, &configs)
+            .await
+    }
+
+    /// [`KafkaUpstream::ensure_topic`] with `configs` instead of the upstream's topic configs
+    /// (the fleet status topic, which is compacted).
+    pub async fn ensure_topic_configured(
+        &self,
+        topic: &str,
+        partitions: u32,
+        replication: u16,
+        configs: &[(&str, &str)],
+    ) -> Result<(), UpstreamError> {
         let (generation, mut connection) = self.slot.connection().await?;
         let error = |op, err| self.slot.error(generation, op, topic.to_owned(), err);
         let listed = metadata::metadata(&mut connection, Some(topic))
@@ -263,11 +319,6 @@ impl KafkaUpstream {
             i16::try_from(replication).unwrap_or(i16::MAX),
         );
         let controller = metadata::broker(&listed, listed.controller_id.0);
-        let configs: Vec<(&str, &str)> = self
-            .topic_configs
-            .iter()
-            .map(|(name, value)| (name.as_str(), value.as_str()))
-            .collect();
         let created = match controller {
             Some(addr) if addr != connection.addr() => {
                 let settings = &self.slot.settings;
@@ -278,7 +329,7 @@ impl KafkaUpstream {
                             topic,
                             partitions,
                             replication,
-                            &configs,
+                            configs,
                         )
                         .await
                     }
@@ -286,7 +337,7 @@ impl KafkaUpstream {
                 }
             }
             _ => {
-                metadata::create_topic(&mut connection, topic, partitions, replication, &configs)
+                metadata::create_topic(&mut connection, topic, partitions, replication, configs)
                     .await
             }
         };

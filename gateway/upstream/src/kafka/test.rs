@@ -251,3 +251,53 @@ fn an_existing_create_time_topic_is_warned_about_and_log_append_time_is_not() {
     // A broker that leaves the config out (or hides it) is not guessed at.
     assert_eq!(super::existing_topic_warning(&configs(None)), None);
 }
+
+#[test]
+fn reconnect_gaps_grow_by_half_to_their_cap_and_are_jittered_between_half_and_whole() {
+    let max = Duration::from_secs(5);
+    let whole = |failures| reconnect_gap(failures, max, 1.0);
+    let gaps: Vec<u128> = (1..=8).map(|n| whole(n).as_millis()).collect();
+    assert_eq!(gaps, [500, 750, 1125, 1687, 2531, 3796, 5000, 5000]);
+    assert_eq!(reconnect_gap(1, max, 0.0), Duration::from_millis(250));
+    assert_eq!(reconnect_gap(40, max, 0.0), Duration::from_millis(2500));
+    assert_eq!(
+        reconnect_gap(u32::MAX, max, 0.5),
+        Duration::from_millis(3750)
+    );
+    // A cap below the first gap leaves the first gap.
+    assert_eq!(reconnect_gap(9, Duration::ZERO, 1.0), PROBE_INTERVAL);
+    let drawn: Vec<f64> = (0..64).map(|_| jitter()).collect();
+    assert!(drawn.iter().all(|r| (0.0..1.0).contains(r)), "{drawn:?}");
+    assert!(drawn.windows(2).any(|w| w[0] != w[1]), "{drawn:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_connects_hold_the_next_one_for_a_growing_jittered_gap() {
+    let upstream = KafkaUpstream::new(&UpstreamConfig {
+        bootstrap: vec!["127.0.0.1:9".into()],
+        reconnect_max: tern_core::HumanDuration(Duration::from_secs(5)),
+        ..UpstreamConfig::default()
+    })
+    .expect("an upstream");
+    let slot = &upstream.slot;
+    let refused = || ClientError::Timeout {
+        addr: "127.0.0.1:9".into(),
+        op: "connect",
+    };
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        assert!(slot.install(Err(refused())).is_err());
+        let started = tokio::time::Instant::now();
+        while slot.live_or_recent_failure().is_err() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        held.push(started.elapsed());
+    }
+    // Each gap between half and whole of 500 ms × 1.5^n (10 ms steps of the look).
+    let wholes = [500u64, 750, 1125, 1687, 2531, 3796];
+    for (gap, whole) in held.iter().zip(wholes) {
+        let range = Duration::from_millis(whole / 2)..=Duration::from_millis(whole + 10);
+        assert!(range.contains(gap), "{held:?}");
+    }
+    assert_eq!(slot.lock().failures, 6);
+}
