@@ -3,7 +3,8 @@
 //! loads, and checked against a known loop before any figure is trusted. The C sources are
 //! compiled into tern-bench as text, so the bench needs no checkout to build it.
 //!
-//! It never counts anything itself: QEMU runs the plugin, which writes `insns N` at exit.
+//! It never counts anything itself: QEMU runs the plugin, which writes `insns N` at exit (and,
+//! asked to, its block counts for `symbols.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,9 +73,14 @@ impl Plugin {
         })
     }
 
-    /// The `-plugin` argument that writes the count to `out`.
-    pub fn argument(&self, out: &Path) -> String {
-        format!("{},out={}", self.so.display(), out.display())
+    /// The `-plugin` argument that writes the count to `out` and, given `blocks`, each
+    /// translated block's execution count and instruction offsets there (`symbols.rs`).
+    pub fn argument(&self, out: &Path, blocks: Option<&Path>) -> String {
+        let mut argument = format!("{},out={}", self.so.display(), out.display());
+        if let Some(blocks) = blocks {
+            argument.push_str(&format!(",blocks={}", blocks.display()));
+        }
+        argument
     }
 
     /// Runs the known loop on `arch` for `passes` and twice as many passes under QEMU with the
