@@ -399,7 +399,10 @@ fn body_len(record: &Record, first: i64) -> usize {
 }
 
 fn encode_record(record: &Record, first: i64, out: &mut Vec<u8>) {
-    put_uvarint(out, body_len(record, first) as u64);
+    let body = body_len(record, first);
+    // Room for the whole record at once: the pushes below never grow the buffer.
+    out.reserve(uvarint_len(body as u64) + body);
+    put_uvarint(out, body as u64);
     put_uvarint(out, zigzag(record.timestamp_ms.wrapping_sub(first)));
     match &record.key {
         None => put_uvarint(out, zigzag(-1)),
@@ -465,24 +468,40 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-fn uvarint_len(mut v: u64) -> usize {
-    let mut n = 1;
-    while v >= 0x80 {
-        v >>= 7;
+/// Bytes of `v` as a LEB128 varint: seven bits a byte, at least one.
+#[inline]
+fn uvarint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// Appends `v` as an unsigned LEB128 varint. Inlined with a one-byte fast path: a record's
+/// lengths and timestamp delta are nearly all below 128, and a record writes a dozen of them
+/// (the encoding's instruction count, issue #29).
+#[inline]
+pub fn put_uvarint(out: &mut Vec<u8>, v: u64) {
+    if v < 0x80 {
+        out.push(v as u8);
+    } else {
+        put_long_uvarint(out, v);
+    }
+}
+
+fn put_long_uvarint(out: &mut Vec<u8>, mut v: u64) {
+    let mut bytes = [0u8; 10];
+    let mut n = 0;
+    for byte in bytes.iter_mut() {
         n += 1;
-    }
-    n
-}
-
-/// Appends `v` as an unsigned LEB128 varint.
-pub fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        if v < 0x80 {
+            *byte = v as u8;
+            break;
+        }
+        *byte = (v as u8) | 0x80;
         v >>= 7;
     }
-    out.push(v as u8);
+    out.extend_from_slice(bytes.get(..n).unwrap_or_default());
 }
 
+#[inline]
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     put_uvarint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
