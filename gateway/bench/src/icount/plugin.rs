@@ -86,17 +86,8 @@ impl Plugin {
     /// Runs the known loop on `arch` for `passes` and twice as many passes under QEMU with the
     /// plugin and returns both counts.
     pub fn self_test(&self, arch: Arch, passes: u64) -> Result<SelfTest, BenchError> {
-        let source = self.dir.join(format!("loop-{}.S", arch.name()));
-        write(&source, loop_source(arch))?;
         let count = |passes: u64| -> Result<u64, BenchError> {
-            let program = self.dir.join(format!("loop-{}-{passes}", arch.name()));
-            let mut gcc = Command::new(arch.cross_gcc());
-            gcc.args(["-nostdlib", "-static"])
-                .arg(format!("-DITERATIONS={passes}"))
-                .arg("-o")
-                .arg(&program)
-                .arg(&source);
-            run_tool(gcc, arch.cross_gcc())?;
+            let program = self.known_loop(arch, passes)?;
             let out = self
                 .dir
                 .join(format!("loop-{}-{passes}.count", arch.name()));
@@ -111,6 +102,23 @@ impl Plugin {
             short: count(passes)?,
             long: count(2 * passes)?,
         })
+    }
+}
+
+impl Plugin {
+    /// Compiles the known loop for `arch` with `passes` passes; returns the program's path.
+    fn known_loop(&self, arch: Arch, passes: u64) -> Result<PathBuf, BenchError> {
+        let source = self.dir.join(format!("loop-{}.S", arch.name()));
+        write(&source, loop_source(arch))?;
+        let program = self.dir.join(format!("loop-{}-{passes}", arch.name()));
+        let mut gcc = Command::new(arch.cross_gcc());
+        gcc.args(["-nostdlib", "-static"])
+            .arg(format!("-DITERATIONS={passes}"))
+            .arg("-o")
+            .arg(&program)
+            .arg(&source);
+        run_tool(gcc, arch.cross_gcc())?;
+        Ok(program)
     }
 }
 
@@ -198,6 +206,35 @@ mod tests {
                 "{test:?}"
             );
             assert!(test.exact(), "{test:?}");
+        }
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    /// The block file of the known loop gives each of its instructions its execution count,
+    /// and they add up to the plugin's total.
+    #[test]
+    fn the_blocks_of_the_known_loop_add_up_to_its_count() {
+        let dir = std::env::temp_dir().join(format!("tern-bench-blocks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let plugin = Plugin::build(&dir).expect("the plugin compiles");
+        for arch in super::super::Arch::ALL {
+            let program = plugin.known_loop(arch, 1000).expect("the loop compiles");
+            let (out, blocks) = (dir.join("count"), dir.join("blocks"));
+            let mut qemu = Command::new(arch.qemu_program());
+            qemu.arg("-plugin")
+                .arg(plugin.argument(&out, Some(&blocks)))
+                .arg(&program);
+            run_tool(qemu, arch.qemu_program()).expect("the loop runs under QEMU");
+            let blocks = super::super::symbols::Blocks::read(&blocks).expect("block file");
+            let file = program.to_string_lossy().into_owned();
+            let counts = &blocks.per_file[&file];
+            assert_eq!(
+                counts.values().sum::<u64>(),
+                read_count(&out).expect("count")
+            );
+            assert_eq!(read_count(&out).expect("count"), expected_loop_insns(1000));
+            let passes = counts.values().filter(|&&count| count == 1000).count();
+            assert_eq!(passes as u64, LOOP_PASS_INSNS, "{arch:?}: {counts:?}");
         }
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
