@@ -468,10 +468,13 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-/// Bytes of `v` as a LEB128 varint: seven bits a byte, at least one.
-#[inline]
-fn uvarint_len(v: u64) -> usize {
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+fn uvarint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
 }
 
 /// Appends `v` as an unsigned LEB128 varint. Inlined with a one-byte fast path: a record's
