@@ -6,6 +6,8 @@
 
 use super::{Record, RecordView};
 
+mod crc;
+
 /// First eight bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"TERNSEG\0";
 /// The log directory's format version: the version of the format marker and of the segment
@@ -303,8 +305,8 @@ pub fn encode_batch_with(
 
 /// CRC32C over a whole batch except its own CRC field (bytes 0..4 and 8..end).
 fn batch_crc(batch: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(batch.get(..4).unwrap_or_default());
-    crc32c::crc32c_append(crc, batch.get(8..).unwrap_or_default())
+    let crc = crc::crc32c_append(0, batch.get(..4).unwrap_or_default());
+    crc::crc32c_append(crc, batch.get(8..).unwrap_or_default())
 }
 
 /// Decodes the header at the start of `bytes` without checking the CRC.
