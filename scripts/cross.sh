@@ -2,7 +2,11 @@
 # Cross-builds tern for the ARM gateways, runs the release binary under QEMU user mode (a real
 # publish through `tern serve`, read back with `tern log dump`) and the storage engine's tests.
 #
-#   scripts/cross.sh [aarch64|armv7]...     (default: both)
+#   scripts/cross.sh [--symbols] [aarch64|armv7]...     (default: both)
+#
+# --symbols also builds each target's unstripped twin of the release binary (profile
+# `release-symbols`: the same code with its symbols and line tables) for
+# `tern-bench icount --symbols`, into $CARGO_TARGET_DIR/cross/<triple>/release-symbols/tern.
 #
 # rustup cannot download extra targets on every machine, so this uses the distro toolchain
 # (Debian's rustc-web/cargo-web/rust-web-src) with -Z build-std, which works offline. Where rustup
@@ -12,6 +16,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUDGET_BYTES=$((8 * 1024 * 1024))
+symbols=false
+if [ "${1:-}" = --symbols ]; then
+  symbols=true
+  shift
+fi
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(aarch64 armv7)
 
@@ -120,6 +129,11 @@ for name in "${targets[@]}"; do
   echo "== $triple: release build"
   cargo build --locked --release -p tern --bin tern \
     -Z build-std=std,panic_abort --target "$triple"
+  if $symbols; then
+    echo "== $triple: release build with symbols (tern-bench icount --symbols)"
+    cargo build --locked --profile release-symbols -p tern --bin tern \
+      -Z build-std=std,panic_abort --target "$triple"
+  fi
   binary="$CARGO_TARGET_DIR/$triple/release/tern"
   size=$(stat -c %s "$binary")
   awk -v t="$triple" -v s="$size" 'BEGIN { printf "size: %s tern %d bytes (%.2f MiB, budget 8 MiB)\n", t, s, s / 1048576 }'

@@ -711,6 +711,11 @@ pub struct IcountArgs {
     /// [default: `peers` beside the directory of this tern-bench, when it exists].
     #[arg(long, value_name = "DIR")]
     pub peers_dir: Option<PathBuf>,
+    /// Also attribute each broker's instructions per message to functions and print the top N;
+    /// tern runs as `DIR/<triple>/release-symbols/tern`, the release build with its symbols
+    /// kept (`scripts/cross.sh --symbols`).
+    #[arg(long, value_name = "N")]
+    pub symbols: Option<usize>,
 }
 
 impl IcountArgs {
@@ -738,6 +743,7 @@ impl IcountArgs {
                 .unwrap_or_else(|| target.join("cross")),
             peers_dir: peers,
             self_test_only: self.self_test,
+            symbols: self.symbols,
         })
     }
 }

@@ -6,6 +6,8 @@
 
 use super::{Record, RecordView};
 
+mod crc;
+
 /// First eight bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"TERNSEG\0";
 /// The log directory's format version: the version of the format marker and of the segment
@@ -303,8 +305,8 @@ pub fn encode_batch_with(
 
 /// CRC32C over a whole batch except its own CRC field (bytes 0..4 and 8..end).
 fn batch_crc(batch: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(batch.get(..4).unwrap_or_default());
-    crc32c::crc32c_append(crc, batch.get(8..).unwrap_or_default())
+    let crc = crc::crc32c_append(0, batch.get(..4).unwrap_or_default());
+    crc::crc32c_append(crc, batch.get(8..).unwrap_or_default())
 }
 
 /// Decodes the header at the start of `bytes` without checking the CRC.
@@ -399,7 +401,10 @@ fn body_len(record: &Record, first: i64) -> usize {
 }
 
 fn encode_record(record: &Record, first: i64, out: &mut Vec<u8>) {
-    put_uvarint(out, body_len(record, first) as u64);
+    let body = body_len(record, first);
+    // Room for the whole record at once: the pushes below never grow the buffer.
+    out.reserve(uvarint_len(body as u64) + body);
+    put_uvarint(out, body as u64);
     put_uvarint(out, zigzag(record.timestamp_ms.wrapping_sub(first)));
     match &record.key {
         None => put_uvarint(out, zigzag(-1)),
@@ -474,15 +479,34 @@ fn uvarint_len(mut v: u64) -> usize {
     n
 }
 
-/// Appends `v` as an unsigned LEB128 varint.
-pub fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
+/// Appends `v` as an unsigned LEB128 varint. Inlined with a one-byte fast path: a record's
+/// lengths and timestamp delta are nearly all below 128, and a record writes a dozen of them
+/// (the encoding's instruction count, issue #29).
+#[inline]
+pub fn put_uvarint(out: &mut Vec<u8>, v: u64) {
+    if v < 0x80 {
+        out.push(v as u8);
+    } else {
+        put_long_uvarint(out, v);
     }
-    out.push(v as u8);
 }
 
+fn put_long_uvarint(out: &mut Vec<u8>, mut v: u64) {
+    let mut bytes = [0u8; 10];
+    let mut n = 0;
+    for byte in bytes.iter_mut() {
+        n += 1;
+        if v < 0x80 {
+            *byte = v as u8;
+            break;
+        }
+        *byte = (v as u8) | 0x80;
+        v >>= 7;
+    }
+    out.extend_from_slice(bytes.get(..n).unwrap_or_default());
+}
+
+#[inline]
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     put_uvarint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);

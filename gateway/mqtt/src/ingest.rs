@@ -148,12 +148,22 @@ fn group<S: LogPort>(broker: &Broker<S>, batch: &mut [Pending]) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     let routing = broker.routing();
     let len = batch.len();
+    // The previous message's log topic and its partition count: a batch nearly always goes to
+    // one log topic, and comparing its name costs less than hashing it (issue #29).
+    let mut last: Option<(&str, u32)> = None;
     for (i, pending) in batch.iter_mut().enumerate() {
         let Some(message) = &pending.message else {
             continue;
         };
         let destination = routing.router.route(&message.topic, &message.client_id);
-        let partitions = routing.partitions(destination.log_topic);
+        let partitions = match last {
+            Some((topic, count)) if topic == destination.log_topic => count,
+            _ => {
+                let count = routing.partitions(destination.log_topic);
+                last = Some((destination.log_topic, count));
+                count
+            }
+        };
         let partition = tern_partitioner::partition_for_key(&destination.key, partitions);
         let key = Some(destination.key);
         let record = if message.retain {

@@ -12,7 +12,11 @@
 /// The partition of a keyed record among `partitions` (0 when there are none):
 /// `toPositive(murmur2(key)) % partitions`.
 pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
-    (murmur2(key) & 0x7fff_ffff) % partitions.max(1)
+    // Any hash modulo one is 0: a topic of one partition (the default) hashes nothing.
+    if partitions <= 1 {
+        return 0;
+    }
+    (murmur2(key) & 0x7fff_ffff) % partitions
 }
 
 /// Kafka's murmur2 (seed 0x9747b28c).
@@ -72,5 +76,8 @@ mod tests {
             assert!(partition_for_key(input, 3) < 3);
         }
         assert_eq!(partition_for_key(b"x", 0), 0);
+        for input in [&b""[..], b"21", b"foobar"] {
+            assert_eq!(partition_for_key(input, 1), 0, "{input:?}");
+        }
     }
 }

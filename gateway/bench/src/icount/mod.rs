@@ -10,6 +10,7 @@
 
 mod plugin;
 mod report;
+mod symbols;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -71,6 +72,12 @@ impl Arch {
         }
     }
 
+    /// A binutils program of the cross toolchain (`nm`).
+    pub fn cross_tool(self, tool: &str) -> String {
+        let gcc = self.cross_gcc();
+        format!("{}{tool}", gcc.strip_suffix("gcc").unwrap_or(gcc))
+    }
+
     /// The cross toolchain's C library, where QEMU finds tern's loader and libraries.
     fn cross_sysroot(self) -> &'static str {
         match self {
@@ -83,13 +90,17 @@ impl Arch {
     /// follow. Without `-L` (the known loop is static) the sysroot is not needed.
     fn qemu(self, plugin: &Plugin, out: &Path) -> Command {
         let mut command = Command::new(self.qemu_program());
-        command.arg("-plugin").arg(plugin.argument(out));
+        command.arg("-plugin").arg(plugin.argument(out, None));
         command
     }
 
-    /// [`Arch::qemu`] finding libraries under `sysroot`.
-    fn qemu_in(self, sysroot: &Path, plugin: &Plugin, out: &Path) -> Command {
-        let mut command = self.qemu(plugin, out);
+    /// QEMU with the plugin writing its count to `out.count` (and, when attributing, its
+    /// blocks to `out.blocks`), finding libraries under `sysroot`.
+    fn qemu_in(self, sysroot: &Path, plugin: &Plugin, out: &Outputs) -> Command {
+        let mut command = Command::new(self.qemu_program());
+        command
+            .arg("-plugin")
+            .arg(plugin.argument(&out.count, out.blocks.as_deref()));
         command.arg("-L").arg(sysroot);
         command
     }
@@ -113,6 +124,16 @@ pub struct IcountOptions {
     pub peers_dir: Option<PathBuf>,
     /// Only check the plugin against the known loop.
     pub self_test_only: bool,
+    /// Attribute each broker's instructions per message to functions and keep this many
+    /// (`--symbols N`); tern then runs as its unstripped twin (`release-symbols`, same code).
+    pub symbols: Option<usize>,
+}
+
+/// Where the plugin writes one run's figures.
+#[derive(Debug)]
+struct Outputs {
+    count: PathBuf,
+    blocks: Option<PathBuf>,
 }
 
 /// Runs the self-test and, unless only it was asked for, the brokers.
@@ -144,7 +165,10 @@ pub fn run(options: &IcountOptions) -> Result<Report, BenchError> {
             runtime: &runtime,
         };
         report.brokers.push(runs.per_message("tern", |out| {
-            let exe = options.cross_dir.join(arch.triple()).join("release/tern");
+            let exe = match options.symbols {
+                Some(_) => symbols::unstripped(&options.cross_dir, arch),
+                None => options.cross_dir.join(arch.triple()).join("release/tern"),
+            };
             let sysroot = Path::new(arch.cross_sysroot());
             let mut command = arch.qemu_in(sysroot, &plugin, out);
             command.arg(exe);
@@ -172,6 +196,11 @@ fn validate(options: &IcountOptions) -> Result<(), BenchError> {
         ),
         (options.messages == 0, "--messages", "must be at least 1"),
         (
+            options.symbols == Some(0),
+            "--symbols",
+            "must be at least 1",
+        ),
+        (
             !(1..=65_535).contains(&options.window),
             "--window",
             "must be between 1 and 65535",
@@ -197,30 +226,41 @@ impl Runs<'_> {
     fn per_message(
         &self,
         broker: &'static str,
-        start: impl Fn(&Path) -> Result<Server, BenchError>,
+        start: impl Fn(&Outputs) -> Result<Server, BenchError>,
     ) -> Result<BrokerCount, BenchError> {
-        let short = self.count(broker, &start, self.options.messages)?;
-        let long = self.count(broker, &start, 2 * self.options.messages)?;
-        Ok(BrokerCount::new(
-            self.arch,
-            broker,
-            (self.options.publishers * self.options.messages) as u64,
-            short,
-            long,
-        ))
+        let (short, short_blocks) = self.count(broker, &start, self.options.messages)?;
+        let (long, long_blocks) = self.count(broker, &start, 2 * self.options.messages)?;
+        let messages = (self.options.publishers * self.options.messages) as u64;
+        let mut count = BrokerCount::new(self.arch, broker, messages, short, long);
+        if let (Some(top), Some(short), Some(long)) =
+            (self.options.symbols, short_blocks, long_blocks)
+        {
+            let mut shares = symbols::per_message(self.arch, &short, &long, messages)?;
+            shares.truncate(top);
+            count.functions = shares;
+        }
+        Ok(count)
     }
 
     /// The instructions of one whole broker run: start, `messages` per publisher, SIGTERM.
     fn count(
         &self,
         broker: &'static str,
-        start: &impl Fn(&Path) -> Result<Server, BenchError>,
+        start: &impl Fn(&Outputs) -> Result<Server, BenchError>,
         messages: usize,
-    ) -> Result<u64, BenchError> {
-        let out = self
-            .work
-            .join(format!("{broker}-{}-{messages}.count", self.arch.name()));
-        writable_by_anyone(&out)?;
+    ) -> Result<(u64, Option<symbols::Blocks>), BenchError> {
+        let stem = format!("{broker}-{}-{messages}", self.arch.name());
+        let out = Outputs {
+            count: self.work.join(format!("{stem}.count")),
+            blocks: self
+                .options
+                .symbols
+                .map(|_| self.work.join(format!("{stem}.blocks"))),
+        };
+        writable_by_anyone(&out.count)?;
+        if let Some(blocks) = &out.blocks {
+            writable_by_anyone(blocks)?;
+        }
         let server = start(&out)?;
         let load = Load {
             publishers: self.options.publishers,
@@ -239,7 +279,12 @@ impl Runs<'_> {
                 message: format!("exited with {status} under QEMU"),
             });
         }
-        plugin::read_count(&out)
+        let blocks = out
+            .blocks
+            .as_deref()
+            .map(symbols::Blocks::read)
+            .transpose()?;
+        Ok((plugin::read_count(&out.count)?, blocks))
     }
 }
 

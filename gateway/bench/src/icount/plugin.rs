@@ -3,7 +3,8 @@
 //! loads, and checked against a known loop before any figure is trusted. The C sources are
 //! compiled into tern-bench as text, so the bench needs no checkout to build it.
 //!
-//! It never counts anything itself: QEMU runs the plugin, which writes `insns N` at exit.
+//! It never counts anything itself: QEMU runs the plugin, which writes `insns N` at exit (and,
+//! asked to, its block counts for `symbols.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,25 +73,21 @@ impl Plugin {
         })
     }
 
-    /// The `-plugin` argument that writes the count to `out`.
-    pub fn argument(&self, out: &Path) -> String {
-        format!("{},out={}", self.so.display(), out.display())
+    /// The `-plugin` argument that writes the count to `out` and, given `blocks`, each
+    /// translated block's execution count and instruction offsets there (`symbols.rs`).
+    pub fn argument(&self, out: &Path, blocks: Option<&Path>) -> String {
+        let mut argument = format!("{},out={}", self.so.display(), out.display());
+        if let Some(blocks) = blocks {
+            argument.push_str(&format!(",blocks={}", blocks.display()));
+        }
+        argument
     }
 
     /// Runs the known loop on `arch` for `passes` and twice as many passes under QEMU with the
     /// plugin and returns both counts.
     pub fn self_test(&self, arch: Arch, passes: u64) -> Result<SelfTest, BenchError> {
-        let source = self.dir.join(format!("loop-{}.S", arch.name()));
-        write(&source, loop_source(arch))?;
         let count = |passes: u64| -> Result<u64, BenchError> {
-            let program = self.dir.join(format!("loop-{}-{passes}", arch.name()));
-            let mut gcc = Command::new(arch.cross_gcc());
-            gcc.args(["-nostdlib", "-static"])
-                .arg(format!("-DITERATIONS={passes}"))
-                .arg("-o")
-                .arg(&program)
-                .arg(&source);
-            run_tool(gcc, arch.cross_gcc())?;
+            let program = self.known_loop(arch, passes)?;
             let out = self
                 .dir
                 .join(format!("loop-{}-{passes}.count", arch.name()));
@@ -105,6 +102,23 @@ impl Plugin {
             short: count(passes)?,
             long: count(2 * passes)?,
         })
+    }
+}
+
+impl Plugin {
+    /// Compiles the known loop for `arch` with `passes` passes; returns the program's path.
+    fn known_loop(&self, arch: Arch, passes: u64) -> Result<PathBuf, BenchError> {
+        let source = self.dir.join(format!("loop-{}.S", arch.name()));
+        write(&source, loop_source(arch))?;
+        let program = self.dir.join(format!("loop-{}-{passes}", arch.name()));
+        let mut gcc = Command::new(arch.cross_gcc());
+        gcc.args(["-nostdlib", "-static"])
+            .arg(format!("-DITERATIONS={passes}"))
+            .arg("-o")
+            .arg(&program)
+            .arg(&source);
+        run_tool(gcc, arch.cross_gcc())?;
+        Ok(program)
     }
 }
 
@@ -192,6 +206,35 @@ mod tests {
                 "{test:?}"
             );
             assert!(test.exact(), "{test:?}");
+        }
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    /// The block file of the known loop gives each of its instructions its execution count,
+    /// and they add up to the plugin's total.
+    #[test]
+    fn the_blocks_of_the_known_loop_add_up_to_its_count() {
+        let dir = std::env::temp_dir().join(format!("tern-bench-blocks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let plugin = Plugin::build(&dir).expect("the plugin compiles");
+        for arch in super::super::Arch::ALL {
+            let program = plugin.known_loop(arch, 1000).expect("the loop compiles");
+            let (out, blocks) = (dir.join("count"), dir.join("blocks"));
+            let mut qemu = Command::new(arch.qemu_program());
+            qemu.arg("-plugin")
+                .arg(plugin.argument(&out, Some(&blocks)))
+                .arg(&program);
+            run_tool(qemu, arch.qemu_program()).expect("the loop runs under QEMU");
+            let blocks = super::super::symbols::Blocks::read(&blocks).expect("block file");
+            let file = program.to_string_lossy().into_owned();
+            let counts = &blocks.per_file[&file];
+            assert_eq!(
+                counts.values().sum::<u64>(),
+                read_count(&out).expect("count")
+            );
+            assert_eq!(read_count(&out).expect("count"), expected_loop_insns(1000));
+            let passes = counts.values().filter(|&&count| count == 1000).count();
+            assert_eq!(passes as u64, LOOP_PASS_INSNS, "{arch:?}: {counts:?}");
         }
         std::fs::remove_dir_all(&dir).expect("clean up");
     }

@@ -6,6 +6,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+use super::symbols::Share;
 use super::{Arch, IcountOptions, SelfTest, expected_loop_insns};
 
 /// One broker's instruction counts on one architecture.
@@ -18,6 +19,8 @@ pub struct BrokerCount {
     pub short_insns: u64,
     pub long_insns: u64,
     pub insns_per_message: f64,
+    /// The functions doing most of that work, most first (`--symbols N`; else empty).
+    pub functions: Vec<Share>,
 }
 
 impl BrokerCount {
@@ -29,6 +32,7 @@ impl BrokerCount {
             short_insns: short,
             long_insns: long,
             insns_per_message: (long as f64 - short as f64) / messages.max(1) as f64,
+            functions: Vec::new(),
         }
     }
 }
@@ -119,8 +123,39 @@ impl fmt::Display for Report {
                 writeln!(f, "  {}: tern / mosquitto = {ratio:.2}x", arch.name())?;
             }
         }
+        for count in self.brokers.iter().filter(|c| !c.functions.is_empty()) {
+            write_functions(f, count)?;
+        }
         Ok(())
     }
+}
+
+/// The top functions of one broker's instructions per message, with their share of it.
+fn write_functions(f: &mut fmt::Formatter<'_>, count: &BrokerCount) -> fmt::Result {
+    writeln!(
+        f,
+        "top functions by instructions per message, {} {} ((count(2N) - count(N)) / N each):",
+        count.arch.name(),
+        count.broker
+    )?;
+    writeln!(f, "  {:>9} {:>6}  function (file)", "insns/msg", "share")?;
+    for share in &count.functions {
+        writeln!(
+            f,
+            "  {:>9.1} {:>5.1}%  {} ({})",
+            share.insns_per_message,
+            100.0 * share.insns_per_message / count.insns_per_message.max(1.0),
+            share.function,
+            share.file
+        )?;
+    }
+    let listed: f64 = count.functions.iter().map(|s| s.insns_per_message).sum();
+    writeln!(
+        f,
+        "  {:>9.1} {:>5.1}%  (every other function)",
+        count.insns_per_message - listed,
+        100.0 * (count.insns_per_message - listed) / count.insns_per_message.max(1.0)
+    )
 }
 
 #[cfg(test)]

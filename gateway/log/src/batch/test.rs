@@ -156,7 +156,42 @@ fn arb_record() -> impl Strategy<Value = Record> {
         })
 }
 
+/// LEB128 one byte at a time: the reference for the inlined varint writer.
+fn reference_uvarint(mut v: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+    out
+}
+
+#[test]
+fn varints_of_every_length_match_the_reference() {
+    for bits in 0..64 {
+        for v in [1u64 << bits, (1u64 << bits) - 1, u64::MAX >> bits] {
+            let mut out = Vec::new();
+            put_uvarint(&mut out, v);
+            assert_eq!(out, reference_uvarint(v), "{v}");
+            assert_eq!(uvarint_len(v), out.len(), "{v}");
+        }
+    }
+}
+
 proptest! {
+    #[test]
+    fn varints_match_the_reference_and_read_back(v in any::<u64>(), shift in 0u32..64) {
+        let v = v >> shift;
+        let mut out = vec![7u8];
+        put_uvarint(&mut out, v);
+        prop_assert_eq!(out.get(1..).unwrap_or_default(), &reference_uvarint(v)[..]);
+        prop_assert_eq!(uvarint_len(v), out.len() - 1);
+        let mut r = Reader::new(out.get(1..).unwrap_or_default());
+        prop_assert_eq!(r.uvarint().expect("reads back"), v);
+        prop_assert!(r.is_empty());
+    }
+
     #[test]
     fn batches_round_trip(
         base in any::<u64>().prop_map(|b| b >> 1),

@@ -39,9 +39,12 @@ impl InboundQuota {
         true
     }
 
-    /// Releases a publish whose final acknowledgement went out.
+    /// Releases a publish whose final acknowledgement went out. Nothing is outstanding when
+    /// the maximum is not enforced (MQTT 3.1.1): no hash of the id for every ack then.
     pub(super) fn release(&mut self, pkid: u16) {
-        self.outstanding.remove(&pkid);
+        if !self.outstanding.is_empty() {
+            self.outstanding.remove(&pkid);
+        }
     }
 }
 
