@@ -27,7 +27,7 @@ const FLEET: usize = 50;
 /// Each gateway's sensor: one QoS 1 reading every this long.
 const SENSOR_PERIOD: Duration = Duration::from_millis(500);
 /// How long the regional outage lasts once every gateway has noticed it.
-const OUTAGE: Duration = Duration::from_secs(20);
+const OUTAGE: Duration = Duration::from_secs(15);
 const MQTT_TOPIC: &str = "site/sensor/temp";
 const EDGE_TOPIC: &str = "mqtt";
 /// The shared topic all shared-mode gateways write into.

@@ -90,7 +90,7 @@ fn bench_upstream_prints_live_and_per_codec_drain_figures_and_the_thin_link_keep
     thin_link_keeps_each_topic_exactly_once_and_the_control_is_caught(&cluster, &bootstrap)
 }
 
-/// `tern-bench thin-link` with a small backlog under a 48,000 B/s cap, every strategy and the
+/// `tern-bench thin-link` with a small backlog (1,500 records) under a 48,000 B/s cap, every strategy and the
 /// negative control; then Kafka's own console consumer reads back every topic the report names:
 /// the forwarded telemetry and alarm topics hold each edge record exactly once in edge order
 /// (the live-first run's backlog marked `tern-historical`, nothing marked in the others), the
@@ -100,13 +100,13 @@ fn thin_link_keeps_each_topic_exactly_once_and_the_control_is_caught(
     cluster: &KafkaCluster,
     bootstrap: &str,
 ) -> anyhow::Result<()> {
-    const BACKLOG: u64 = 2000;
+    const BACKLOG: u64 = 1500;
     let args = [
         "thin-link",
         "--kafka",
         bootstrap,
         "--backlog",
-        "2000",
+        "1500",
         "--bandwidth",
         "48000",
         "--ablate-live-copies",
