@@ -56,7 +56,9 @@ build() {
   (
     cd firmware
     # The distro toolchain first in PATH; RUSTC_BOOTSTRAP lets its stable rustc take -Z build-std.
-    PATH="/usr/bin:$PATH" RUSTC_BOOTSTRAP=1 RUSTUP_TOOLCHAIN='' \
+    # The target dir is pinned to firmware/target, where the ELF is copied from below (and where
+    # the tests build theirs): a CARGO_TARGET_DIR of the caller's would leave the copy stale.
+    PATH="/usr/bin:$PATH" RUSTC_BOOTSTRAP=1 RUSTUP_TOOLCHAIN='' CARGO_TARGET_DIR=target \
       cargo build --release --locked --quiet --no-default-features --features "$board,semihosting"
   )
   mkdir -p firmware/target/elf
