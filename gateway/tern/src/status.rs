@@ -244,11 +244,12 @@ impl StatusPage {
                 "rate": b.rate, "drain_seconds": b.drain_seconds(),
             })
         };
+        let backlogs = tern_upstream::backlogs(&self.log, &status, now);
         let partitions: Vec<Value> = status
             .iter()
-            .map(|((topic, partition), s)| {
-                let backlog =
-                    tern_upstream::partition_backlog(&self.log, (topic, *partition), s, now);
+            .map(|(key, s)| {
+                let (topic, partition) = key;
+                let backlog = backlogs.partitions.get(key).copied().unwrap_or_default();
                 json!({
                     "topic": topic, "partition": partition, "connected": s.connected,
                     "next": s.next, "forwarded_records": s.forwarded_records,
@@ -258,7 +259,8 @@ impl StatusPage {
                 })
             })
             .collect();
-        let classes: Vec<Value> = tern_upstream::class_backlogs(&self.log, &status, now)
+        let classes: Vec<Value> = backlogs
+            .classes
             .iter()
             .zip(tern_upstream::Class::ALL)
             .map(|(b, class)| json!({ "class": class.name(), "backlog": backlog_json(b) }))

@@ -70,19 +70,29 @@ pub fn partition_backlog<L: LogPort>(
     }
 }
 
-/// The backlog of each class, in [`Class::ALL`]'s order: sums, and the oldest age.
-pub fn class_backlogs<L: LogPort>(
+/// Every partition's backlog, and each class's (in [`Class::ALL`]'s order: sums, and the
+/// oldest age) from them: the log is asked once per partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backlogs {
+    pub partitions: BTreeMap<(String, u32), Backlog>,
+    pub classes: [Backlog; 3],
+}
+
+/// The backlogs of every partition of `map` and of each class.
+pub fn backlogs<L: LogPort>(
     log: &L,
     map: &BTreeMap<(String, u32), PartitionStatus>,
     now_ms: i64,
-) -> [Backlog; 3] {
-    let mut classes = [Backlog::default(); 3];
+) -> Backlogs {
+    let mut all = Backlogs::default();
     for ((topic, partition), status) in map {
+        let backlog = partition_backlog(log, (topic, *partition), status, now_ms);
         if let Some(i) = Class::ALL.iter().position(|c| *c == status.class) {
-            classes[i].add(&partition_backlog(log, (topic, *partition), status, now_ms));
+            all.classes[i].add(&backlog);
         }
+        all.partitions.insert((topic.clone(), *partition), backlog);
     }
-    classes
+    all
 }
 
 #[cfg(test)]
@@ -147,7 +157,12 @@ mod tests {
             (("alarms".to_owned(), 0), alarms),
             (("telemetry".to_owned(), 0), telemetry.clone()),
         ]);
-        let [high, normal, low] = class_backlogs(&log, &map, now);
+        let all = backlogs(&log, &map, now);
+        assert_eq!(
+            all.partitions.get(&("telemetry".to_owned(), 0)),
+            Some(&backlog)
+        );
+        let [high, normal, low] = all.classes;
         assert_eq!((high.records, high.drain_seconds()), (0, Some(0)));
         assert_eq!(normal, Backlog::default());
         assert_eq!(low, backlog);

@@ -35,7 +35,7 @@ mod supervisor;
 mod txn;
 
 pub use ablation::Ablation;
-pub use backlog::{Backlog, class_backlogs, partition_backlog};
+pub use backlog::{Backlog, Backlogs, backlogs};
 pub use bandwidth::BURST as BANDWIDTH_BURST;
 pub use bandwidth::Class;
 pub use client::frame as kafka_frame;

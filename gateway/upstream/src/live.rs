@@ -81,8 +81,9 @@ pub struct LiveForwarder<L, C> {
     live_topic: String,
     partitions: u32,
     source: Provenance,
-    /// The forwarder's cursor in the log (`upstream:{forwarded topic}`).
-    forwarder_cursor: String,
+    /// The topic the partition's forwarder sends to; its cursor in the log is
+    /// `upstream:{forwarded}`.
+    forwarded: String,
     /// The forwarder's status map: the live copy adds its counts to the partition's entry.
     status: StatusMap,
 }
@@ -106,7 +107,7 @@ impl<L: LogPort, C: Cluster> LiveForwarder<L, C> {
                 config.topic_prefix, source.gateway, source.topic
             ),
             partitions,
-            forwarder_cursor: format!("upstream:{upstream_topic}"),
+            forwarded: upstream_topic.to_owned(),
             source,
             status: Arc::clone(status),
         }
@@ -116,10 +117,7 @@ impl<L: LogPort, C: Cluster> LiveForwarder<L, C> {
     pub fn ablated(self, ablation: Ablation) -> Self {
         match ablation.live_into_forwarded_topic {
             true => Self {
-                live_topic: self
-                    .forwarder_cursor
-                    .trim_start_matches("upstream:")
-                    .to_owned(),
+                live_topic: self.forwarded.clone(),
                 ..self
             },
             false => self,
@@ -206,7 +204,7 @@ impl<L: LogPort, C: Cluster> LiveForwarder<L, C> {
             .map_err(|e| edge_error("offsets", e))?;
         let next = self
             .log
-            .cursor(&self.forwarder_cursor, topic, partition)
+            .cursor(&format!("upstream:{}", self.forwarded), topic, partition)
             .unwrap_or(start)
             .max(start);
         if next >= end {

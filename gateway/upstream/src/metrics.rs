@@ -9,7 +9,7 @@ use std::fmt::Write;
 use tern_core::metrics::MetricsSource;
 use tern_log::LogPort;
 
-use crate::backlog::{Backlog, class_backlogs, partition_backlog};
+use crate::backlog::{Backlog, backlogs};
 use crate::bandwidth::Class;
 use crate::driver::{PartitionStatus, StatusMap};
 
@@ -91,19 +91,9 @@ impl<L: LogPort> MetricsSource for UpstreamMetrics<L> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let now = tern_core::time::now_ms();
-        let backlogs: BTreeMap<_, _> = map
-            .iter()
-            .map(|((topic, partition), s)| {
-                let key = (topic.clone(), *partition);
-                (
-                    key,
-                    partition_backlog(&self.log, (topic, *partition), s, now),
-                )
-            })
-            .collect();
+        let backlogs = backlogs(&self.log, &map, tern_core::time::now_ms());
         render(out, &FAMILIES, &map, |i, key, s| {
-            let backlog = backlogs.get(key).copied().unwrap_or_default();
+            let backlog = backlogs.partitions.get(key).copied().unwrap_or_default();
             match i {
                 0 => backlog.records as f64,
                 1 => s.forwarded_records as f64,
@@ -118,64 +108,65 @@ impl<L: LogPort> MetricsSource for UpstreamMetrics<L> {
                 _ => s.live_records as f64,
             }
         });
-        self.render_classes(out, &map);
+        render_classes(out, &map, &backlogs.classes);
     }
 }
 
-impl<L: LogPort> UpstreamMetrics<L> {
-    /// Backlog (records, bytes, age, time to drain) and bytes forwarded per priority class of
-    /// the `bandwidth` cap.
-    fn render_classes(&self, out: &mut String, map: &BTreeMap<(String, u32), PartitionStatus>) {
-        let backlogs = class_backlogs(&self.log, map, tern_core::time::now_ms());
-        let mut bytes = [0u64; 3];
-        for s in map.values() {
-            if let Some(i) = Class::ALL.iter().position(|c| *c == s.class) {
-                bytes[i] += s.forwarded_bytes;
-            }
+/// Backlog (records, bytes, age, time to drain; `backlogs`, in [`Class::ALL`]'s order) and bytes
+/// forwarded per priority class of the `bandwidth` cap.
+fn render_classes(
+    out: &mut String,
+    map: &BTreeMap<(String, u32), PartitionStatus>,
+    backlogs: &[Backlog; 3],
+) {
+    let mut bytes = [0u64; 3];
+    for s in map.values() {
+        if let Some(i) = Class::ALL.iter().position(|c| *c == s.class) {
+            bytes[i] += s.forwarded_bytes;
         }
-        let families: [(&str, &str, &str, [f64; 3]); 5] = [
-            (
-                "tern_upstream_class_records_behind",
-                "gauge",
-                "Durable edge records not yet forwarded, per priority class.",
-                backlogs.map(|b| b.records as f64),
-            ),
-            (
-                "tern_upstream_class_backlog_bytes",
-                "gauge",
-                "Bytes of the edge records not yet forwarded, per priority class.",
-                backlogs.map(|b| b.bytes as f64),
-            ),
-            (
-                "tern_upstream_class_backlog_age_seconds",
-                "gauge",
-                "Age of the oldest record not yet forwarded, per priority class.",
-                backlogs.map(|b| b.age_ms as f64 / 1000.0),
-            ),
-            (
-                "tern_upstream_class_drain_seconds",
-                "gauge",
-                "Estimated time to forward the class's backlog at its rate of the last seconds (+Inf while nothing moves).",
-                backlogs.map(|b| drain(&b)),
-            ),
-            (
-                "tern_upstream_class_forwarded_bytes_total",
-                "counter",
-                "Uncompressed bytes forwarded since start, per priority class.",
-                bytes.map(|b| b as f64),
-            ),
-        ];
-        for (name, kind, help, values) in families {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (class, value) in Class::ALL.iter().zip(values) {
-                let _ = writeln!(
-                    out,
-                    "{name}{{class=\"{}\"}} {}",
-                    class.name(),
-                    Sample(value)
-                );
-            }
+    }
+    let families: [(&str, &str, &str, [f64; 3]); 5] = [
+        (
+            "tern_upstream_class_records_behind",
+            "gauge",
+            "Durable edge records not yet forwarded, per priority class.",
+            backlogs.map(|b| b.records as f64),
+        ),
+        (
+            "tern_upstream_class_backlog_bytes",
+            "gauge",
+            "Bytes of the edge records not yet forwarded, per priority class.",
+            backlogs.map(|b| b.bytes as f64),
+        ),
+        (
+            "tern_upstream_class_backlog_age_seconds",
+            "gauge",
+            "Age of the oldest record not yet forwarded, per priority class.",
+            backlogs.map(|b| b.age_ms as f64 / 1000.0),
+        ),
+        (
+            "tern_upstream_class_drain_seconds",
+            "gauge",
+            "Estimated time to forward the class's backlog at its rate of the last seconds (+Inf while nothing moves).",
+            backlogs.map(|b| drain(&b)),
+        ),
+        (
+            "tern_upstream_class_forwarded_bytes_total",
+            "counter",
+            "Uncompressed bytes forwarded since start, per priority class.",
+            bytes.map(|b| b as f64),
+        ),
+    ];
+    for (name, kind, help, values) in families {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (class, value) in Class::ALL.iter().zip(values) {
+            let _ = writeln!(
+                out,
+                "{name}{{class=\"{}\"}} {}",
+                class.name(),
+                Sample(value)
+            );
         }
     }
 }
