@@ -53,7 +53,8 @@ for arch in arm64 armhf; do
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO dpkg --add-architecture "$arch"
-    $SUDO apt-get update -qq
+    # A mirror caught mid-sync fails one index; the install below says so if it mattered.
+    $SUDO apt-get update -qq || echo "ensure-deps: apt-get update reported errors (above)" >&2
   fi
 done
 
@@ -66,7 +67,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "ensure-deps: installing ${missing[*]}"
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
+  $SUDO apt-get update -qq || echo "ensure-deps: apt-get update reported errors (above)" >&2
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
