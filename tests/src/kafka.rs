@@ -118,10 +118,12 @@ struct Node {
     /// SSL listener with a certificate from the cluster's own CA ([`KafkaCluster::tls_ca`]).
     tls_port: u16,
     /// PLAINTEXT listener for a gateway in system QEMU: bound on 127.0.0.1, advertised as
-    /// 10.0.2.2 (the address under which QEMU's user network forwards the guest to the host's
-    /// loopback).
+    /// 10.0.2.2 at its proxy's port (the address under which QEMU's user network forwards the
+    /// guest to the host's loopback).
     qemu_guest_port: u16,
     proxy: TcpProxy,
+    /// The guest listener's cuttable proxy: a regional outage cuts the QEMU gateway too.
+    guest_proxy: TcpProxy,
     child: Option<Child>,
 }
 
@@ -168,13 +170,17 @@ impl KafkaCluster {
     fn start_configured(dir: &Path, temp: Option<TempDir>, extra: &str) -> anyhow::Result<Self> {
         let started = Instant::now();
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let ports = free_port_block(7 * NODES as usize)?;
+        let ports = free_port_block(8 * NODES as usize)?;
         let port = |block: u32, i: u32| ports[(block * NODES + i) as usize];
         let nodes = (0..NODES)
             .map(|i| {
                 let target = SocketAddr::from(([127, 0, 0, 1], port(2, i)));
                 let proxy = TcpProxy::start(SocketAddr::from(([127, 0, 0, 1], port(3, i))), target)
                     .context("starting a client proxy")?;
+                let guest_target = SocketAddr::from(([127, 0, 0, 1], port(6, i)));
+                let guest_proxy =
+                    TcpProxy::start(SocketAddr::from(([127, 0, 0, 1], port(7, i))), guest_target)
+                        .context("starting a QEMU guest proxy")?;
                 Ok(Node {
                     id: i + 1,
                     broker_port: port(0, i),
@@ -184,6 +190,7 @@ impl KafkaCluster {
                     tls_port: port(5, i),
                     qemu_guest_port: port(6, i),
                     proxy,
+                    guest_proxy,
                     child: None,
                 })
             })
@@ -233,7 +240,7 @@ impl KafkaCluster {
         let addrs: Vec<String> = self
             .nodes
             .iter()
-            .map(|n| format!("10.0.2.2:{}", n.qemu_guest_port))
+            .map(|n| format!("10.0.2.2:{}", n.guest_proxy.addr().port()))
             .collect();
         addrs.join(",")
     }
@@ -263,10 +270,12 @@ impl KafkaCluster {
         self.dir.join("tls").join("ca.pem")
     }
 
-    /// Cuts every client proxy: open connections close, new ones are refused.
+    /// Cuts every client proxy, the QEMU guests' too: open connections close, new ones are
+    /// refused.
     pub fn cut_clients(&self) {
         for node in &self.nodes {
             node.proxy.cut();
+            node.guest_proxy.cut();
         }
     }
 
@@ -308,18 +317,23 @@ impl KafkaCluster {
         fired
     }
 
-    /// Lets clients connect again after [`KafkaCluster::cut_clients`].
     /// When each client connection through the proxies reached a broker, every node's, in
     /// time order.
     pub fn client_connections_opened(&self) -> Vec<Instant> {
-        let mut opened: Vec<Instant> = self.nodes.iter().flat_map(|n| n.proxy.opened()).collect();
+        let mut opened: Vec<Instant> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.proxy.opened().into_iter().chain(n.guest_proxy.opened()))
+            .collect();
         opened.sort();
         opened
     }
 
+    /// Lets clients connect again after [`KafkaCluster::cut_clients`].
     pub fn restore_clients(&self) {
         for node in &self.nodes {
             node.proxy.restore();
+            node.guest_proxy.restore();
         }
     }
 
@@ -554,7 +568,7 @@ fn node_config(node: &Node, voters: &str, dir: &Path) -> String {
          node.id={id}\n\
          controller.quorum.voters={voters}\n\
          listeners=PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},CLIENT://127.0.0.1:{client},SASL://127.0.0.1:{sasl},SSL://127.0.0.1:{tls},QEMU_GUEST://127.0.0.1:{guest}\n\
-         advertised.listeners=PLAINTEXT://127.0.0.1:{broker},CLIENT://{proxy},SASL://127.0.0.1:{sasl},SSL://127.0.0.1:{tls},QEMU_GUEST://10.0.2.2:{guest}\n\
+         advertised.listeners=PLAINTEXT://127.0.0.1:{broker},CLIENT://{proxy},SASL://127.0.0.1:{sasl},SSL://127.0.0.1:{tls},QEMU_GUEST://10.0.2.2:{guest_proxy}\n\
          controller.listener.names=CONTROLLER\n\
          listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT,SASL:SASL_PLAINTEXT,SSL:SSL,QEMU_GUEST:PLAINTEXT\n\
          listener.name.ssl.ssl.keystore.type=PEM\n\
@@ -595,6 +609,7 @@ fn node_config(node: &Node, voters: &str, dir: &Path) -> String {
         user = SASL_USER,
         password = SASL_PASSWORD,
         proxy = node.proxy.addr(),
+        guest_proxy = node.guest_proxy.addr().port(),
         data = dir.join(format!("data-{}", node.id)).display(),
     )
 }

@@ -3,6 +3,7 @@
 //! Every process it starts is ended by its own PID when the handle drops.
 
 pub mod commands;
+pub mod fleet;
 pub mod kafka;
 pub mod kafka_groups;
 pub mod kafka_mirror;

@@ -6,6 +6,7 @@
 
 mod cuts;
 mod field;
+mod fleet;
 // The firmware suite's reading checks (gap-free from 0, values of the simulated sensor).
 #[path = "../firmware/readings.rs"]
 mod readings;
@@ -14,7 +15,7 @@ mod upstream;
 use tern_tests::system::Arch;
 
 /// The 64-bit gateway: power cuts with their negative control, upstream to Kafka across power
-/// cuts and the field in a box.
+/// cuts, the field in a box, and a power cut during a fleet's regional outage.
 mod aarch64 {
     use super::*;
 
@@ -28,14 +29,16 @@ mod aarch64 {
         cuts::negative_control_periodic_sync_loses_acknowledged_messages(Arch::Aarch64)
     }
 
-    /// Both Kafka tests in one, so the suite starts the three-broker cluster once (about 90 s
+    /// The Kafka tests in one, so the suite starts the three-broker cluster once (about 90 s
     /// on the shared machine); each gateway forwards to its own follower topic.
     #[test]
-    fn upstream_and_field_in_a_box_are_exactly_once_across_power_cuts() -> anyhow::Result<()> {
+    fn upstream_field_in_a_box_and_fleet_are_exactly_once_across_power_cuts() -> anyhow::Result<()>
+    {
         let cluster = tern_tests::KafkaCluster::start()?;
         eprintln!("system aarch64: Kafka started in {:.1?}", cluster.startup);
         upstream::upstream_is_exactly_once_across_power_cuts(Arch::Aarch64, &cluster)?;
-        field::field_in_a_box(Arch::Aarch64, &cluster)
+        field::field_in_a_box(Arch::Aarch64, &cluster)?;
+        fleet::a_power_cut_during_a_regional_outage_rejoins_the_fleet(Arch::Aarch64, &cluster)
     }
 }
 
