@@ -188,16 +188,32 @@ impl Fleet {
     /// Waits until every gateway has [caught up](Fleet::caught_up); returns when each got
     /// there, measured from `since`.
     pub fn wait_drained(&self, since: Instant, timeout: Duration) -> anyhow::Result<Vec<Duration>> {
+        Ok(self.wait_drained_with(since, timeout, || Ok(true))?.0)
+    }
+
+    /// [`Fleet::wait_drained`] that also waits, in the same polls, until `other` (a gateway
+    /// outside the fleet) says it caught up; returns when it did too.
+    pub fn wait_drained_with(
+        &self,
+        since: Instant,
+        timeout: Duration,
+        mut other: impl FnMut() -> anyhow::Result<bool>,
+    ) -> anyhow::Result<(Vec<Duration>, Duration)> {
         let mut caught_up: Vec<Option<Duration>> = vec![None; self.len()];
+        let mut other_at = None;
         wait_until(timeout, "every backlog drained", || {
             for (i, at) in caught_up.iter_mut().enumerate() {
                 if at.is_none() && self.caught_up(i)? {
                     *at = Some(since.elapsed());
                 }
             }
-            Ok(caught_up.iter().all(Option::is_some))
+            if other_at.is_none() && other()? {
+                other_at = Some(since.elapsed());
+            }
+            Ok(other_at.is_some() && caught_up.iter().all(Option::is_some))
         })?;
-        Ok(caught_up.into_iter().flatten().collect())
+        let other_at = other_at.unwrap_or_default();
+        Ok((caught_up.into_iter().flatten().collect(), other_at))
     }
 
     /// Gateway `i`'s last `count` warnings and how many transactional requests it retried:

@@ -92,16 +92,11 @@ pub fn a_power_cut_during_a_regional_outage_rejoins_the_fleet(
                 let back = Instant::now();
                 restored = Some(back);
                 cluster.restore_clients();
-                caught_up = fleet.wait_drained(back, Duration::from_secs(180))?;
-                wait_until(
-                    Duration::from_secs(180),
-                    "the guest's backlog drained",
-                    || {
+                (caught_up, guest_caught_up) =
+                    fleet.wait_drained_with(back, Duration::from_secs(180), || {
                         Ok(guest_metric(guest, "tern_upstream_records_behind")? == 0
                             && guest_metric(guest, "tern_upstream_failing")? == 0)
-                    },
-                )?;
-                guest_caught_up = back.elapsed();
+                    })?;
                 let drained_ms = now_ms();
                 wait_all_ready(
                     &direct,
