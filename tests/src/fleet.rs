@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
+use crate::proxy::Answered;
 use crate::raw_mqtt::RawClient;
 use crate::{Gateway, KafkaCluster, ServeOptions, TempDir, run_tern, wait_until};
 
@@ -421,6 +422,44 @@ pub fn peak_per_second(opened: &[Instant]) -> usize {
         peak = peak.max(end + 1 - start);
     }
     peak
+}
+
+/// The brokers' answers after `since` per request type (the ones a gateway sends), as
+/// `name count p99 max`, the slowest maximum first: what the gateways waited for the brokers.
+pub fn request_latencies(answered: &[Answered], since: Instant) -> String {
+    const NAMES: [(i16, &str); 9] = [
+        (0, "Produce"),
+        (3, "Metadata"),
+        (9, "OffsetFetch"),
+        (10, "FindCoordinator"),
+        (19, "CreateTopics"),
+        (22, "InitProducerId"),
+        (24, "AddPartitionsToTxn"),
+        (26, "EndTxn"),
+        (28, "TxnOffsetCommit"),
+    ];
+    let mut rows: Vec<(Duration, String)> = NAMES
+        .iter()
+        .filter_map(|&(key, name)| {
+            let mut latencies: Vec<Duration> = answered
+                .iter()
+                .filter(|a| a.api_key == key && a.at >= since)
+                .map(|a| a.latency)
+                .collect();
+            latencies.sort();
+            let max = *latencies.last()?;
+            let p99 = latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)];
+            Some((
+                max,
+                format!("{name} {} p99 {p99:.0?} max {max:.0?}", latencies.len()),
+            ))
+        })
+        .collect();
+    rows.sort_by_key(|row| std::cmp::Reverse(row.0));
+    rows.into_iter()
+        .map(|(_, row)| row)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// (RSS in KiB, CPU seconds) of process `pid`.

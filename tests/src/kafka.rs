@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 
-use crate::proxy::TcpProxy;
+use crate::proxy::{Answered, TcpProxy};
 use crate::{Gateway, TempDir, workspace_root};
 
 /// Nodes in every cluster; replication factor and `min.insync.replicas` follow from it.
@@ -327,6 +327,23 @@ impl KafkaCluster {
             .collect();
         opened.sort();
         opened
+    }
+
+    /// Every request through the client proxies (the QEMU guests' too) that a broker
+    /// answered, in the order of the answers.
+    pub fn client_requests_answered(&self) -> Vec<Answered> {
+        let mut answered: Vec<Answered> = self
+            .nodes
+            .iter()
+            .flat_map(|n| {
+                n.proxy
+                    .answered()
+                    .into_iter()
+                    .chain(n.guest_proxy.answered())
+            })
+            .collect();
+        answered.sort_by_key(|a| a.at);
+        answered
     }
 
     /// Lets clients connect again after [`KafkaCluster::cut_clients`].

@@ -8,11 +8,12 @@
 //! client it can lose every answer ([`TcpProxy::lose_responses`]: requests arrive and are
 //! served, their answers never come back).
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A running proxy from `addr` to its target. Dropping it stops it and closes its connections.
 #[derive(Debug)]
@@ -39,8 +40,25 @@ struct State {
     stopped: AtomicBool,
     connections: Mutex<Vec<TcpStream>>,
     /// When each connection forwarded to the target was opened (what the broker saw).
-    opened: Mutex<Vec<std::time::Instant>>,
+    opened: Mutex<Vec<Instant>>,
+    /// Every answered request: what the client waited for the broker, from the request leaving
+    /// the proxy to its response arriving in it.
+    answered: Mutex<Vec<Answered>>,
 }
+
+/// One request the target answered, as the proxy saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answered {
+    pub api_key: i16,
+    /// When the response arrived.
+    pub at: Instant,
+    /// From the request's last byte forwarded to the response's last byte received.
+    pub latency: Duration,
+}
+
+/// The requests of one connection waiting for their responses: correlation id → (api key, when
+/// forwarded).
+type Pending = Arc<Mutex<HashMap<i32, (i16, Instant)>>>;
 
 impl State {
     /// Ends a hold: the held request goes on (or its pump sees `stopped`).
@@ -77,8 +95,18 @@ impl TcpProxy {
     }
 
     /// When each connection the proxy forwarded to its target was opened, oldest first.
-    pub fn opened(&self) -> Vec<std::time::Instant> {
+    pub fn opened(&self) -> Vec<Instant> {
         (self.state.opened.lock().unwrap_or_else(|e| e.into_inner())).clone()
+    }
+
+    /// Every request the target answered so far, in the order of the answers per connection.
+    pub fn answered(&self) -> Vec<Answered> {
+        (self
+            .state
+            .answered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()))
+        .clone()
     }
 
     /// Closes every connection and refuses new ones.
@@ -156,7 +184,7 @@ fn accept_loop(listener: &TcpListener, target: SocketAddr, state: &Arc<State>) {
         let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else {
             continue;
         };
-        let opened = std::time::Instant::now();
+        let opened = Instant::now();
         (state.opened.lock().unwrap_or_else(|e| e.into_inner())).push(opened);
         let _ = pump_both(client, server, state);
     }
@@ -172,45 +200,74 @@ fn pump_both(client: TcpStream, server: TcpStream, state: &Arc<State>) -> io::Re
     }
     let (client_rx, server_rx) = (client.try_clone()?, server.try_clone()?);
     let (requests, responses) = (Arc::clone(state), Arc::clone(state));
-    std::thread::spawn(move || pump_requests(client_rx, server, &requests));
-    std::thread::spawn(move || pump_responses(server_rx, client, &responses));
+    let pending: Pending = Arc::default();
+    let answers = Arc::clone(&pending);
+    std::thread::spawn(move || pump_requests(client_rx, server, &requests, &pending));
+    std::thread::spawn(move || pump_responses(server_rx, client, &responses, &answers));
     Ok(())
 }
 
-/// Copies `from` to `to` (dropping what arrives while answers are lost) until either side
-/// closes, then closes both.
-fn pump_responses(mut from: TcpStream, mut to: TcpStream, state: &State) {
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        if state.lose_responses.load(Ordering::SeqCst) {
-            continue;
-        }
-        if to.write_all(buf.get(..n).unwrap_or_default()).is_err() {
-            break;
-        }
+/// One size-prefixed Kafka frame from `from` (its big-endian int32 size, then the frame).
+fn read_frame(from: &mut TcpStream, what: &str) -> io::Result<([u8; 4], Vec<u8>)> {
+    let mut size = [0u8; 4];
+    from.read_exact(&mut size)?;
+    let len = size.iter().fold(0usize, |n, &b| (n << 8) | usize::from(b));
+    if len > 256 << 20 {
+        return Err(io::Error::other(format!("a {what} frame of {len} bytes")));
     }
+    let mut frame = vec![0u8; len];
+    from.read_exact(&mut frame)?;
+    Ok((size, frame))
+}
+
+/// The big-endian int32 at `at` of `frame`.
+fn int32_at(frame: &[u8], at: usize) -> Option<i32> {
+    let bytes = frame.get(at..at + 4)?;
+    Some(bytes.iter().fold(0i32, |n, &b| (n << 8) | i32::from(b)))
+}
+
+/// Copies Kafka response frames from `from` to `to` (dropping them while answers are lost),
+/// timing each against its request by correlation id, until either side closes, then closes
+/// both.
+fn pump_responses(mut from: TcpStream, mut to: TcpStream, state: &State, pending: &Pending) {
+    let mut forward = || -> io::Result<()> {
+        loop {
+            let (size, frame) = read_frame(&mut from, "response")?;
+            // A response starts with its request's correlation id.
+            let asked = int32_at(&frame, 0).and_then(|id| {
+                pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id)
+            });
+            if let Some((api_key, sent)) = asked {
+                let at = Instant::now();
+                let answered = Answered {
+                    api_key,
+                    at,
+                    latency: at.duration_since(sent),
+                };
+                (state.answered.lock().unwrap_or_else(|e| e.into_inner())).push(answered);
+            }
+            if state.lose_responses.load(Ordering::SeqCst) {
+                continue;
+            }
+            to.write_all(&size)?;
+            to.write_all(&frame)?;
+        }
+    };
+    let _ = forward();
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
 }
 
 /// Copies Kafka request frames from `from` to `to` until either side closes or the armed cut
 /// fires on a request (which is then not forwarded), then closes both.
-fn pump_requests(mut from: TcpStream, mut to: TcpStream, state: &State) {
+fn pump_requests(mut from: TcpStream, mut to: TcpStream, state: &State, pending: &Pending) {
     let mut forward = || -> io::Result<()> {
         loop {
-            let mut size = [0u8; 4];
-            from.read_exact(&mut size)?;
-            // Kafka's int32 size and int16 api key are big-endian.
-            let len = size.iter().fold(0usize, |n, &b| (n << 8) | usize::from(b));
-            if len > 256 << 20 {
-                return Err(io::Error::other(format!("a request frame of {len} bytes")));
-            }
-            let mut frame = vec![0u8; len];
-            from.read_exact(&mut frame)?;
+            let (size, frame) = read_frame(&mut from, "request")?;
+            // Kafka's int16 api key is big-endian, first in the request header.
             let key = frame
                 .get(..2)
                 .map(|k| k.iter().fold(0i32, |n, &b| (n << 8) | i32::from(b)));
@@ -234,6 +291,13 @@ fn pump_requests(mut from: TcpStream, mut to: TcpStream, state: &State) {
                         .unwrap_or_else(|e| e.into_inner());
                 }
                 drop(holding);
+            }
+            // The header: api key, api version, correlation id. Noted before the request leaves,
+            // so its answer cannot come first.
+            if let (Some(key), Some(id)) = (key, int32_at(&frame, 4)) {
+                let api_key = i16::try_from(key).unwrap_or(-1);
+                let mut waiting = pending.lock().unwrap_or_else(|e| e.into_inner());
+                waiting.insert(id, (api_key, Instant::now()));
             }
             to.write_all(&size)?;
             to.write_all(&frame)?;

@@ -8,13 +8,14 @@
 //! topic; shared: its records in the shared topic, by `tern-gateway` and `tern-offset`), and the
 //! fleet's status topic, read by `tern fleet status --json`, shows every gateway ready again.
 //! Printed: the time from the links' return until every backlog drained, the peak rate of new
-//! connections the brokers saw (from the proxies) before and after, and the gateways' RSS and CPU.
+//! connections the brokers saw (from the proxies) before and after, the brokers' answer times
+//! per request type after the return (from the proxies), and the gateways' RSS and CPU.
 //! The system suite power-cuts a QEMU gateway among a smaller fleet during the same outage
 //! (tests/tests/system/fleet.rs); `tern-bench fleet` is the bigger run.
 
 use std::time::{Duration, Instant};
 
-use tern_tests::fleet::{Fleet, peak_per_second, wait_all_ready};
+use tern_tests::fleet::{Fleet, peak_per_second, request_latencies, wait_all_ready};
 use tern_tests::{KafkaCluster, now_ms};
 
 /// Gateways in the fleet; the first half forward in mirror mode, the rest in shared mode.
@@ -85,6 +86,12 @@ fn a_fleet_rides_out_a_regional_outage_exactly_once_and_reports_ready_again() ->
         "caught up after the return: mirror {}; shared {}",
         spread(false),
         spread(true)
+    );
+    // Kafka's own throttling needs quotas, which the test cluster does not set: the brokers'
+    // answer times are the figure.
+    println!(
+        "broker answer times after the return (requests through the proxies; no quotas, so no throttling): {}",
+        request_latencies(&cluster.client_requests_answered(), restored)
     );
     let mut rss: Vec<u64> = usages.iter().map(|u| u.0).collect();
     rss.sort_unstable();
