@@ -111,6 +111,9 @@ impl Arch {
     }
 }
 
+/// Runs of one broker and message count made before giving up when QEMU writes no count.
+const RUN_ATTEMPTS: u32 = 3;
+
 /// Where scripts/arm-peers.sh puts the cross-built NATS server in each peer root (Go, static).
 const NATS_SERVER: &str = "usr/sbin/nats-server";
 
@@ -374,11 +377,23 @@ impl Runs<'_> {
             window: self.options.window,
         };
         let label = format!("i{}{messages}", self.arch.name());
-        self.counted(&stem, start, |server| {
-            self.runtime
-                .block_on(load::run(server.addr, load, &label))
-                .map(|_| ())
-        })
+        let mut attempt = 1;
+        loop {
+            let run = self.counted(&stem, start, |server| {
+                self.runtime
+                    .block_on(load::run(server.addr, load, &label))
+                    .map(|_| ())
+            });
+            match run {
+                // QEMU ended the process without calling the plugin's exit callback (seen once
+                // with NATS under qemu-arm): the run has no count, so it is run again.
+                Err(BenchError::Parse { path }) if attempt < RUN_ATTEMPTS => {
+                    eprintln!("no count in {}: running {stem} again", path.display());
+                    attempt += 1;
+                }
+                run => return run,
+            }
+        }
     }
 
     /// The instructions of one whole broker run: `start` with the plugin writing to outputs
