@@ -711,7 +711,8 @@ pub struct IcountArgs {
     /// [default: `peers` beside the directory of this tern-bench, when it exists].
     #[arg(long, value_name = "DIR")]
     pub peers_dir: Option<PathBuf>,
-    /// Also attribute each broker's instructions per message to functions and print the top N;
+    /// Also attribute each broker's instructions per message (and tern's per consumed or
+    /// forwarded record) to functions and print the top N;
     /// tern runs as `DIR/<triple>/release-symbols/tern`, the release build with its symbols
     /// kept (`scripts/cross.sh --symbols`).
     #[arg(long, value_name = "N")]

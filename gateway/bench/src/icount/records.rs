@@ -18,6 +18,7 @@ use serde::Serialize;
 use tern_log::{Log, LogConfig};
 use tern_upstream::{KafkaUpstream, Mode, UpstreamConfig, upstream_topic};
 
+use super::symbols::{self, Blocks, Share};
 use super::{Arch, Outputs, Runs};
 use crate::BenchError;
 use crate::kafka::kcat;
@@ -61,6 +62,9 @@ pub struct RecordCount {
     pub short_insns: u64,
     pub long_insns: u64,
     pub insns_per_record: f64,
+    /// The functions doing most of that work, most first (`--symbols N`; else empty), by
+    /// (count(2R) − count(R)) / R each: the baseline's difference, recovery's, is in them.
+    pub functions: Vec<Share>,
 }
 
 impl RecordCount {
@@ -81,6 +85,7 @@ impl RecordCount {
             short_insns: runs.0,
             long_insns: runs.1,
             insns_per_record: (work(runs.1, base.1) - work(runs.0, base.0)) / records.max(1) as f64,
+            functions: Vec::new(),
         }
     }
 }
@@ -138,13 +143,13 @@ impl Runs<'_> {
         upstream: Option<&Upstream<'_>>,
         paths: &[KafkaPath],
     ) -> Result<Vec<RecordCount>, BenchError> {
-        let base = self.on_both(backlogs, "base", |log, _| {
+        let (base, _) = self.on_both(backlogs, "base", |log, _| {
             let server = self.start_on(log, "")?;
             Ok((server, None))
         })?;
         let mut counts = Vec::new();
         for &path in paths {
-            let runs = match (path, upstream) {
+            let (runs, blocks) = match (path, upstream) {
                 (KafkaPath::Consume, _) => self.on_both(backlogs, "consume", |log, records| {
                     self.consume(log, records)
                 })?,
@@ -155,35 +160,35 @@ impl Runs<'_> {
                 }
                 (KafkaPath::Forward, None) => continue,
             };
-            counts.push(RecordCount::new(
-                self.arch,
-                path,
-                backlogs.records,
-                base,
-                runs,
-            ));
+            let mut count = RecordCount::new(self.arch, path, backlogs.records, base, runs);
+            if let (Some(top), [Some(short), Some(long)]) = (self.options.symbols, blocks) {
+                count.functions = symbols::per_message(self.arch, &short, &long, backlogs.records)?;
+                count.functions.truncate(top);
+            }
+            counts.push(count);
         }
         Ok(counts)
     }
 
-    /// The counts of `run` on the short and the long backlog. `run` starts tern on a copy of the
-    /// log it is given and returns it with the work to do before it is stopped.
+    /// The counts of `run` on the short and the long backlog, with their blocks when
+    /// attributing. `run` starts tern on a copy of the log it is given and returns it with the
+    /// work to do before it is stopped.
     fn on_both<'b>(
         &'b self,
         backlogs: &'b Backlogs,
         label: &str,
         run: impl Fn(&Path, u64) -> Result<(Starter<'b>, Option<Work<'b>>), BenchError>,
-    ) -> Result<(u64, u64), BenchError> {
+    ) -> Result<Both, BenchError> {
         let [short, long] = backlogs.both().map(|(log, records)| {
             let stem = format!("tern-{label}-{}-{records}", self.arch.name());
             let (start, work) = run(log, records)?;
-            let (count, _) = self.counted(&stem, start, |server| match work {
+            self.counted(&stem, start, |server| match work {
                 Some(work) => work(server),
                 None => Ok(()),
-            })?;
-            Ok::<_, BenchError>(count)
+            })
         });
-        Ok((short?, long?))
+        let ((short, short_blocks), (long, long_blocks)) = (short?, long?);
+        Ok(((short, long), [short_blocks, long_blocks]))
     }
 
     /// Starts tern under QEMU with the plugin on a copy of `log` with `extra` in its config.
@@ -243,6 +248,8 @@ impl Runs<'_> {
     }
 }
 
+/// The counts of a short and a long run, and their blocks when attributing.
+type Both = ((u64, u64), [Option<Blocks>; 2]);
 /// Starts a broker with the plugin writing to the outputs it is given.
 type Starter<'a> = Box<dyn Fn(&Outputs) -> Result<Server, BenchError> + 'a>;
 /// What a run does while the broker runs.

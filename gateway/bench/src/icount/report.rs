@@ -110,7 +110,18 @@ impl fmt::Display for Report {
         write_memory(f, &self.memory)?;
         self.write_estimate(f)?;
         for count in self.brokers.iter().filter(|c| !c.functions.is_empty()) {
-            write_functions(f, count)?;
+            let what = format!("{} {}", count.arch.name(), count.broker);
+            write_functions(f, &what, &count.functions, count.insns_per_message)?;
+        }
+        for count in self.records.iter().filter(|c| !c.functions.is_empty()) {
+            let what = format!(
+                "{} tern {} (per record)",
+                count.arch.name(),
+                count.path.name()
+            );
+            let total =
+                (count.long_insns as f64 - count.short_insns as f64) / count.records.max(1) as f64;
+            write_functions(f, &what, &count.functions, total)?;
         }
         Ok(())
     }
@@ -288,31 +299,35 @@ fn write_memory(f: &mut fmt::Formatter<'_>, figures: &[MemoryFigure]) -> fmt::Re
     Ok(())
 }
 
-/// The top functions of one broker's instructions per message, with their share of it.
-fn write_functions(f: &mut fmt::Formatter<'_>, count: &BrokerCount) -> fmt::Result {
+/// The top functions of `what`'s instructions per message (or record) out of `total`, with
+/// their share of it.
+fn write_functions(
+    f: &mut fmt::Formatter<'_>,
+    what: &str,
+    functions: &[Share],
+    total: f64,
+) -> fmt::Result {
     writeln!(
         f,
-        "top functions by instructions per message, {} {} ((count(2N) - count(N)) / N each):",
-        count.arch.name(),
-        count.broker
+        "top functions by instructions per message, {what} ((count(2N) - count(N)) / N each):"
     )?;
     writeln!(f, "  {:>9} {:>6}  function (file)", "insns/msg", "share")?;
-    for share in &count.functions {
+    for share in functions {
         writeln!(
             f,
             "  {:>9.1} {:>5.1}%  {} ({})",
             share.insns_per_message,
-            100.0 * share.insns_per_message / count.insns_per_message.max(1.0),
+            100.0 * share.insns_per_message / total.max(1.0),
             share.function,
             share.file
         )?;
     }
-    let listed: f64 = count.functions.iter().map(|s| s.insns_per_message).sum();
+    let listed: f64 = functions.iter().map(|s| s.insns_per_message).sum();
     writeln!(
         f,
         "  {:>9.1} {:>5.1}%  (every other function)",
-        count.insns_per_message - listed,
-        100.0 * (count.insns_per_message - listed) / count.insns_per_message.max(1.0)
+        total - listed,
+        100.0 * (total - listed) / total.max(1.0)
     )
 }
 
