@@ -8,10 +8,16 @@
 # Writes OUTDIR/arm64 and OUTDIR/armhf (each with usr/sbin/mosquitto). The packages are fetched
 # with `apt-get download` into OUTDIR/debs and kept there; the roots are unpacked with dpkg -x,
 # which needs no root. Prints each root's path and its Mosquitto version.
+#
+# Where Go is installed it also cross-builds NATS with JetStream, the durable-ack peer, into each
+# root's usr/sbin/nats-server: module github.com/nats-io/nats-server/v2 at $NATS_VERSION, without
+# cgo (a static binary), GOARCH=arm64 and GOARCH=arm GOARM=7, fetched through Go's module proxy
+# into a module directory OUTDIR/nats-module kept between runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out=${1:-${CARGO_TARGET_DIR:-$PWD/target}/peers}
+NATS_VERSION=${NATS_VERSION:-v2.15.3}
 debs="$out/debs"
 mkdir -p "$debs"
 
@@ -41,3 +47,24 @@ for debarch in arm64 armhf; do
   done
   echo "$debarch: $root ($(ls "$debs"/mosquitto_*_"$debarch".deb | xargs -n1 basename))"
 done
+
+if ! command -v go >/dev/null; then
+  echo "go not found: NATS is not built (tern-bench icount measures it only where it is)" >&2
+  exit 0
+fi
+module="$out/nats-module"
+mkdir -p "$module"
+(
+  cd "$module"
+  [ -f go.mod ] || go mod init tern-bench-nats >/dev/null 2>&1
+  GOFLAGS=-mod=mod go get "github.com/nats-io/nats-server/v2@$NATS_VERSION"
+  for debarch in arm64 armhf; do
+    case "$debarch" in
+      arm64) export GOARCH=arm64; unset GOARM ;;
+      armhf) export GOARCH=arm GOARM=7 ;;
+    esac
+    CGO_ENABLED=0 GOOS=linux GOFLAGS=-mod=mod go build -trimpath \
+      -o "$out/$debarch/usr/sbin/nats-server" github.com/nats-io/nats-server/v2
+    echo "$debarch: nats-server $NATS_VERSION ($GOARCH${GOARM:+ GOARM=$GOARM})"
+  done
+)

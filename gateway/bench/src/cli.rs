@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use tern_upstream::Codec;
 
-use crate::icount::{Arch, IcountOptions};
+use crate::icount::{Arch, IcountOptions, Measure};
 use crate::kafka::KafkaBenchOptions;
 use crate::kafka::cold::ColdReadOptions;
 use crate::mqtt::BenchOptions;
@@ -711,11 +711,32 @@ pub struct IcountArgs {
     /// [default: `peers` beside the directory of this tern-bench, when it exists].
     #[arg(long, value_name = "DIR")]
     pub peers_dir: Option<PathBuf>,
-    /// Also attribute each broker's instructions per message to functions and print the top N;
+    /// Also attribute each broker's instructions per message (and tern's per consumed or
+    /// forwarded record) to functions and print the top N;
     /// tern runs as `DIR/<triple>/release-symbols/tern`, the release build with its symbols
     /// kept (`scripts/cross.sh --symbols`).
     #[arg(long, value_name = "N")]
     pub symbols: Option<usize>,
+    /// What to count: `publish` (instructions per durable QoS 1 message, tern and the peers),
+    /// `consume` (tern's per record a host kcat reads from its Kafka listener), `forward`
+    /// (tern's per record its forwarder sends to --kafka), `idle` (each broker's memory with
+    /// --idle-clients idle clients) [default: publish].
+    #[arg(long, value_enum)]
+    pub measure: Vec<Measure>,
+    /// Records of the consume and forward runs' short backlog (the long one holds twice as
+    /// many).
+    #[arg(long, default_value_t = 20_000)]
+    pub records: u64,
+    /// Bootstrap server of the Kafka cluster the forward runs send to, `host:port`
+    /// (repeatable or comma-separated, as `scripts/kafka-cluster.sh start DIR` prints them).
+    #[arg(long, value_name = "HOST:PORT", value_delimiter = ',')]
+    pub kafka: Vec<String>,
+    /// Compression of the forward runs' upstream batches [default: the forwarder's, lz4].
+    #[arg(long, value_name = "CODEC", value_parser = parse_codec)]
+    pub forward_codec: Option<Codec>,
+    /// Idle MQTT clients of `--measure idle`.
+    #[arg(long, default_value_t = 1_000)]
+    pub idle_clients: usize,
 }
 
 impl IcountArgs {
@@ -744,6 +765,16 @@ impl IcountArgs {
             peers_dir: peers,
             self_test_only: self.self_test,
             symbols: self.symbols,
+            measures: match self.measure.is_empty() {
+                true => vec![Measure::Publish],
+                false => self.measure.clone(),
+            },
+            records: self.records,
+            kafka: self.kafka.clone(),
+            idle_clients: self.idle_clients,
+            forward_codec: self
+                .forward_codec
+                .unwrap_or(tern_upstream::UpstreamConfig::default().compression),
         })
     }
 }

@@ -8,14 +8,19 @@
 //! Before any broker runs, the plugin's count of a known loop must be exact on each
 //! architecture; otherwise the bench stops. It never touches a process it did not start.
 
+mod estimate;
+mod memory;
 mod plugin;
+mod records;
 mod report;
 mod symbols;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub use memory::MemoryFigure;
 pub use plugin::{Plugin, SelfTest, expected_loop_insns};
+pub use records::{KafkaPath, RecordCount};
 pub use report::Report;
 
 use report::BrokerCount;
@@ -106,6 +111,12 @@ impl Arch {
     }
 }
 
+/// Runs of one broker and message count made before giving up when QEMU writes no count.
+const RUN_ATTEMPTS: u32 = 3;
+
+/// Where scripts/arm-peers.sh puts the cross-built NATS server in each peer root (Go, static).
+const NATS_SERVER: &str = "usr/sbin/nats-server";
+
 /// What to measure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IcountOptions {
@@ -119,14 +130,38 @@ pub struct IcountOptions {
     pub window: usize,
     /// Where scripts/cross.sh put the release builds (`<dir>/<triple>/release/tern`).
     pub cross_dir: PathBuf,
-    /// Where scripts/arm-peers.sh unpacked Mosquitto (`<dir>/arm64`, `<dir>/armhf`); `None`
-    /// measures tern alone.
+    /// Where scripts/arm-peers.sh unpacked Mosquitto and put NATS (`<dir>/arm64`,
+    /// `<dir>/armhf`); `None` measures tern alone.
     pub peers_dir: Option<PathBuf>,
     /// Only check the plugin against the known loop.
     pub self_test_only: bool,
     /// Attribute each broker's instructions per message to functions and keep this many
     /// (`--symbols N`); tern then runs as its unstripped twin (`release-symbols`, same code).
     pub symbols: Option<usize>,
+    /// What to count (`--measure`).
+    pub measures: Vec<Measure>,
+    /// Records of the short consume and forward runs' backlog (the long one holds twice as many).
+    pub records: u64,
+    /// Bootstrap servers of the cluster the forward runs send to.
+    pub kafka: Vec<String>,
+    /// Idle MQTT clients of the memory runs.
+    pub idle_clients: usize,
+    /// Compression of the forward runs' upstream batches.
+    pub forward_codec: tern_upstream::Codec,
+}
+
+/// What `tern-bench icount` counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Measure {
+    /// Instructions per durable QoS 1 message, tern and the peers.
+    Publish,
+    /// tern's instructions per record a Kafka client reads from its Kafka listener.
+    Consume,
+    /// tern's instructions per record its forwarder sends to Kafka (needs --kafka).
+    Forward,
+    /// Each broker's resident memory and address space with --idle-clients idle clients.
+    Idle,
 }
 
 /// Where the plugin writes one run's figures.
@@ -157,30 +192,56 @@ pub fn run(options: &IcountOptions) -> Result<Report, BenchError> {
         return Ok(report);
     }
     let runtime = crate::runtime(None)?;
+    let paths: Vec<KafkaPath> = options
+        .measures
+        .iter()
+        .filter_map(|measure| match measure {
+            Measure::Consume => Some(KafkaPath::Consume),
+            Measure::Forward => Some(KafkaPath::Forward),
+            Measure::Publish | Measure::Idle => None,
+        })
+        .collect();
+    let backlogs = match paths.is_empty() {
+        true => None,
+        false => Some(runtime.block_on(records::Backlogs::build(
+            work.path(),
+            options.records,
+            options.size,
+        ))?),
+    };
+    let kafka = match paths.contains(&KafkaPath::Forward) {
+        true => Some(runtime.block_on(tern_upstream::KafkaUpstream::connect(
+            &tern_upstream::UpstreamConfig {
+                bootstrap: options.kafka.clone(),
+                ..tern_upstream::UpstreamConfig::default()
+            },
+        ))?),
+        false => None,
+    };
+    let run_id = crate::upstream::run_id();
+    let upstream = kafka.as_ref().map(|kafka| records::Upstream {
+        kafka,
+        bootstrap: &options.kafka,
+        run_id: &run_id,
+    });
     for &arch in &options.archs {
         let runs = Runs {
             arch,
             work: work.path(),
             options,
             runtime: &runtime,
+            plugin: &plugin,
         };
-        report.brokers.push(runs.per_message("tern", |out| {
-            let exe = match options.symbols {
-                Some(_) => symbols::unstripped(&options.cross_dir, arch),
-                None => options.cross_dir.join(arch.triple()).join("release/tern"),
-            };
-            let sysroot = Path::new(arch.cross_sysroot());
-            let mut command = arch.qemu_in(sysroot, &plugin, out);
-            command.arg(exe);
-            Server::tern_under(command)
-        })?);
-        if let Some(peers) = &options.peers_dir {
-            report.brokers.push(runs.per_message("mosquitto", |out| {
-                let root = peers.join(arch.debian());
-                let mut command = arch.qemu_in(&root, &plugin, out);
-                command.arg(root.join("usr/sbin/mosquitto"));
-                Server::mosquitto_under(command)
-            })?);
+        if options.measures.contains(&Measure::Publish) {
+            runs.brokers(&mut report)?;
+        }
+        if let Some(backlogs) = &backlogs {
+            let counts = runs.per_record(backlogs, upstream.as_ref(), &paths)?;
+            report.records.extend(counts);
+        }
+        if options.measures.contains(&Measure::Idle) {
+            let figures = runs.idle_memory(options.idle_clients)?;
+            report.memory.extend(figures);
         }
     }
     Ok(report)
@@ -201,6 +262,22 @@ fn validate(options: &IcountOptions) -> Result<(), BenchError> {
             "must be at least 1",
         ),
         (
+            options.measures.is_empty(),
+            "--measure",
+            "needs at least one",
+        ),
+        (options.records == 0, "--records", "must be at least 1"),
+        (
+            options.idle_clients == 0,
+            "--idle-clients",
+            "must be at least 1",
+        ),
+        (
+            options.measures.contains(&Measure::Forward) && options.kafka.is_empty(),
+            "--measure forward",
+            "needs --kafka HOST:PORT",
+        ),
+        (
             !(1..=65_535).contains(&options.window),
             "--window",
             "must be between 1 and 65535",
@@ -218,9 +295,51 @@ struct Runs<'a> {
     work: &'a Path,
     options: &'a IcountOptions,
     runtime: &'a tokio::runtime::Runtime,
+    plugin: &'a Plugin,
 }
 
 impl Runs<'_> {
+    /// The per-message counts of tern and of each peer the options name.
+    fn brokers(&self, report: &mut Report) -> Result<(), BenchError> {
+        report
+            .brokers
+            .push(self.per_message("tern", |out| Server::tern_under(self.tern_command(out)))?);
+        if let Some(peers) = &self.options.peers_dir {
+            let root = peers.join(self.arch.debian());
+            report.brokers.push(self.per_message("mosquitto", |out| {
+                let mut command = self.arch.qemu_in(&root, self.plugin, out);
+                command.arg(root.join("usr/sbin/mosquitto"));
+                Server::mosquitto_under(command)
+            })?);
+            let nats = root.join(NATS_SERVER);
+            if nats.is_file() {
+                report.brokers.push(self.per_message("nats", |out| {
+                    let mut command = self.arch.qemu_in(&root, self.plugin, out);
+                    command.arg(&nats);
+                    Server::nats_under(command)
+                })?);
+            }
+        }
+        Ok(())
+    }
+
+    /// QEMU with the plugin writing to `out`, running the cross-built tern (its unstripped
+    /// twin when attributing); `serve` and its arguments follow.
+    fn tern_command(&self, out: &Outputs) -> Command {
+        let exe = match self.options.symbols {
+            Some(_) => symbols::unstripped(&self.options.cross_dir, self.arch),
+            None => self
+                .options
+                .cross_dir
+                .join(self.arch.triple())
+                .join("release/tern"),
+        };
+        let sysroot = Path::new(self.arch.cross_sysroot());
+        let mut command = self.arch.qemu_in(sysroot, self.plugin, out);
+        command.arg(exe);
+        command
+    }
+
     /// Guest instructions per message of the broker `start` starts (with the plugin writing to
     /// the path it is given): one run of N messages and one of 2N.
     fn per_message(
@@ -250,6 +369,41 @@ impl Runs<'_> {
         messages: usize,
     ) -> Result<(u64, Option<symbols::Blocks>), BenchError> {
         let stem = format!("{broker}-{}-{messages}", self.arch.name());
+        let load = Load {
+            publishers: self.options.publishers,
+            messages,
+            size: self.options.size,
+            qos1: true,
+            window: self.options.window,
+        };
+        let label = format!("i{}{messages}", self.arch.name());
+        let mut attempt = 1;
+        loop {
+            let run = self.counted(&stem, start, |server| {
+                self.runtime
+                    .block_on(load::run(server.addr, load, &label))
+                    .map(|_| ())
+            });
+            match run {
+                // QEMU ended the process without calling the plugin's exit callback (seen once
+                // with NATS under qemu-arm): the run has no count, so it is run again.
+                Err(BenchError::Parse { path }) if attempt < RUN_ATTEMPTS => {
+                    eprintln!("no count in {}: running {stem} again", path.display());
+                    attempt += 1;
+                }
+                run => return run,
+            }
+        }
+    }
+
+    /// The instructions of one whole broker run: `start` with the plugin writing to outputs
+    /// named `stem`, `work`, SIGTERM; and, when attributing, its blocks.
+    fn counted(
+        &self,
+        stem: &str,
+        start: impl FnOnce(&Outputs) -> Result<Server, BenchError>,
+        work: impl FnOnce(&Server) -> Result<(), BenchError>,
+    ) -> Result<(u64, Option<symbols::Blocks>), BenchError> {
         let out = Outputs {
             count: self.work.join(format!("{stem}.count")),
             blocks: self
@@ -262,20 +416,11 @@ impl Runs<'_> {
             writable_by_anyone(blocks)?;
         }
         let server = start(&out)?;
-        let load = Load {
-            publishers: self.options.publishers,
-            messages,
-            size: self.options.size,
-            qos1: true,
-            window: self.options.window,
-        };
-        let label = format!("i{}{messages}", self.arch.name());
-        self.runtime
-            .block_on(load::run(server.addr, load, &label))?;
-        let status = server.stop(broker)?;
+        work(&server)?;
+        let status = server.stop("broker")?;
         if !status.success() {
             return Err(BenchError::Tool {
-                program: broker.to_owned(),
+                program: stem.to_owned(),
                 message: format!("exited with {status} under QEMU"),
             });
         }

@@ -22,7 +22,7 @@
 
 mod broker;
 pub mod cold;
-mod kcat;
+pub(crate) mod kcat;
 mod report;
 
 use std::path::PathBuf;

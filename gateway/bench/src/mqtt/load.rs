@@ -178,8 +178,18 @@ pub async fn connect(broker: SocketAddr, id: &str) -> Result<(TcpStream, BytesMu
 
 /// Connects `count` clients that stay idle until the returned streams drop.
 pub async fn idle_clients(broker: SocketAddr, count: usize) -> Result<Vec<TcpStream>, BenchError> {
+    idle_clients_from(broker, 0, count).await
+}
+
+/// [`idle_clients`] with the client ids numbered from `first` (more clients beside earlier
+/// ones).
+pub async fn idle_clients_from(
+    broker: SocketAddr,
+    first: usize,
+    count: usize,
+) -> Result<Vec<TcpStream>, BenchError> {
     let mut clients = Vec::with_capacity(count);
-    for i in 0..count {
+    for i in first..first + count {
         let (stream, _) = connect(broker, &format!("bench-idle-{i}")).await?;
         clients.push(stream);
     }

@@ -67,6 +67,19 @@ fn mosquitto_config(port: u16) -> String {
     )
 }
 
+/// NATS's settings (the durable-ack peer of `tern-bench icount`): MQTT on loopback `port`, its
+/// QoS 1 messages stored in JetStream before the PUBACK; JetStream's file store in `store` with
+/// `sync_interval: always` (an fsync on every write, acks as durable as tern's); the NATS client
+/// listener on loopback `client_port`; no logging but errors.
+fn nats_config(store: &Path, port: u16, client_port: u16) -> String {
+    format!(
+        "server_name: tern_bench\nlisten: \"127.0.0.1:{client_port}\"\n\
+         jetstream {{\n  store_dir: {store:?}\n  sync_interval: always\n}}\n\
+         mqtt {{\n  listen: \"127.0.0.1:{port}\"\n}}\n",
+        store = store.display().to_string()
+    )
+}
+
 impl Server {
     /// Starts `tern serve` (the running binary) with `mqtt` (lines of `[mqtt]`, see
     /// [`mqtt_overrides`]) over its defaults and waits for its MQTT listener.
@@ -119,14 +132,20 @@ impl Server {
     /// log and `extra` (whole TOML tables) added to the bench's config, and waits for its MQTT
     /// listener. The copy is removed with the server.
     pub fn tern_build_on_copy(exe: &Path, log: &Path, extra: &str) -> Result<Self, BenchError> {
-        let dir = TempDir::new("tern")?;
-        let data_dir = dir.path().join("data");
-        copy_dir(log, &data_dir.join("log")).map_err(|source| BenchError::Io {
-            what: "copying the backlog's log",
-            source,
-        })?;
-        let text = format!("{}{extra}", tern_config(&data_dir, &[]));
+        let (dir, text) = on_copy(log, extra)?;
         Self::tern_exe_from(exe.to_path_buf(), dir, &text, "mqtt listener on ", &[])
+    }
+
+    /// [`Server::tern_build_on_copy`] as `command` (an emulator with its arguments and then
+    /// tern), waiting for its Kafka listener, whose address `addr` then is (the
+    /// instruction-count bench's consume and forward runs).
+    pub fn tern_under_on_copy(
+        command: Command,
+        log: &Path,
+        extra: &str,
+    ) -> Result<Self, BenchError> {
+        let (dir, text) = on_copy(log, extra)?;
+        Self::tern_in(command, dir, &text, "kafka listener on ", &[])
     }
 
     /// Starts `tern serve` on `text` and waits for the address after `marker` in its log.
@@ -203,7 +222,29 @@ impl Server {
             _dir: dir,
             stderr,
         };
-        server.wait_accepting()?;
+        server.wait_accepting("mosquitto")?;
+        Ok(server)
+    }
+
+    /// Starts NATS with JetStream as `command` (an emulator with its arguments and then
+    /// `nats-server`) on a free loopback port and waits until it accepts.
+    pub fn nats_under(mut command: Command) -> Result<Self, BenchError> {
+        let dir = TempDir::new("nats")?;
+        let port = free_port()?;
+        let config = dir.path().join("nats.conf");
+        write_file(
+            &config,
+            &nats_config(&dir.path().join("jetstream"), port, free_port()?),
+        )?;
+        command.arg("-c").arg(&config);
+        let (child, stderr) = spawn(command, "nats-server")?;
+        let mut server = Self {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            _dir: dir,
+            stderr,
+        };
+        server.wait_accepting("nats-server")?;
         Ok(server)
     }
 
@@ -233,7 +274,7 @@ impl Server {
     }
 
     /// Waits until a TCP connection to `addr` succeeds.
-    fn wait_accepting(&mut self) -> Result<(), BenchError> {
+    fn wait_accepting(&mut self, broker: &'static str) -> Result<(), BenchError> {
         let deadline = Instant::now() + START_TIMEOUT;
         while Instant::now() < deadline {
             if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
@@ -245,7 +286,7 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         Err(BenchError::Start {
-            broker: "mosquitto",
+            broker,
             output: self.stderr.try_iter().collect::<Vec<_>>().join("\n"),
         })
     }
@@ -322,6 +363,19 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A temporary directory whose `data/log` is a copy of `log`, and the bench's tern config on
+/// it with `extra` added.
+fn on_copy(log: &Path, extra: &str) -> Result<(TempDir, String), BenchError> {
+    let dir = TempDir::new("tern")?;
+    let data_dir = dir.path().join("data");
+    copy_dir(log, &data_dir.join("log")).map_err(|source| BenchError::Io {
+        what: "copying the backlog's log",
+        source,
+    })?;
+    let text = format!("{}{extra}", tern_config(&data_dir, &[]));
+    Ok((dir, text))
 }
 
 /// Copies the directory tree `from` to `to` (regular files and directories only, as a log
@@ -489,6 +543,15 @@ mod tests {
         let stat = "4242 (tern serve) S 1 4242 4242 0 -1 4194560 905 0 0 0 137 21 0 0 20 0 5 0";
         assert_eq!(cpu_ticks(stat), Some(158));
         assert_eq!(cpu_ticks("4242 (x) S 1"), None);
+    }
+
+    #[test]
+    fn the_nats_config_fsyncs_every_jetstream_write_and_listens_on_loopback() {
+        let text = nats_config(Path::new("/tmp/js"), 4242, 4243);
+        assert!(text.contains("sync_interval: always"), "{text}");
+        assert!(text.contains("store_dir: \"/tmp/js\""), "{text}");
+        assert!(text.contains("listen: \"127.0.0.1:4242\""), "{text}");
+        assert!(text.contains("listen: \"127.0.0.1:4243\""), "{text}");
     }
 
     #[test]

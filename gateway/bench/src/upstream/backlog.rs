@@ -143,30 +143,7 @@ impl Backlog {
     }
 
     async fn fill(&self, topic: &str, records: u64) -> Result<(), BenchError> {
-        let log_error = |op| move |source| BenchError::log(op, source);
-        self.log
-            .ensure_topic(topic)
-            .map_err(log_error("create topic"))?;
-        let mut values = Telemetry::new(self.size);
-        let now_ms = chrono_now_ms();
-        let mut appended = 0;
-        while appended < records {
-            let count = APPEND_BATCH.min(records - appended);
-            let batch = (0..count)
-                .map(|_| Record {
-                    timestamp_ms: now_ms,
-                    key: None,
-                    value: values.next_value(),
-                    headers: Vec::new(),
-                })
-                .collect();
-            self.log
-                .append(topic, 0, batch)
-                .await
-                .map_err(log_error("append"))?;
-            appended += count;
-        }
-        Ok(())
+        fill(&self.log, topic, records, self.size).await
     }
 
     /// Drains the backlog (or, capped, the capped topic) with `codec` to a new upstream topic
@@ -376,6 +353,37 @@ impl Drop for Backlog {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Appends `records` telemetry values of `size` bytes to partition 0 of `topic` of `log`
+/// (created if missing), [`APPEND_BATCH`] at a time.
+pub(crate) async fn fill(
+    log: &Log,
+    topic: &str,
+    records: u64,
+    size: usize,
+) -> Result<(), BenchError> {
+    let log_error = |op| move |source| BenchError::log(op, source);
+    log.ensure_topic(topic).map_err(log_error("create topic"))?;
+    let mut values = Telemetry::new(size);
+    let now_ms = chrono_now_ms();
+    let mut appended = 0;
+    while appended < records {
+        let count = APPEND_BATCH.min(records - appended);
+        let batch = (0..count)
+            .map(|_| Record {
+                timestamp_ms: now_ms,
+                key: None,
+                value: values.next_value(),
+                headers: Vec::new(),
+            })
+            .collect();
+        log.append(topic, 0, batch)
+            .await
+            .map_err(log_error("append"))?;
+        appended += count;
+    }
+    Ok(())
 }
 
 /// Records of the capped topic: about [`CAPPED_SECONDS`] at `options.bandwidth`.

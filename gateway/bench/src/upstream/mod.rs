@@ -20,7 +20,7 @@ mod java;
 mod live;
 mod proxy;
 mod report;
-mod serve;
+pub(crate) mod serve;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -369,7 +369,7 @@ where
 /// Waits until partition 0 of `topic` holds `expected` records (its end offset), polling the
 /// cluster directly; returns when it got there. More than `expected` is an error (duplicates).
 /// Errors while the new topic's leader settles are retried until the timeout.
-async fn wait_for_end(
+pub(crate) async fn wait_for_end(
     kafka: &KafkaUpstream,
     topic: &str,
     expected: u64,

@@ -79,7 +79,7 @@ pub async fn drain(
 }
 
 /// The child's `[[upstream]]` table: defaults, the bench's names, `mode`, only `edge_topic`.
-fn upstream_section(
+pub(crate) fn upstream_section(
     bootstrap: &[String],
     gateway: &str,
     prefix: &str,
