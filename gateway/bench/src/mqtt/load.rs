@@ -187,7 +187,7 @@ pub async fn idle_clients(broker: SocketAddr, count: usize) -> Result<Vec<TcpStr
 }
 
 /// Reads until one packet is complete.
-async fn read_packet(
+pub(crate) async fn read_packet(
     stream: &mut TcpStream,
     inbuf: &mut BytesMut,
 ) -> Result<FromBroker, BenchError> {
