@@ -713,6 +713,10 @@ pub struct FleetArgs {
     /// Reconnect gaps jittered (`on`, the default of tern), not (`off`), or one run each.
     #[arg(long, value_enum, default_value = "both")]
     pub spread: crate::fleet::SpreadChoice,
+    /// Every gateway's `reconnect_max` (tern's default 2s): the spread's window is its second
+    /// half.
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub reconnect_max: tern_core::HumanDuration,
     /// Print one JSON object with every figure instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -727,6 +731,7 @@ impl FleetArgs {
             outage: self.outage.0,
             mode: self.mode,
             spread: self.spread,
+            reconnect_max: self.reconnect_max.0,
         }
     }
 }

@@ -53,6 +53,7 @@ pub struct Setup {
     pub prefix: String,
     /// `reconnect_jitter`.
     pub jitter: bool,
+    pub reconnect_max: Duration,
 }
 
 impl Setup {
@@ -66,12 +67,13 @@ impl Setup {
     pub fn upstream(&self, id: &str, mode: Forwarding) -> String {
         format!(
             "[[upstream]]\nbootstrap = [\"{}\"]\ngateway_id = \"{id}\"\ntopic_prefix = \"{}\"\n\
-             mode = \"{}\"\nreconnect_jitter = {}\n\n\
+             mode = \"{}\"\nreconnect_jitter = {}\nreconnect_max = \"{}\"\n\n\
              [upstream.status]\ninterval = \"2s\"\ntopic = \"{}\"\n",
             self.bootstrap,
             self.prefix,
             mode.name(),
             self.jitter,
+            tern_core::HumanDuration(self.reconnect_max),
             self.status_topic()
         )
     }
@@ -204,6 +206,7 @@ mod tests {
             bootstrap: SocketAddr::from(([127, 0, 0, 1], 4242)),
             prefix: "tern-bench.fleet-r1-on.".into(),
             jitter: false,
+            reconnect_max: Duration::from_secs(30),
         };
         let text = setup.upstream("fleet-07", Forwarding::Shared);
         #[derive(serde::Deserialize)]
@@ -218,6 +221,7 @@ mod tests {
         assert_eq!(config.gateway_id.as_deref(), Some("fleet-07"));
         assert_eq!(config.mode, tern_upstream::Mode::Shared);
         assert!(!config.reconnect_jitter);
+        assert_eq!(config.reconnect_max.0, Duration::from_secs(30));
         assert_eq!(config.status.topic, "tern-bench.fleet-r1-on-status");
         assert_eq!(config.status.interval.0, Duration::from_secs(2));
         assert_eq!(config.validate(), Ok(()));

@@ -71,6 +71,8 @@ pub struct FleetOptions {
     pub outage: Duration,
     pub mode: ModeChoice,
     pub spread: SpreadChoice,
+    /// Every gateway's `reconnect_max`.
+    pub reconnect_max: Duration,
 }
 
 impl FleetOptions {
@@ -90,6 +92,12 @@ impl FleetOptions {
                 self.sensor_period < Duration::from_millis(10),
                 "--sensor-period",
                 "must be at least 10ms",
+            ),
+            (
+                !(Duration::from_millis(500)..=Duration::from_secs(600))
+                    .contains(&self.reconnect_max),
+                "--reconnect-max",
+                "must be 500ms to 10m",
             ),
             (
                 !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&self.outage),
@@ -134,6 +142,7 @@ pub fn run(options: &FleetOptions, command: String) -> Result<FleetReport, Bench
         command,
         gateways: options.gateways,
         sensor_period_ms: u64::try_from(options.sensor_period.as_millis()).unwrap_or(u64::MAX),
+        reconnect_max_s: options.reconnect_max.as_secs_f64(),
         outage_s: options.outage.as_secs_f64(),
         runs,
     })
@@ -163,6 +172,7 @@ fn run_one(
         bootstrap: proxy.bootstrap(),
         prefix: prefix.clone(),
         jitter: spread,
+        reconnect_max: options.reconnect_max,
     };
     progress(&format!(
         "spread {on_off}: starting {} gateways",
@@ -187,6 +197,7 @@ fn run_one(
     wait_all(&gateways, START_TIMEOUT, "every gateway forwarding", |m| {
         m[2] > 0.0
     })?;
+    let steady = Instant::now();
     std::thread::sleep(STEADY);
     let (timeline, behind, drained) = outage(&proxy, &gateways, options)?;
     stop.store(true, Ordering::SeqCst);
@@ -225,7 +236,7 @@ fn run_one(
         behind_at_return: behind,
         drained: drained_by_mode(&ids, &drained),
         connections: Connections::of(&proxy.opened(), timeline.cut, timeline.restored),
-        latency: latency_by_api(&answered, timeline.cut, timeline.restored),
+        latency: latency_by_api(&answered, steady..timeline.cut, timeline.restored),
         produce_throttle_max_ms: throttles.iter().copied().max().unwrap_or(0),
         produce_throttled: throttles.iter().filter(|t| **t > 0).count(),
         usage: Usage::of(&usages, elapsed),
@@ -379,6 +390,7 @@ mod tests {
             outage: Duration::from_secs(60),
             mode: ModeChoice::Both,
             spread: SpreadChoice::Both,
+            reconnect_max: Duration::from_secs(2),
         }
     }
 

@@ -22,6 +22,8 @@ pub struct FleetReport {
     pub command: String,
     pub gateways: usize,
     pub sensor_period_ms: u64,
+    /// Every gateway's `reconnect_max`.
+    pub reconnect_max_s: f64,
     pub outage_s: f64,
     pub runs: Vec<FleetRun>,
 }
@@ -40,7 +42,8 @@ pub struct FleetRun {
     /// Per mode: when each gateway first had nothing behind and nothing failing after the return.
     pub drained: Vec<Drained>,
     pub connections: Connections,
-    /// Per API key, every request answered before the cut and after the return.
+    /// Per API key, every request answered while the fleet forwarded steadily before the cut
+    /// (from every gateway forwarding to the cut) and after the return.
     pub latency: Vec<ApiLatency>,
     /// The largest Produce `throttle_time_ms`, and how many Produce responses had one above 0.
     pub produce_throttle_max_ms: i32,
@@ -117,7 +120,7 @@ pub fn peak_per_second(times: &[Instant]) -> usize {
     peak
 }
 
-/// Request latency of one API, before the cut and after the return.
+/// Request latency of one API, steady before the cut and after the return.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ApiLatency {
     pub api: &'static str,
@@ -144,13 +147,18 @@ impl Latency {
     }
 }
 
-/// Per API key (by Kafka's name), the latencies of the requests answered before `cut` and
-/// after `restored`, APIs in key order.
-pub fn latency_by_api(answered: &[Answered], cut: Instant, restored: Instant) -> Vec<ApiLatency> {
+/// Per API key (by Kafka's name), the latencies of the requests answered within `steady` (the
+/// steady forwarding before the cut) and after `restored`, APIs in key order (those answered
+/// only outside both windows left out).
+pub fn latency_by_api(
+    answered: &[Answered],
+    steady: std::ops::Range<Instant>,
+    restored: Instant,
+) -> Vec<ApiLatency> {
     let mut by_key: BTreeMap<i16, (Vec<Duration>, Vec<Duration>)> = BTreeMap::new();
     for a in answered {
         let (before, after) = by_key.entry(a.api_key).or_default();
-        if a.at < cut {
+        if steady.contains(&a.at) {
             before.push(a.latency);
         } else if a.at >= restored {
             after.push(a.latency);
@@ -158,6 +166,7 @@ pub fn latency_by_api(answered: &[Answered], cut: Instant, restored: Instant) ->
     }
     by_key
         .into_iter()
+        .filter(|(_, (before, after))| !before.is_empty() || !after.is_empty())
         .map(|(key, (before, after))| ApiLatency {
             api: tern_upstream::kafka_api_name(key),
             before: Latency::of(before),
@@ -202,9 +211,9 @@ impl fmt::Display for FleetReport {
         writeln!(f, "{}", self.command)?;
         writeln!(
             f,
-            "fleet of {} tern serve children, one QoS 1 reading per {} ms each, a regional outage of {:.0} s \
-             (every link cut at once, then returned at once)",
-            self.gateways, self.sensor_period_ms, self.outage_s
+            "fleet of {} tern serve children, one QoS 1 reading per {} ms each, reconnect_max {} s, a regional \
+             outage of {:.0} s (every link cut at once, then returned at once)",
+            self.gateways, self.sensor_period_ms, self.reconnect_max_s, self.outage_s
         )?;
         for run in &self.runs {
             run.fmt(f)?;
@@ -213,7 +222,9 @@ impl fmt::Display for FleetReport {
             f,
             "(drained: from the return until the gateway's /metrics showed nothing behind and nothing failing; \
              connections: new TCP connections the proxy opened to the brokers, per second at the peak of any \
-             one-second window; latency: from a request passing the proxy to its response, by correlation id; \
+             one-second window, before the outage from the first gateway's start; latency: from a request passing \
+             the proxy to its response, by correlation id, steady: the 10 s of forwarding before the cut, after: \
+             from the return to the end; \
              CPU: seconds of one gateway over the run, and the median as a share of one core; RSS: at the end, \
              and the peak over the run; upstream: read back with kcat, shared mode read_committed)"
         )
@@ -247,7 +258,7 @@ impl fmt::Display for FleetRun {
         writeln!(
             f,
             "  {:<20} {:>9} {:>10} {:>10} {:>9} {:>10} {:>10}",
-            "request latency", "before", "p99 ms", "max ms", "after", "p99 ms", "max ms"
+            "request latency", "steady", "p99 ms", "max ms", "after", "p99 ms", "max ms"
         )?;
         for api in &self.latency {
             writeln!(
@@ -340,14 +351,15 @@ mod tests {
             answered(500, 0, 900),
             answered(2000, 0, 40),
             answered(2100, 3, 2),
+            answered(5, 19, 900),
         ];
         let cut = zero + Duration::from_millis(100);
         let restored = zero + Duration::from_millis(1000);
-        let apis = latency_by_api(&all, cut, restored);
+        let apis = latency_by_api(&all, zero + Duration::from_millis(15)..cut, restored);
         assert_eq!(apis.len(), 2);
         assert_eq!(apis[0].api, "Produce");
-        assert_eq!((apis[0].before.requests, apis[0].before.max_ms), (2, 7.0));
-        // The answer during the outage counts in neither.
+        // The answer before the steady window and the one during the outage count in neither.
+        assert_eq!((apis[0].before.requests, apis[0].before.max_ms), (1, 7.0));
         assert_eq!((apis[0].after.requests, apis[0].after.max_ms), (1, 40.0));
         assert_eq!(apis[1].api, "Metadata");
         assert_eq!(apis[1].before.requests, 0);
