@@ -9,6 +9,7 @@
 #   scripts/bench-upstream.sh --records 1000000 --json
 #   scripts/bench-upstream.sh [--debug] downstream [BENCH FLAGS...]   (tern-bench downstream)
 #   scripts/bench-upstream.sh [--debug] thin-link [BENCH FLAGS...]    (tern-bench thin-link)
+#   scripts/bench-upstream.sh [--debug] fleet [BENCH FLAGS...]        (tern-bench fleet)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,6 +47,9 @@ if [ "${1:-}" = downstream ]; then
 elif [ "${1:-}" = thin-link ]; then
     shift
     "$target/$profile/tern-bench" thin-link --kafka "$bootstrap" "$@"
+elif [ "${1:-}" = fleet ]; then
+    shift
+    "$target/$profile/tern-bench" fleet --kafka "$bootstrap" "$@"
 else
     "$target/$profile/tern-bench" upstream --kafka "$bootstrap" \
         --kafka-classpath "$root/tests/kafka/cache/*" "$@"

@@ -42,6 +42,13 @@ pub enum BenchCommand {
     /// strict order's, each kind's share of the cap. Against a cluster you started; creates
     /// topics named `tern-bench.thin-*`.
     ThinLink(ThinLinkArgs),
+    /// A fleet through a regional outage: N `tern serve` children (half mirror, half shared)
+    /// with QoS 1 sensors forward through one proxy that cuts every link at once, then returns
+    /// them; time until every backlog drained, the brokers' new connections per second, request
+    /// latency and Produce throttling, the gateways' CPU and RSS, and a read-back of every
+    /// acknowledged reading, with the reconnects jittered and without. Against a cluster you
+    /// started (needs `kcat`); creates topics named `tern-bench.fleet-*`.
+    Fleet(FleetArgs),
     /// Flash wear at sensor rates: a trickle of 100 B QoS 1 messages from 50 clients at
     /// 10, 100 and 1,000 msg/s against `tern serve` with its defaults on a fresh loop-mounted
     /// ext4 (root), beside SQLite (WAL, synchronous=FULL) at tern's commit cadence: device
@@ -675,6 +682,56 @@ impl ThinLinkArgs {
             },
             ablate_live_copies: self.ablate_live_copies,
             shared: self.shared,
+        }
+    }
+}
+
+/// Flags of `tern-bench fleet`.
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// Bootstrap servers of the Kafka cluster (scripts/bench-upstream.sh fleet starts one); the
+    /// proxy fronts the first.
+    #[arg(
+        long,
+        value_name = "HOST:PORT[,HOST:PORT...]",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub kafka: Vec<String>,
+    /// `tern serve` children in the fleet.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub gateways: usize,
+    /// Each gateway's sensor publishes one QoS 1 reading per this period.
+    #[arg(long, value_name = "DURATION", default_value = "500ms")]
+    pub sensor_period: tern_core::HumanDuration,
+    /// How long every link stays cut.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub outage: tern_core::HumanDuration,
+    /// Forwarding mode of the fleet (`both`: the first half mirror, the rest shared).
+    #[arg(long, value_enum, default_value = "both")]
+    pub mode: crate::fleet::ModeChoice,
+    /// Reconnect gaps jittered (`on`, the default of tern), not (`off`), or one run each.
+    #[arg(long, value_enum, default_value = "both")]
+    pub spread: crate::fleet::SpreadChoice,
+    /// Every gateway's `reconnect_max` (tern's default 2s): the spread's window is its second
+    /// half.
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub reconnect_max: tern_core::HumanDuration,
+    /// Print one JSON object with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl FleetArgs {
+    pub fn options(&self) -> crate::fleet::FleetOptions {
+        crate::fleet::FleetOptions {
+            kafka: self.kafka.clone(),
+            gateways: self.gateways,
+            sensor_period: self.sensor_period.0,
+            outage: self.outage.0,
+            mode: self.mode,
+            spread: self.spread,
+            reconnect_max: self.reconnect_max.0,
         }
     }
 }

@@ -129,6 +129,9 @@ pub enum BenchError {
         got: u64,
         after: Duration,
     },
+    /// A bench waited in vain for its children to reach a state.
+    #[error("{what}: not reached within {after:?}")]
+    Waited { what: &'static str, after: Duration },
     #[error("{topic} holds {got} records, {expected} expected: forwarding duplicated records")]
     Count {
         topic: String,

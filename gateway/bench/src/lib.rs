@@ -4,7 +4,8 @@
 //! is flashed onto a gateway.
 //!
 //! The sibling benches, `log` (the storage engine against the raw device and SQLite), `mqtt`
-//! (tern next to Mosquitto), `upstream` (forwarding to Kafka), `thin-link` (draining after an outage under a bandwidth cap, per strategy), `kafka` (tern's Kafka listener
+//! (tern next to Mosquitto), `upstream` (forwarding to Kafka), `thin-link` (draining after an outage under a bandwidth cap, per strategy), `fleet` (many
+//! `tern serve` children through one regional outage), `kafka` (tern's Kafka listener
 //! next to Apache Kafka) and `icount` (guest instructions per message under QEMU), share one error type
 //! (`error.rs`), one statistics module (`stats.rs`) and the report helpers (`report.rs`). This
 //! file only dispatches a parsed command line; it must never touch a data directory, process
@@ -13,6 +14,7 @@
 pub mod cli;
 pub mod downstream;
 mod error;
+pub mod fleet;
 pub mod icount;
 pub mod kafka;
 mod log;
@@ -46,6 +48,10 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::ThinLink(args) => {
             let command = std::env::args().collect::<Vec<_>>().join(" ");
             report::print(&thin::run(&args.options(), command)?, args.json)
+        }
+        BenchCommand::Fleet(args) => {
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            report::print(&fleet::run(&args.options(), command)?, args.json)
         }
         BenchCommand::Icount(args) => report::print(&icount::run(&args.options()?)?, args.json),
         BenchCommand::ColdRead(args) => {

@@ -86,6 +86,11 @@ pub struct UpstreamConfig {
     /// 500 ms, grows by half after each failed connect up to this, and is jittered (between
     /// its half and its whole), so a fleet cut off together does not reconnect in one second.
     pub reconnect_max: HumanDuration,
+    /// Whether each gap between connects is drawn at random between its half and its whole
+    /// (`true`, the default) or is always its whole. A lab comparison knob (`tern-bench fleet
+    /// --spread off`): without the draw, gateways cut off by one outage probe in step; a fleet
+    /// keeps it on.
+    pub reconnect_jitter: bool,
     /// How often new edge topics are looked for.
     pub discover_interval: HumanDuration,
     /// Catch-up waits until the follower's end offset stays the same for this long, so a batch
@@ -144,6 +149,7 @@ impl Default for UpstreamConfig {
             backoff_min: HumanDuration(std::time::Duration::from_millis(100)),
             backoff_max: HumanDuration(std::time::Duration::from_secs(30)),
             reconnect_max: HumanDuration(std::time::Duration::from_secs(2)),
+            reconnect_jitter: true,
             discover_interval: HumanDuration(std::time::Duration::from_secs(1)),
             catch_up_settle: HumanDuration(std::time::Duration::from_millis(500)),
             sasl: None,

@@ -40,7 +40,7 @@ pub use bandwidth::BURST as BANDWIDTH_BURST;
 pub use bandwidth::Class;
 pub use client::frame as kafka_frame;
 pub use client::group::Commit;
-pub use client::{ClientError, SaslError};
+pub use client::{ClientError, SaslError, api_name as kafka_api_name};
 pub use config::{
     Codec, CommandStart, CommandsConfig, DEFAULT_TOPIC_CONFIGS, Mode, SaslMechanism, SaslSettings,
     SharedKey, StatusConfig, TlsSettings, TopicConfigValue, UpstreamConfig, ValueFormat,

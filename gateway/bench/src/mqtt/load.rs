@@ -197,7 +197,7 @@ pub async fn idle_clients_from(
 }
 
 /// Reads until one packet is complete.
-async fn read_packet(
+pub(crate) async fn read_packet(
     stream: &mut TcpStream,
     inbuf: &mut BytesMut,
 ) -> Result<FromBroker, BenchError> {

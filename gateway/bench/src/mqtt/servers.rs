@@ -99,6 +99,17 @@ impl Server {
         )
     }
 
+    /// [`Server::tern_with`] in a temporary directory of its own named by `label` (so many
+    /// can run side by side), also returning its admin endpoint's address.
+    pub fn tern_named(label: &str, extra: &str) -> Result<(Self, SocketAddr), BenchError> {
+        let dir = TempDir::new(label)?;
+        let data_dir = dir.path().join("data");
+        let text = format!("{}{extra}", tern_config(&data_dir, &[]));
+        let mut server = Self::tern_from(dir, &text, "mqtt listener on ", &[])?;
+        let admin = server.wait_for_line("admin endpoint listening on ")?;
+        Ok((server, admin))
+    }
+
     /// Starts `tern serve` on its defaults with its data under `parent` and `env` added to its
     /// environment, and waits for its Kafka listener, whose address `addr` then is (the Kafka
     /// bench).

@@ -18,7 +18,7 @@
 pub(crate) mod backlog;
 mod java;
 mod live;
-mod proxy;
+pub(crate) mod proxy;
 mod report;
 pub(crate) mod serve;
 

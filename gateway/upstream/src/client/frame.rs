@@ -3,7 +3,9 @@
 //! request header, a response's correlation id, and the broker list at the head of a Metadata
 //! response (versions 0-8, the non-flexible ones; the client module never asks for a later one,
 //! `client::MAX_VERSIONS`), which a proxy rewrites to point at itself. Everything after the
-//! broker list is kept as opaque bytes, so a rewrite changes no other byte.
+//! broker list is kept as opaque bytes, so a rewrite changes no other byte. The coordinators of
+//! a FindCoordinator response (every version) are rewritten the same way, through
+//! kafka-protocol's decoder and encoder (the same fields again, the addresses changed).
 //!
 //! Decoders never panic: a short frame is [`WireError::Incomplete`]. It never opens a
 //! connection and knows nothing about timeouts or what other requests mean.
@@ -11,6 +13,9 @@
     clippy::big_endian_bytes,
     reason = "Kafka's protocol is big-endian by definition"
 )]
+
+use kafka_protocol::messages::{FindCoordinatorResponse, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
 /// Why a frame could not be split.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -24,6 +29,8 @@ pub enum WireError {
 
 /// Kafka's API key of Metadata requests.
 pub const API_METADATA: i16 = 3;
+/// Kafka's API key of FindCoordinator requests.
+pub const API_FIND_COORDINATOR: i16 = 10;
 
 /// The start of a request frame (header v1+).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +170,84 @@ impl MetadataResponse {
         }
         out.extend_from_slice(&self.tail);
         out
+    }
+}
+
+/// A FindCoordinator response (without its size prefix), decoded so that its coordinators'
+/// addresses can be changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoordinatorResponse {
+    version: i16,
+    header: ResponseHeader,
+    body: FindCoordinatorResponse,
+}
+
+impl CoordinatorResponse {
+    /// Decodes a FindCoordinator response frame of `version`.
+    pub fn parse(frame: &[u8], version: i16) -> Result<Self, WireError> {
+        let invalid = |_| WireError::Invalid {
+            what: "FindCoordinator response",
+        };
+        let mut bytes = bytes::Bytes::copy_from_slice(frame);
+        let header_version = FindCoordinatorResponse::header_version(version);
+        let header = ResponseHeader::decode(&mut bytes, header_version).map_err(invalid)?;
+        let body = FindCoordinatorResponse::decode(&mut bytes, version).map_err(invalid)?;
+        Ok(Self {
+            version,
+            header,
+            body,
+        })
+    }
+
+    /// Every coordinator named (one before version 4, a list from 4 on).
+    pub fn coordinators(&self) -> Vec<Broker> {
+        let broker = |node_id: i32, host: &StrBytes, port| Broker {
+            node_id,
+            host: host.as_str().to_owned(),
+            port,
+            rack: Vec::new(),
+        };
+        match self.version {
+            ..=3 => vec![broker(self.body.node_id.0, &self.body.host, self.body.port)],
+            _ => self
+                .body
+                .coordinators
+                .iter()
+                .map(|c| broker(c.node_id.0, &c.host, c.port))
+                .collect(),
+        }
+    }
+
+    /// Points every coordinator that is broker `node_id` at `host`:`port`.
+    pub fn redirect(&mut self, node_id: i32, host: &str, port: i32) {
+        let host = StrBytes::from_string(host.to_owned());
+        if self.body.node_id.0 == node_id {
+            self.body.host = host.clone();
+            self.body.port = port;
+        }
+        for c in self
+            .body
+            .coordinators
+            .iter_mut()
+            .filter(|c| c.node_id.0 == node_id)
+        {
+            c.host = host.clone();
+            c.port = port;
+        }
+    }
+
+    /// The frame again (without its size prefix).
+    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
+        let invalid = |_| WireError::Invalid {
+            what: "FindCoordinator response to encode",
+        };
+        let mut out = bytes::BytesMut::new();
+        let header_version = FindCoordinatorResponse::header_version(self.version);
+        self.header
+            .encode(&mut out, header_version)
+            .map_err(invalid)?;
+        self.body.encode(&mut out, self.version).map_err(invalid)?;
+        Ok(out.to_vec())
     }
 }
 

@@ -149,3 +149,58 @@ proptest! {
         }
     }
 }
+
+/// A FindCoordinator response of `version` naming broker 2 at `k2:9092` (correlation 9).
+fn coordinator_frame(version: i16) -> Vec<u8> {
+    use kafka_protocol::messages::BrokerId;
+    use kafka_protocol::messages::find_coordinator_response::Coordinator;
+    let host = StrBytes::from_static_str("k2");
+    let mut body = FindCoordinatorResponse::default();
+    if version >= 4 {
+        body.coordinators = vec![
+            Coordinator::default()
+                .with_key(StrBytes::from_static_str("tern.gw.mqtt.0"))
+                .with_node_id(BrokerId(2))
+                .with_host(host)
+                .with_port(9092),
+        ];
+    } else {
+        body = body
+            .with_node_id(BrokerId(2))
+            .with_host(host)
+            .with_port(9092);
+    }
+    let mut out = bytes::BytesMut::new();
+    let header = ResponseHeader::default().with_correlation_id(9);
+    let header_version = FindCoordinatorResponse::header_version(version);
+    header.encode(&mut out, header_version).expect("header");
+    body.encode(&mut out, version).expect("body");
+    out.to_vec()
+}
+
+#[test]
+fn coordinators_are_redirected_in_every_version_and_the_rest_kept() {
+    for version in [1, 2, 3, 4, 6] {
+        let frame = coordinator_frame(version);
+        let mut parsed = CoordinatorResponse::parse(&frame, version).expect("parses");
+        let seen: Vec<_> = parsed
+            .coordinators()
+            .into_iter()
+            .map(|b| (b.node_id, b.host, b.port))
+            .collect();
+        assert_eq!(seen, [(2, "k2".to_owned(), 9092)], "v{version}");
+        assert_eq!(parsed.encode(), Ok(frame.clone()), "v{version}");
+        parsed.redirect(2, "127.0.0.1", 4242);
+        parsed.redirect(3, "elsewhere", 1);
+        let again = parsed.encode().expect("encodes");
+        assert_eq!(correlation_id(&again), Some(9));
+        let moved = CoordinatorResponse::parse(&again, version).expect("parses");
+        let seen: Vec<_> = moved
+            .coordinators()
+            .into_iter()
+            .map(|b| (b.node_id, b.host, b.port))
+            .collect();
+        assert_eq!(seen, [(2, "127.0.0.1".to_owned(), 4242)], "v{version}");
+    }
+    assert!(CoordinatorResponse::parse(&[0, 0, 0, 9, 0], 6).is_err());
+}

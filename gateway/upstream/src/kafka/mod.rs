@@ -57,7 +57,8 @@ pub struct KafkaUpstream {
 /// new one is opened on the next request, at most once per gap: [`PROBE_INTERVAL`] after a
 /// first failed connect, growing by half after each further one up to `reconnect_max`, each gap
 /// drawn between its half and its whole (equal jitter), so gateways cut off by one outage do not
-/// come back in the same second ([`reconnect_gap`]).
+/// come back in the same second ([`reconnect_gap`]); with `reconnect_jitter` off (a lab
+/// comparison) each gap is its whole.
 #[derive(Debug)]
 pub(crate) struct ClientSlot {
     pub(crate) settings: Settings,
@@ -67,6 +68,8 @@ pub(crate) struct ClientSlot {
     connecting: tokio::sync::Mutex<()>,
     /// The longest gap between connects while Kafka cannot be reached.
     reconnect_max: Duration,
+    /// Whether each gap is drawn between its half and its whole (`reconnect_jitter`).
+    jitter: bool,
 }
 
 /// The gap after the `failures`-th failed connect in a row: [`PROBE_INTERVAL`] × 1.5^(failures
@@ -158,7 +161,8 @@ impl ClientSlot {
             Err(err) => {
                 let source = Arc::new(err);
                 state.failures = state.failures.saturating_add(1);
-                let gap = reconnect_gap(state.failures, self.reconnect_max, jitter());
+                let random = if self.jitter { jitter() } else { 1.0 };
+                let gap = reconnect_gap(state.failures, self.reconnect_max, random);
                 let until = tokio::time::Instant::now() + gap;
                 state.failed = Some((until, Arc::clone(&source)));
                 Err(UpstreamError::Connect {
@@ -249,6 +253,7 @@ impl KafkaUpstream {
                 state: std::sync::Mutex::default(),
                 connecting: tokio::sync::Mutex::new(()),
                 reconnect_max: config.reconnect_max.0,
+                jitter: config.reconnect_jitter,
             }),
             bootstrap: config.bootstrap.join(","),
             batch_limit: bandwidth.batch_limit(config.max_batch_bytes.0),

@@ -301,3 +301,33 @@ async fn failed_connects_hold_the_next_one_for_a_growing_jittered_gap() {
     }
     assert_eq!(slot.lock().failures, 6);
 }
+
+#[tokio::test(start_paused = true)]
+async fn without_jitter_each_gap_is_its_whole() {
+    let upstream = KafkaUpstream::new(&UpstreamConfig {
+        bootstrap: vec!["127.0.0.1:9".into()],
+        reconnect_max: tern_core::HumanDuration(Duration::from_secs(2)),
+        reconnect_jitter: false,
+        ..UpstreamConfig::default()
+    })
+    .expect("an upstream");
+    let slot = &upstream.slot;
+    let refused = || ClientError::Timeout {
+        addr: "127.0.0.1:9".into(),
+        op: "connect",
+    };
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        assert!(slot.install(Err(refused())).is_err());
+        let started = tokio::time::Instant::now();
+        while slot.live_or_recent_failure().is_err() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        held.push(started.elapsed().as_millis());
+    }
+    // 500 ms × 1.5^n up to the 2 s cap, to the millisecond step of the look.
+    let wholes = [500u128, 750, 1125, 1687, 2000];
+    for (gap, whole) in held.iter().zip(wholes) {
+        assert!((whole..=whole + 1).contains(gap), "{held:?}");
+    }
+}
