@@ -290,11 +290,11 @@ const DRAINED_AGE: Duration = Duration::from_secs(2);
 /// shared-mode gateway at sensor rates has a reading in its open transaction most of the time
 /// (each AddPartitionsToTxn after a commit waits out `CONCURRENT_TRANSACTIONS` while the markers
 /// are written), while an outage's backlog is as old as the outage.
-fn drained(m: &[f64; 4]) -> bool {
+fn is_drained(m: &[f64; 4]) -> bool {
     m[1] == 0.0 && (m[0] == 0.0 || m[3] < DRAINED_AGE.as_secs_f64())
 }
 
-/// Seconds from `restored` until each gateway first showed itself [`drained`].
+/// Seconds from `restored` until each gateway first showed itself drained ([`is_drained`]).
 fn drain(gateways: &[Gateway], restored: Instant) -> Result<Vec<f64>, BenchError> {
     let mut drained: Vec<Option<f64>> = vec![None; gateways.len()];
     while drained.iter().any(Option::is_none) {
@@ -305,7 +305,7 @@ fn drain(gateways: &[Gateway], restored: Instant) -> Result<Vec<f64>, BenchError
             });
         }
         for (g, slot) in gateways.iter().zip(drained.iter_mut()) {
-            if slot.is_none() && g.metrics(NAMES).is_ok_and(|m| drained(&m)) {
+            if slot.is_none() && g.metrics(NAMES).is_ok_and(|m| is_drained(&m)) {
                 *slot = Some(restored.elapsed().as_secs_f64());
             }
         }
