@@ -141,6 +141,14 @@ impl<L: LogPort, C: Cluster> LiveForwarder<L, C> {
 
     async fn session(&self, own: &StatusMap) -> Result<(), UpstreamError> {
         let (topic, partition) = (&self.source.topic, self.source.partition);
+        if self.live_topic == self.forwarded {
+            // The negative control copies into the forwarded topic itself: copies flowing
+            // before its forwarder's catch-up settled would keep that topic's end moving, and
+            // the catch-up waiting for ever. They start once the forwarder resumed.
+            while !self.forwarder_resumed() {
+                tokio::time::sleep(LOOK_AGAIN).await;
+            }
+        }
         self.kafka
             .ensure_topic(
                 &self.live_topic,
@@ -224,6 +232,13 @@ impl<L: LogPort, C: Cluster> LiveForwarder<L, C> {
             .map_err(|e| edge_error("find by time", e))?
             .unwrap_or(end);
         Ok(Some(young.max(head.offset)))
+    }
+
+    /// Whether this partition's forwarder finished its catch-up in its current session.
+    fn forwarder_resumed(&self) -> bool {
+        let key = (self.source.topic.clone(), self.source.partition);
+        let map = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&key).is_some_and(|s| s.connected)
     }
 
     fn set_draining(&self, draining: bool) {
