@@ -271,11 +271,13 @@ fn reconnect_gaps_grow_by_half_to_their_cap_and_are_jittered_between_half_and_wh
     assert!(drawn.windows(2).any(|w| w[0] != w[1]), "{drawn:?}");
 }
 
-#[tokio::test(start_paused = true)]
-async fn failed_connects_hold_the_next_one_for_a_growing_jittered_gap() {
+/// How long each of `rounds` failed connects in a row held the next one, looked at every `step`
+/// on the paused clock, with `reconnect_max` = `max` and `reconnect_jitter` = `jitter`.
+async fn held_gaps(max: Duration, jitter: bool, rounds: usize, step: Duration) -> Vec<Duration> {
     let upstream = KafkaUpstream::new(&UpstreamConfig {
         bootstrap: vec!["127.0.0.1:9".into()],
-        reconnect_max: tern_core::HumanDuration(Duration::from_secs(5)),
+        reconnect_max: tern_core::HumanDuration(max),
+        reconnect_jitter: jitter,
         ..UpstreamConfig::default()
     })
     .expect("an upstream");
@@ -285,46 +287,39 @@ async fn failed_connects_hold_the_next_one_for_a_growing_jittered_gap() {
         op: "connect",
     };
     let mut held = Vec::new();
-    for _ in 0..6 {
+    for _ in 0..rounds {
         assert!(slot.install(Err(refused())).is_err());
         let started = tokio::time::Instant::now();
         while slot.live_or_recent_failure().is_err() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(step).await;
         }
         held.push(started.elapsed());
     }
+    assert_eq!(
+        slot.lock().failures,
+        u32::try_from(rounds).unwrap_or(u32::MAX)
+    );
+    held
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_connects_hold_the_next_one_for_a_growing_jittered_gap() {
+    let held = held_gaps(Duration::from_secs(5), true, 6, Duration::from_millis(10)).await;
     // Each gap between half and whole of 500 ms × 1.5^n (10 ms steps of the look).
     let wholes = [500u64, 750, 1125, 1687, 2531, 3796];
     for (gap, whole) in held.iter().zip(wholes) {
         let range = Duration::from_millis(whole / 2)..=Duration::from_millis(whole + 10);
         assert!(range.contains(gap), "{held:?}");
     }
-    assert_eq!(slot.lock().failures, 6);
 }
 
 #[tokio::test(start_paused = true)]
 async fn without_jitter_each_gap_is_its_whole() {
-    let upstream = KafkaUpstream::new(&UpstreamConfig {
-        bootstrap: vec!["127.0.0.1:9".into()],
-        reconnect_max: tern_core::HumanDuration(Duration::from_secs(2)),
-        reconnect_jitter: false,
-        ..UpstreamConfig::default()
-    })
-    .expect("an upstream");
-    let slot = &upstream.slot;
-    let refused = || ClientError::Timeout {
-        addr: "127.0.0.1:9".into(),
-        op: "connect",
-    };
-    let mut held = Vec::new();
-    for _ in 0..5 {
-        assert!(slot.install(Err(refused())).is_err());
-        let started = tokio::time::Instant::now();
-        while slot.live_or_recent_failure().is_err() {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        held.push(started.elapsed().as_millis());
-    }
+    let held: Vec<u128> = held_gaps(Duration::from_secs(2), false, 5, Duration::from_millis(1))
+        .await
+        .iter()
+        .map(Duration::as_millis)
+        .collect();
     // 500 ms × 1.5^n up to the 2 s cap, to the millisecond step of the look.
     let wholes = [500u128, 750, 1125, 1687, 2000];
     for (gap, whole) in held.iter().zip(wholes) {
