@@ -169,19 +169,15 @@ impl Fleet {
         if status != 200 {
             bail!("{}: /metrics answered {status}", self.id(i));
         }
-        let sum = |name: &str| -> f64 {
+        // Every sample of `name` (bare or labelled) in the text exposition.
+        let samples = |name: &'static str| {
             body.lines()
-                .filter(|l| {
-                    l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} "))
-                })
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum()
+                .filter_map(move |l| l.strip_prefix(name))
+                .filter(|rest| rest.starts_with(['{', ' ']))
+                .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
         };
-        let oldest = body
-            .lines()
-            .filter(|l| l.starts_with("tern_upstream_backlog_age_seconds"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .fold(0.0, f64::max);
+        let sum = |name| samples(name).sum::<f64>();
+        let oldest = samples("tern_upstream_backlog_age_seconds").fold(0.0, f64::max);
         Ok(sum("tern_upstream_failing") == 0.0
             && (sum("tern_upstream_records_behind") == 0.0 || oldest < CAUGHT_UP_AGE.as_secs_f64()))
     }
