@@ -107,8 +107,8 @@ async fn run_task(log: Log, pid: u32, task: u32, appends: u64) -> Result<(), Ben
         let records: Vec<Record> = (0..count)
             .map(|i| Record {
                 timestamp_ms: i64::try_from(seq).unwrap_or(0),
-                key: Some(format!("task{task}").into_bytes()),
-                value: stress_value(pid, task, seq, i).into_bytes(),
+                key: Some(format!("task{task}").into_bytes().into()),
+                value: stress_value(pid, task, seq, i).into_bytes().into(),
                 headers: vec![("seq".into(), seq.to_le_bytes().to_vec().into())],
             })
             .collect();
@@ -147,7 +147,7 @@ async fn open_loop(log: &Log, options: &StressOptions) -> Result<serde_json::Val
             let record = Record {
                 timestamp_ms: i64::try_from(seq).unwrap_or(0),
                 key: None,
-                value,
+                value: value.into(),
                 headers: Vec::new(),
             };
             let acked = log.append("stress", 0, vec![record]).await;

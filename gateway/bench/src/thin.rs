@@ -274,7 +274,7 @@ fn record(timestamp_ms: i64, value: Vec<u8>) -> Record {
     Record {
         timestamp_ms,
         key: None,
-        value,
+        value: value.into(),
         headers: Vec::new(),
     }
 }

@@ -250,8 +250,9 @@ fn to_log(record: KafkaRecord, now_ms: i64) -> Record {
     };
     Record {
         timestamp_ms,
-        key: record.key.map(|k| k.to_vec()),
-        value: record.value.map(|v| v.to_vec()).unwrap_or_default(),
+        // Slices of the request's buffer: nothing copied between the request and the batch.
+        key: record.key,
+        value: record.value.unwrap_or_default(),
         headers: record
             .headers
             .into_iter()

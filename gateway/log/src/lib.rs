@@ -41,6 +41,8 @@ mod tests;
 
 use std::borrow::Cow;
 
+pub use bytes::Bytes;
+
 pub use batch::{BatchSpan, Codec, ProducerStamp, StampedBatch};
 pub use clock::{BUILD_TIME_MS, Clock, ClockStatus, ManualClock, SystemClock};
 pub use config::{
@@ -66,16 +68,20 @@ pub use wear::WearStatus;
 /// at run time. The bytes on disk are the same either way.
 pub type HeaderName = Cow<'static, str>;
 
-/// A header's value: borrowed for fixed values (tern-mqtt's one-byte `mqtt.qos` and
-/// `mqtt.retain`), owned otherwise. The bytes on disk are the same either way.
-pub type HeaderValue = Cow<'static, [u8]>;
+/// A header's value: static for fixed values (tern-mqtt's one-byte `mqtt.qos` and
+/// `mqtt.retain`), shared otherwise (tern-mqtt's `mqtt.topic` is a slice of the PUBLISH frame
+/// it arrived in, its `mqtt.client_id` the connection's one copy): no allocation or copy per
+/// record. The bytes on disk are the same either way.
+pub type HeaderValue = Bytes;
 
-/// One record as producers give it.
+/// One record as producers give it. Key, value and header values are [`Bytes`]: a producer
+/// hands over the buffer its request arrived in (tern-mqtt's PUBLISH frame), not a copy of
+/// it, and a clone shares it (issue #29: the ingest path's allocations and copies).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub timestamp_ms: i64,
-    pub key: Option<Vec<u8>>,
-    pub value: Vec<u8>,
+    pub key: Option<Bytes>,
+    pub value: Bytes,
     pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
@@ -91,7 +97,7 @@ impl Record {
     /// Uncompressed size for batching and read limits: key, value and headers.
     pub fn size(&self) -> usize {
         let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
-        self.key.as_ref().map_or(0, Vec::len) + self.value.len() + headers
+        self.key.as_ref().map_or(0, Bytes::len) + self.value.len() + headers
     }
 }
 
@@ -180,12 +186,12 @@ impl<'a> RecordView<'a> {
         let mut headers = Vec::with_capacity(self.header_count());
         headers.extend(
             self.headers()
-                .map(|(name, value)| (name.to_owned().into(), value.to_vec().into())),
+                .map(|(name, value)| (name.to_owned().into(), Bytes::copy_from_slice(value))),
         );
         Record {
             timestamp_ms: self.timestamp_ms,
-            key: self.key.map(<[u8]>::to_vec),
-            value: self.value.to_vec(),
+            key: self.key.map(Bytes::copy_from_slice),
+            value: Bytes::copy_from_slice(self.value),
             headers,
         }
     }

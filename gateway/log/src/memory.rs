@@ -667,12 +667,13 @@ fn cursor_file_full() -> LogError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn record(value: &str) -> Record {
         Record {
             timestamp_ms: 1,
             key: None,
-            value: value.as_bytes().to_vec(),
+            value: Bytes::copy_from_slice(value.as_bytes()),
             headers: Vec::new(),
         }
     }

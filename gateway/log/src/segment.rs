@@ -468,7 +468,7 @@ fn classify_end(bytes: &[u8], damage: Damage, generation: u32) -> End {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Record;
+    use crate::{Bytes, Record};
 
     #[test]
     fn names_sort_and_parse() {
@@ -488,7 +488,7 @@ mod tests {
         let rec = Record {
             timestamp_ms: 5,
             key: None,
-            value: b"v".to_vec(),
+            value: Bytes::from_static(b"v"),
             headers: vec![],
         };
         batch::encode_batch(10, 3, &[rec.clone(), rec.clone()], &mut bytes);
@@ -525,7 +525,7 @@ mod tests {
                 .map(|j| Record {
                     timestamp_ms: (offset + j) as i64,
                     key: None,
-                    value: format!("b{i}-r{j}").into_bytes(),
+                    value: format!("b{i}-r{j}").into_bytes().into(),
                     headers: vec![],
                 })
                 .collect();
@@ -554,7 +554,7 @@ mod tests {
             let record = Record {
                 timestamp_ms: 1,
                 key: None,
-                value: vec![b'v'; *size],
+                value: vec![b'v'; *size].into(),
                 headers: vec![],
             };
             batch::encode_batch(i as u64, 1, &[record], &mut bytes);

@@ -208,6 +208,16 @@ pub fn decode(version: Version, frame: &[u8]) -> Result<Incoming, CodecError> {
 pub fn decode_frame(version: Version, frame: BytesMut) -> Result<Incoming, CodecError> {
     let byte1 = *frame.first().ok_or_else(|| malformed("empty frame"))?;
     check_fixed_flags(byte1)?;
+    if byte1 >> 4 == 3 {
+        if let Some(plain) = PlainPublish::of(version, &frame)? {
+            return Ok(Incoming::Publish(Box::new(plain.take(frame))));
+        }
+    }
+    decode_checked(version, frame)
+}
+
+/// [`decode_frame`] through the pre-scan and rumqttd's reader, for every packet type.
+fn decode_checked(version: Version, frame: BytesMut) -> Result<Incoming, CodecError> {
     validate::check(version, &frame)?;
     // What rumqttd keeps private is read from the bytes before its reader consumes them.
     let hidden = Hidden::of(version, &frame)?;
@@ -227,6 +237,93 @@ pub fn decode_frame(version: Version, frame: BytesMut) -> Result<Incoming, Codec
         Version::V5 => protocol::v5::V5.read_mut(&mut stream, len)?,
     };
     convert(version, packet, hidden)
+}
+
+/// A PUBLISH without properties (every MQTT 3.1.1 one, an MQTT 5 one with an empty property
+/// section): where its fields lie in the frame. Read straight from the bytes, without rumqttd's
+/// reader and the pre-scan, both of which walk the frame once more (the per-publish instruction
+/// count, issue #29); it checks what they check for such a packet (DUP at QoS 0, packet id 0,
+/// fields past the frame's end). An MQTT 5 PUBLISH with properties takes the general path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PlainPublish {
+    qos: QoS,
+    pkid: u16,
+    dup: bool,
+    retain: bool,
+    topic: std::ops::Range<usize>,
+    payload_at: usize,
+}
+
+impl PlainPublish {
+    /// `None` for an MQTT 5 PUBLISH with properties, and for bytes that are not exactly one
+    /// frame (what [`frame_len`] cuts always is): the general path tells what is wrong.
+    fn of(version: Version, frame: &[u8]) -> Result<Option<Self>, CodecError> {
+        let byte1 = *frame.first().ok_or_else(|| malformed("empty frame"))?;
+        let remaining = frame
+            .get(1..5)
+            .unwrap_or_else(|| frame.get(1..).unwrap_or_default())
+            .iter()
+            .enumerate()
+            .try_fold(0usize, |len, (i, byte)| {
+                let len = len | usize::from(byte & 0x7f) << (7 * i);
+                if byte & 0x80 == 0 { Err(len) } else { Ok(len) }
+            });
+        let header = header_len(frame)?;
+        if remaining != Err(frame.len() - header) {
+            return Ok(None);
+        }
+        let qos = protocol::qos((byte1 >> 1) & 0b11).ok_or_else(|| malformed("QoS 3"))?;
+        let dup = byte1 & 0b1000 != 0;
+        if qos == QoS::AtMostOnce && dup {
+            return Err(malformed("DUP set on a QoS 0 publish"));
+        }
+        let topic_len = usize::from(read_u16(frame, header)?);
+        let topic = header + 2..header + 2 + topic_len;
+        if topic.end > frame.len() {
+            return Err(malformed("truncated field"));
+        }
+        let mut at = topic.end;
+        let pkid = match qos {
+            QoS::AtMostOnce => 0,
+            _ => {
+                let pkid = read_u16(frame, at)?;
+                at += 2;
+                if pkid == 0 {
+                    return Err(malformed("packet id 0"));
+                }
+                pkid
+            }
+        };
+        if version == Version::V5 {
+            match frame.get(at) {
+                Some(0) => at += 1,
+                Some(_) => return Ok(None),
+                None => return Err(malformed("truncated field")),
+            }
+        }
+        Ok(Some(Self {
+            qos,
+            pkid,
+            dup,
+            retain: byte1 & 1 != 0,
+            topic,
+            payload_at: at,
+        }))
+    }
+
+    /// The publish, its topic and payload slices of `frame` (no copy).
+    fn take(self, frame: BytesMut) -> InPublish {
+        let frame = frame.freeze();
+        InPublish {
+            qos: self.qos,
+            pkid: self.pkid,
+            dup: self.dup,
+            retain: self.retain,
+            topic: frame.slice(self.topic),
+            payload: frame.slice(self.payload_at..),
+            properties: None,
+        }
+    }
 }
 
 /// The fields of a client frame rumqttd hides: its first byte, a PUBLISH's QoS, packet id and

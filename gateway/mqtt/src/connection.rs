@@ -23,6 +23,7 @@ use super::clip::clip;
 use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
 use super::error::ConnError;
 use super::ingest::{Ingested, Pending, Turn};
+use super::message::ByteString;
 use super::metrics::MqttMetrics;
 use super::router::PartitionId;
 use super::session::{Matched, Session};
@@ -180,6 +181,8 @@ pub struct Connection<S: LogPort, W> {
     out: BytesMut,
     version: Version,
     client_id: String,
+    /// The client id as every message of this connection carries it: one copy, shared.
+    shared_client_id: ByteString,
     /// The authenticated username (`None`: anonymous), for ACL checks.
     user: Option<String>,
     entry: Arc<SessionEntry>,
@@ -204,7 +207,7 @@ pub struct Connection<S: LogPort, W> {
     client_problem_info: bool,
     will: Option<Will>,
     /// MQTT 5 topic aliases the client set up for its publishes.
-    aliases: HashMap<u16, String>,
+    aliases: HashMap<u16, ByteString>,
     /// MQTT 5 topic aliases tern sets up for its deliveries.
     out_aliases: OutboundAliases,
     /// The client's QoS 1/2 publishes not yet finally acknowledged (MQTT 5 Receive Maximum).

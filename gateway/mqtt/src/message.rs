@@ -4,6 +4,7 @@
 //! directions live here so they cannot drift apart. Pure; never touches storage.
 
 use bytes::Bytes;
+pub use bytestring::ByteString;
 
 use super::codec::{PublishProperties, QoS};
 use tern_log::{HeaderName, HeaderValue, Record};
@@ -20,35 +21,39 @@ pub const CORRELATION_DATA: &str = "mqtt.correlation_data";
 /// Prefix of one header per user property: `mqtt.user.{name}` = value (repeats allowed).
 pub const USER_PREFIX: &str = "mqtt.user.";
 
-/// An MQTT application message as tern stores and delivers it.
+/// An MQTT application message as tern stores and delivers it. Topic and client id are
+/// [`ByteString`]s: an ingested message's topic is a slice of the PUBLISH frame it arrived in
+/// and its client id the connection's one copy, so neither is allocated per message, and a
+/// clone shares them (issue #29).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
-    pub topic: String,
+    pub topic: ByteString,
     pub payload: Bytes,
     pub qos: QoS,
     pub retain: bool,
-    pub client_id: String,
+    pub client_id: ByteString,
     pub properties: Option<PublishProperties>,
     pub timestamp_ms: i64,
 }
 
 impl Message {
     /// The record for the log, keyed by `key`.
-    pub fn to_record(&self, key: Option<Vec<u8>>) -> Record {
+    pub fn to_record(&self, key: Option<Bytes>) -> Record {
         self.clone().into_record(key)
     }
 
-    /// The record for the log, keyed by `key`, taking the topic and client id without a copy.
-    /// The fixed header names are borrowed (no allocation per record) and the list is sized
-    /// for the properties up front: the ingest path's allocations (issue #16).
-    pub fn into_record(self, key: Option<Vec<u8>>) -> Record {
+    /// The record for the log, keyed by `key`. Nothing is copied: the payload, topic and
+    /// client id are shared (an ingested message's lie in its PUBLISH frame), the fixed header
+    /// names and values are static, and the header list, sized for the properties up front, is
+    /// the one allocation (issues #16 and #29).
+    pub fn into_record(self, key: Option<Bytes>) -> Record {
         let properties = self.properties.as_ref().map_or(0, property_headers);
         let mut headers = Vec::with_capacity(4 + properties);
         headers.extend([
-            (TOPIC.into(), self.topic.into_bytes().into()),
-            (QOS.into(), qos_value(self.qos).into()),
-            (RETAIN.into(), retain_value(self.retain).into()),
-            (CLIENT_ID.into(), self.client_id.into_bytes().into()),
+            (TOPIC.into(), self.topic.into_bytes()),
+            (QOS.into(), Bytes::from_static(qos_value(self.qos))),
+            (RETAIN.into(), Bytes::from_static(retain_value(self.retain))),
+            (CLIENT_ID.into(), self.client_id.into_bytes()),
         ]);
         if let Some(p) = &self.properties {
             push_properties(&mut headers, p);
@@ -56,14 +61,14 @@ impl Message {
         Record {
             timestamp_ms: self.timestamp_ms,
             key,
-            value: self.payload.to_vec(),
+            value: self.payload,
             headers,
         }
     }
 
     /// The message a record holds; `None` for records not written by the MQTT server.
     pub fn from_record(record: &Record) -> Option<Message> {
-        let topic = std::str::from_utf8(record.header(TOPIC)?).ok()?.to_owned();
+        let topic = std::str::from_utf8(record.header(TOPIC)?).ok()?.into();
         let qos = match record.header(QOS) {
             Some(b"1") => QoS::AtLeastOnce,
             Some(b"2") => QoS::ExactlyOnce,
@@ -71,10 +76,10 @@ impl Message {
         };
         Some(Message {
             topic,
-            payload: Bytes::copy_from_slice(&record.value),
+            payload: record.value.clone(),
             qos,
             retain: record.header(RETAIN) == Some(b"1"),
-            client_id: text(record, CLIENT_ID).unwrap_or_default(),
+            client_id: text(record, CLIENT_ID).unwrap_or_default().into(),
             properties: read_properties(record),
             timestamp_ms: record.timestamp_ms,
         })
@@ -123,7 +128,7 @@ fn push_properties(headers: &mut Vec<(HeaderName, HeaderValue)>, p: &PublishProp
         headers.push((RESPONSE_TOPIC.into(), topic.as_bytes().to_vec().into()));
     }
     if let Some(data) = &p.correlation_data {
-        headers.push((CORRELATION_DATA.into(), data.to_vec().into()));
+        headers.push((CORRELATION_DATA.into(), data.clone()));
     }
     for (name, value) in &p.user_properties {
         let name = format!("{USER_PREFIX}{name}");
@@ -184,11 +189,11 @@ mod tests {
 
     fn message(properties: Option<PublishProperties>) -> Message {
         Message {
-            topic: "site/a/temp".to_owned(),
+            topic: "site/a/temp".into(),
             payload: Bytes::from_static(b"21.5"),
             qos: QoS::ExactlyOnce,
             retain: true,
-            client_id: "dev-a".to_owned(),
+            client_id: "dev-a".into(),
             properties,
             timestamp_ms: 1_700_000_000_000,
         }
@@ -196,12 +201,12 @@ mod tests {
 
     #[test]
     fn headers_carry_topic_qos_retain_and_client() {
-        let record = message(None).to_record(Some(b"k".to_vec()));
+        let record = message(None).to_record(Some(Bytes::from_static(b"k")));
         assert_eq!(record.header(TOPIC), Some(&b"site/a/temp"[..]));
         assert_eq!(record.header(QOS), Some(&b"2"[..]));
         assert_eq!(record.header(RETAIN), Some(&b"1"[..]));
         assert_eq!(record.header(CLIENT_ID), Some(&b"dev-a"[..]));
-        assert_eq!(record.value, b"21.5");
+        assert_eq!(record.value, &b"21.5"[..]);
         assert_eq!(record.timestamp_ms, 1_700_000_000_000);
         assert_eq!(Message::from_record(&record), Some(message(None)));
     }
@@ -243,7 +248,7 @@ mod tests {
         let record = Record {
             timestamp_ms: 0,
             key: None,
-            value: vec![],
+            value: Bytes::new(),
             headers: vec![],
         };
         assert_eq!(Message::from_record(&record), None);

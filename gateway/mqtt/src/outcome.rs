@@ -8,7 +8,7 @@
 //! acknowledged twice) is reported again: outcomes are at least once per event. Pure but for
 //! [`report`], which reads the command's id and queues the record.
 
-use tern_log::{LogPort, Record};
+use tern_log::{Bytes, LogPort, Record};
 
 use super::codec::QoS;
 use super::router::PartitionId;
@@ -69,10 +69,10 @@ pub fn outcome_record(id: &[u8], due: &Due, client_id: &str, now_ms: i64) -> Rec
 pub fn record_of(id: &[u8], outcome: &'static str, now_ms: i64) -> Record {
     Record {
         timestamp_ms: now_ms,
-        key: Some(id.to_vec()),
-        value: Vec::new(),
+        key: Some(Bytes::copy_from_slice(id)),
+        value: Bytes::new(),
         headers: vec![
-            (COMMAND_HEADER.into(), id.to_vec().into()),
+            (COMMAND_HEADER.into(), Bytes::copy_from_slice(id)),
             (OUTCOME_HEADER.into(), outcome.as_bytes().into()),
         ],
     }
@@ -117,8 +117,8 @@ mod tests {
     fn command(id: &str) -> Record {
         Record {
             timestamp_ms: 1,
-            key: Some(id.as_bytes().to_vec()),
-            value: b"reboot".to_vec(),
+            key: Some(id.as_bytes().to_vec().into()),
+            value: b"reboot".to_vec().into(),
             headers: vec![
                 ("mqtt.topic".into(), b"devices/1/cmd".to_vec().into()),
                 (COMMAND_HEADER.into(), id.as_bytes().to_vec().into()),

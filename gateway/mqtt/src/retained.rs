@@ -78,8 +78,8 @@ impl Table {
 
     /// Forgets the early copy of `message` unless a newer publish replaced it.
     fn settle_early(&mut self, message: &Message) {
-        if self.early.get(&message.topic) == Some(message) {
-            self.early.remove(&message.topic);
+        if self.early.get(&*message.topic) == Some(message) {
+            self.early.remove(&*message.topic);
         }
     }
 
@@ -150,7 +150,7 @@ impl<S: LogPort> Retained<S> {
     pub fn announce(&self, message: &Message) {
         self.lock()
             .early
-            .insert(message.topic.clone(), message.clone());
+            .insert(message.topic.to_string(), message.clone());
     }
 
     /// Drops the early copy of a retained publish that was not stored.
@@ -166,7 +166,7 @@ impl<S: LogPort> Retained<S> {
             self.withdraw(&message);
             return Ok(());
         }
-        let topic = message.topic.clone();
+        let topic = message.topic.to_string();
         let payload_len = message.payload.len();
         self.state
             .put_retained(&message, || {
@@ -215,7 +215,7 @@ impl<S: LogPort> Retained<S> {
         let mut found = Vec::new();
         let mut after: Option<String> = None;
         while let Some((next, _)) = self.next_matching(filter, after.as_deref()) {
-            after = Some(next.topic.clone());
+            after = Some(next.topic.to_string());
             found.push(next);
         }
         found
@@ -247,11 +247,11 @@ mod tests {
 
     fn message(topic: &str, payload: &'static [u8]) -> Message {
         Message {
-            topic: topic.to_owned(),
+            topic: topic.into(),
             payload: Bytes::from_static(payload),
             qos: QoS::AtMostOnce,
             retain: true,
-            client_id: "c".to_owned(),
+            client_id: "c".into(),
             properties: None,
             timestamp_ms: 1,
         }

@@ -3,7 +3,10 @@
 //! partition comes from the key through the log's partitioner. Also names a log partition
 //! ([`PartitionId`]) for every module that reads one. Never touches storage.
 
+use bytes::Bytes;
+
 use super::config::{RouteConfig, RouteKey};
+use super::message::ByteString;
 use super::topic;
 
 /// A log partition: (log topic, partition).
@@ -13,7 +16,8 @@ pub type PartitionId = (String, u32);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Destination<'a> {
     pub log_topic: &'a str,
-    pub key: Vec<u8>,
+    /// A slice of the message's topic or client id, sharing its buffer (no copy per record).
+    pub key: Bytes,
 }
 
 /// The compiled routing table.
@@ -42,7 +46,7 @@ impl Router {
     }
 
     /// The destination of a publish on `mqtt_topic` by `client_id`.
-    pub fn route(&self, mqtt_topic: &str, client_id: &str) -> Destination<'_> {
+    pub fn route(&self, mqtt_topic: &ByteString, client_id: &ByteString) -> Destination<'_> {
         let rule = self
             .routes
             .iter()
@@ -52,13 +56,15 @@ impl Router {
             None => (self.default_topic.as_str(), RouteKey::MqttTopic),
         };
         let key = match key {
-            RouteKey::MqttTopic => mqtt_topic,
-            RouteKey::ClientId => client_id,
-            RouteKey::Level(n) => topic::level(mqtt_topic, n).unwrap_or(mqtt_topic),
+            RouteKey::MqttTopic => mqtt_topic.clone(),
+            RouteKey::ClientId => client_id.clone(),
+            // `level` returns a slice of `mqtt_topic` itself, which `slice_ref` requires.
+            RouteKey::Level(n) => topic::level(mqtt_topic, n)
+                .map_or_else(|| mqtt_topic.clone(), |level| mqtt_topic.slice_ref(level)),
         };
         Destination {
             log_topic,
-            key: key.as_bytes().to_vec(),
+            key: key.into_bytes(),
         }
     }
 
@@ -130,25 +136,19 @@ mod tests {
     #[test]
     fn first_matching_route_wins_and_picks_the_key() {
         let router = router();
-        let d = router.route("site/dev-7/temp", "c1");
-        assert_eq!(
-            (d.log_topic, d.key.as_slice()),
-            ("temperature", &b"dev-7"[..])
-        );
-        let d = router.route("site/dev-7/hum", "c1");
-        assert_eq!(
-            (d.log_topic, d.key.as_slice()),
-            ("site", &b"site/dev-7/hum"[..])
-        );
-        let d = router.route("cmd/x", "c9");
-        assert_eq!((d.log_topic, d.key.as_slice()), ("commands", &b"c9"[..]));
+        let d = router.route(&"site/dev-7/temp".into(), &"c1".into());
+        assert_eq!((d.log_topic, &d.key[..]), ("temperature", &b"dev-7"[..]));
+        let d = router.route(&"site/dev-7/hum".into(), &"c1".into());
+        assert_eq!((d.log_topic, &d.key[..]), ("site", &b"site/dev-7/hum"[..]));
+        let d = router.route(&"cmd/x".into(), &"c9".into());
+        assert_eq!((d.log_topic, &d.key[..]), ("commands", &b"c9"[..]));
     }
 
     #[test]
     fn unmatched_publishes_go_to_the_default_topic_keyed_by_topic() {
         let router = router();
-        let d = router.route("other/x", "c1");
-        assert_eq!((d.log_topic, d.key.as_slice()), ("mqtt", &b"other/x"[..]));
+        let d = router.route(&"other/x".into(), &"c1".into());
+        assert_eq!((d.log_topic, &d.key[..]), ("mqtt", &b"other/x"[..]));
     }
 
     #[test]
@@ -177,6 +177,9 @@ mod tests {
             router.log_topics_for("devices/7/cmd"),
             ["mqtt", "commands", "downstream"]
         );
-        assert_eq!(router.route("downstream", "c1").log_topic, "mqtt");
+        assert_eq!(
+            router.route(&"downstream".into(), &"c1".into()).log_topic,
+            "mqtt"
+        );
     }
 }

@@ -300,7 +300,7 @@ impl<S: LogPort> StateLog<S> {
         message: &Message,
         apply: impl FnOnce() -> T,
     ) -> Result<T, StateError> {
-        let record = message.to_record(Some(retained_key(&message.topic).into_bytes()));
+        let record = message.to_record(Some(retained_key(&message.topic).into_bytes().into()));
         self.put(record, apply).await
     }
 
@@ -401,9 +401,9 @@ impl Live {
             return;
         };
         if record.value.is_empty() {
-            self.records.remove(key);
+            self.records.remove(&key[..]);
         } else {
-            self.records.insert(key.clone(), offset);
+            self.records.insert(key.to_vec(), offset);
         }
     }
 }
@@ -411,8 +411,8 @@ impl Live {
 fn plain(key: String, value: Vec<u8>) -> Record {
     Record {
         timestamp_ms: 0,
-        key: Some(key.into_bytes()),
-        value,
+        key: Some(key.into_bytes().into()),
+        value: value.into(),
         headers: Vec::new(),
     }
 }

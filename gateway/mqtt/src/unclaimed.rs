@@ -246,8 +246,8 @@ mod tests {
         }
         Record {
             timestamp_ms,
-            key: Some(id.as_bytes().to_vec()),
-            value: b"reboot".to_vec(),
+            key: Some(id.as_bytes().to_vec().into()),
+            value: b"reboot".to_vec().into(),
             headers,
         }
     }
@@ -255,8 +255,8 @@ mod tests {
     fn delivered(id: &str) -> Record {
         Record {
             timestamp_ms: 0,
-            key: Some(id.as_bytes().to_vec()),
-            value: Vec::new(),
+            key: Some(id.as_bytes().to_vec().into()),
+            value: tern_log::Bytes::new(),
             headers: vec![
                 (COMMAND_HEADER.into(), id.as_bytes().to_vec().into()),
                 (OUTCOME_HEADER.into(), b"delivered".to_vec().into()),

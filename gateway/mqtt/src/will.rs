@@ -54,11 +54,11 @@ impl Will {
         });
         Ok(Some(Will {
             message: Message {
-                topic: name.to_owned(),
+                topic: name.into(),
                 payload: will.message.clone(),
                 qos: will.qos,
                 retain: will.retain,
-                client_id: client_id.to_owned(),
+                client_id: client_id.into(),
                 properties: publish_properties.filter(|p| *p != PublishProperties::default()),
                 timestamp_ms: 0,
             },
@@ -108,7 +108,7 @@ async fn publish<S: LogPort>(broker: Arc<Broker<S>>, mut message: Message) {
         ack: Reply::None,
         durable_qos2: false,
     };
-    let (work, _) = ingest::ingest(broker, client_id.clone(), vec![pending], None);
+    let (work, _) = ingest::ingest(broker, client_id.to_string(), vec![pending], None);
     let (_, outcomes) = work.await;
     match outcomes.into_iter().next() {
         Some(Outcome::Stored) => {

@@ -113,7 +113,7 @@ mod tests {
                 .map(|_| Record {
                     timestamp_ms: ts,
                     key: None,
-                    value: vec![0; 90],
+                    value: vec![0; 90].into(),
                     headers: Vec::new(),
                 })
                 .collect::<Vec<_>>()

@@ -73,8 +73,8 @@ impl StatusPublisher {
             offset: self.sent,
             record: Record {
                 timestamp_ms: tern_core::time::now_ms(),
-                key: Some(self.source.gateway.as_bytes().to_vec()),
-                value,
+                key: Some(self.source.gateway.clone().into_bytes().into()),
+                value: value.into(),
                 headers: Vec::new(),
             },
         };

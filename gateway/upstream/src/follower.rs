@@ -182,7 +182,7 @@ mod tests {
             record: Record {
                 timestamp_ms: 0,
                 key: None,
-                value: vec![b'x'; 10],
+                value: vec![b'x'; 10].into(),
                 headers: Vec::new(),
             },
         };

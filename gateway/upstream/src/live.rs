@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tern_core::shutdown::Shutdown;
-use tern_log::{LogPort, StoredRecord};
+use tern_log::{Bytes, LogPort, StoredRecord};
 
 use crate::ablation::Ablation;
 use crate::bandwidth::Class;
@@ -53,7 +53,7 @@ pub fn mark_historical(
         let headers = &mut stored.record.headers;
         headers.retain(|(name, _)| name != H_HISTORICAL);
         if stored.record.timestamp_ms < cutoff {
-            headers.push((Cow::Borrowed(H_HISTORICAL), Cow::Borrowed(b"1")));
+            headers.push((Cow::Borrowed(H_HISTORICAL), Bytes::from_static(b"1")));
         }
     }
 }

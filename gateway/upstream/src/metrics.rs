@@ -289,7 +289,7 @@ mod tests {
         Record {
             timestamp_ms: 1,
             key: None,
-            value: vec![0; 10],
+            value: vec![0; 10].into(),
             headers: Vec::new(),
         }
     }

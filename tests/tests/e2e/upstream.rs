@@ -43,8 +43,10 @@ fn edge_log_at(
         let records = (0..count)
             .map(|offset| Record {
                 timestamp_ms: timestamp(offset),
-                key: Some(format!("dev-{}", offset % 7).into_bytes()),
-                value: format!("p{partition}-{offset:06}-{}", "x".repeat(200)).into_bytes(),
+                key: Some(format!("dev-{}", offset % 7).into_bytes().into()),
+                value: format!("p{partition}-{offset:06}-{}", "x".repeat(200))
+                    .into_bytes()
+                    .into(),
                 headers: vec![("unit".into(), b"C".to_vec().into())],
             })
             .collect();
@@ -166,7 +168,7 @@ fn assert_mirrors(cluster: &KafkaCluster, log: &MemoryLog) -> anyhow::Result<()>
             assert_eq!(up.header("tern-topic"), Some(TOPIC));
             assert_eq!(up.header("tern-gateway"), Some("gw-e2e"));
             assert_eq!(up.header("unit"), Some("C"));
-            assert_eq!(up.value.as_bytes(), ed.value.as_slice());
+            assert_eq!(up.value.as_bytes(), &ed.value[..]);
             assert_eq!(up.key.as_ref().map(String::as_bytes), ed.key.as_deref());
             let edge_time = ed.timestamp_ms.to_string();
             assert_eq!(up.header("tern-timestamp"), Some(edge_time.as_str()));
@@ -207,7 +209,7 @@ fn charged_bytes(stored: &StoredRecord, partition: u32) -> u64 {
         + ("tern-offset".len() + stored.offset.to_string().len())
         + ("tern-timestamp".len() + record.timestamp_ms.to_string().len());
     let framing = 14;
-    (record.key.as_ref().map_or(0, Vec::len)
+    (record.key.as_ref().map_or(0, |key| key.len())
         + record.value.len()
         + edge_headers
         + tern_headers
@@ -433,7 +435,7 @@ fn assert_old_backlog_upstream(
                 Some(edge_time.as_str()),
                 "{up:?}"
             );
-            assert_eq!(up.value.as_bytes(), ed.value.as_slice());
+            assert_eq!(up.value.as_bytes(), &ed.value[..]);
             assert_eq!(up.key.as_ref().map(String::as_bytes), ed.key.as_deref());
             assert_eq!(up.header("unit"), Some("C"));
         }

@@ -134,7 +134,7 @@ pub(super) fn record(size: usize) -> Record {
     Record {
         timestamp_ms,
         key: None,
-        value: vec![0x5A; size],
+        value: vec![0x5A; size].into(),
         headers: Vec::new(),
     }
 }

@@ -39,7 +39,7 @@ pub async fn held(dir: &Path) -> Result<HeldFigures, BenchError> {
         let record = Record {
             timestamp_ms: 0,
             key: None,
-            value: vec![b'x'; 100],
+            value: vec![b'x'; 100].into(),
             headers: Vec::new(),
         };
         log.append("idle", partition, vec![record])

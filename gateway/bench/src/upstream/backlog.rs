@@ -302,7 +302,7 @@ impl Backlog {
             let record = Record {
                 timestamp_ms: chrono_now_ms(),
                 key: None,
-                value: values.next_value(),
+                value: values.next_value().into(),
                 headers: Vec::new(),
             };
             self.log
@@ -374,7 +374,7 @@ pub(crate) async fn fill(
             .map(|_| Record {
                 timestamp_ms: now_ms,
                 key: None,
-                value: values.next_value(),
+                value: values.next_value().into(),
                 headers: Vec::new(),
             })
             .collect();

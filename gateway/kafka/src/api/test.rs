@@ -524,7 +524,7 @@ mod data_path {
             let record = Record {
                 timestamp_ms: 5,
                 key: None,
-                value: b"woke".to_vec(),
+                value: b"woke".to_vec().into(),
                 headers: vec![("mqtt.topic".into(), b"a/b".to_vec().into())],
             };
             log.append("t", 0, vec![record]).await.expect("append");
@@ -563,7 +563,7 @@ mod data_path {
             .map(|i| Record {
                 timestamp_ms: 1_000 * (i + 1),
                 key: None,
-                value: vec![],
+                value: vec![].into(),
                 headers: vec![],
             })
             .collect();

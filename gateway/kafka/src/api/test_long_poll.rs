@@ -41,7 +41,7 @@ fn record(value: &str) -> Record {
     Record {
         timestamp_ms: 1,
         key: None,
-        value: value.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec().into(),
         headers: vec![],
     }
 }

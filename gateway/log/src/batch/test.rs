@@ -2,6 +2,7 @@
 //! `docs/log-format.md`), round trips, and a property test that random bytes never panic the
 //! decoder.
 
+use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::*;
@@ -10,14 +11,14 @@ fn sample() -> Vec<Record> {
     vec![
         Record {
             timestamp_ms: 1000,
-            key: Some(b"k".to_vec()),
-            value: b"hi".to_vec(),
+            key: Some(Bytes::from_static(b"k")),
+            value: Bytes::from_static(b"hi"),
             headers: vec![("h".into(), b"x".to_vec().into())],
         },
         Record {
             timestamp_ms: 999,
             key: None,
-            value: Vec::new(),
+            value: Bytes::new(),
             headers: Vec::new(),
         },
     ]
@@ -147,8 +148,8 @@ fn arb_record() -> impl Strategy<Value = Record> {
     )
         .prop_map(|(timestamp_ms, key, value, headers)| Record {
             timestamp_ms,
-            key,
-            value,
+            key: key.map(Bytes::from),
+            value: value.into(),
             headers: headers
                 .into_iter()
                 .map(|(n, v)| (n.into(), v.into()))

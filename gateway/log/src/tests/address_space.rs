@@ -36,7 +36,7 @@ fn write_sealed(dir: &Path, partition: u32, base: u64, config: &LogConfig) {
     let record = Record {
         timestamp_ms: 1,
         key: None,
-        value: value(partition, base),
+        value: value(partition, base).into(),
         headers: Vec::new(),
     };
     batch::encode_batch(base, generation, &[record], &mut bytes);

@@ -40,7 +40,7 @@ fn record(i: usize, len: usize) -> Record {
     Record {
         timestamp_ms: i as i64,
         key: None,
-        value: vec![b'x'; len],
+        value: vec![b'x'; len].into(),
         headers: Vec::new(),
     }
 }

@@ -137,7 +137,7 @@ contract!(
 );
 
 fn values(records: &[StoredRecord]) -> Vec<Vec<u8>> {
-    records.iter().map(|r| r.record.value.clone()).collect()
+    records.iter().map(|r| r.record.value.to_vec()).collect()
 }
 
 /// Appends `n` one-record appends stamped `ts0 + i`.
@@ -189,7 +189,7 @@ async fn appends_and_enqueues_keep_their_order_per_partition(subject: &impl Subj
             .get_mut(partition as usize)
             .expect("two partitions");
         let base = sent.len() as u64;
-        sent.extend(records.iter().map(|r| r.value.clone()));
+        sent.extend(records.iter().map(|r| r.value.to_vec()));
         if next(&mut state, 2) == 0 {
             let got = port.append("t", partition, records).await;
             assert_eq!(got.expect("append"), base, "append {call}");

@@ -55,7 +55,10 @@ async fn produce(log: Log, producer: u64, outcome: Arc<Mutex<Outcome>>) {
             // its predecessor's (the comparison below is exact).
             .map(|i| record(producer, b * 10 + i, 0))
             .collect();
-        let key = records.first().map(|r| r.value.clone()).unwrap_or_default();
+        let key = records
+            .first()
+            .map(|r| r.value.to_vec())
+            .unwrap_or_default();
         outcome
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -152,7 +155,7 @@ fn check_recovered(log: &Log, outcome: &Outcome, seed: u64) -> usize {
     // Whatever else survived must be whole batches that were really sent.
     let mut i = 0;
     while let Some(stored) = all.get(i) {
-        let batch = outcome.sent.get(&stored.record.value);
+        let batch = outcome.sent.get(&stored.record.value[..]);
         let Some(batch) = batch else {
             // The first record of a batch cut by retention is not a batch start: check it
             // belongs to some sent batch.
@@ -385,8 +388,8 @@ fn a_pipelined_commit_is_acknowledged_only_after_its_own_sync() {
     rt.block_on(async {
         let log = open(&fs, &config).await;
         let all = read_all(&log, "t", 0);
-        let values: Vec<&[u8]> = all.iter().map(|s| s.record.value.as_slice()).collect();
-        assert_eq!(values, vec![record(1, 1, 1).value.as_slice()]);
+        let values: Vec<&[u8]> = all.iter().map(|s| &s.record.value[..]).collect();
+        assert_eq!(values, vec![&record(1, 1, 1).value[..]]);
         log.close().await.expect("close");
     });
 }

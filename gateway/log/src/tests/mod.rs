@@ -29,8 +29,10 @@ pub fn runtime() -> tokio::runtime::Runtime {
 pub fn record(producer: u64, seq: u64, ts: i64) -> Record {
     Record {
         timestamp_ms: ts,
-        key: (seq % 3 == 0).then(|| format!("k{producer}").into_bytes()),
-        value: format!("p{producer}-s{seq}-{}", "x".repeat((seq % 7) as usize * 9)).into_bytes(),
+        key: (seq % 3 == 0).then(|| format!("k{producer}").into_bytes().into()),
+        value: format!("p{producer}-s{seq}-{}", "x".repeat((seq % 7) as usize * 9))
+            .into_bytes()
+            .into(),
         headers: if seq % 2 == 0 {
             vec![("h".into(), seq.to_le_bytes().to_vec().into())]
         } else {

@@ -395,7 +395,7 @@ fn a_large_commit_is_split_into_bounded_batches() {
                         .map(|_| Record {
                             timestamp_ms: 0,
                             key: None,
-                            value: value.clone(),
+                            value: value.clone().into(),
                             headers: Vec::new(),
                         })
                         .collect();
@@ -655,7 +655,7 @@ fn a_write_cut_short_by_a_full_disk_leaves_no_unacknowledged_batch_behind() {
     let big = |seq: u64| Record {
         timestamp_ms: 0,
         key: None,
-        value: vec![b'v'; 40_000 + seq as usize],
+        value: vec![b'v'; 40_000 + seq as usize].into(),
         headers: Vec::new(),
     };
     rt.block_on(async {

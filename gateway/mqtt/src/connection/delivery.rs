@@ -366,7 +366,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     .as_ref()
                     .is_some_and(|(p, offset)| self.session.maybe_sent(p, *offset)));
         let mut publish = OutPublish {
-            topic: Bytes::from(message.topic.into_bytes()),
+            topic: message.topic.into_bytes(),
             payload: message.payload,
             qos,
             pkid: 0,

@@ -16,7 +16,7 @@ use super::super::codec::{
     Subscribe,
 };
 use super::super::ingest::{Pending, ack_for};
-use super::super::message::{self, Message};
+use super::super::message::{self, ByteString, Message};
 use super::super::metrics::MqttMetrics;
 use super::super::outcome::Kind;
 use super::super::replay::{self, Start, StartError};
@@ -128,8 +128,12 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             let topic = known.ok_or_else(|| alias_error("unknown topic alias"))?;
             return self.publish_named(publish, topic);
         }
-        let name = match topic::validate_name(&publish.topic, &self.broker.limits) {
-            Ok(name) => name.to_owned(),
+        let checked = topic::validate_name(&publish.topic, &self.broker.limits).map(|_| ());
+        // The name shares the frame's buffer (checked above, so the conversion cannot fail).
+        let name = match checked.and_then(|()| {
+            ByteString::try_from(publish.topic.clone()).map_err(|_| topic::TopicError::NotUtf8)
+        }) {
+            Ok(name) => name,
             Err(err) => {
                 MqttMetrics::inc(&self.broker.metrics.publishes_rejected);
                 tracing::warn!(client_id = %clip(&self.client_id), %err, "invalid topic name");
@@ -149,7 +153,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
     }
 
     /// Queues a publish whose topic name is known and valid.
-    fn publish_named(&mut self, publish: InPublish, name: String) -> Result<(), ConnError> {
+    fn publish_named(&mut self, publish: InPublish, name: ByteString) -> Result<(), ConnError> {
         if !self.admit_publish(&publish, &name) || !self.admit_retained(&publish, &name) {
             return Ok(());
         }
@@ -172,7 +176,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             payload: publish.payload,
             qos: publish.qos,
             retain: publish.retain,
-            client_id: self.client_id.clone(),
+            client_id: self.shared_client_id.clone(),
             properties,
             timestamp_ms: message::now_ms(),
         };

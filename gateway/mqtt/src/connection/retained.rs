@@ -62,7 +62,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 else {
                     break;
                 };
-                after = Some(message.topic.clone());
+                after = Some(message.topic.to_string());
                 if early {
                     self.sent_early(&message);
                 }

@@ -182,7 +182,7 @@ async fn qos1_is_acknowledged_after_the_record_is_stored_with_headers() {
     let records = h.records();
     assert_eq!(records.len(), 1);
     let record = &records[0];
-    assert_eq!(record.value, b"21.5");
+    assert_eq!(record.value, &b"21.5"[..]);
     assert_eq!(record.key.as_deref(), Some(&b"site/a/temp"[..]));
     assert_eq!(header(record, message::TOPIC), b"site/a/temp");
     assert_eq!(header(record, message::QOS), b"1");
@@ -489,7 +489,7 @@ async fn a_will_is_published_when_the_connection_drops() {
     let records = h.records();
     assert_eq!(records.len(), 1);
     assert_eq!(header(&records[0], message::TOPIC), b"wills/mortal");
-    assert_eq!(records[0].value, b"gone");
+    assert_eq!(records[0].value, &b"gone"[..]);
 }
 
 #[tokio::test(start_paused = true)]

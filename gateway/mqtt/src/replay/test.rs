@@ -95,7 +95,7 @@ async fn log_with(records: &[i64]) -> MemoryLog {
     for ts in records {
         let record = Record {
             key: None,
-            value: b"v".to_vec(),
+            value: b"v".to_vec().into(),
             headers: Vec::new(),
             timestamp_ms: *ts,
         };

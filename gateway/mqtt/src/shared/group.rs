@@ -264,7 +264,7 @@ impl<S: LogPort> GroupState<S> {
                 let key = stored
                     .record
                     .key
-                    .unwrap_or_else(|| message.topic.clone().into_bytes());
+                    .map_or_else(|| message.topic.as_bytes().to_vec(), Vec::from);
                 return Ok(Some(Handed {
                     partition: partition.clone(),
                     offset: stored.offset,

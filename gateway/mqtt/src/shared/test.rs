@@ -27,11 +27,11 @@ const LIMITS: TopicLimits = TopicLimits {
 
 fn message(topic: &str, payload: &str) -> Message {
     Message {
-        topic: topic.to_owned(),
+        topic: topic.into(),
         payload: Bytes::copy_from_slice(payload.as_bytes()),
         qos: QoS::AtLeastOnce,
         retain: false,
-        client_id: "pub".to_owned(),
+        client_id: "pub".into(),
         properties: None,
         timestamp_ms: 0,
     }
@@ -47,7 +47,7 @@ fn mqtt_log() -> MemoryLog {
 /// Appends `count` messages on `topic` to partition 0, keyed by `key(i)`.
 async fn append(log: &MemoryLog, topic: &str, count: usize, key: impl Fn(usize) -> String) {
     for i in 0..count {
-        let record = message(topic, &format!("m{i}")).to_record(Some(key(i).into_bytes()));
+        let record = message(topic, &format!("m{i}")).to_record(Some(key(i).into_bytes().into()));
         log.append("mqtt", 0, vec![record]).await.expect("append");
     }
 }

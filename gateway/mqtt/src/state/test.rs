@@ -8,11 +8,11 @@ mod fold {
 
     fn retained(topic: &str, payload: &'static [u8]) -> Message {
         Message {
-            topic: topic.to_owned(),
+            topic: topic.into(),
             payload: Bytes::from_static(payload),
             qos: QoS::AtLeastOnce,
             retain: true,
-            client_id: "c".to_owned(),
+            client_id: "c".into(),
             properties: None,
             timestamp_ms: 5,
         }
@@ -120,7 +120,7 @@ mod compaction {
         assert_eq!(from_snapshot.len() as u64, end - cursor);
         let keys: Vec<Vec<u8>> = from_snapshot
             .iter()
-            .filter_map(|r| r.record.key.clone())
+            .filter_map(|r| r.record.key.as_deref().map(<[u8]>::to_vec))
             .collect();
         assert!(keys.contains(&b"session/keep".to_vec()));
         assert!(keys.contains(&b"qos2/keep/3".to_vec()));

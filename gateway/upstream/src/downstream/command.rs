@@ -100,8 +100,8 @@ pub fn edge_record(
     }
     let edge = Record {
         timestamp_ms: now_ms,
-        key: Some(id.into_bytes()),
-        value: record.value.clone().unwrap_or_default(),
+        key: Some(id.into_bytes().into()),
+        value: record.value.clone().unwrap_or_default().into(),
         headers,
     };
     (edge, verdict)
@@ -201,7 +201,7 @@ mod tests {
         assert_eq!(verdict, Verdict::Accepted);
         assert_eq!(edge.timestamp_ms, 5_000);
         assert_eq!(edge.key.as_deref(), Some(&b"tern-commands/2/7"[..]));
-        assert_eq!(edge.value, b"reboot");
+        assert_eq!(edge.value, &b"reboot"[..]);
         assert_eq!(value(&edge, "mqtt.topic"), Some(&b"devices/7/cmd"[..]));
         assert_eq!(value(&edge, "mqtt.qos"), Some(&b"1"[..]));
         assert_eq!(value(&edge, H_COMMAND), Some(&b"tern-commands/2/7"[..]));

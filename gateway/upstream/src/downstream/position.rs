@@ -38,7 +38,7 @@ pub fn position_record(topic: &str, next: &Positions, now_ms: i64) -> Record {
     Record {
         timestamp_ms: now_ms,
         key: None,
-        value,
+        value: value.into(),
         headers: vec![(H_POSITION.into(), topic.as_bytes().to_vec().into())],
     }
 }
@@ -143,7 +143,7 @@ mod tests {
         Record {
             timestamp_ms: 1,
             key: None,
-            value: vec![n],
+            value: vec![n].into(),
             headers: vec![("mqtt.topic".into(), b"devices/1/cmd".to_vec().into())],
         }
     }

@@ -45,7 +45,7 @@ fn command(value: &str) -> Record {
     Record {
         timestamp_ms: 1,
         key: None,
-        value: value.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec().into(),
         headers: vec![("mqtt.topic".into(), b"devices/1/cmd".to_vec().into())],
     }
 }
@@ -68,7 +68,7 @@ async fn commands_and_the_position_after_them_are_one_append_read_back_at_start(
         .await?;
     first.store(2, vec![command("c")], 5, false).await?;
     let records = stored(&log)?;
-    let values: Vec<&[u8]> = records.iter().map(|r| r.value.as_slice()).collect();
+    let values: Vec<&[u8]> = records.iter().map(|r| &r.value[..]).collect();
     assert_eq!(values[..2], [b"a", b"b"]);
     assert_eq!(records[2].header(H_POSITION), Some(&b"tern-commands"[..]));
     assert_eq!(

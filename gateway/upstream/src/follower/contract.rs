@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 
 use anyhow::{Context, bail, ensure};
-use tern_log::{Record, StoredRecord};
+use tern_log::{Bytes, Record, StoredRecord};
 
 use crate::config::{Codec, ValueFormat};
 use crate::follower::{Cluster, Follower, next_edge_offset};
@@ -97,8 +97,8 @@ fn records(offsets: std::ops::Range<u64>) -> Vec<StoredRecord> {
         offset,
         record: Record {
             timestamp_ms: 0,
-            key: Some(b"device".to_vec()),
-            value: format!("reading {offset}").into_bytes(),
+            key: Some(Bytes::from_static(b"device")),
+            value: format!("reading {offset}").into_bytes().into(),
             headers: Vec::new(),
         },
     };

@@ -32,12 +32,12 @@ pub fn upstream_record(
         .map(|(name, value)| (name.to_string(), value.to_vec()))
         .collect();
     let value = match format {
-        ValueFormat::Raw => record.value.clone(),
+        ValueFormat::Raw => record.value.to_vec(),
         ValueFormat::ReadingJson => match reading_json(&record.value) {
             Ok(json) => json,
             Err(reason) => {
                 headers.insert(H_DECODE_ERROR.to_owned(), reason.into_bytes());
-                record.value.clone()
+                record.value.to_vec()
             }
         },
     };
@@ -53,7 +53,7 @@ pub fn upstream_record(
         record.timestamp_ms.to_string().into_bytes(),
     );
     OutRecord {
-        key: record.key.clone(),
+        key: record.key.as_deref().map(<[u8]>::to_vec),
         value,
         headers,
         timestamp_ms: record.timestamp_ms,

@@ -34,8 +34,8 @@ fn upstream_records_carry_edge_fields_and_tern_headers() {
         offset: 42,
         record: tern_log::Record {
             timestamp_ms: 1_700_000_000_123,
-            key: Some(b"k".to_vec()),
-            value: b"v".to_vec(),
+            key: Some(b"k".to_vec().into()),
+            value: b"v".to_vec().into(),
             headers: vec![
                 ("tern-offset".into(), b"spoofed".to_vec().into()),
                 ("tern-timestamp".into(), b"spoofed".to_vec().into()),
@@ -86,7 +86,7 @@ fn readings_can_be_forwarded_as_json_and_undecodable_values_stay_raw() {
         record: tern_log::Record {
             timestamp_ms: 1_700_000_000_000,
             key: None,
-            value,
+            value: value.into(),
             headers: Vec::new(),
         },
     };
@@ -115,8 +115,8 @@ fn produced_bytes_count_key_value_every_header_and_framing() {
         offset: 7,
         record: tern_log::Record {
             timestamp_ms: 0,
-            key: Some(b"key".to_vec()),
-            value: vec![0; 100],
+            key: Some(b"key".to_vec().into()),
+            value: vec![0; 100].into(),
             headers: Vec::new(),
         },
     };

@@ -42,7 +42,7 @@ fn record(timestamp_ms: i64, headers: Vec<(HeaderName, HeaderValue)>) -> Record 
     Record {
         timestamp_ms,
         key: None,
-        value: vec![b'x'; 100],
+        value: vec![b'x'; 100].into(),
         headers,
     }
 }

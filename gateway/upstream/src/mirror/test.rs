@@ -47,7 +47,7 @@ async fn append(log: &MemoryLog, count: u64) {
         .map(|i| Record {
             timestamp_ms: 1_700_000_000_000,
             key: None,
-            value: format!("{i:0100}").into_bytes(),
+            value: format!("{i:0100}").into_bytes().into(),
             headers: Vec::new(),
         })
         .collect();

@@ -39,8 +39,8 @@ mod tests {
             offset: 0,
             record: tern_log::Record {
                 timestamp_ms: 0,
-                key: Some(b"dev-7".to_vec()),
-                value: Vec::new(),
+                key: Some(b"dev-7".to_vec().into()),
+                value: Vec::new().into(),
                 headers: Vec::new(),
             },
         };

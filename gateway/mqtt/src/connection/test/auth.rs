@@ -121,7 +121,7 @@ async fn refused_publishes_are_acknowledged_in_order_and_never_stored() {
     let mut v4 = h.connect(Version::V4, "v4", true).await;
     v4.publish("closed/c", b"secret", QoS::AtLeastOnce, 5).await;
     assert_eq!(v4.frame().await, [0x40, 2, 0, 5], "3.1.1: a plain PUBACK");
-    let values: Vec<Vec<u8>> = h.records().into_iter().map(|r| r.value).collect();
+    let values: Vec<Vec<u8>> = h.records().into_iter().map(|r| r.value.to_vec()).collect();
     assert_eq!(values, [b"1".to_vec(), b"2".to_vec()]);
 }
 

@@ -64,7 +64,7 @@ async fn a_v5_will_waits_for_its_delay() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let records = h.records();
     assert_eq!(records.len(), 1);
-    assert_eq!(records[0].value, b"bye");
+    assert_eq!(records[0].value, &b"bye"[..]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -213,7 +213,7 @@ async fn shutdown_publishes_a_will_still_waiting_for_its_delay_before_the_log_cl
     );
     let records = h.records();
     assert_eq!(records.len(), 1, "the will is stored before the log closes");
-    assert_eq!(records[0].value, b"bye");
+    assert_eq!(records[0].value, &b"bye"[..]);
 }
 
 #[tokio::test(start_paused = true)]
