@@ -8,9 +8,11 @@
 # flash and RAM use read from the ELF (budget: 64 KiB flash, 16 KiB RAM = static RAM plus the
 # stack high-water mark the firmware reports), then a boot in qemu-system-arm with the board's
 # UART on a TCP socket to tests/firmware/responder.py (a loopback MQTT responder that cuts the
-# connection once mid-exchange and finally sends `halt`). Passes when the readings arrive with
-# sequence numbers 0..N and no gap, QEMU exits 0, and the defmt log decodes (defmt-print) and has
-# the expected lines. Idempotent; everything it writes is under firmware/target/.
+# connection once mid-exchange, sends a `period` command and cuts the connection again when its
+# reply comes, unacknowledged, and finally sends `halt`). Passes when the readings arrive with
+# sequence numbers 0..N and no gap, the reply arrives on a later connection, QEMU exits 0, and the
+# defmt log decodes (defmt-print) and has the expected lines. Idempotent; everything it writes is
+# under firmware/target/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -19,6 +21,9 @@ FLASH_BUDGET=$((64 * 1024))
 RAM_BUDGET=$((16 * 1024))
 READINGS=20          # the responder sends `halt` after this many acknowledged readings
 DROP_AT=6            # ...and cuts the first connection when this PUBLISH arrives
+COMMAND_AT=10        # ...sends COMMAND after this many acknowledged readings, cuts its first reply
+COMMAND="period 200 smoke-1"   # the firmware's default period: the run's timing stays the same
+REPLY="applied smoke-1 period 200"
 QEMU_TIMEOUT=120     # seconds; a hung boot fails instead of blocking the test command
 
 lint=false
@@ -90,6 +95,7 @@ smoke() {
   rm -rf "$dir" && mkdir -p "$dir"
   python3 tests/firmware/responder.py serve --port-file "$dir/port" --record "$dir/readings.jsonl" \
     --drop-after "$DROP_AT" --halt-after "$READINGS" --timeout "$QEMU_TIMEOUT" \
+    --period-command "$COMMAND" --command-after "$COMMAND_AT" \
     2>"$dir/responder.log" &
   responder_pid=$!
   # smoke runs in a command substitution (a subshell): end the responder when it exits.
@@ -108,13 +114,16 @@ smoke() {
   cat "$dir/responder.log" >&2
   [ "$status" -eq 0 ] || { echo "firmware: $board: QEMU exited with $status" >&2; cat "$dir/qemu.log" >&2; return 1; }
   python3 tests/firmware/responder.py check --record "$dir/readings.jsonl" \
-    --device-id "$device_id" --min-readings "$READINGS" >&2 || return 1
+    --device-id "$device_id" --min-readings "$READINGS" --reply "$REPLY" >&2 || return 1
   defmt-print -e "$elf" <"$dir/defmt.bin" >"$dir/log.txt" || return 1
   local expected=(
     "INFO  tern firmware [0-9.]+ on $board: device $device_id, period [0-9]+ ms"
     "INFO  connected to broker"
     "INFO  reading 0 acknowledged"
     "WARN  reading $((DROP_AT - 1)) not acknowledged"
+    "INFO  command smoke-1 applied: period 200 ms"
+    "WARN  reply not acknowledged"
+    "INFO  reply acknowledged: $REPLY"
     "INFO  reading $((READINGS - 1)) acknowledged"
     "INFO  halting on command"
     "INFO  stack high-water mark [0-9]+ bytes"

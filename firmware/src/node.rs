@@ -5,11 +5,13 @@
 //! replies `applied <tag> period <ms>` to `sensors/{device_id}/reply`; `halt` ends the run.
 //!
 //! It owns the policy, not the mechanics: MQTT framing is in `tern_shared::mqtt`, the backlog
-//! and the simulated sensor in `tern_shared::device`. It must never forget a reading before its
-//! PUBACK arrived, except by the backlog's counted drop-oldest when it is full.
+//! and the simulated sensor in `tern_shared::device`. It must never forget a reading or a reply
+//! before its PUBACK arrived, except by the backlog's counted drop-oldest when it is full (the
+//! broker acknowledged the command before the node applied it, so a reply lost with the
+//! connection would never be asked for again).
 
 use heapless::String;
-use tern_shared::command::{self, DeviceCommand, Tag};
+use tern_shared::command::{self, DeviceCommand, REPLY_LEN, Tag};
 use tern_shared::device::{Backlog, simulate};
 use tern_shared::mqtt::{self, Client, ClientConfig, Credentials, QoS};
 use tern_shared::{READING_MAX_ENCODED_LEN, Reading};
@@ -51,7 +53,13 @@ pub struct Node<'a> {
     backoff_ms: u32,
     /// The tag of the last `period` command applied: a redelivery of it is not applied again.
     applied: Option<Tag>,
+    /// The reply to the last command applied until the broker acknowledged it, resent on every
+    /// connection until then.
+    reply: Option<Reply>,
 }
+
+/// A reply waiting for its PUBACK.
+type Reply = String<REPLY_LEN>;
 
 impl<'a> Node<'a> {
     pub fn new(
@@ -70,6 +78,7 @@ impl<'a> Node<'a> {
             next_connect_ms: 0,
             backoff_ms: FIRST_BACKOFF_MS,
             applied: None,
+            reply: None,
         }
     }
 
@@ -87,6 +96,7 @@ impl<'a> Node<'a> {
             if !self.client.is_connected() {
                 self.try_connect(&command_topic);
             }
+            self.send_reply(&reply_topic);
             self.drain(&reading_topic);
             if self.serve_commands(&reply_topic) {
                 return Stop::Halted;
@@ -164,12 +174,17 @@ impl<'a> Node<'a> {
                 }
                 Err(err) => {
                     warn!("reading {=u32} not acknowledged: {}", reading.sequence, err);
-                    self.next_connect_ms = self.clock().now_ms() + u64::from(self.backoff_ms);
+                    self.reconnect_later();
                     return;
                 }
             }
             self.sample_due();
         }
+    }
+
+    /// The connection failed: the next attempt waits for the backoff.
+    fn reconnect_later(&mut self) {
+        self.next_connect_ms = self.clock().now_ms() + u64::from(self.backoff_ms);
     }
 
     fn publish(
@@ -214,7 +229,8 @@ impl<'a> Node<'a> {
     }
 
     /// Applies a `period` command unless its tag was the last one applied (a redelivery), and
-    /// replies either way (the first reply may have been lost with the connection).
+    /// replies either way (the first reply may have been lost with the connection); the reply
+    /// replaces one still unacknowledged (the newer command's answer is the one that counts).
     fn set_period(&mut self, period_ms: u32, tag: Tag, reply_topic: &str) {
         if self.applied.as_ref() == Some(&tag) {
             info!("command {=str} already applied", tag.as_str());
@@ -227,16 +243,35 @@ impl<'a> Node<'a> {
                 period_ms
             );
         }
-        let reply = command::reply(&tag, period_ms);
+        self.reply = command::reply(&tag, period_ms);
         self.applied = Some(tag);
-        let Some(reply) = reply else {
+        self.send_reply(reply_topic);
+    }
+
+    /// Publishes the unacknowledged reply, if any, and forgets it once its PUBACK arrived; on
+    /// failure it stays for the next connection.
+    fn send_reply(&mut self, reply_topic: &str) {
+        if !self.client.is_connected() {
+            return;
+        }
+        let Some(reply) = &self.reply else {
             return;
         };
-        if let Err(err) = self
+        match self
             .client
             .publish(reply_topic, reply.as_bytes(), QoS::AtLeastOnce)
         {
-            warn!("reply not acknowledged: {}", err);
+            Ok(()) => {
+                info!("reply acknowledged: {=str}", reply.as_str());
+                self.reply = None;
+            }
+            Err(err) => {
+                warn!(
+                    "reply not acknowledged, kept for the next connection: {}",
+                    err
+                );
+                self.reconnect_later();
+            }
         }
     }
 

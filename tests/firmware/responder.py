@@ -4,10 +4,14 @@
 `serve` listens on 127.0.0.1, accepts the connection QEMU opens for the board's UART
 (`-serial tcp:127.0.0.1:PORT`), answers CONNACK, SUBACK, PUBACK and PINGRESP, and records every
 PUBLISH as a JSON line. It can cut the first connection without a PUBACK (a broker crash in the
-middle of a QoS 1 exchange) and sends `halt` on the device's command topic once enough readings
-arrived, so the firmware ends QEMU itself. `check` decodes the recorded readings (version byte +
-postcard, the layout pinned by tern-shared's golden-bytes test) and fails unless the sequence
-numbers run 0, 1, 2, ... without a gap. It only ever binds loopback and stops by itself.
+middle of a QoS 1 exchange), can send a QoS 1 command once enough readings arrived and cut the
+connection when the device's reply to it comes, unacknowledged (a gateway losing power right
+after the device applied the command: the device must resend the reply on its next connection),
+and sends `halt` on the device's command topic once enough readings arrived (and that reply
+was cut), so the firmware ends QEMU itself. `check` decodes the recorded readings (version byte + postcard, the layout
+pinned by tern-shared's golden-bytes test) and fails unless the sequence numbers run 0, 1, 2, ...
+without a gap, and unless the expected reply was recorded. It only ever binds loopback and stops
+by itself.
 """
 
 import argparse
@@ -49,10 +53,16 @@ def read_packet(conn):
     return first >> 4, first & 0x0F, read_exact(conn, length)
 
 
-def encode_publish(topic, payload):
-    body = len(topic).to_bytes(2, "big") + topic.encode() + payload
+def encode_publish(topic, payload, packet_id=None):
+    """A PUBLISH at QoS 0, or at QoS 1 with `packet_id`."""
+    body = len(topic).to_bytes(2, "big") + topic.encode()
+    qos_flags = 0
+    if packet_id is not None:
+        body += packet_id.to_bytes(2, "big")
+        qos_flags = 2
+    body += payload
     assert len(body) < 128
-    return bytes([PUBLISH << 4, len(body)]) + body
+    return bytes([PUBLISH << 4 | qos_flags, len(body)]) + body
 
 
 def varint(data, pos):
@@ -124,6 +134,14 @@ def serve_connection(conn, args, state, record):
                 state["session"] = False
                 conn.close()
                 return False
+            is_reply = topic.endswith("/reply")
+            if is_reply and not state["reply_cut"]:
+                # A power cut right after the device applied the command: its reply was never
+                # acknowledged, and the command (acknowledged) will not come again.
+                state["reply_cut"] = True
+                state["session"] = False
+                conn.close()
+                return False
             record.write(
                 json.dumps(
                     {
@@ -139,8 +157,18 @@ def serve_connection(conn, args, state, record):
             record.flush()
             if packet_id is not None:
                 conn.sendall(bytes([PUBACK << 4, 2]) + packet_id.to_bytes(2, "big"))
+            if is_reply:
+                continue
             state["acked"] += 1
-            if state["acked"] >= args.halt_after and not state["halted"]:
+            command_due = args.period_command and state["acked"] >= args.command_after
+            if command_due and not state["commanded"]:
+                command = args.period_command.encode()
+                conn.sendall(encode_publish(state["command_topic"], command, packet_id=1))
+                state["commanded"] = True
+            # The command slot keeps only the newest command: `halt` waits until the device
+            # answered the period command (its reply was cut), or it could replace it unread.
+            answered = state["reply_cut"] or not args.period_command
+            if state["acked"] >= args.halt_after and answered and not state["halted"]:
                 conn.sendall(encode_publish(state["command_topic"], b"halt"))
                 state["halted"] = True
 
@@ -159,6 +187,8 @@ def serve(args):
         "acked": 0,
         "halted": False,
         "command_topic": "",
+        "commanded": False,
+        "reply_cut": False,
         "session": False,
         "rejected": 0,
     }
@@ -189,10 +219,13 @@ def serve(args):
 
 
 def check(args):
-    sequences, devices, dups = [], set(), 0
+    sequences, devices, dups, replies = [], set(), 0, []
     with open(args.record) as record:
         for line in record:
             entry = json.loads(line)
+            if entry["topic"] == f"sensors/{args.device_id}/reply":
+                replies.append(bytes.fromhex(entry["payload"]).decode(errors="replace"))
+                continue
             reading = decode_reading(bytes.fromhex(entry["payload"]))
             expected_topic = f"sensors/{reading['device_id']}/reading"
             if entry["topic"] != expected_topic:
@@ -210,7 +243,12 @@ def check(args):
         raise SystemExit(f"only {len(sequences)} readings, expected at least {args.min_readings}")
     if sequences != list(range(len(sequences))):
         raise SystemExit(f"sequence numbers not consecutive from 0: {sequences}")
-    print(f"{len(sequences)} readings from device {args.device_id}, sequence 0..{sequences[-1]}, no gap")
+    if args.reply and args.reply not in replies:
+        raise SystemExit(f"no reply {args.reply!r} after the cut that took the first one: {replies}")
+    print(
+        f"{len(sequences)} readings from device {args.device_id}, sequence 0..{sequences[-1]}, "
+        f"no gap; replies {replies}"
+    )
     return 0
 
 
@@ -221,12 +259,15 @@ def main():
     s.add_argument("--port-file", required=True)
     s.add_argument("--record", required=True)
     s.add_argument("--drop-after", type=int, default=0, help="cut the first connection at this PUBLISH")
-    s.add_argument("--halt-after", type=int, default=20, help="send halt after this many PUBACKs")
+    s.add_argument("--halt-after", type=int, default=20, help="send halt after this many readings")
+    s.add_argument("--period-command", default="", help="a QoS 1 command whose first reply is cut")
+    s.add_argument("--command-after", type=int, default=0, help="send it after this many readings")
     s.add_argument("--timeout", type=float, default=60.0)
     c = sub.add_parser("check")
     c.add_argument("--record", required=True)
     c.add_argument("--device-id", type=int, required=True)
     c.add_argument("--min-readings", type=int, default=1)
+    c.add_argument("--reply", default="", help="a reply the device must have published")
     args = parser.parse_args()
     return serve(args) if args.command == "serve" else check(args)
 

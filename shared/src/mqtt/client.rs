@@ -4,7 +4,8 @@
 //! keep-alive clock and the last command received. It publishes one QoS 1 message at a time and
 //! waits for its PUBACK, resending with DUP set on timeout. It never allocates (fixed `heapless`
 //! and array buffers), never blocks on a read without first asking `ReadReady`, and never keeps
-//! a message once `publish` returned: remembering unacknowledged readings is the caller's job.
+//! a message once `publish` returned: remembering unacknowledged readings and replies is the
+//! caller's job.
 
 use embedded_io::{Read, ReadReady, Write};
 

@@ -252,9 +252,10 @@ fn send_commands(
 }
 
 /// Each board applied its command exactly once (`logs`: the devices' defmt logs), its reply
-/// reached Kafka, and the command's stored copy reached the datacenter once with a `delivered`
-/// outcome from the board's client id (the caller waited until every topic was forwarded);
-/// returns a summary for the report.
+/// reached Kafka (resent by the board if a cut took its PUBACK: the command, acknowledged on
+/// receipt, never comes again), and the command's stored copy reached the datacenter once with a
+/// `delivered` outcome from the board's client id (the caller waited until every topic was
+/// forwarded); returns a summary for the report.
 fn check_commands(
     cluster: &KafkaCluster,
     boards: &[(Board, Device)],
@@ -274,7 +275,13 @@ fn check_commands(
             "device {}: `{applied}` {count} times in its defmt log",
             device.id
         );
-        summary.push(format!("{tag} applied once, redelivered {again}"));
+        // A cut that took the reply's PUBACK: the board kept it and resent it after reconnecting.
+        let kept = log
+            .matches("reply not acknowledged, kept for the next connection")
+            .count();
+        summary.push(format!(
+            "{tag} applied once, redelivered {again}, reply kept across a cut {kept} times"
+        ));
     }
     let commands_topic = format!("tern.{GATEWAY_ID}.commands");
     let replies_topic = format!("tern.{GATEWAY_ID}.replies");
