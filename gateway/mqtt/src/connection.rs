@@ -23,7 +23,7 @@ use super::clip::clip;
 use super::codec::{self, CodecError, Connect, DisconnectReason, Incoming, Outgoing, Version};
 use super::error::ConnError;
 use super::ingest::{Ingested, Pending, Turn};
-use super::message::ByteString;
+use super::message::{self, ByteString};
 use super::metrics::MqttMetrics;
 use super::router::PartitionId;
 use super::session::{Matched, Session};
@@ -199,6 +199,9 @@ pub struct Connection<S: LogPort, W> {
     /// How long the client may stay silent before it is closed.
     keep_alive: Option<Duration>,
     last_packet: Instant,
+    /// When the frames being handled were read: every publish of one read gets this receive
+    /// time (one clock read per read, not per message: issue #29).
+    received_ms: i64,
     /// The client's Receive Maximum for our QoS 1 deliveries.
     client_receive_max: usize,
     /// The client's Maximum Packet Size.
@@ -372,6 +375,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         let max = self.broker.config.max_packet_size.0 as usize;
         if codec::frame_len(inbuf, max)?.is_some() {
             self.last_packet = Instant::now();
+            self.received_ms = message::now_ms();
         }
         while let Some(len) = codec::frame_len(inbuf, max)? {
             let frame = inbuf.split_to(len);

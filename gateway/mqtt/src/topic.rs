@@ -3,6 +3,10 @@
 //! never matches a topic starting with `$`), and which filters are shared (`$share/`). Pure
 //! functions; never allocates per match.
 
+use bytes::Bytes;
+
+use super::message::ByteString;
+
 /// The filter prefix that makes a subscription shared (`$share/{group}/{filter}`).
 pub const SHARE_PREFIX: &str = "$share/";
 
@@ -49,6 +53,17 @@ pub fn validate_name<'a>(raw: &'a [u8], limits: &TopicLimits) -> Result<&'a str,
     Ok(name)
 }
 
+/// [`validate_name`] of a name in a frame's buffer: the name shares the buffer, and its bytes
+/// are checked as UTF-8 once (the per-publish instruction count, issue #29).
+pub fn shared_name(raw: &Bytes, limits: &TopicLimits) -> Result<ByteString, TopicError> {
+    length(raw, limits)?;
+    let name = ByteString::try_from(raw.clone()).map_err(|_| TopicError::NotUtf8)?;
+    if scanned(raw, limits)?.wildcard {
+        return Err(TopicError::WildcardInName);
+    }
+    Ok(name)
+}
+
 /// Checks a topic filter as used in SUBSCRIBE/UNSUBSCRIBE and in routes.
 pub fn validate_filter(filter: &str, limits: &TopicLimits) -> Result<(), TopicError> {
     common(filter.as_bytes(), limits)?;
@@ -72,6 +87,13 @@ pub fn validate_filter(filter: &str, limits: &TopicLimits) -> Result<(), TopicEr
 }
 
 fn common<'a>(raw: &'a [u8], limits: &TopicLimits) -> Result<(&'a str, Scan), TopicError> {
+    length(raw, limits)?;
+    let text = std::str::from_utf8(raw).map_err(|_| TopicError::NotUtf8)?;
+    Ok((text, scanned(raw, limits)?))
+}
+
+/// The checks of [`common`] before the UTF-8 one: not empty, not too long.
+fn length(raw: &[u8], limits: &TopicLimits) -> Result<(), TopicError> {
     if raw.is_empty() {
         return Err(TopicError::Empty);
     }
@@ -81,7 +103,11 @@ fn common<'a>(raw: &'a [u8], limits: &TopicLimits) -> Result<(&'a str, Scan), To
             max: limits.max_len,
         });
     }
-    let text = std::str::from_utf8(raw).map_err(|_| TopicError::NotUtf8)?;
+    Ok(())
+}
+
+/// The checks of [`common`] after the UTF-8 one: no NUL, not too many levels.
+fn scanned(raw: &[u8], limits: &TopicLimits) -> Result<Scan, TopicError> {
     let scan = Scan::of(raw);
     if scan.nul {
         return Err(TopicError::Nul);
@@ -93,7 +119,7 @@ fn common<'a>(raw: &'a [u8], limits: &TopicLimits) -> Result<(&'a str, Scan), To
             max: limits.max_levels,
         });
     }
-    Ok((text, scan))
+    Ok(scan)
 }
 
 /// What one pass over a topic's bytes finds. The characters looked for are ASCII, and no byte

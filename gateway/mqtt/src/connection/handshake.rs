@@ -19,6 +19,7 @@ use super::super::clip::clip;
 use super::super::codec::{
     self, ConnAckCode, ConnAckProperties, Connect, Incoming, Outgoing, Version,
 };
+use super::super::message;
 use super::super::will::Will;
 use super::{ConnError, Connection, InboundQuota, OutboundAliases, RateLimit, client_limits};
 use tern_log::LogPort;
@@ -187,6 +188,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
         lease_due: Default::default(),
         keep_alive,
         last_packet: Instant::now(),
+        received_ms: message::now_ms(),
         client_receive_max,
         client_max_packet,
         client_problem_info: connect

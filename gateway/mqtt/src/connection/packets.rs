@@ -128,11 +128,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             let topic = known.ok_or_else(|| alias_error("unknown topic alias"))?;
             return self.publish_named(publish, topic);
         }
-        let checked = topic::validate_name(&publish.topic, &self.broker.limits).map(|_| ());
-        // The name shares the frame's buffer (checked above, so the conversion cannot fail).
-        let name = match checked.and_then(|()| {
-            ByteString::try_from(publish.topic.clone()).map_err(|_| topic::TopicError::NotUtf8)
-        }) {
+        let name = match topic::shared_name(&publish.topic, &self.broker.limits) {
             Ok(name) => name,
             Err(err) => {
                 MqttMetrics::inc(&self.broker.metrics.publishes_rejected);
@@ -178,7 +174,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             retain: publish.retain,
             client_id: self.shared_client_id.clone(),
             properties,
-            timestamp_ms: message::now_ms(),
+            timestamp_ms: self.received_ms,
         };
         if message.retain {
             // Retained for every SUBSCRIBE from now on, not only once stored (`retained.rs`).
