@@ -266,6 +266,12 @@ mod tests {
         ) {
             let raw = parts.concat();
             proptest::prop_assert_eq!(validate_name(&raw, &LIMITS), reference_name(&raw, &LIMITS));
+            // The frame's name, shared: judged the same, and the same text when valid.
+            let shared = shared_name(&Bytes::from(raw.clone()), &LIMITS);
+            proptest::prop_assert_eq!(
+                shared.as_deref().map_err(Clone::clone),
+                reference_name(&raw, &LIMITS)
+            );
         }
     }
 
