@@ -320,7 +320,11 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                         return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
                     }
                     inbuf.read(read, room);
-                    if let Flow::Disconnect { will } = self.process(&mut inbuf.bytes).await? {
+                    // Boxed: the frames' handling is the largest future here, and inline it
+                    // would size every idle connection's task (1,000 idle clients: 1 MiB, issue
+                    // #29); one allocation per read, not per message.
+                    let flow = Box::pin(self.process(&mut inbuf.bytes)).await?;
+                    if let Flow::Disconnect { will } = flow {
                         return Ok(Flow::Disconnect { will });
                     }
                     inbuf.settle();
