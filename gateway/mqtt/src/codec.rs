@@ -259,19 +259,10 @@ impl PlainPublish {
     /// frame (what [`frame_len`] cuts always is): the general path tells what is wrong.
     fn of(version: Version, frame: &[u8]) -> Result<Option<Self>, CodecError> {
         let byte1 = *frame.first().ok_or_else(|| malformed("empty frame"))?;
-        let remaining = frame
-            .get(1..5)
-            .unwrap_or_else(|| frame.get(1..).unwrap_or_default())
-            .iter()
-            .enumerate()
-            .try_fold(0usize, |len, (i, byte)| {
-                let len = len | usize::from(byte & 0x7f) << (7 * i);
-                if byte & 0x80 == 0 { Err(len) } else { Ok(len) }
-            });
-        let header = header_len(frame)?;
-        if remaining != Err(frame.len() - header) {
+        if !matches!(frame_len(frame, usize::MAX), Ok(Some(len)) if len == frame.len()) {
             return Ok(None);
         }
+        let header = header_len(frame)?;
         let qos = protocol::qos((byte1 >> 1) & 0b11).ok_or_else(|| malformed("QoS 3"))?;
         let dup = byte1 & 0b1000 != 0;
         if qos == QoS::AtMostOnce && dup {

@@ -180,9 +180,8 @@ pub struct Connection<S: LogPort, W> {
     writer: WriteHalf<W>,
     out: BytesMut,
     version: Version,
-    client_id: String,
-    /// The client id as every message of this connection carries it: one copy, shared.
-    shared_client_id: ByteString,
+    /// Shared by every message of this connection (no copy per message).
+    client_id: ByteString,
     /// The authenticated username (`None`: anonymous), for ACL checks.
     user: Option<String>,
     entry: Arc<SessionEntry>,

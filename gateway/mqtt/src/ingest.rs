@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use super::broker::Broker;
 use super::codec::QoS;
-use super::message::Message;
+use super::message::{ByteString, Message};
 use super::state::StateError;
 use tern_log::{LogError, LogPort, Queued, Record};
 
@@ -75,7 +75,7 @@ pub type Ingested = (Vec<Pending>, Vec<Outcome>);
 /// the work (to spawn) and the turn the next batch waits for.
 pub fn ingest<S: LogPort>(
     broker: Arc<Broker<S>>,
-    client_id: String,
+    client_id: ByteString,
     batch: Vec<Pending>,
     previous: Option<Turn>,
 ) -> (impl Future<Output = Ingested> + Send + 'static, Turn) {

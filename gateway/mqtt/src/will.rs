@@ -108,7 +108,7 @@ async fn publish<S: LogPort>(broker: Arc<Broker<S>>, mut message: Message) {
         ack: Reply::None,
         durable_qos2: false,
     };
-    let (work, _) = ingest::ingest(broker, client_id.to_string(), vec![pending], None);
+    let (work, _) = ingest::ingest(broker, client_id.clone(), vec![pending], None);
     let (_, outcomes) = work.await;
     match outcomes.into_iter().next() {
         Some(Outcome::Stored) => {

@@ -175,8 +175,7 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
     let mut conn = Connection {
         out: BytesMut::new(),
         version: connect.version,
-        shared_client_id: client_id.as_str().into(),
-        client_id,
+        client_id: client_id.into(),
         user: connect.username.clone(),
         entry,
         session,

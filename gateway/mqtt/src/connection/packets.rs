@@ -172,7 +172,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             payload: publish.payload,
             qos: publish.qos,
             retain: publish.retain,
-            client_id: self.shared_client_id.clone(),
+            client_id: self.client_id.clone(),
             properties,
             timestamp_ms: self.received_ms,
         };
