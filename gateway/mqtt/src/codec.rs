@@ -99,7 +99,9 @@ pub fn connect_version(frame: &[u8]) -> Result<Version, CodecError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Incoming {
     Connect(Box<Connect>),
-    Publish(Box<InPublish>),
+    /// Inline: with its properties boxed, a PUBLISH is about as small as a SUBSCRIBE, and
+    /// the common packet costs no allocation of its own (issue #29).
+    Publish(InPublish),
     PubAck {
         pkid: u16,
     },
@@ -166,7 +168,8 @@ pub struct InPublish {
     pub retain: bool,
     pub topic: Bytes,
     pub payload: Bytes,
-    pub properties: Option<PublishProperties>,
+    /// Boxed: the MQTT 5 properties are 200 bytes and most publishes have none (issue #29).
+    pub properties: Option<Box<PublishProperties>>,
 }
 
 /// SUBSCRIBE with its filters, the MQTT 5 subscription identifier and user properties.
@@ -210,7 +213,7 @@ pub fn decode_frame(version: Version, frame: BytesMut) -> Result<Incoming, Codec
     check_fixed_flags(byte1)?;
     if byte1 >> 4 == 3 {
         if let Some(plain) = PlainPublish::of(version, &frame)? {
-            return Ok(Incoming::Publish(Box::new(plain.take(frame))));
+            return Ok(Incoming::Publish(plain.take(frame)));
         }
     }
     decode_checked(version, frame)
@@ -380,15 +383,15 @@ fn convert(version: Version, packet: Packet, hidden: Hidden) -> Result<Incoming,
         }
         Packet::Publish(publish, properties) => {
             let (qos, pkid, dup) = hidden.publish.ok_or_else(|| malformed("not a PUBLISH"))?;
-            Incoming::Publish(Box::new(InPublish {
+            Incoming::Publish(InPublish {
                 qos,
                 pkid,
                 dup,
                 retain: publish.retain,
                 topic: publish.topic,
                 payload: publish.payload,
-                properties,
-            }))
+                properties: properties.map(Box::new),
+            })
         }
         Packet::PubAck(ack, _) => Incoming::PubAck { pkid: ack.pkid },
         Packet::PubRec(ack, _) => Incoming::PubRec {

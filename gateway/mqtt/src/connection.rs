@@ -16,7 +16,7 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use super::admission::Handshake;
+use super::admission::{Handshake, Slot};
 use super::auth::Origin;
 use super::broker::{Broker, SessionEntry};
 use super::clip::clip;
@@ -86,37 +86,19 @@ pub async fn serve<S, IO>(
     // Grown by the reads as the client needs it (`inbuf.rs`); a CONNECT is small.
     let mut inbuf = BytesMut::new();
     // Every phase but the packet loop is boxed: a connection task is sized by its largest
-    // state, and an idle connection should pay for the loop only (idle memory, issue #16).
-    let read = tokio::select! {
-        read = Box::pin(handshake::read_connect(&broker, &mut reader, &mut inbuf, peer)) => read,
-        () = pending.evicted() => {
-            tracing::debug!(%peer, "closing a socket that sent no CONNECT to make room");
-            return;
-        }
-    };
-    drop(pending);
-    let (connect, _slot) = match read {
-        Ok(read) => read,
-        Err((err, reply)) => {
-            Box::pin(refuse(&broker, writer, reply, peer, &err)).await;
-            return;
-        }
-    };
-    let connect = match Box::pin(authz::authenticate(&broker, connect, &origin)).await {
-        Ok(connect) => connect,
-        Err((err, reply)) => {
-            Box::pin(refuse(&broker, writer, reply, peer, &err)).await;
-            return;
-        }
-    };
-    let id = broker.connection_id();
-    let mut conn = match Box::pin(handshake::accept(broker.clone(), writer, *connect, id)).await {
-        Ok(conn) => conn,
-        Err(err) => {
-            tracing::warn!(%peer, %err, "MQTT connection refused");
-            MqttMetrics::inc(&broker.metrics.connections_refused);
-            return;
-        }
+    // state, and an idle connection should pay for the loop only (idle memory, issues #16 and
+    // #29). The handshake's locals live in its own box and are gone once it returns.
+    let opened = Box::pin(open(
+        &broker,
+        &mut reader,
+        writer,
+        &mut inbuf,
+        peer,
+        origin,
+        pending,
+    ));
+    let Some((mut conn, _slot)) = opened.await else {
+        return;
     };
     MqttMetrics::inc(&broker.metrics.connections);
     MqttMetrics::inc(&broker.metrics.connections_total);
@@ -126,6 +108,57 @@ pub async fn serve<S, IO>(
     MqttMetrics::dec(&broker.metrics.connections);
     // Still holding its connection slot: the socket is open until the linger ends.
     Box::pin(linger(&mut reader, shutdown)).await;
+}
+
+/// The connection's handshake: reads CONNECT (or gives the socket up to make room for others,
+/// `pending`), authenticates it against `origin` and takes the session. `None` once the client
+/// was refused (and told so where MQTT allows). Returns the connection and its slot among the
+/// open connections, held until the socket closes.
+async fn open<S, R, W>(
+    broker: &Arc<Broker<S>>,
+    reader: &mut ReadHalf<R>,
+    writer: WriteHalf<W>,
+    inbuf: &mut BytesMut,
+    peer: SocketAddr,
+    origin: Origin,
+    pending: Handshake,
+) -> Option<(Connection<S, W>, Slot)>
+where
+    S: LogPort,
+    R: AsyncRead,
+    W: AsyncWrite + Send + 'static,
+{
+    let read = tokio::select! {
+        read = handshake::read_connect(broker, reader, inbuf, peer) => read,
+        () = pending.evicted() => {
+            tracing::debug!(%peer, "closing a socket that sent no CONNECT to make room");
+            return None;
+        }
+    };
+    drop(pending);
+    let (connect, slot) = match read {
+        Ok(read) => read,
+        Err((err, reply)) => {
+            refuse(broker, writer, reply, peer, &err).await;
+            return None;
+        }
+    };
+    let connect = match authz::authenticate(broker, connect, &origin).await {
+        Ok(connect) => connect,
+        Err((err, reply)) => {
+            refuse(broker, writer, reply, peer, &err).await;
+            return None;
+        }
+    };
+    let id = broker.connection_id();
+    match handshake::accept(broker.clone(), writer, *connect, id).await {
+        Ok(conn) => Some((conn, slot)),
+        Err(err) => {
+            tracing::warn!(%peer, %err, "MQTT connection refused");
+            MqttMetrics::inc(&broker.metrics.connections_refused);
+            None
+        }
+    }
 }
 
 /// Once tern's side is closed (its FIN went out after any DISCONNECT), reads and drops what the
@@ -207,9 +240,11 @@ pub struct Connection<S: LogPort, W> {
     client_max_packet: usize,
     /// MQTT 5 Request Problem Information: whether a SUBACK may carry a Reason String.
     client_problem_info: bool,
-    will: Option<Will>,
+    /// Boxed: most clients have none, and every idle connection would carry its room.
+    will: Option<Box<Will>>,
     /// MQTT 5 topic aliases the client set up for its publishes.
-    aliases: HashMap<u16, ByteString>,
+    /// A B-tree: empty, it is half a hash map's size and, like it, allocates nothing.
+    aliases: BTreeMap<u16, ByteString>,
     /// MQTT 5 topic aliases tern sets up for its deliveries.
     out_aliases: OutboundAliases,
     /// The client's QoS 1/2 publishes not yet finally acknowledged (MQTT 5 Receive Maximum).
@@ -281,9 +316,11 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         loop {
             self.flush().await?;
             let throttled = self.rate.resume_at();
-            // While tern itself stops reading (rate limit), the client's pings wait unread.
-            let deadline = match throttled {
-                Some(_) => None,
+            // While tern itself stops reading (rate limit), the client's pings wait unread: one
+            // timer serves both, the end of the throttle or else the keep-alive deadline (one
+            // timer in every idle connection's task, not two: issue #29).
+            let timer = match throttled {
+                Some(until) => Some(until),
                 None => self.keep_alive.map(|k| self.last_packet + k),
             };
             let can_read = throttled.is_none()
@@ -307,8 +344,10 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                     Event::Shared(filter, delivery)
                 }
                 () = self.kick.notified() => Event::Kicked,
-                () = sleep_until(deadline) => Event::KeepAliveExpired,
-                () = sleep_until(throttled) => Event::Throttled,
+                () = sleep_until(timer) => match throttled {
+                    Some(_) => Event::Throttled,
+                    None => Event::KeepAliveExpired,
+                },
                 () = shutdown.wait() => Event::Shutdown,
                 () = next_tick(&mut tick) => Event::Tick,
             };
@@ -330,7 +369,8 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 }
                 Event::Stored(done) => self.stored(done)?,
                 Event::Saved(saved) => Box::pin(self.saved(saved)).await?,
-                Event::Wake | Event::Room => self.deliver_more().await?,
+                // Boxed: delivering is the run loop's largest future (idle memory, issue #29).
+                Event::Wake | Event::Room => Box::pin(self.deliver_more()).await?,
                 Event::Shared(filter, delivery) => {
                     Box::pin(self.deliver_shared(filter, delivery)).await?;
                 }
@@ -458,7 +498,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             super::will::schedule(
                 self.broker.clone(),
                 self.entry.clone(),
-                will,
+                *will,
                 self.session.expiry,
             )
             .await;

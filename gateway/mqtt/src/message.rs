@@ -32,7 +32,9 @@ pub struct Message {
     pub qos: QoS,
     pub retain: bool,
     pub client_id: ByteString,
-    pub properties: Option<PublishProperties>,
+    /// Boxed, as in [`super::codec::InPublish`]: a message moves several times on its way to
+    /// the log, and most have no properties (issue #29).
+    pub properties: Option<Box<PublishProperties>>,
     pub timestamp_ms: i64,
 }
 
@@ -47,7 +49,7 @@ impl Message {
     /// names and values are static, and the header list, sized for the properties up front, is
     /// the one allocation (issues #16 and #29).
     pub fn into_record(self, key: Option<Bytes>) -> Record {
-        let properties = self.properties.as_ref().map_or(0, property_headers);
+        let properties = self.properties.as_deref().map_or(0, property_headers);
         let mut headers = Vec::with_capacity(4 + properties);
         headers.extend([
             (TOPIC.into(), self.topic.into_bytes()),
@@ -80,7 +82,7 @@ impl Message {
             qos,
             retain: record.header(RETAIN) == Some(b"1"),
             client_id: text(record, CLIENT_ID).unwrap_or_default().into(),
-            properties: read_properties(record),
+            properties: read_properties(record).map(Box::new),
             timestamp_ms: record.timestamp_ms,
         })
     }
@@ -194,7 +196,7 @@ mod tests {
             qos: QoS::ExactlyOnce,
             retain: true,
             client_id: "dev-a".into(),
-            properties,
+            properties: properties.map(Box::new),
             timestamp_ms: 1_700_000_000_000,
         }
     }

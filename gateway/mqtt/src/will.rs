@@ -59,7 +59,9 @@ impl Will {
                 qos: will.qos,
                 retain: will.retain,
                 client_id: client_id.into(),
-                properties: publish_properties.filter(|p| *p != PublishProperties::default()),
+                properties: publish_properties
+                    .filter(|p| *p != PublishProperties::default())
+                    .map(Box::new),
                 timestamp_ms: 0,
             },
             delay: properties.and_then(|p| p.delay_interval).unwrap_or(0),

@@ -348,7 +348,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             (properties, _) => Some(PublishProperties {
                 message_expiry_interval: remaining,
                 subscription_identifiers: matched.ids.clone(),
-                ..properties.unwrap_or_default()
+                ..properties.map(|p| *p).unwrap_or_default()
             }),
         };
         let size = message.topic.len() + message.payload.len() + 16;

@@ -2,7 +2,7 @@
 //! detection, connection and client-id limits, session takeover, clean start and session expiry,
 //! keep alive, and the MQTT 5 CONNACK properties announcing tern's limits.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -195,8 +195,8 @@ pub(super) async fn accept<S: LogPort, W: AsyncWrite + Send + 'static>(
             .as_ref()
             .and_then(|p| p.request_problem_info)
             != Some(0),
-        will,
-        aliases: HashMap::new(),
+        will: will.map(Box::new),
+        aliases: BTreeMap::new(),
         out_aliases: OutboundAliases::new(outbound_aliases(&broker, &connect)),
         inbound: InboundQuota::new(
             (connect.version == Version::V5).then_some(usize::from(broker.config.inflight)),

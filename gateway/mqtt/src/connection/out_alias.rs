@@ -18,15 +18,21 @@ pub(super) enum AliasUse {
     Reuse(u16),
 }
 
-/// One connection's outbound alias map.
+/// One connection's outbound alias map. Its maps are allocated on the first alias: most
+/// connections never use one, and every idle connection would carry their room (issue #29).
 #[derive(Debug, Default)]
 pub(super) struct OutboundAliases {
     max: u16,
+    maps: Option<Box<Maps>>,
+    clock: u64,
+}
+
+#[derive(Debug, Default)]
+struct Maps {
     /// Topic → (alias, last use).
     by_topic: HashMap<Bytes, (u16, u64)>,
     /// Last use → topic, oldest first.
     by_use: BTreeMap<u64, Bytes>,
-    clock: u64,
 }
 
 impl OutboundAliases {
@@ -45,22 +51,25 @@ impl OutboundAliases {
         }
         self.clock += 1;
         let now = self.clock;
-        if let Some((alias, used)) = self.by_topic.get_mut(topic) {
+        let maps = self.maps.get_or_insert_with(Box::default);
+        if let Some((alias, used)) = maps.by_topic.get_mut(topic) {
             let alias = *alias;
-            self.by_use.remove(used);
+            maps.by_use.remove(used);
             *used = now;
-            self.by_use.insert(now, topic.clone());
+            maps.by_use.insert(now, topic.clone());
             return Some(AliasUse::Reuse(alias));
         }
-        let alias = match u16::try_from(self.by_topic.len()) {
+        let alias = match u16::try_from(maps.by_topic.len()) {
             Ok(len) if len < self.max => len + 1,
-            _ => self.evict_oldest()?,
+            _ => maps.evict_oldest()?,
         };
-        self.by_topic.insert(topic.clone(), (alias, now));
-        self.by_use.insert(now, topic.clone());
+        maps.by_topic.insert(topic.clone(), (alias, now));
+        maps.by_use.insert(now, topic.clone());
         Some(AliasUse::Assign(alias))
     }
+}
 
+impl Maps {
     /// Forgets the least recently used topic and returns its alias.
     fn evict_oldest(&mut self) -> Option<u16> {
         let (_, topic) = self.by_use.pop_first()?;
@@ -108,7 +117,8 @@ mod tests {
             };
             assert!((1..=3).contains(&alias), "alias {alias}");
         }
-        assert!(aliases.by_topic.len() <= 3 && aliases.by_use.len() <= 3);
+        let maps = aliases.maps.expect("aliases were handed out");
+        assert!(maps.by_topic.len() <= 3 && maps.by_use.len() <= 3);
     }
 
     #[test]
