@@ -109,7 +109,10 @@ async fn run_task(log: Log, pid: u32, task: u32, appends: u64) -> Result<(), Ben
                 timestamp_ms: i64::try_from(seq).unwrap_or(0),
                 key: Some(format!("task{task}").into_bytes().into()),
                 value: stress_value(pid, task, seq, i).into_bytes().into(),
-                headers: vec![("seq".into(), seq.to_le_bytes().to_vec().into())],
+                headers: tern_log::Headers::from(vec![(
+                    "seq".into(),
+                    seq.to_le_bytes().to_vec().into(),
+                )]),
             })
             .collect();
         let offset = log
@@ -148,7 +151,7 @@ async fn open_loop(log: &Log, options: &StressOptions) -> Result<serde_json::Val
                 timestamp_ms: i64::try_from(seq).unwrap_or(0),
                 key: None,
                 value: value.into(),
-                headers: Vec::new(),
+                headers: tern_log::Headers::new(),
             };
             let acked = log.append("stress", 0, vec![record]).await;
             let mut l = latencies.lock().unwrap_or_else(PoisonError::into_inner);

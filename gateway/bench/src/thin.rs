@@ -275,7 +275,7 @@ fn record(timestamp_ms: i64, value: Vec<u8>) -> Record {
         timestamp_ms,
         key: None,
         value: value.into(),
-        headers: Vec::new(),
+        headers: tern_log::Headers::new(),
     }
 }
 

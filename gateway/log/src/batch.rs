@@ -387,17 +387,11 @@ fn body_len(record: &Record, first: i64) -> usize {
     let key = record.key.as_ref().map_or(1, |k| {
         uvarint_len(zigzag(i64::try_from(k.len()).unwrap_or(i64::MAX))) + k.len()
     });
-    let headers: usize = record
-        .headers
-        .iter()
-        .map(|(n, v)| uvarint_len(n.len() as u64) + n.len() + uvarint_len(v.len() as u64) + v.len())
-        .sum();
     uvarint_len(delta)
         + key
         + uvarint_len(record.value.len() as u64)
         + record.value.len()
-        + uvarint_len(record.headers.len() as u64)
-        + headers
+        + record.headers.encoded_len()
 }
 
 fn encode_record(record: &Record, first: i64, out: &mut Vec<u8>) {
@@ -414,11 +408,7 @@ fn encode_record(record: &Record, first: i64, out: &mut Vec<u8>) {
         }
     }
     put_bytes(out, &record.value);
-    put_uvarint(out, record.headers.len() as u64);
-    for (name, value) in &record.headers {
-        put_bytes(out, name.as_bytes());
-        put_bytes(out, value);
-    }
+    record.headers.encode(out);
 }
 
 fn decode_record<'a>(r: &mut Reader<'a>, first: i64) -> Result<RecordView<'a>, DecodeError> {
@@ -470,7 +460,7 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-fn uvarint_len(mut v: u64) -> usize {
+pub(crate) fn uvarint_len(mut v: u64) -> usize {
     let mut n = 1;
     while v >= 0x80 {
         v >>= 7;
@@ -507,7 +497,7 @@ fn put_long_uvarint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 #[inline]
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     put_uvarint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }

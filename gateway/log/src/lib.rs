@@ -18,6 +18,7 @@ mod cursors;
 pub mod datadir;
 mod error;
 mod fs;
+mod headers;
 mod index;
 mod inspect;
 #[cfg(any(test, feature = "testing"))]
@@ -42,6 +43,7 @@ mod tests;
 use std::borrow::Cow;
 
 pub use bytes::Bytes;
+pub use headers::{HeaderBlock, Headers};
 
 pub use batch::{BatchSpan, Codec, ProducerStamp, StampedBatch};
 pub use clock::{BUILD_TIME_MS, Clock, ClockStatus, ManualClock, SystemClock};
@@ -82,16 +84,13 @@ pub struct Record {
     pub timestamp_ms: i64,
     pub key: Option<Bytes>,
     pub value: Bytes,
-    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub headers: Headers,
 }
 
 impl Record {
     /// The value of the first header called `name`.
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| &**value)
+        self.headers.get(name)
     }
 
     /// Uncompressed size for batching and read limits: key, value and headers.
@@ -134,7 +133,7 @@ impl<'a> RecordView<'a> {
             timestamp_ms: record.timestamp_ms,
             key: record.key.as_deref(),
             value: &record.value,
-            headers: HeadersView::Owned(&record.headers),
+            headers: record.headers.view(),
         }
     }
 
@@ -192,7 +191,7 @@ impl<'a> RecordView<'a> {
             timestamp_ms: self.timestamp_ms,
             key: self.key.map(Bytes::copy_from_slice),
             value: Bytes::copy_from_slice(self.value),
-            headers,
+            headers: headers.into(),
         }
     }
 }

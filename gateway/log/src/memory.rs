@@ -674,7 +674,7 @@ mod tests {
             timestamp_ms: 1,
             key: None,
             value: Bytes::copy_from_slice(value.as_bytes()),
-            headers: Vec::new(),
+            headers: crate::Headers::new(),
         }
     }
 

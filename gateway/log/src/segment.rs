@@ -489,7 +489,7 @@ mod tests {
             timestamp_ms: 5,
             key: None,
             value: Bytes::from_static(b"v"),
-            headers: vec![],
+            headers: crate::Headers::new(),
         };
         batch::encode_batch(10, 3, &[rec.clone(), rec.clone()], &mut bytes);
         let good = bytes.len() as u64;
@@ -526,7 +526,7 @@ mod tests {
                     timestamp_ms: (offset + j) as i64,
                     key: None,
                     value: format!("b{i}-r{j}").into_bytes().into(),
-                    headers: vec![],
+                    headers: crate::Headers::new(),
                 })
                 .collect();
             let start = bytes.len();
@@ -555,7 +555,7 @@ mod tests {
                 timestamp_ms: 1,
                 key: None,
                 value: vec![b'v'; *size].into(),
-                headers: vec![],
+                headers: crate::Headers::new(),
             };
             batch::encode_batch(i as u64, 1, &[record], &mut bytes);
         }

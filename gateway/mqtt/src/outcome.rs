@@ -71,10 +71,10 @@ pub fn record_of(id: &[u8], outcome: &'static str, now_ms: i64) -> Record {
         timestamp_ms: now_ms,
         key: Some(Bytes::copy_from_slice(id)),
         value: Bytes::new(),
-        headers: vec![
+        headers: tern_log::Headers::from(vec![
             (COMMAND_HEADER.into(), Bytes::copy_from_slice(id)),
             (OUTCOME_HEADER.into(), outcome.as_bytes().into()),
-        ],
+        ]),
     }
 }
 
@@ -119,10 +119,10 @@ mod tests {
             timestamp_ms: 1,
             key: Some(id.as_bytes().to_vec().into()),
             value: b"reboot".to_vec().into(),
-            headers: vec![
+            headers: tern_log::Headers::from(vec![
                 ("mqtt.topic".into(), b"devices/1/cmd".to_vec().into()),
                 (COMMAND_HEADER.into(), id.as_bytes().to_vec().into()),
-            ],
+            ]),
         }
     }
 
@@ -133,7 +133,7 @@ mod tests {
         log.create_topic("commands", 1)?;
         log.append("commands", 0, vec![command("t/0/7")]).await?;
         let plain = Record {
-            headers: vec![("mqtt.topic".into(), b"a".to_vec().into())],
+            headers: tern_log::Headers::from(vec![("mqtt.topic".into(), b"a".to_vec().into())]),
             ..command("x")
         };
         log.append("commands", 0, vec![plain]).await?;

@@ -413,7 +413,7 @@ fn plain(key: String, value: Vec<u8>) -> Record {
         timestamp_ms: 0,
         key: Some(key.into_bytes().into()),
         value: value.into(),
-        headers: Vec::new(),
+        headers: tern_log::Headers::new(),
     }
 }
 

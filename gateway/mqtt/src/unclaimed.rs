@@ -248,7 +248,7 @@ mod tests {
             timestamp_ms,
             key: Some(id.as_bytes().to_vec().into()),
             value: b"reboot".to_vec().into(),
-            headers,
+            headers: headers.into(),
         }
     }
 
@@ -257,10 +257,10 @@ mod tests {
             timestamp_ms: 0,
             key: Some(id.as_bytes().to_vec().into()),
             value: tern_log::Bytes::new(),
-            headers: vec![
+            headers: tern_log::Headers::from(vec![
                 (COMMAND_HEADER.into(), id.as_bytes().to_vec().into()),
                 (OUTCOME_HEADER.into(), b"delivered".to_vec().into()),
-            ],
+            ]),
         }
     }
 

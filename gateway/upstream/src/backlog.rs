@@ -114,7 +114,7 @@ mod tests {
                     timestamp_ms: ts,
                     key: None,
                     value: vec![0; 90].into(),
-                    headers: Vec::new(),
+                    headers: tern_log::Headers::new(),
                 })
                 .collect::<Vec<_>>()
         };

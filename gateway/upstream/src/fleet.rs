@@ -75,7 +75,7 @@ impl StatusPublisher {
                 timestamp_ms: tern_core::time::now_ms(),
                 key: Some(self.source.gateway.clone().into_bytes().into()),
                 value: value.into(),
-                headers: Vec::new(),
+                headers: tern_log::Headers::new(),
             },
         };
         handle

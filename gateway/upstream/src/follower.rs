@@ -183,7 +183,7 @@ mod tests {
                 timestamp_ms: 0,
                 key: None,
                 value: vec![b'x'; 10].into(),
-                headers: Vec::new(),
+                headers: tern_log::Headers::new(),
             },
         };
         offsets.map(record).collect()

@@ -290,7 +290,7 @@ mod tests {
             timestamp_ms: 1,
             key: None,
             value: vec![0; 10].into(),
-            headers: Vec::new(),
+            headers: tern_log::Headers::new(),
         }
     }
 

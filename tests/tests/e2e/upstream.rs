@@ -47,7 +47,7 @@ fn edge_log_at(
                 value: format!("p{partition}-{offset:06}-{}", "x".repeat(200))
                     .into_bytes()
                     .into(),
-                headers: vec![("unit".into(), b"C".to_vec().into())],
+                headers: tern_log::Headers::from(vec![("unit".into(), b"C".to_vec().into())]),
             })
             .collect();
         runtime.block_on(log.append(TOPIC, partition, records))?;

@@ -135,6 +135,6 @@ pub(super) fn record(size: usize) -> Record {
         timestamp_ms,
         key: None,
         value: vec![0x5A; size].into(),
-        headers: Vec::new(),
+        headers: tern_log::Headers::new(),
     }
 }

@@ -40,7 +40,7 @@ pub async fn held(dir: &Path) -> Result<HeldFigures, BenchError> {
             timestamp_ms: 0,
             key: None,
             value: vec![b'x'; 100].into(),
-            headers: Vec::new(),
+            headers: tern_log::Headers::new(),
         };
         log.append("idle", partition, vec![record])
             .await

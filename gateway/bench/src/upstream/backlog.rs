@@ -303,7 +303,7 @@ impl Backlog {
                 timestamp_ms: chrono_now_ms(),
                 key: None,
                 value: values.next_value().into(),
-                headers: Vec::new(),
+                headers: tern_log::Headers::new(),
             };
             self.log
                 .append(TRICKLE_TOPIC, 0, vec![record])
@@ -375,7 +375,7 @@ pub(crate) async fn fill(
                 timestamp_ms: now_ms,
                 key: None,
                 value: values.next_value().into(),
-                headers: Vec::new(),
+                headers: tern_log::Headers::new(),
             })
             .collect();
         log.append(topic, 0, batch)

@@ -525,7 +525,10 @@ mod data_path {
                 timestamp_ms: 5,
                 key: None,
                 value: b"woke".to_vec().into(),
-                headers: vec![("mqtt.topic".into(), b"a/b".to_vec().into())],
+                headers: tern_log::Headers::from(vec![(
+                    "mqtt.topic".into(),
+                    b"a/b".to_vec().into(),
+                )]),
             };
             log.append("t", 0, vec![record]).await.expect("append");
         });
@@ -564,7 +567,7 @@ mod data_path {
                 timestamp_ms: 1_000 * (i + 1),
                 key: None,
                 value: vec![].into(),
-                headers: vec![],
+                headers: tern_log::Headers::new(),
             })
             .collect();
         ctx.log.append("t", 0, records).await.expect("append");

@@ -42,7 +42,7 @@ fn record(value: &str) -> Record {
         timestamp_ms: 1,
         key: None,
         value: value.as_bytes().to_vec().into(),
-        headers: vec![],
+        headers: tern_log::Headers::new(),
     }
 }
 

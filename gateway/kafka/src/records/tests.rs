@@ -87,16 +87,16 @@ fn produced_batches_of_every_codec_become_log_records_with_headers() {
                     timestamp_ms: 1_000,
                     key: Some(b"k".to_vec().into()),
                     value: b"v1".to_vec().into(),
-                    headers: vec![
+                    headers: tern_log::Headers::from(vec![
                         ("mqtt.topic".into(), b"cmd/7".to_vec().into()),
                         ("x".into(), Vec::new().into())
-                    ],
+                    ]),
                 },
                 Record {
                     timestamp_ms: 42,
                     key: None,
                     value: b"v2".to_vec().into(),
-                    headers: Vec::new()
+                    headers: tern_log::Headers::new()
                 },
             ],
             "{compression:?}"
@@ -113,7 +113,10 @@ fn stored_records_come_back_with_their_offsets_timestamps_and_headers() {
                 timestamp_ms: 1_000 + offset as i64,
                 key: None,
                 value: vec![offset as u8].into(),
-                headers: vec![("mqtt.topic".into(), b"a/b".to_vec().into())],
+                headers: tern_log::Headers::from(vec![(
+                    "mqtt.topic".into(),
+                    b"a/b".to_vec().into(),
+                )]),
             },
         })
         .collect();

@@ -13,13 +13,13 @@ fn sample() -> Vec<Record> {
             timestamp_ms: 1000,
             key: Some(Bytes::from_static(b"k")),
             value: Bytes::from_static(b"hi"),
-            headers: vec![("h".into(), b"x".to_vec().into())],
+            headers: crate::Headers::from(vec![("h".into(), b"x".to_vec().into())]),
         },
         Record {
             timestamp_ms: 999,
             key: None,
             value: Bytes::new(),
-            headers: Vec::new(),
+            headers: crate::Headers::new(),
         },
     ]
 }

@@ -37,7 +37,7 @@ fn write_sealed(dir: &Path, partition: u32, base: u64, config: &LogConfig) {
         timestamp_ms: 1,
         key: None,
         value: value(partition, base).into(),
-        headers: Vec::new(),
+        headers: crate::Headers::new(),
     };
     batch::encode_batch(base, generation, &[record], &mut bytes);
     let path = segment::log_path(dir, base);

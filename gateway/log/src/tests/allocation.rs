@@ -41,7 +41,7 @@ fn record(i: usize, len: usize) -> Record {
         timestamp_ms: i as i64,
         key: None,
         value: vec![b'x'; len].into(),
-        headers: Vec::new(),
+        headers: crate::Headers::new(),
     }
 }
 

@@ -34,9 +34,9 @@ pub fn record(producer: u64, seq: u64, ts: i64) -> Record {
             .into_bytes()
             .into(),
         headers: if seq % 2 == 0 {
-            vec![("h".into(), seq.to_le_bytes().to_vec().into())]
+            crate::Headers::from(vec![("h".into(), seq.to_le_bytes().to_vec().into())])
         } else {
-            Vec::new()
+            crate::Headers::new()
         },
     }
 }

@@ -396,7 +396,7 @@ fn a_large_commit_is_split_into_bounded_batches() {
                             timestamp_ms: 0,
                             key: None,
                             value: value.clone().into(),
-                            headers: Vec::new(),
+                            headers: crate::Headers::new(),
                         })
                         .collect();
                     log.append("t", 0, records).await
@@ -656,7 +656,7 @@ fn a_write_cut_short_by_a_full_disk_leaves_no_unacknowledged_batch_behind() {
         timestamp_ms: 0,
         key: None,
         value: vec![b'v'; 40_000 + seq as usize].into(),
-        headers: Vec::new(),
+        headers: crate::Headers::new(),
     };
     rt.block_on(async {
         let log = open(&fs, &config).await;

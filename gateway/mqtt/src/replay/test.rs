@@ -96,7 +96,7 @@ async fn log_with(records: &[i64]) -> MemoryLog {
         let record = Record {
             key: None,
             value: b"v".to_vec().into(),
-            headers: Vec::new(),
+            headers: tern_log::Headers::new(),
             timestamp_ms: *ts,
         };
         log.append("t", 0, vec![record]).await.expect("append");

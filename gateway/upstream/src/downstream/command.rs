@@ -102,7 +102,7 @@ pub fn edge_record(
         timestamp_ms: now_ms,
         key: Some(id.into_bytes().into()),
         value: record.value.clone().unwrap_or_default().into(),
-        headers,
+        headers: headers.into(),
     };
     (edge, verdict)
 }

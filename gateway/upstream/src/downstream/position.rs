@@ -39,7 +39,10 @@ pub fn position_record(topic: &str, next: &Positions, now_ms: i64) -> Record {
         timestamp_ms: now_ms,
         key: None,
         value: value.into(),
-        headers: vec![(H_POSITION.into(), topic.as_bytes().to_vec().into())],
+        headers: tern_log::Headers::from(vec![(
+            H_POSITION.into(),
+            topic.as_bytes().to_vec().into(),
+        )]),
     }
 }
 
@@ -144,7 +147,10 @@ mod tests {
             timestamp_ms: 1,
             key: None,
             value: vec![n].into(),
-            headers: vec![("mqtt.topic".into(), b"devices/1/cmd".to_vec().into())],
+            headers: tern_log::Headers::from(vec![(
+                "mqtt.topic".into(),
+                b"devices/1/cmd".to_vec().into(),
+            )]),
         }
     }
 

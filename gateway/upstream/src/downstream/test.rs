@@ -46,7 +46,10 @@ fn command(value: &str) -> Record {
         timestamp_ms: 1,
         key: None,
         value: value.as_bytes().to_vec().into(),
-        headers: vec![("mqtt.topic".into(), b"devices/1/cmd".to_vec().into())],
+        headers: tern_log::Headers::from(vec![(
+            "mqtt.topic".into(),
+            b"devices/1/cmd".to_vec().into(),
+        )]),
     }
 }
 

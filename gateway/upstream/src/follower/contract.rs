@@ -99,7 +99,7 @@ fn records(offsets: std::ops::Range<u64>) -> Vec<StoredRecord> {
             timestamp_ms: 0,
             key: Some(Bytes::from_static(b"device")),
             value: format!("reading {offset}").into_bytes().into(),
-            headers: Vec::new(),
+            headers: tern_log::Headers::new(),
         },
     };
     offsets.map(record).collect()

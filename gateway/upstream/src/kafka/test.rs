@@ -36,11 +36,11 @@ fn upstream_records_carry_edge_fields_and_tern_headers() {
             timestamp_ms: 1_700_000_000_123,
             key: Some(b"k".to_vec().into()),
             value: b"v".to_vec().into(),
-            headers: vec![
+            headers: tern_log::Headers::from(vec![
                 ("tern-offset".into(), b"spoofed".to_vec().into()),
                 ("tern-timestamp".into(), b"spoofed".to_vec().into()),
                 ("unit".into(), b"C".to_vec().into()),
-            ],
+            ]),
         },
     };
     let source = Provenance {
@@ -87,7 +87,7 @@ fn readings_can_be_forwarded_as_json_and_undecodable_values_stay_raw() {
             timestamp_ms: 1_700_000_000_000,
             key: None,
             value: value.into(),
-            headers: Vec::new(),
+            headers: tern_log::Headers::new(),
         },
     };
     let record = upstream_record(&edge(encoded), &source, ValueFormat::ReadingJson);
@@ -117,7 +117,7 @@ fn produced_bytes_count_key_value_every_header_and_framing() {
             timestamp_ms: 0,
             key: Some(b"key".to_vec().into()),
             value: vec![0; 100].into(),
-            headers: Vec::new(),
+            headers: tern_log::Headers::new(),
         },
     };
     let source = Provenance {

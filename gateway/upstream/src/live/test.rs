@@ -43,7 +43,7 @@ fn record(timestamp_ms: i64, headers: Vec<(HeaderName, HeaderValue)>) -> Record 
         timestamp_ms,
         key: None,
         value: vec![b'x'; 100].into(),
-        headers,
+        headers: headers.into(),
     }
 }
 
@@ -174,7 +174,7 @@ fn the_backlog_is_marked_historical_and_an_edge_record_cannot_forge_the_mark() {
                 r.record
                     .headers
                     .iter()
-                    .filter(|(n, _)| n == H_HISTORICAL)
+                    .filter(|(n, _)| *n == H_HISTORICAL)
                     .count()
             })
             .collect()

@@ -48,7 +48,7 @@ async fn append(log: &MemoryLog, count: u64) {
             timestamp_ms: 1_700_000_000_000,
             key: None,
             value: format!("{i:0100}").into_bytes().into(),
-            headers: Vec::new(),
+            headers: tern_log::Headers::new(),
         })
         .collect();
     log.append(TOPIC, 0, records).await.expect("append");

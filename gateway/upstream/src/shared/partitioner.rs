@@ -41,7 +41,7 @@ mod tests {
                 timestamp_ms: 0,
                 key: Some(b"dev-7".to_vec().into()),
                 value: Vec::new().into(),
-                headers: Vec::new(),
+                headers: tern_log::Headers::new(),
             },
         };
         let key = |choice, record: &StoredRecord| routing_key(choice, record, &source).into_owned();
