@@ -4,6 +4,7 @@
 //! serves both, so they share one verifier thread, one backoff table and one set of rules.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
@@ -81,6 +82,9 @@ pub struct Security {
     users: Option<Users>,
     /// Replaced whole by [`Security::set_acl`] (SIGHUP).
     acl: RwLock<Arc<Acl>>,
+    /// Whether `acl` has rules: without any, every check passes without taking the lock
+    /// (two checks per publish: issue #29).
+    active: AtomicBool,
 }
 
 impl Security {
@@ -90,10 +94,12 @@ impl Security {
         anonymous: Anonymous,
         acl: &[AclConfig],
     ) -> Result<Self, AuthError> {
+        let acl = Acl::new(acl.to_vec());
         Ok(Self {
             anonymous,
             users: password_file.map(Users::load).transpose()?,
-            acl: RwLock::new(Arc::new(Acl::new(acl.to_vec()))),
+            active: AtomicBool::new(acl.is_active()),
+            acl: RwLock::new(Arc::new(acl)),
         })
     }
 
@@ -108,20 +114,23 @@ impl Security {
 
     /// Replaces the ACL rules (a reload); checks already made stand.
     pub fn set_acl(&self, acl: &[AclConfig]) {
-        *self.acl.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Acl::new(acl.to_vec()));
-    }
-
-    fn acl(&self) -> Arc<Acl> {
-        Arc::clone(&self.acl.read().unwrap_or_else(|e| e.into_inner()))
+        let acl = Acl::new(acl.to_vec());
+        let mut current = self.acl.write().unwrap_or_else(|e| e.into_inner());
+        self.active.store(acl.is_active(), Ordering::Release);
+        *current = Arc::new(acl);
     }
 
     /// Whether the client may do `want` on `topic`.
     pub fn allows(&self, user: Option<&str>, client_id: &str, want: Want, topic: &str) -> bool {
-        self.acl().allows(Client { user, client_id }, want, topic)
+        if !self.acl_active() {
+            return true;
+        }
+        let acl = self.acl.read().unwrap_or_else(|e| e.into_inner());
+        acl.allows(Client { user, client_id }, want, topic)
     }
 
     /// Whether any ACL rule is configured (so deliveries need checking).
     pub fn acl_active(&self) -> bool {
-        self.acl().is_active()
+        self.active.load(Ordering::Acquire)
     }
 }

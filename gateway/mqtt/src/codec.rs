@@ -13,7 +13,7 @@
 //!
 //! It must never panic on any input bytes and never allocate more than the frame size limit.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use rumqttd::protocol::{self, Packet, Protocol};
 
 pub use rumqttd::protocol::{
@@ -59,21 +59,36 @@ impl From<protocol::Error> for CodecError {
 
 /// Length of the first complete frame in `buf`, `None` if more bytes are needed.
 pub fn frame_len(buf: &[u8], max: usize) -> Result<Option<usize>, CodecError> {
+    if let Some(&byte) = buf.get(1) {
+        if byte & 0x80 == 0 {
+            // A remaining length below 128 (a small publish, every ack): one byte.
+            return checked_total(buf, 2 + usize::from(byte), max);
+        }
+    }
+    frame_len_general(buf, max)
+}
+
+/// [`frame_len`] for any remaining length.
+fn frame_len_general(buf: &[u8], max: usize) -> Result<Option<usize>, CodecError> {
     let mut remaining: usize = 0;
     for (i, byte) in buf.iter().skip(1).take(4).enumerate() {
         remaining |= usize::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
-            let total = 1 + (i + 1) + remaining;
-            if total > max {
-                return Err(CodecError::TooLarge { size: total, max });
-            }
-            return Ok((buf.len() >= total).then_some(total));
+            return checked_total(buf, 1 + (i + 1) + remaining, max);
         }
     }
     if buf.len() >= 5 {
         return Err(malformed("remaining length longer than four bytes"));
     }
     Ok(None)
+}
+
+/// A frame of `total` bytes: too large beyond `max`, complete once `buf` holds it.
+fn checked_total(buf: &[u8], total: usize, max: usize) -> Result<Option<usize>, CodecError> {
+    if total > max {
+        return Err(CodecError::TooLarge { size: total, max });
+    }
+    Ok((buf.len() >= total).then_some(total))
 }
 
 /// The protocol version a CONNECT frame asks for.
@@ -305,16 +320,19 @@ impl PlainPublish {
         }))
     }
 
-    /// The publish, its topic and payload slices of `frame` (no copy).
-    fn take(self, frame: BytesMut) -> InPublish {
-        let frame = frame.freeze();
+    /// The publish, its topic and payload slices of `frame` (no copy). The frame becomes the
+    /// topic, so the buffer's count of references goes up once, for the payload.
+    fn take(self, mut frame: BytesMut) -> InPublish {
+        let payload = frame.split_off(self.payload_at.min(frame.len())).freeze();
+        frame.truncate(self.topic.end);
+        frame.advance(self.topic.start.min(frame.len()));
         InPublish {
             qos: self.qos,
             pkid: self.pkid,
             dup: self.dup,
             retain: self.retain,
-            topic: frame.slice(self.topic),
-            payload: frame.slice(self.payload_at..),
+            topic: frame.freeze(),
+            payload,
             properties: None,
         }
     }
@@ -466,6 +484,9 @@ fn ack_reason(version: Version, frame: &[u8]) -> Result<u8, CodecError> {
 }
 
 fn header_len(frame: &[u8]) -> Result<usize, CodecError> {
+    if frame.get(1).is_some_and(|byte| byte & 0x80 == 0) {
+        return Ok(2);
+    }
     frame
         .iter()
         .skip(1)
@@ -608,6 +629,23 @@ pub fn encode(version: Version, packet: Outgoing, out: &mut BytesMut) -> Result<
         }
         return Ok(());
     }
+    if let Outgoing::PubAck { pkid, reason } = packet {
+        if version == Version::V4 || reason == PubAckReason::Success {
+            // The acknowledgement of nearly every publish: four fixed bytes (MQTT 5 omits a
+            // success's reason code and properties), not worth rumqttd's writer (issue #29).
+            out.put_u32(0x4002_0000 | u32::from(pkid));
+            return Ok(());
+        }
+    }
+    encode_with_rumqttd(version, packet, out)
+}
+
+/// [`encode`] through rumqttd's writers.
+fn encode_with_rumqttd(
+    version: Version,
+    packet: Outgoing,
+    out: &mut BytesMut,
+) -> Result<(), CodecError> {
     let packet = to_rumqttd(version, packet);
     let result = match version {
         Version::V4 => protocol::v4::V4.write(packet, out),

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use super::broker::Broker;
 use super::codec::QoS;
-use super::message::{ByteString, Message};
+use super::message::{ByteString, Message, RecordHeaders};
 use super::state::StateError;
 use tern_log::{LogError, LogPort, Queued, Record};
 
@@ -143,44 +143,63 @@ struct Group {
 }
 
 /// Groups a batch per destination partition. A message that is not retained moves into its
-/// record (no copy of its topic and client id); a retained one is copied, its update follows.
+/// record (no copy of its payload); a retained one is cloned (shared), its update follows. The
+/// records' headers share one buffer, allocated here at its final size (issue #29).
 fn group<S: LogPort>(broker: &Broker<S>, batch: &mut [Pending]) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
+    let mut headers = RecordHeaders::for_batch(batch.iter().filter_map(|p| p.message.as_ref()));
     let routing = broker.routing();
     let len = batch.len();
     // The previous message's log topic and its partition count: a batch nearly always goes to
     // one log topic, and comparing its name costs less than hashing it (issue #29).
     let mut last: Option<(&str, u32)> = None;
+    // The group the previous message went to: (index, log topic, partition).
+    let mut previous: Option<(usize, &str, u32)> = None;
     for (i, pending) in batch.iter_mut().enumerate() {
         let Some(message) = &pending.message else {
             continue;
         };
-        let destination = routing.router.route(&message.topic, &message.client_id);
+        let destination = routing.router.route(&message.topic);
         let partitions = match last {
-            Some((topic, count)) if topic == destination.log_topic => count,
+            Some((topic, count)) if same(topic, destination.log_topic) => count,
             _ => {
                 let count = routing.partitions(destination.log_topic);
                 last = Some((destination.log_topic, count));
                 count
             }
         };
-        let partition = tern_partitioner::partition_for_key(&destination.key, partitions);
-        let key = Some(destination.key);
+        let key = destination
+            .key
+            .of(message.topic.as_bytes(), message.client_id.as_bytes());
+        let partition = tern_partitioner::partition_for_key(key, partitions);
         let record = if message.retain {
-            message.to_record(key)
+            let message = message.clone();
+            message.into_record_keyed(&destination.key, &mut headers)
         } else {
             let Some(message) = pending.message.take() else {
                 continue;
             };
-            message.into_record(key)
+            message.into_record_keyed(&destination.key, &mut headers)
         };
-        let found = groups
-            .iter_mut()
-            .find(|g| g.partition.1 == partition && g.partition.0 == destination.log_topic);
+        // Nearly always the previous message's group: its log topic is the same `&str` of the
+        // routing table, told at a glance.
+        let found = match previous {
+            Some((at, topic, p))
+                if p == partition && std::ptr::eq(topic, destination.log_topic) =>
+            {
+                groups.get_mut(at)
+            }
+            _ => groups
+                .iter_mut()
+                .find(|g| g.partition.1 == partition && g.partition.0 == destination.log_topic),
+        };
         match found {
             Some(group) => {
                 group.indices.push(i);
                 group.records.push(record);
+                previous = previous.filter(|(_, topic, p)| {
+                    *p == partition && std::ptr::eq(*topic, destination.log_topic)
+                });
             }
             None => {
                 // Most batches go to one partition: room for all of it up front.
@@ -192,11 +211,17 @@ fn group<S: LogPort>(broker: &Broker<S>, batch: &mut [Pending]) -> Vec<Group> {
                 group.indices.push(i);
                 group.records.push(record);
                 groups.push(group);
+                previous = Some((groups.len() - 1, destination.log_topic, partition));
             }
         }
     }
     groups
 }
+/// Whether two names are equal, at a glance when both are the routing table's.
+fn same(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
+}
+
 /// Retained updates and QoS 2 marks for what was stored (a retained publish not stored loses
 /// its early copy, `retained.rs`); a failure turns the outcome into `Failed` so no ack goes
 /// out.

@@ -3,11 +3,13 @@
 //! MQTT 5 properties become headers (names below, values as UTF-8 text or raw bytes). Both
 //! directions live here so they cannot drift apart. Pure; never touches storage.
 
-use bytes::Bytes;
+use std::ops::Range;
+
+use bytes::{Bytes, BytesMut};
 pub use bytestring::ByteString;
 
 use super::codec::{PublishProperties, QoS};
-use tern_log::{HeaderName, HeaderValue, Record};
+use tern_log::{HeaderBlock, HeaderName, HeaderValue, Headers, Record};
 
 pub const TOPIC: &str = "mqtt.topic";
 pub const QOS: &str = "mqtt.qos";
@@ -41,31 +43,69 @@ pub struct Message {
 impl Message {
     /// The record for the log, keyed by `key`.
     pub fn to_record(&self, key: Option<Bytes>) -> Record {
-        self.clone().into_record(key)
+        let mut headers = RecordHeaders::for_batch([self]);
+        self.to_record_in(key, &mut headers)
     }
 
-    /// The record for the log, keyed by `key`. Nothing is copied: the payload, topic and
-    /// client id are shared (an ingested message's lie in its PUBLISH frame), the fixed header
-    /// names and values are static, and the header list, sized for the properties up front, is
-    /// the one allocation (issues #16 and #29).
-    pub fn into_record(self, key: Option<Bytes>) -> Record {
-        let properties = self.properties.as_deref().map_or(0, property_headers);
-        let mut headers = Vec::with_capacity(4 + properties);
-        headers.extend([
-            (TOPIC.into(), self.topic.into_bytes()),
-            (QOS.into(), Bytes::from_static(qos_value(self.qos))),
-            (RETAIN.into(), Bytes::from_static(retain_value(self.retain))),
-            (CLIENT_ID.into(), self.client_id.into_bytes()),
-        ]);
-        if let Some(p) = &self.properties {
-            push_properties(&mut headers, p);
-        }
+    /// [`Message::to_record`] with the headers from `headers` (see
+    /// [`Message::into_record_in`]).
+    pub fn to_record_in(&self, key: Option<Bytes>, headers: &mut RecordHeaders) -> Record {
+        self.clone().into_record_in(key, headers)
+    }
+
+    /// The record for the log, keyed by `key`, its headers encoded by `headers` (the batch's)
+    /// when the message has no MQTT 5 properties (nearly every one). Nothing else is copied:
+    /// the payload is shared (an ingested message's lies in its PUBLISH frame). A batch's
+    /// records share one buffer for their headers: no allocation per record, and the writer
+    /// copies each record's headers in one piece (issues #16 and #29).
+    pub fn into_record_in(mut self, key: Option<Bytes>, headers: &mut RecordHeaders) -> Record {
+        let headers = self.record_headers(headers);
         Record {
             timestamp_ms: self.timestamp_ms,
             key,
             value: self.payload,
             headers,
         }
+    }
+
+    /// [`Message::into_record_in`] keyed by `key` of this message's topic or client id: the
+    /// record takes that buffer over instead of sharing it once more.
+    pub fn into_record_keyed(mut self, key: &Key, headers: &mut RecordHeaders) -> Record {
+        let headers = self.record_headers(headers);
+        Record {
+            timestamp_ms: self.timestamp_ms,
+            key: Some(key.take(self.topic.into_bytes(), self.client_id.into_bytes())),
+            value: self.payload,
+            headers,
+        }
+    }
+
+    /// The record's headers (the properties are taken).
+    fn record_headers(&mut self, headers: &mut RecordHeaders) -> Headers {
+        match self.properties.take() {
+            None => headers.encode(self),
+            // Shared, not copied, in a list sized for the properties up front.
+            Some(p) => {
+                let mut headers = Vec::with_capacity(4 + property_headers(&p));
+                headers.extend([
+                    (TOPIC.into(), self.topic.clone().into_bytes()),
+                    (QOS.into(), Bytes::from_static(qos_value(self.qos))),
+                    (RETAIN.into(), Bytes::from_static(retain_value(self.retain))),
+                    (CLIENT_ID.into(), self.client_id.clone().into_bytes()),
+                ]);
+                push_properties(&mut headers, &p);
+                headers.into()
+            }
+        }
+    }
+
+    /// The headers after the topic, which a connection's messages share.
+    fn shared_headers(&self) -> HeaderBlock {
+        HeaderBlock::new(&[
+            (QOS, qos_value(self.qos)),
+            (RETAIN, retain_value(self.retain)),
+            (CLIENT_ID, &self.client_id.as_bytes()[..]),
+        ])
     }
 
     /// The message a record holds; `None` for records not written by the MQTT server.
@@ -98,6 +138,118 @@ impl Message {
         let elapsed = u32::try_from((now_ms - self.timestamp_ms).max(0) / 1000).unwrap_or(u32::MAX);
         Some(interval.saturating_sub(elapsed))
     }
+}
+
+/// The part of a publish that keys its record: named, not copied or shared, so the record can
+/// take the message's own buffer over (issue #29).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    /// The whole MQTT topic.
+    Topic,
+    ClientId,
+    /// These bytes of the MQTT topic (one level).
+    TopicPart(Range<usize>),
+}
+
+impl Key {
+    /// The key's bytes in a publish on `topic` by `client_id`.
+    pub fn of<'m>(&self, topic: &'m [u8], client_id: &'m [u8]) -> &'m [u8] {
+        match self {
+            Self::Topic => topic,
+            Self::ClientId => client_id,
+            Self::TopicPart(part) => topic.get(part.clone()).unwrap_or(topic),
+        }
+    }
+
+    /// The key of a publish whose topic and client id are these buffers, taking one over.
+    pub fn take(&self, topic: Bytes, client_id: Bytes) -> Bytes {
+        match self {
+            Self::Topic => topic,
+            Self::ClientId => client_id,
+            Self::TopicPart(part) if topic.get(part.clone()).is_some() => topic.slice(part.clone()),
+            Self::TopicPart(_) => topic,
+        }
+    }
+}
+
+/// The headers of a batch's records, which come from one connection: one buffer for all of
+/// them, sized up front, and the headers after the topic (QoS, retain flag, client id) encoded
+/// once per combination, not per record (issue #29).
+#[derive(Debug)]
+pub struct RecordHeaders {
+    arena: BytesMut,
+    /// QoS, retain flag and client id, and their encoding (a batch has one or a few).
+    shared: Vec<(QoS, bool, ByteString, HeaderBlock)>,
+    /// The entry of `shared` the last message used.
+    last: usize,
+}
+
+impl RecordHeaders {
+    /// Ready for the records of `messages`, in one allocation.
+    pub fn for_batch<'a>(messages: impl IntoIterator<Item = &'a Message>) -> Self {
+        let mut headers = Self {
+            arena: BytesMut::new(),
+            shared: Vec::new(),
+            last: 0,
+        };
+        let mut size = 0;
+        for message in messages {
+            if message.properties.is_none() {
+                let topic: &[u8] = message.topic.as_bytes();
+                let topic = Headers::encoded_size(&[(TOPIC, topic)]);
+                size += topic + headers.shared(message).len();
+            }
+        }
+        headers.arena.reserve(size);
+        headers
+    }
+
+    /// The headers of `message`'s record: its topic, then the shared ones.
+    fn encode(&mut self, message: &Message) -> Headers {
+        let index = self.index(message);
+        let block = self.shared.get(index).map(|(_, _, _, block)| block);
+        let entries: [(&str, &[u8]); 1] = [(TOPIC, message.topic.as_bytes())];
+        Headers::encode_in_with(&mut self.arena, &entries, block.unwrap_or(&EMPTY))
+    }
+
+    fn shared(&mut self, message: &Message) -> &HeaderBlock {
+        let index = self.index(message);
+        self.shared
+            .get(index)
+            .map_or(&EMPTY, |(_, _, _, block)| block)
+    }
+
+    /// Where the shared headers of `message` are, encoded first if they are new.
+    fn index(&mut self, message: &Message) -> usize {
+        let fits = |(qos, retain, client_id, _): &(QoS, bool, ByteString, HeaderBlock)| {
+            *qos == message.qos && *retain == message.retain && same(client_id, &message.client_id)
+        };
+        // Nearly always the previous message's.
+        if self.shared.get(self.last).is_some_and(fits) {
+            return self.last;
+        }
+        let found = self.shared.iter().position(fits);
+        self.last = found.unwrap_or_else(|| {
+            let block = message.shared_headers();
+            let entry = (
+                message.qos,
+                message.retain,
+                message.client_id.clone(),
+                block,
+            );
+            self.shared.push(entry);
+            self.shared.len() - 1
+        });
+        self.last
+    }
+}
+
+static EMPTY: HeaderBlock = HeaderBlock::EMPTY;
+
+/// Whether two client ids are equal, at a glance when both are the connection's one copy.
+fn same(a: &ByteString, b: &ByteString) -> bool {
+    let (a, b): (&[u8], &[u8]) = (a.as_bytes(), b.as_bytes());
+    std::ptr::eq(a, b) || a == b
 }
 
 /// How many headers [`push_properties`] adds for `p`.
@@ -245,13 +397,55 @@ mod tests {
         assert!(!message(None).expired(i64::MAX));
     }
 
+    /// A batch's records share one buffer and the encoding of their QoS, retain flag and
+    /// client id; each still holds exactly its own message's headers, in order, whatever mix
+    /// the batch has (properties, other QoS and retain flags, another client id).
+    #[test]
+    fn a_batchs_records_hold_their_own_headers() {
+        let properties = PublishProperties {
+            content_type: Some("text/plain".to_owned()),
+            ..PublishProperties::default()
+        };
+        let mut batch = Vec::new();
+        for i in 0..24u8 {
+            let mut m = message((i % 7 == 3).then(|| properties.clone()));
+            m.topic = format!("site/{i}/temp").into();
+            m.qos = [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce][usize::from(i % 3)];
+            m.retain = i % 2 == 0;
+            if i % 5 == 4 {
+                m.client_id = format!("dev-{i}").into();
+            }
+            batch.push(m);
+        }
+        let mut headers = RecordHeaders::for_batch(&batch);
+        let records: Vec<Record> = batch
+            .iter()
+            .map(|m| m.to_record_in(None, &mut headers))
+            .collect();
+        assert_eq!(headers.arena.capacity(), 0, "sized for the batch up front");
+        for (m, record) in batch.iter().zip(&records) {
+            let alone = m.to_record(None);
+            assert_eq!(record, &alone);
+            assert_eq!(
+                record
+                    .headers
+                    .iter()
+                    .map(|(n, _)| n)
+                    .take(4)
+                    .collect::<Vec<_>>(),
+                [TOPIC, QOS, RETAIN, CLIENT_ID]
+            );
+            assert_eq!(Message::from_record(record).as_ref(), Some(m));
+        }
+    }
+
     #[test]
     fn foreign_records_are_not_messages() {
         let record = Record {
             timestamp_ms: 0,
             key: None,
             value: Bytes::new(),
-            headers: vec![],
+            headers: tern_log::Headers::new(),
         };
         assert_eq!(Message::from_record(&record), None);
     }

@@ -3,10 +3,8 @@
 //! partition comes from the key through the log's partitioner. Also names a log partition
 //! ([`PartitionId`]) for every module that reads one. Never touches storage.
 
-use bytes::Bytes;
-
 use super::config::{RouteConfig, RouteKey};
-use super::message::ByteString;
+pub use super::message::Key;
 use super::topic;
 
 /// A log partition: (log topic, partition).
@@ -16,8 +14,7 @@ pub type PartitionId = (String, u32);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Destination<'a> {
     pub log_topic: &'a str,
-    /// A slice of the message's topic or client id, sharing its buffer (no copy per record).
-    pub key: Bytes,
+    pub key: Key,
 }
 
 /// The compiled routing table.
@@ -46,7 +43,7 @@ impl Router {
     }
 
     /// The destination of a publish on `mqtt_topic` by `client_id`.
-    pub fn route(&self, mqtt_topic: &ByteString, client_id: &ByteString) -> Destination<'_> {
+    pub fn route(&self, mqtt_topic: &str) -> Destination<'_> {
         let rule = self
             .routes
             .iter()
@@ -56,16 +53,15 @@ impl Router {
             None => (self.default_topic.as_str(), RouteKey::MqttTopic),
         };
         let key = match key {
-            RouteKey::MqttTopic => mqtt_topic.clone(),
-            RouteKey::ClientId => client_id.clone(),
-            // `level` returns a slice of `mqtt_topic` itself, which `slice_ref` requires.
-            RouteKey::Level(n) => topic::level(mqtt_topic, n)
-                .map_or_else(|| mqtt_topic.clone(), |level| mqtt_topic.slice_ref(level)),
+            RouteKey::MqttTopic => Key::Topic,
+            RouteKey::ClientId => Key::ClientId,
+            // `level` returns a slice of `mqtt_topic` itself: its offset is its place there.
+            RouteKey::Level(n) => topic::level(mqtt_topic, n).map_or(Key::Topic, |level| {
+                let start = (level.as_ptr() as usize).saturating_sub(mqtt_topic.as_ptr() as usize);
+                Key::TopicPart(start..start + level.len())
+            }),
         };
-        Destination {
-            log_topic,
-            key: key.into_bytes(),
-        }
+        Destination { log_topic, key }
     }
 
     /// Every log topic a publish can land in (subscriptions read these), without duplicates.
@@ -112,6 +108,8 @@ fn overlaps(a: &str, b: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     fn route(filter: &str, topic: &str, key: RouteKey) -> RouteConfig {
@@ -136,19 +134,31 @@ mod tests {
     #[test]
     fn first_matching_route_wins_and_picks_the_key() {
         let router = router();
-        let d = router.route(&"site/dev-7/temp".into(), &"c1".into());
-        assert_eq!((d.log_topic, &d.key[..]), ("temperature", &b"dev-7"[..]));
-        let d = router.route(&"site/dev-7/hum".into(), &"c1".into());
-        assert_eq!((d.log_topic, &d.key[..]), ("site", &b"site/dev-7/hum"[..]));
-        let d = router.route(&"cmd/x".into(), &"c9".into());
-        assert_eq!((d.log_topic, &d.key[..]), ("commands", &b"c9"[..]));
+        let key = |topic: &str, client: &str| {
+            let d = router.route(topic);
+            let taken = d.key.take(
+                Bytes::from(topic.to_owned()),
+                Bytes::from(client.to_owned()),
+            );
+            assert_eq!(d.key.of(topic.as_bytes(), client.as_bytes()), &taken[..]);
+            (d.log_topic, taken)
+        };
+        assert_eq!(
+            key("site/dev-7/temp", "c1"),
+            ("temperature", Bytes::from("dev-7"))
+        );
+        assert_eq!(
+            key("site/dev-7/hum", "c1"),
+            ("site", Bytes::from("site/dev-7/hum"))
+        );
+        assert_eq!(key("cmd/x", "c9"), ("commands", Bytes::from("c9")));
     }
 
     #[test]
     fn unmatched_publishes_go_to_the_default_topic_keyed_by_topic() {
         let router = router();
-        let d = router.route(&"other/x".into(), &"c1".into());
-        assert_eq!((d.log_topic, &d.key[..]), ("mqtt", &b"other/x"[..]));
+        let d = router.route("other/x");
+        assert_eq!((d.log_topic, d.key), ("mqtt", Key::Topic));
     }
 
     #[test]
@@ -177,9 +187,6 @@ mod tests {
             router.log_topics_for("devices/7/cmd"),
             ["mqtt", "commands", "downstream"]
         );
-        assert_eq!(
-            router.route(&"downstream".into(), &"c1".into()).log_topic,
-            "mqtt"
-        );
+        assert_eq!(router.route("downstream").log_topic, "mqtt");
     }
 }

@@ -418,6 +418,38 @@ mod fuzz {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4000))]
 
+        /// The one-byte fast path measures frames as the general loop does.
+        #[test]
+        fn frames_are_measured_as_the_general_loop_measures_them(
+            bytes in proptest::collection::vec(any::<u8>(), 0..8),
+            max in 0usize..300,
+        ) {
+            prop_assert_eq!(
+                format!("{:?}", frame_len(&bytes, max)),
+                format!("{:?}", frame_len_general(&bytes, max))
+            );
+        }
+
+        /// A PUBACK is written as rumqttd writes it, byte for byte, by the fast path or not.
+        #[test]
+        fn pubacks_are_written_as_rumqttd_writes_them(
+            pkid in any::<u16>(),
+            v5 in any::<bool>(),
+            reason in prop::sample::select(vec![
+                PubAckReason::Success,
+                PubAckReason::NoMatchingSubscribers,
+                PubAckReason::UnspecifiedError,
+                PubAckReason::NotAuthorized,
+                PubAckReason::QuotaExceeded,
+            ]),
+        ) {
+            let version = if v5 { Version::V5 } else { Version::V4 };
+            let (mut fast, mut general) = (BytesMut::new(), BytesMut::new());
+            encode(version, Outgoing::PubAck { pkid, reason }, &mut fast).unwrap();
+            encode_with_rumqttd(version, Outgoing::PubAck { pkid, reason }, &mut general).unwrap();
+            prop_assert_eq!(fast, general);
+        }
+
         #[test]
         fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             for version in [Version::V4, Version::V5] {

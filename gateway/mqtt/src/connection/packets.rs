@@ -112,7 +112,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         self.deliver_more().await
     }
 
-    async fn publish(&mut self, publish: InPublish) -> Result<(), ConnError> {
+    async fn publish(&mut self, mut publish: InPublish) -> Result<(), ConnError> {
         if self.rate.take() {
             self.rate_limited();
         }
@@ -128,7 +128,8 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             let topic = known.ok_or_else(|| alias_error("unknown topic alias"))?;
             return self.publish_named(publish, topic);
         }
-        let name = match topic::shared_name(&publish.topic, &self.broker.limits) {
+        let topic = std::mem::take(&mut publish.topic);
+        let name = match topic::shared_name(topic, &self.broker.limits) {
             Ok(name) => name,
             Err(err) => {
                 MqttMetrics::inc(&self.broker.metrics.publishes_rejected);
