@@ -67,12 +67,7 @@ impl Headers {
     pub fn encoded_size(entries: &[(&str, &[u8])]) -> usize {
         entries
             .iter()
-            .map(|(name, value)| {
-                batch::uvarint_len(name.len() as u64)
-                    + name.len()
-                    + batch::uvarint_len(value.len() as u64)
-                    + value.len()
-            })
+            .map(|(name, value)| entry_len(name, value))
             .sum()
     }
 
@@ -150,15 +145,7 @@ impl Headers {
     /// Bytes of the headers' encoding in a batch, the count included.
     pub(crate) fn encoded_len(&self) -> usize {
         let entries = match &self.0 {
-            Repr::List(list) => list
-                .iter()
-                .map(|(n, v)| {
-                    batch::uvarint_len(n.len() as u64)
-                        + n.len()
-                        + batch::uvarint_len(v.len() as u64)
-                        + v.len()
-                })
-                .sum(),
+            Repr::List(list) => list.iter().map(|(n, v)| entry_len(n, v)).sum(),
             Repr::Encoded { bytes, .. } => bytes.len(),
         };
         batch::uvarint_len(self.len() as u64) + entries
@@ -177,6 +164,14 @@ impl Headers {
             Repr::Encoded { bytes, .. } => out.extend_from_slice(bytes),
         }
     }
+}
+
+/// Bytes of one header in the record encoding: its name and value, each after its length.
+fn entry_len(name: &str, value: &[u8]) -> usize {
+    batch::uvarint_len(name.len() as u64)
+        + name.len()
+        + batch::uvarint_len(value.len() as u64)
+        + value.len()
 }
 
 /// Whole headers encoded once, for [`Headers::encode_in_with`] to copy into many records.

@@ -187,33 +187,26 @@ fn group<S: LogPort>(broker: &Broker<S>, batch: &mut [Pending]) -> Vec<Group> {
             Some((at, topic, p))
                 if p == partition && std::ptr::eq(topic, destination.log_topic) =>
             {
-                groups.get_mut(at)
+                Some(at)
             }
             _ => groups
-                .iter_mut()
-                .find(|g| g.partition.1 == partition && g.partition.0 == destination.log_topic),
+                .iter()
+                .position(|g| g.partition.1 == partition && g.partition.0 == destination.log_topic),
         };
-        match found {
-            Some(group) => {
-                group.indices.push(i);
-                group.records.push(record);
-                previous = previous.filter(|(_, topic, p)| {
-                    *p == partition && std::ptr::eq(*topic, destination.log_topic)
-                });
-            }
-            None => {
-                // Most batches go to one partition: room for all of it up front.
-                let mut group = Group {
-                    partition: (destination.log_topic.to_owned(), partition),
-                    indices: Vec::with_capacity(len - i),
-                    records: Vec::with_capacity(len - i),
-                };
-                group.indices.push(i);
-                group.records.push(record);
-                groups.push(group);
-                previous = Some((groups.len() - 1, destination.log_topic, partition));
-            }
+        let at = found.unwrap_or_else(|| {
+            // Most batches go to one partition: room for all of it up front.
+            groups.push(Group {
+                partition: (destination.log_topic.to_owned(), partition),
+                indices: Vec::with_capacity(len - i),
+                records: Vec::with_capacity(len - i),
+            });
+            groups.len() - 1
+        });
+        if let Some(group) = groups.get_mut(at) {
+            group.indices.push(i);
+            group.records.push(record);
         }
+        previous = Some((at, destination.log_topic, partition));
     }
     groups
 }
