@@ -280,7 +280,13 @@ impl Partition {
                 }
             }
             replies.push((request.reply, tip.offset + records.len() as u64));
-            records.extend(request.records);
+            if records.is_empty() {
+                // Nearly always one request per stage: its records are taken, not moved one by
+                // one into a new vector (issue #29).
+                records = request.records;
+            } else {
+                records.extend(request.records);
+            }
             estimate += len;
         }
         if records.is_empty() {

@@ -64,6 +64,7 @@ impl Headers {
     }
 
     /// The bytes [`Headers::encode_in`] adds to its arena for `entries`.
+    #[inline]
     pub fn encoded_size(entries: &[(&str, &[u8])]) -> usize {
         entries
             .iter()
@@ -167,6 +168,7 @@ impl Headers {
 }
 
 /// Bytes of one header in the record encoding: its name and value, each after its length.
+#[inline]
 fn entry_len(name: &str, value: &[u8]) -> usize {
     batch::uvarint_len(name.len() as u64)
         + name.len()

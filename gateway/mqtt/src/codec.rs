@@ -58,6 +58,7 @@ impl From<protocol::Error> for CodecError {
 }
 
 /// Length of the first complete frame in `buf`, `None` if more bytes are needed.
+#[inline]
 pub fn frame_len(buf: &[u8], max: usize) -> Result<Option<usize>, CodecError> {
     if let Some(&byte) = buf.get(1) {
         if byte & 0x80 == 0 {
@@ -66,6 +67,19 @@ pub fn frame_len(buf: &[u8], max: usize) -> Result<Option<usize>, CodecError> {
         }
     }
     frame_len_general(buf, max)
+}
+
+/// The length of the fixed header of `frame` if `frame` is exactly one frame, its remaining
+/// length read once (the one-byte form directly); `None` otherwise.
+#[inline]
+fn exact_header_len(frame: &[u8]) -> Option<usize> {
+    match frame.get(1) {
+        Some(&byte) if byte & 0x80 == 0 => (frame.len() == 2 + usize::from(byte)).then_some(2),
+        _ => match frame_len_general(frame, usize::MAX) {
+            Ok(Some(len)) if len == frame.len() => header_len(frame).ok(),
+            _ => None,
+        },
+    }
 }
 
 /// [`frame_len`] for any remaining length.
@@ -84,6 +98,7 @@ fn frame_len_general(buf: &[u8], max: usize) -> Result<Option<usize>, CodecError
 }
 
 /// A frame of `total` bytes: too large beyond `max`, complete once `buf` holds it.
+#[inline]
 fn checked_total(buf: &[u8], total: usize, max: usize) -> Result<Option<usize>, CodecError> {
     if total > max {
         return Err(CodecError::TooLarge { size: total, max });
@@ -277,10 +292,9 @@ impl PlainPublish {
     /// frame (what [`frame_len`] cuts always is): the general path tells what is wrong.
     fn of(version: Version, frame: &[u8]) -> Result<Option<Self>, CodecError> {
         let byte1 = *frame.first().ok_or_else(|| malformed("empty frame"))?;
-        if !matches!(frame_len(frame, usize::MAX), Ok(Some(len)) if len == frame.len()) {
+        let Some(header) = exact_header_len(frame) else {
             return Ok(None);
-        }
-        let header = header_len(frame)?;
+        };
         let qos = protocol::qos((byte1 >> 1) & 0b11).ok_or_else(|| malformed("QoS 3"))?;
         let dup = byte1 & 0b1000 != 0;
         if qos == QoS::AtMostOnce && dup {
@@ -483,6 +497,7 @@ fn ack_reason(version: Version, frame: &[u8]) -> Result<u8, CodecError> {
     Ok(frame.get(header + 2).copied().unwrap_or(0))
 }
 
+#[inline]
 fn header_len(frame: &[u8]) -> Result<usize, CodecError> {
     if frame.get(1).is_some_and(|byte| byte & 0x80 == 0) {
         return Ok(2);
@@ -496,6 +511,7 @@ fn header_len(frame: &[u8]) -> Result<usize, CodecError> {
         .ok_or_else(|| malformed("bad remaining length"))
 }
 
+#[inline]
 fn read_u16(frame: &[u8], at: usize) -> Result<u16, CodecError> {
     match frame.get(at..at + 2) {
         Some([hi, lo]) => Ok(u16::from(*hi) << 8 | u16::from(*lo)),
@@ -503,6 +519,7 @@ fn read_u16(frame: &[u8], at: usize) -> Result<u16, CodecError> {
     }
 }
 
+#[cold]
 fn malformed(reason: &str) -> CodecError {
     CodecError::Malformed {
         reason: reason.to_owned(),
@@ -631,13 +648,19 @@ pub fn encode(version: Version, packet: Outgoing, out: &mut BytesMut) -> Result<
     }
     if let Outgoing::PubAck { pkid, reason } = packet {
         if version == Version::V4 || reason == PubAckReason::Success {
-            // The acknowledgement of nearly every publish: four fixed bytes (MQTT 5 omits a
-            // success's reason code and properties), not worth rumqttd's writer (issue #29).
-            out.put_u32(0x4002_0000 | u32::from(pkid));
+            put_puback(pkid, out);
             return Ok(());
         }
     }
     encode_with_rumqttd(version, packet, out)
+}
+
+/// The acknowledgement of nearly every publish, a successful PUBACK in either version: four
+/// fixed bytes (MQTT 5 omits a success's reason code and properties), not worth rumqttd's
+/// writer nor an [`Outgoing`] moved into [`encode`] (issue #29).
+#[inline]
+pub fn put_puback(pkid: u16, out: &mut BytesMut) {
+    out.put_u32(0x4002_0000 | u32::from(pkid));
 }
 
 /// [`encode`] through rumqttd's writers.

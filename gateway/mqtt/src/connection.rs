@@ -416,18 +416,28 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         publishes: &mut u64,
     ) -> Result<Flow, ConnError> {
         let max = self.broker.config.max_packet_size.0 as usize;
-        if codec::frame_len(inbuf, max)?.is_some() {
+        let mut next = codec::frame_len(inbuf, max)?;
+        if next.is_some() {
             self.last_packet = Instant::now();
             self.received_ms = message::now_ms();
         }
-        while let Some(len) = codec::frame_len(inbuf, max)? {
+        while let Some(len) = next {
             let frame = inbuf.split_to(len);
-            let packet = codec::decode_frame(self.version, frame)?;
-            *publishes += u64::from(matches!(packet, codec::Incoming::Publish(_)));
-            let flow = self.handle(packet).await?;
-            if flow != Flow::Continue {
-                return Ok(flow);
+            // A PUBLISH is queued without waiting on anything: handled here, without building
+            // `handle`'s future for it (the per-publish instruction count, issue #29).
+            match codec::decode_frame(self.version, frame)? {
+                codec::Incoming::Publish(publish) => {
+                    *publishes += 1;
+                    self.publish(publish)?;
+                }
+                packet => {
+                    let flow = self.handle(packet).await?;
+                    if flow != Flow::Continue {
+                        return Ok(flow);
+                    }
+                }
             }
+            next = codec::frame_len(inbuf, max)?;
         }
         Ok(Flow::Continue)
     }

@@ -195,9 +195,17 @@ impl RecordHeaders {
         let mut size = 0;
         for message in messages {
             if message.properties.is_none() {
+                // The shared headers' size, told from the message without encoding them (the
+                // values of QoS and retain flag are one byte each).
+                let id: &[u8] = message.client_id.as_bytes();
                 let topic: &[u8] = message.topic.as_bytes();
-                let topic = Headers::encoded_size(&[(TOPIC, topic)]);
-                size += topic + headers.shared(message).len();
+                let entries: [(&str, &[u8]); 4] = [
+                    (TOPIC, topic),
+                    (QOS, b"0".as_slice()),
+                    (RETAIN, b"0"),
+                    (CLIENT_ID, id),
+                ];
+                size += Headers::encoded_size(&entries);
             }
         }
         headers.arena.reserve(size);
@@ -212,22 +220,28 @@ impl RecordHeaders {
         Headers::encode_in_with(&mut self.arena, &entries, block.unwrap_or(&EMPTY))
     }
 
-    fn shared(&mut self, message: &Message) -> &HeaderBlock {
-        let index = self.index(message);
-        self.shared
-            .get(index)
-            .map_or(&EMPTY, |(_, _, _, block)| block)
+    /// Where the shared headers of `message` are: nearly always the previous message's.
+    #[inline]
+    fn index(&mut self, message: &Message) -> usize {
+        match self.shared.get(self.last) {
+            Some((qos, retain, client_id, _))
+                if *qos == message.qos
+                    && *retain == message.retain
+                    && same(client_id, &message.client_id) =>
+            {
+                self.last
+            }
+            _ => self.search(message),
+        }
     }
 
-    /// Where the shared headers of `message` are, encoded first if they are new.
-    fn index(&mut self, message: &Message) -> usize {
+    /// [`RecordHeaders::index`] of a message unlike the previous one: found, or encoded and
+    /// added.
+    #[inline(never)]
+    fn search(&mut self, message: &Message) -> usize {
         let fits = |(qos, retain, client_id, _): &(QoS, bool, ByteString, HeaderBlock)| {
             *qos == message.qos && *retain == message.retain && same(client_id, &message.client_id)
         };
-        // Nearly always the previous message's.
-        if self.shared.get(self.last).is_some_and(fits) {
-            return self.last;
-        }
         let found = self.shared.iter().position(fits);
         self.last = found.unwrap_or_else(|| {
             let block = message.shared_headers();

@@ -58,8 +58,15 @@ pub fn validate_name<'a>(raw: &'a [u8], limits: &TopicLimits) -> Result<&'a str,
 /// count, issue #29).
 pub fn shared_name(raw: Bytes, limits: &TopicLimits) -> Result<ByteString, TopicError> {
     length(&raw, limits)?;
-    let name = ByteString::try_from(raw).map_err(|_| TopicError::NotUtf8)?;
-    if scanned(name.as_bytes(), limits)?.wildcard {
+    let scan = Scan::of(&raw);
+    let name = if scan.ascii {
+        // SAFETY: every byte is below 0x80 (the scan looked at each one), and ASCII is UTF-8.
+        // The general check walks a short topic a byte at a time (issue #29).
+        unsafe { ByteString::from_bytes_unchecked(raw) }
+    } else {
+        ByteString::try_from(raw).map_err(|_| TopicError::NotUtf8)?
+    };
+    if checked(scan, limits)?.wildcard {
         return Err(TopicError::WildcardInName);
     }
     Ok(name)
@@ -109,7 +116,11 @@ fn length(raw: &[u8], limits: &TopicLimits) -> Result<(), TopicError> {
 
 /// The checks of [`common`] after the UTF-8 one: no NUL, not too many levels.
 fn scanned(raw: &[u8], limits: &TopicLimits) -> Result<Scan, TopicError> {
-    let scan = Scan::of(raw);
+    checked(Scan::of(raw), limits)
+}
+
+/// The checks of [`scanned`] on a scan made already.
+fn checked(scan: Scan, limits: &TopicLimits) -> Result<Scan, TopicError> {
     if scan.nul {
         return Err(TopicError::Nul);
     }
@@ -127,11 +138,13 @@ fn scanned(raw: &[u8], limits: &TopicLimits) -> Result<Scan, TopicError> {
 /// of a multi-byte UTF-8 character is ASCII, so bytes stand for characters (one pass instead of
 /// a search per character: the per-publish instruction count, issue #29). Eight bytes are
 /// looked at at a time, as one word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Scan {
     nul: bool,
     wildcard: bool,
     slashes: usize,
+    /// Every byte below 0x80: the bytes are UTF-8 without checking further.
+    ascii: bool,
 }
 
 impl Scan {
@@ -139,15 +152,23 @@ impl Scan {
         const fn splat(byte: u8) -> u64 {
             u64::from_le_bytes([byte; 8])
         }
-        let mut scan = Self::default();
+        let mut scan = Self {
+            nul: false,
+            wildcard: false,
+            slashes: 0,
+            ascii: true,
+        };
+        let mut high = 0;
         let mut words = raw.chunks_exact(8);
         for word in &mut words {
             let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+            high |= word;
             scan.nul |= zero_bytes(word) != 0;
             scan.wildcard |= zero_bytes(word ^ splat(b'+')) | zero_bytes(word ^ splat(b'#')) != 0;
             scan.slashes += zero_bytes(word ^ splat(b'/')).count_ones() as usize;
         }
         for &byte in words.remainder() {
+            high |= u64::from(byte);
             match byte {
                 0 => scan.nul = true,
                 b'/' => scan.slashes += 1,
@@ -155,6 +176,7 @@ impl Scan {
                 _ => {}
             }
         }
+        scan.ascii = high & splat(0x80) == 0;
         scan
     }
 }

@@ -94,14 +94,14 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         }
         match ack {
             Reply::None => Ok(()),
-            Reply::PubAck(pkid) => {
-                let reason = if quota_exceeded {
-                    codec::PubAckReason::QuotaExceeded
-                } else {
-                    codec::PubAckReason::Success
-                };
-                self.send(Outgoing::PubAck { pkid, reason })
+            Reply::PubAck(pkid) if !quota_exceeded => {
+                codec::put_puback(pkid, &mut self.out);
+                Ok(())
             }
+            Reply::PubAck(pkid) => self.send(Outgoing::PubAck {
+                pkid,
+                reason: codec::PubAckReason::QuotaExceeded,
+            }),
             Reply::PubRec(pkid) => {
                 let reason = if quota_exceeded {
                     codec::PubRecReason::QuotaExceeded

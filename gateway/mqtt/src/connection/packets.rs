@@ -36,7 +36,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         }
         match packet {
             In::Connect(_) => return Err(protocol("second CONNECT")),
-            In::Publish(publish) => self.publish(publish).await?,
+            In::Publish(publish) => self.publish(publish)?,
             In::PubAck { pkid } => {
                 if let Some(done) = self.session.acknowledged(pkid) {
                     self.note_outcome(done.source, Kind::Delivered, QoS::AtLeastOnce);
@@ -112,7 +112,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
         self.deliver_more().await
     }
 
-    async fn publish(&mut self, mut publish: InPublish) -> Result<(), ConnError> {
+    pub(super) fn publish(&mut self, mut publish: InPublish) -> Result<(), ConnError> {
         if self.rate.take() {
             self.rate_limited();
         }
