@@ -5,7 +5,7 @@
 #   scripts/cross.sh [--symbols] [aarch64|armv7]...     (default: both)
 #
 # --symbols also builds each target's unstripped twin of the release binary (profile
-# `release-symbols`: the same code with its symbols and line tables) for
+# `release-symbols`: the same build with its symbol table, the same symbol names) for
 # `tern-bench icount --symbols`, into $CARGO_TARGET_DIR/cross/<triple>/release-symbols/tern.
 #
 # rustup cannot download extra targets on every machine, so this uses the distro toolchain

@@ -11,8 +11,9 @@ packages=(
   rust-web-clippy
   gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross
   qemu-user
-  # Firmware: lld links thumbv7m binaries; qemu-system-arm runs them (and, with
-  # qemu-system-aarch64 from the same package, the system-QEMU gateways).
+  # lld links the firmware's thumbv7m binaries and the gateway's ARM release binaries (in the
+  # order of gateway/tern/link-order/, gateway/tern/build.rs); qemu-system-arm runs the firmware
+  # (and, with qemu-system-aarch64 from the same package, the system-QEMU gateways).
   lld qemu-system-arm
   # The system-QEMU gateway's initramfs (scripts/system-image.sh): depmod for the kernel's
   # modules.dep, cpio for the archive; debugfs and e2fsck (e2fsprogs, below) read the SD card.

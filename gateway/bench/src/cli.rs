@@ -774,6 +774,12 @@ pub struct IcountArgs {
     /// kept (`scripts/cross.sh --symbols`).
     #[arg(long, value_name = "N")]
     pub symbols: Option<usize>,
+    /// With --symbols: also write, per architecture, the functions tern executed in its
+    /// publish runs (start, connections, publishes, shutdown), most executed first, as the
+    /// linker's symbol ordering file `DIR/<arch>.txt` (`gateway/tern/link-order/`, read by
+    /// `gateway/tern/build.rs`: the code a running gateway touches lies together).
+    #[arg(long, value_name = "DIR", requires = "symbols")]
+    pub link_order: Option<PathBuf>,
     /// What to count: `publish` (instructions per durable QoS 1 message, tern and the peers),
     /// `consume` (tern's per record a host kcat reads from its Kafka listener), `forward`
     /// (tern's per record its forwarder sends to --kafka), `idle` (each broker's memory with
@@ -822,6 +828,7 @@ impl IcountArgs {
             peers_dir: peers,
             self_test_only: self.self_test,
             symbols: self.symbols,
+            link_order: self.link_order.clone(),
             measures: match self.measure.is_empty() {
                 true => vec![Measure::Publish],
                 false => self.measure.clone(),

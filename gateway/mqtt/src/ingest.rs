@@ -42,7 +42,8 @@ pub enum Reply {
 pub struct Pending {
     /// `None` for a re-sent QoS 2 publish that is already stored: only the ack is repeated.
     /// Once grouped for the log, only a retained message stays (its update follows the
-    /// append); the others moved into their records.
+    /// append); the others moved into their records. Only a retained message carries its
+    /// client id: the batch's (`ingest`'s `client_id`) is the one its record gets.
     pub message: Option<Message>,
     pub ack: Reply,
     /// Whether a QoS 2 packet id must be recorded durably (persistent sessions).
@@ -83,7 +84,7 @@ pub fn ingest<S: LogPort>(
     let (settled_tx, settled) = oneshot::channel();
     let work = async move {
         let mut batch = batch;
-        let groups = group(&broker, &mut batch);
+        let groups = group(&broker, &client_id, &mut batch);
         let (previous_queued, previous_settled) = match previous {
             Some(turn) => (Some(turn.queued), Some(turn.settled)),
             None => (None, None),
@@ -145,9 +146,14 @@ struct Group {
 /// Groups a batch per destination partition. A message that is not retained moves into its
 /// record (no copy of its payload); a retained one is cloned (shared), its update follows. The
 /// records' headers share one buffer, allocated here at its final size (issue #29).
-fn group<S: LogPort>(broker: &Broker<S>, batch: &mut [Pending]) -> Vec<Group> {
+fn group<S: LogPort>(
+    broker: &Broker<S>,
+    client_id: &ByteString,
+    batch: &mut [Pending],
+) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
-    let mut headers = RecordHeaders::for_batch(batch.iter().filter_map(|p| p.message.as_ref()));
+    let messages = batch.iter().filter_map(|p| p.message.as_ref());
+    let mut headers = RecordHeaders::for_client(client_id, messages);
     let routing = broker.routing();
     let len = batch.len();
     // The previous message's log topic and its partition count: a batch nearly always goes to
@@ -170,7 +176,7 @@ fn group<S: LogPort>(broker: &Broker<S>, batch: &mut [Pending]) -> Vec<Group> {
         };
         let key = destination
             .key
-            .of(message.topic.as_bytes(), message.client_id.as_bytes());
+            .of(message.topic.as_bytes(), client_id.as_bytes());
         let partition = tern_partitioner::partition_for_key(key, partitions);
         let record = if message.retain {
             let message = message.clone();

@@ -71,12 +71,14 @@ impl Message {
     /// [`Message::into_record_in`] keyed by `key` of this message's topic or client id: the
     /// record takes that buffer over instead of sharing it once more.
     pub fn into_record_keyed(mut self, key: &Key, headers: &mut RecordHeaders) -> Record {
-        let headers = self.record_headers(headers);
+        let encoded = self.record_headers(headers);
+        let own = &self.client_id;
+        let client_id = || headers.client.as_ref().unwrap_or(own).clone().into_bytes();
         Record {
             timestamp_ms: self.timestamp_ms,
-            key: Some(key.take(self.topic.into_bytes(), self.client_id.into_bytes())),
+            key: Some(key.take(self.topic.into_bytes(), client_id)),
             value: self.payload,
-            headers,
+            headers: encoded,
         }
     }
 
@@ -86,25 +88,27 @@ impl Message {
             None => headers.encode(self),
             // Shared, not copied, in a list sized for the properties up front.
             Some(p) => {
-                let mut headers = Vec::with_capacity(4 + property_headers(&p));
-                headers.extend([
+                let client_id = headers.client_id(self).clone().into_bytes();
+                let mut list = Vec::with_capacity(4 + property_headers(&p));
+                list.extend([
                     (TOPIC.into(), self.topic.clone().into_bytes()),
                     (QOS.into(), Bytes::from_static(qos_value(self.qos))),
                     (RETAIN.into(), Bytes::from_static(retain_value(self.retain))),
-                    (CLIENT_ID.into(), self.client_id.clone().into_bytes()),
+                    (CLIENT_ID.into(), client_id),
                 ]);
-                push_properties(&mut headers, &p);
-                headers.into()
+                push_properties(&mut list, &p);
+                list.into()
             }
         }
     }
 
-    /// The headers after the topic, which a connection's messages share.
-    fn shared_headers(&self) -> HeaderBlock {
+    /// The headers after the topic, which a connection's messages share, for publisher
+    /// `client_id`.
+    fn shared_headers(&self, client_id: &ByteString) -> HeaderBlock {
         HeaderBlock::new(&[
             (QOS, qos_value(self.qos)),
             (RETAIN, retain_value(self.retain)),
-            (CLIENT_ID, &self.client_id.as_bytes()[..]),
+            (CLIENT_ID, &client_id.as_bytes()[..]),
         ])
     }
 
@@ -161,11 +165,12 @@ impl Key {
         }
     }
 
-    /// The key of a publish whose topic and client id are these buffers, taking one over.
-    pub fn take(&self, topic: Bytes, client_id: Bytes) -> Bytes {
+    /// The key of a publish whose topic is this buffer (taken over) and whose client id
+    /// `client_id` gives (asked only for a key by client id).
+    pub fn take(&self, topic: Bytes, client_id: impl FnOnce() -> Bytes) -> Bytes {
         match self {
             Self::Topic => topic,
-            Self::ClientId => client_id,
+            Self::ClientId => client_id(),
             Self::TopicPart(part) if topic.get(part.clone()).is_some() => topic.slice(part.clone()),
             Self::TopicPart(_) => topic,
         }
@@ -178,6 +183,9 @@ impl Key {
 #[derive(Debug)]
 pub struct RecordHeaders {
     arena: BytesMut,
+    /// The publisher of every message of the batch, if one connection sent them all
+    /// ([`RecordHeaders::for_client`]); otherwise each message's own client id counts.
+    client: Option<ByteString>,
     /// QoS, retain flag and client id, and their encoding (a batch has one or a few).
     shared: Vec<(QoS, bool, ByteString, HeaderBlock)>,
     /// The entry of `shared` the last message used.
@@ -185,10 +193,28 @@ pub struct RecordHeaders {
 }
 
 impl RecordHeaders {
-    /// Ready for the records of `messages`, in one allocation.
+    /// Ready for the records of `messages`, in one allocation, each with its own client id.
     pub fn for_batch<'a>(messages: impl IntoIterator<Item = &'a Message>) -> Self {
+        Self::sized(None, messages)
+    }
+
+    /// [`RecordHeaders::for_batch`] of messages that connection `client_id` published: their
+    /// records carry that client id, whatever the messages' own (a connection's queued publish
+    /// carries none, only a shared count less per message: issue #29).
+    pub fn for_client<'a>(
+        client_id: &ByteString,
+        messages: impl IntoIterator<Item = &'a Message>,
+    ) -> Self {
+        Self::sized(Some(client_id.clone()), messages)
+    }
+
+    fn sized<'a>(
+        client: Option<ByteString>,
+        messages: impl IntoIterator<Item = &'a Message>,
+    ) -> Self {
         let mut headers = Self {
             arena: BytesMut::new(),
+            client,
             shared: Vec::new(),
             last: 0,
         };
@@ -197,7 +223,7 @@ impl RecordHeaders {
             if message.properties.is_none() {
                 // The shared headers' size, told from the message without encoding them (the
                 // values of QoS and retain flag are one byte each).
-                let id: &[u8] = message.client_id.as_bytes();
+                let id: &[u8] = headers.client_id(message).as_bytes();
                 let topic: &[u8] = message.topic.as_bytes();
                 let entries: [(&str, &[u8]); 4] = [
                     (TOPIC, topic),
@@ -220,14 +246,18 @@ impl RecordHeaders {
         Headers::encode_in_with(&mut self.arena, &entries, block.unwrap_or(&EMPTY))
     }
 
+    /// The client id the record of `message` carries.
+    pub fn client_id<'m>(&'m self, message: &'m Message) -> &'m ByteString {
+        self.client.as_ref().unwrap_or(&message.client_id)
+    }
+
     /// Where the shared headers of `message` are: nearly always the previous message's.
     #[inline]
     fn index(&mut self, message: &Message) -> usize {
+        let id = self.client.as_ref().unwrap_or(&message.client_id);
         match self.shared.get(self.last) {
             Some((qos, retain, client_id, _))
-                if *qos == message.qos
-                    && *retain == message.retain
-                    && same(client_id, &message.client_id) =>
+                if *qos == message.qos && *retain == message.retain && same(client_id, id) =>
             {
                 self.last
             }
@@ -239,18 +269,14 @@ impl RecordHeaders {
     /// added.
     #[inline(never)]
     fn search(&mut self, message: &Message) -> usize {
+        let id = self.client.as_ref().unwrap_or(&message.client_id);
         let fits = |(qos, retain, client_id, _): &(QoS, bool, ByteString, HeaderBlock)| {
-            *qos == message.qos && *retain == message.retain && same(client_id, &message.client_id)
+            *qos == message.qos && *retain == message.retain && same(client_id, id)
         };
         let found = self.shared.iter().position(fits);
         self.last = found.unwrap_or_else(|| {
-            let block = message.shared_headers();
-            let entry = (
-                message.qos,
-                message.retain,
-                message.client_id.clone(),
-                block,
-            );
+            let block = message.shared_headers(id);
+            let entry = (message.qos, message.retain, id.clone(), block);
             self.shared.push(entry);
             self.shared.len() - 1
         });
@@ -450,6 +476,40 @@ mod tests {
                 [TOPIC, QOS, RETAIN, CLIENT_ID]
             );
             assert_eq!(Message::from_record(record).as_ref(), Some(m));
+        }
+    }
+
+    /// A connection's queued publishes carry no client id: the batch's publisher is written
+    /// into every record, as if each message carried it, whatever the key.
+    #[test]
+    fn a_connections_records_carry_the_batchs_client_id() {
+        let properties = PublishProperties {
+            content_type: Some("text/plain".to_owned()),
+            ..PublishProperties::default()
+        };
+        let client_id = ByteString::from("dev-7");
+        let mut queued = Vec::new();
+        for i in 0..6u8 {
+            let mut m = message((i == 4).then(|| properties.clone()));
+            m.topic = format!("site/{i}/temp").into();
+            m.retain = i % 3 == 0;
+            m.client_id = ByteString::new();
+            queued.push(m);
+        }
+        for key in [Key::Topic, Key::ClientId, Key::TopicPart(5..6)] {
+            let mut headers = RecordHeaders::for_client(&client_id, &queued);
+            for m in &queued {
+                let record = m.clone().into_record_keyed(&key, &mut headers);
+                let mut carrying = m.clone();
+                carrying.client_id = client_id.clone();
+                let expected_key = key.of(carrying.topic.as_bytes(), client_id.as_bytes());
+                assert_eq!(
+                    record,
+                    carrying.to_record(Some(Bytes::copy_from_slice(expected_key)))
+                );
+                assert_eq!(Message::from_record(&record), Some(carrying));
+            }
+            assert_eq!(headers.arena.capacity(), 0, "sized for the batch up front");
         }
     }
 

@@ -136,10 +136,9 @@ mod tests {
         let router = router();
         let key = |topic: &str, client: &str| {
             let d = router.route(topic);
-            let taken = d.key.take(
-                Bytes::from(topic.to_owned()),
-                Bytes::from(client.to_owned()),
-            );
+            let taken = d.key.take(Bytes::from(topic.to_owned()), || {
+                Bytes::from(client.to_owned())
+            });
             assert_eq!(d.key.of(topic.as_bytes(), client.as_bytes()), &taken[..]);
             (d.log_topic, taken)
         };

@@ -138,6 +138,8 @@ pub struct IcountOptions {
     /// Attribute each broker's instructions per message to functions and keep this many
     /// (`--symbols N`); tern then runs as its unstripped twin (`release-symbols`, same code).
     pub symbols: Option<usize>,
+    /// Where to write tern's symbol ordering files (`--link-order`, with `symbols`).
+    pub link_order: Option<PathBuf>,
     /// What to count (`--measure`).
     pub measures: Vec<Measure>,
     /// Records of the short consume and forward runs' backlog (the long one holds twice as many).
@@ -354,6 +356,18 @@ impl Runs<'_> {
         if let (Some(top), Some(short), Some(long)) =
             (self.options.symbols, short_blocks, long_blocks)
         {
+            if let (Some(dir), "tern") = (&self.options.link_order, broker) {
+                let exe = symbols::unstripped(&self.options.cross_dir, self.arch);
+                let order = symbols::executed(self.arch, &exe, &[&short, &long])?;
+                let path = dir.join(format!("{}.txt", self.arch.name()));
+                let text: String = order.iter().map(|name| format!("{name}\n")).collect();
+                std::fs::write(&path, text).map_err(|source| BenchError::File {
+                    op: "writing the link order",
+                    path: path.clone(),
+                    source,
+                })?;
+                eprintln!("{}: {} functions", path.display(), order.len());
+            }
             let mut shares = symbols::per_message(self.arch, &short, &long, messages)?;
             shares.truncate(top);
             count.functions = shares;

@@ -97,6 +97,33 @@ pub fn per_message(
     Ok(shares)
 }
 
+/// The functions of `exe` that ran in any of `runs`, by their symbol names (mangled, as the
+/// linker knows them), most instructions first: a symbol ordering file for `ld.lld`. Names
+/// the runs never reached are left out.
+pub fn executed(arch: Arch, exe: &Path, runs: &[&Blocks]) -> Result<Vec<String>, BenchError> {
+    let symbols = Symbols::load_named(arch, exe, false)?;
+    let same = |file: &str| {
+        let file = Path::new(file);
+        file == exe || file.canonicalize().ok() == exe.canonicalize().ok()
+    };
+    Ok(order(&symbols, same, runs))
+}
+
+/// [`executed`] with the symbols loaded and `same` telling the file's name in the runs.
+fn order(symbols: &Symbols, same: impl Fn(&str) -> bool, runs: &[&Blocks]) -> Vec<String> {
+    let mut totals: HashMap<&str, u64> = HashMap::new();
+    for blocks in runs {
+        let files = blocks.per_file.iter().filter(|(file, _)| same(file));
+        for (&offset, &count) in files.flat_map(|(_, offsets)| offsets) {
+            *totals.entry(symbols.function_at(offset)).or_default() += count;
+        }
+    }
+    totals.remove("?");
+    let mut order: Vec<(&str, u64)> = totals.into_iter().collect();
+    order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    order.into_iter().map(|(name, _)| name.to_owned()).collect()
+}
+
 /// A file's loadable segments and functions.
 #[derive(Debug, Default)]
 struct Symbols {
@@ -110,6 +137,11 @@ impl Symbols {
     /// The segments and functions of `file`; a file that cannot be read (QEMU's own `?`) has
     /// none, and its instructions count as `?`.
     fn load(arch: Arch, file: &Path) -> Result<Self, BenchError> {
+        Self::load_named(arch, file, true)
+    }
+
+    /// [`Symbols::load`] with the names demangled or as the linker knows them.
+    fn load_named(arch: Arch, file: &Path, demangled: bool) -> Result<Self, BenchError> {
         if !file.is_file() {
             return Ok(Self::default());
         }
@@ -121,7 +153,10 @@ impl Symbols {
         let mut functions = Vec::new();
         for dynamic in [false, true] {
             let mut command = Command::new(&nm);
-            command.args(["--defined-only", "-C"]);
+            command.arg("--defined-only");
+            if demangled {
+                command.arg("-C");
+            }
             if dynamic {
                 command.arg("-D");
             }
@@ -253,6 +288,26 @@ mod tests {
         assert_eq!(symbols.function_at(0x1004), "main");
         assert_eq!(symbols.function_at(0x1100), "thumb_fn");
         assert_eq!(symbols.function_at(0x5000), "?");
+    }
+
+    #[test]
+    fn the_link_order_lists_the_executed_functions_of_the_file_most_first() {
+        let symbols = Symbols {
+            segments: vec![(0x1000, 0x11000, 0x2000)],
+            functions: vec![
+                (0x11000, "_RNvCs1_4tern4main".to_owned()),
+                (0x11100, "_RNvCs1_4tern3hot".to_owned()),
+                (0x11200, "_RNvCs1_4tern5never".to_owned()),
+            ],
+        };
+        let short =
+            Blocks::parse("/x/tern 1 1004 1008\n/x/tern 50 1100\n/lib/libc.so.6 900 1100\n")
+                .expect("parses");
+        let long =
+            Blocks::parse("/x/tern 1 1004\n/x/tern 100 1104\n/x/tern 3 9000\n").expect("parses");
+        let order = order(&symbols, |file| file == "/x/tern", &[&short, &long]);
+        // Counted in both runs, libc's blocks and the offsets outside every function left out.
+        assert_eq!(order, ["_RNvCs1_4tern3hot", "_RNvCs1_4tern4main"]);
     }
 
     #[test]

@@ -173,7 +173,14 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             payload: publish.payload,
             qos: publish.qos,
             retain: publish.retain,
-            client_id: self.client_id.clone(),
+            // The batch carries the publisher (`ingest`, `RecordHeaders::for_client`); a
+            // retained message is kept on its own and carries it too. One shared count less
+            // per message (issue #29).
+            client_id: if publish.retain {
+                self.client_id.clone()
+            } else {
+                ByteString::new()
+            },
             properties,
             timestamp_ms: self.received_ms,
         };
