@@ -33,6 +33,8 @@ pub struct Message {
     pub payload: Bytes,
     pub qos: QoS,
     pub retain: bool,
+    /// The publisher. A publish a connection queues for the log carries it only when
+    /// retained: its batch carries it for the others (`ingest`, [`RecordHeaders::for_client`]).
     pub client_id: ByteString,
     /// Boxed, as in [`super::codec::InPublish`]: a message moves several times on its way to
     /// the log, and most have no properties (issue #29).
@@ -73,7 +75,7 @@ impl Message {
     pub fn into_record_keyed(mut self, key: &Key, headers: &mut RecordHeaders) -> Record {
         let encoded = self.record_headers(headers);
         let own = &self.client_id;
-        let client_id = || headers.client.as_ref().unwrap_or(own).clone().into_bytes();
+        let client_id = || publisher(&headers.client, own).clone().into_bytes();
         Record {
             timestamp_ms: self.timestamp_ms,
             key: Some(key.take(self.topic.into_bytes(), client_id)),
@@ -247,14 +249,14 @@ impl RecordHeaders {
     }
 
     /// The client id the record of `message` carries.
-    pub fn client_id<'m>(&'m self, message: &'m Message) -> &'m ByteString {
-        self.client.as_ref().unwrap_or(&message.client_id)
+    fn client_id<'m>(&'m self, message: &'m Message) -> &'m ByteString {
+        publisher(&self.client, &message.client_id)
     }
 
     /// Where the shared headers of `message` are: nearly always the previous message's.
     #[inline]
     fn index(&mut self, message: &Message) -> usize {
-        let id = self.client.as_ref().unwrap_or(&message.client_id);
+        let id = publisher(&self.client, &message.client_id);
         match self.shared.get(self.last) {
             Some((qos, retain, client_id, _))
                 if *qos == message.qos && *retain == message.retain && same(client_id, id) =>
@@ -269,7 +271,7 @@ impl RecordHeaders {
     /// added.
     #[inline(never)]
     fn search(&mut self, message: &Message) -> usize {
-        let id = self.client.as_ref().unwrap_or(&message.client_id);
+        let id = publisher(&self.client, &message.client_id);
         let fits = |(qos, retain, client_id, _): &(QoS, bool, ByteString, HeaderBlock)| {
             *qos == message.qos && *retain == message.retain && same(client_id, id)
         };
@@ -285,6 +287,11 @@ impl RecordHeaders {
 }
 
 static EMPTY: HeaderBlock = HeaderBlock::EMPTY;
+
+/// The client id a record carries: the batch's publisher if it has one, else the message's own.
+fn publisher<'a>(batch: &'a Option<ByteString>, own: &'a ByteString) -> &'a ByteString {
+    batch.as_ref().unwrap_or(own)
+}
 
 /// Whether two client ids are equal, at a glance when both are the connection's one copy.
 fn same(a: &ByteString, b: &ByteString) -> bool {
