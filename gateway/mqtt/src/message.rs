@@ -107,11 +107,16 @@ impl Message {
     /// The headers after the topic, which a connection's messages share, for publisher
     /// `client_id`.
     fn shared_headers(&self, client_id: &ByteString) -> HeaderBlock {
-        HeaderBlock::new(&[
+        HeaderBlock::new(&self.shared_entries(client_id))
+    }
+
+    /// The entries of [`Message::shared_headers`], before encoding.
+    fn shared_entries<'a>(&self, client_id: &'a ByteString) -> [(&'static str, &'a [u8]); 3] {
+        [
             (QOS, qos_value(self.qos)),
             (RETAIN, retain_value(self.retain)),
-            (CLIENT_ID, &client_id.as_bytes()[..]),
-        ])
+            (CLIENT_ID, client_id.as_bytes()),
+        ]
     }
 
     /// The message a record holds; `None` for records not written by the MQTT server.
@@ -223,17 +228,10 @@ impl RecordHeaders {
         let mut size = 0;
         for message in messages {
             if message.properties.is_none() {
-                // The shared headers' size, told from the message without encoding them (the
-                // values of QoS and retain flag are one byte each).
-                let id: &[u8] = headers.client_id(message).as_bytes();
+                // The shared headers' size, told from their entries without encoding them.
                 let topic: &[u8] = message.topic.as_bytes();
-                let entries: [(&str, &[u8]); 4] = [
-                    (TOPIC, topic),
-                    (QOS, b"0".as_slice()),
-                    (RETAIN, b"0"),
-                    (CLIENT_ID, id),
-                ];
-                size += Headers::encoded_size(&entries);
+                let shared = message.shared_entries(headers.client_id(message));
+                size += Headers::encoded_size(&[(TOPIC, topic)]) + Headers::encoded_size(&shared);
             }
         }
         headers.arena.reserve(size);

@@ -97,7 +97,7 @@ pub fn validate_filter(filter: &str, limits: &TopicLimits) -> Result<(), TopicEr
 fn common<'a>(raw: &'a [u8], limits: &TopicLimits) -> Result<(&'a str, Scan), TopicError> {
     length(raw, limits)?;
     let text = std::str::from_utf8(raw).map_err(|_| TopicError::NotUtf8)?;
-    Ok((text, scanned(raw, limits)?))
+    Ok((text, checked(Scan::of(raw), limits)?))
 }
 
 /// The checks of [`common`] before the UTF-8 one: not empty, not too long.
@@ -114,12 +114,8 @@ fn length(raw: &[u8], limits: &TopicLimits) -> Result<(), TopicError> {
     Ok(())
 }
 
-/// The checks of [`common`] after the UTF-8 one: no NUL, not too many levels.
-fn scanned(raw: &[u8], limits: &TopicLimits) -> Result<Scan, TopicError> {
-    checked(Scan::of(raw), limits)
-}
-
-/// The checks of [`scanned`] on a scan made already.
+/// The checks of [`common`] after the UTF-8 one, on the topic's scan: no NUL, not too many
+/// levels.
 fn checked(scan: Scan, limits: &TopicLimits) -> Result<Scan, TopicError> {
     if scan.nul {
         return Err(TopicError::Nul);
