@@ -261,7 +261,8 @@ pub fn encode_batch(base_offset: u64, generation: u32, records: &[Record], out: 
 }
 
 /// [`encode_batch`] of records that arrived compressed with `codec`, from `producer` if an
-/// idempotent producer sent them.
+/// idempotent producer sent them. Returns the batch's max timestamp (its header's), so the
+/// writer's index needs no second pass over the records.
 pub fn encode_batch_with(
     base_offset: u64,
     generation: u32,
@@ -269,7 +270,7 @@ pub fn encode_batch_with(
     producer: Option<&ProducerStamp>,
     records: &[Record],
     out: &mut Vec<u8>,
-) {
+) -> i64 {
     let start = out.len();
     let first = records.first().map_or(0, |r| r.timestamp_ms);
     let max = records
@@ -301,6 +302,7 @@ pub fn encode_batch_with(
     if let Some(field) = out.get_mut(start + 4..start + 8) {
         field.copy_from_slice(&crc.to_le_bytes());
     }
+    max
 }
 
 /// CRC32C over a whole batch except its own CRC field (bytes 0..4 and 8..end).
@@ -481,19 +483,14 @@ pub fn put_uvarint(out: &mut Vec<u8>, v: u64) {
     }
 }
 
+/// [`put_uvarint`] of a value of two bytes or more, a byte at a time: copying a few bytes from a
+/// stack buffer was a `memcpy` call per record for the record's length (issue #29).
 fn put_long_uvarint(out: &mut Vec<u8>, mut v: u64) {
-    let mut bytes = [0u8; 10];
-    let mut n = 0;
-    for byte in bytes.iter_mut() {
-        n += 1;
-        if v < 0x80 {
-            *byte = v as u8;
-            break;
-        }
-        *byte = (v as u8) | 0x80;
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
         v >>= 7;
     }
-    out.extend_from_slice(bytes.get(..n).unwrap_or_default());
+    out.push(v as u8);
 }
 
 #[inline]

@@ -332,17 +332,14 @@ impl Partition {
         for &(count, (codec, producer)) in counts {
             let (these, after) = rest.split_at(count.min(rest.len()));
             let start = buf.len();
-            batch::encode_batch_with(first, generation, codec, producer.as_ref(), these, buf);
+            let max_ts =
+                batch::encode_batch_with(first, generation, codec, producer.as_ref(), these, buf);
             w.frames.push(Frame {
                 pos: w.pos + start as u64,
                 len: (buf.len() - start) as u64,
                 base: first,
                 count: these.len() as u64,
-                max_ts: these
-                    .iter()
-                    .map(|r| r.timestamp_ms)
-                    .max()
-                    .unwrap_or(i64::MIN),
+                max_ts,
             });
             (rest, first) = (after, first + these.len() as u64);
         }

@@ -293,6 +293,9 @@ enum Event {
     Kicked,
     KeepAliveExpired,
     Throttled,
+    /// The timer fired before the deadline it stands for, which a read moved later: it is set
+    /// for that deadline on the next turn.
+    Postponed,
     Shutdown,
     Tick,
 }
@@ -313,16 +316,35 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             .then(|| tokio::time::interval(Duration::from_secs(1)));
         Box::pin(self.resume()).await?;
         Box::pin(self.join_groups()).await;
+        // The futures of the loop's rare events live across its turns: built anew on every
+        // turn, each registered itself (a timer in the wheel, a waiter on a lock-guarded list)
+        // and took itself off again, several times per read (issue #29).
+        let stop = shutdown.wait();
+        tokio::pin!(stop);
+        let wake = Arc::clone(&self.wake);
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        // While tern itself stops reading (rate limit), the client's pings wait unread: one
+        // timer serves both, the end of the throttle or else the keep-alive deadline (one timer
+        // in every idle connection's task, not two). It is set for the earliest deadline due
+        // and set again only when a deadline comes earlier or it fires before the deadline
+        // it stands for (a read moves the keep-alive deadline later): not once per read.
+        let alarm = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(alarm);
+        let mut armed: Option<Instant> = None;
         loop {
             self.flush().await?;
             let throttled = self.rate.resume_at();
-            // While tern itself stops reading (rate limit), the client's pings wait unread: one
-            // timer serves both, the end of the throttle or else the keep-alive deadline (one
-            // timer in every idle connection's task, not two: issue #29).
-            let timer = match throttled {
+            let due = match throttled {
                 Some(until) => Some(until),
                 None => self.keep_alive.map(|k| self.last_packet + k),
             };
+            if let Some(due) = due {
+                if armed.is_none_or(|at| due < at) {
+                    alarm.as_mut().reset(due);
+                    armed = Some(due);
+                }
+            }
             let can_read = throttled.is_none()
                 && self.pending.len() < usize::from(self.broker.config.inflight) * 2;
             if can_read {
@@ -335,20 +357,22 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 read = reader.read_buf(&mut inbuf.bytes), if can_read => Event::Read(read),
                 stored = appends::join_oldest(&mut self.appending) => Event::Stored(stored),
                 saved = self.saves.saved() => Event::Saved(saved),
-                () = self.wake.notified() => Event::Wake,
-                changed = self.room.changed(), if capped => match changed {
-                    Ok(()) => Event::Room,
-                    Err(_) => Event::Wake,
-                },
+                () = &mut woken => Event::Wake,
+                // An error: the sender is gone (the process ends); delivering goes on.
+                _ = self.room.changed(), if capped => Event::Room,
                 (filter, delivery) = self.groups.recv(), if !self.window_full() => {
                     Event::Shared(filter, delivery)
                 }
                 () = self.kick.notified() => Event::Kicked,
-                () = sleep_until(timer) => match throttled {
-                    Some(_) => Event::Throttled,
-                    None => Event::KeepAliveExpired,
+                () = &mut alarm, if armed.is_some() => match (armed.take(), due) {
+                    // The deadline it was set for is still the one due: it passed.
+                    (Some(fired), Some(due)) if due <= fired => match throttled {
+                        Some(_) => Event::Throttled,
+                        None => Event::KeepAliveExpired,
+                    },
+                    _ => Event::Postponed,
                 },
-                () = shutdown.wait() => Event::Shutdown,
+                () = &mut stop => Event::Shutdown,
                 () = next_tick(&mut tick) => Event::Tick,
             };
             match event {
@@ -370,7 +394,11 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 Event::Stored(done) => self.stored(done)?,
                 Event::Saved(saved) => Box::pin(self.saved(saved)).await?,
                 // Boxed: delivering is the run loop's largest future (idle memory, issue #29).
-                Event::Wake | Event::Room => Box::pin(self.deliver_more()).await?,
+                Event::Wake => {
+                    woken.set(wake.notified());
+                    Box::pin(self.deliver_more()).await?;
+                }
+                Event::Room => Box::pin(self.deliver_more()).await?,
                 Event::Shared(filter, delivery) => {
                     Box::pin(self.deliver_shared(filter, delivery)).await?;
                 }
@@ -393,6 +421,7 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
                 }
                 Event::Tick => Box::pin(self.commit_cursors()).await?,
                 Event::Throttled => self.last_packet = Instant::now(),
+                Event::Postponed => {}
             }
         }
     }
@@ -449,6 +478,9 @@ impl<S: LogPort, W: AsyncWrite + Send + 'static> Connection<S, W> {
             return Ok(());
         }
         tokio::select! {
+            // The write first: it nearly always completes at once, and the other two are then
+            // never polled, so never registered (issue #29).
+            biased;
             written = self.writer.write_all(&self.out) => written?,
             () = self.kick.notified() => {
                 self.kick.notify_one();
@@ -564,13 +596,6 @@ async fn next_tick(tick: &mut Option<tokio::time::Interval>) {
         Some(tick) => {
             tick.tick().await;
         }
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
     }
 }

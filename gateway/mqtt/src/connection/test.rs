@@ -328,6 +328,29 @@ async fn a_persistent_session_resumes_after_reconnect_and_restart() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_keep_alive_deadline_follows_each_packet_and_closes_a_silent_client() {
+    let h = Harness::new(MemoryLog::new(1)).await;
+    // Keep alive 60 s: tern allows one and a half times it, 90 s, after each packet.
+    let mut c = h.connect(Version::V4, "pinger", true).await;
+    for _ in 0..4 {
+        // Past the deadline that held when the timer was set, never past the one due now.
+        tokio::time::sleep(Duration::from_secs(80)).await;
+        c.send(&[0xc0, 0]).await;
+        assert_eq!(c.frame().await, [0xd0, 0], "a PINGRESP: still connected");
+    }
+    let silent = tokio::time::Instant::now();
+    assert!(
+        c.closed(Duration::from_secs(120)).await,
+        "a silent client is closed"
+    );
+    let waited = silent.elapsed();
+    assert!(
+        waited >= Duration::from_secs(90) && waited < Duration::from_secs(91),
+        "closed {waited:?} after its last packet"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_retained_update_refused_by_a_full_disk_is_backpressure_not_a_disconnect() {
     let log = MemoryLog::new(1);
     let h = Harness::new(log.clone()).await;
