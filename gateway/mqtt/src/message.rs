@@ -226,12 +226,23 @@ impl RecordHeaders {
             last: 0,
         };
         let mut size = 0;
+        // The shared headers' size for the previous message's client id: their QoS and retain
+        // values are one byte each, whatever the message, so only another client id changes
+        // it. Told from their entries once, not per message (issue #29).
+        let mut shared: Option<(&ByteString, usize)> = None;
         for message in messages {
             if message.properties.is_none() {
-                // The shared headers' size, told from their entries without encoding them.
                 let topic: &[u8] = message.topic.as_bytes();
-                let shared = message.shared_entries(headers.client_id(message));
-                size += Headers::encoded_size(&[(TOPIC, topic)]) + Headers::encoded_size(&shared);
+                let id = headers.client_id(message);
+                let shared_size = match shared {
+                    Some((last, size)) if same(last, id) => size,
+                    _ => {
+                        let size = Headers::encoded_size(&message.shared_entries(id));
+                        shared = Some((id, size));
+                        size
+                    }
+                };
+                size += Headers::encoded_size(&[(TOPIC, topic)]) + shared_size;
             }
         }
         headers.arena.reserve(size);
