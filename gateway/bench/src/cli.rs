@@ -786,6 +786,11 @@ pub struct IcountArgs {
     /// --idle-clients idle clients) [default: publish].
     #[arg(long, value_enum)]
     pub measure: Vec<Measure>,
+    /// Pairs of publish runs (N and 2N messages) per broker and architecture: the table shows
+    /// the median pair and lists every pair's figure. tern's count follows how many publishes
+    /// a batch gathers, so it moves by several percent from run to run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub runs: u16,
     /// Records of the consume and forward runs' short backlog (the long one holds twice as
     /// many).
     #[arg(long, default_value_t = 20_000)]
@@ -829,6 +834,7 @@ impl IcountArgs {
             self_test_only: self.self_test,
             symbols: self.symbols,
             link_order: self.link_order.clone(),
+            runs: usize::from(self.runs),
             measures: match self.measure.is_empty() {
                 true => vec![Measure::Publish],
                 false => self.measure.clone(),

@@ -142,6 +142,9 @@ pub struct IcountOptions {
     pub link_order: Option<PathBuf>,
     /// What to count (`--measure`).
     pub measures: Vec<Measure>,
+    /// Pairs of publish runs per broker (`--runs`): tern's count follows how many publishes a
+    /// batch gathers, so one pair is one draw.
+    pub runs: usize,
     /// Records of the short consume and forward runs' backlog (the long one holds twice as many).
     pub records: u64,
     /// Bootstrap servers of the cluster the forward runs send to.
@@ -349,10 +352,23 @@ impl Runs<'_> {
         broker: &'static str,
         start: impl Fn(&Outputs) -> Result<Server, BenchError>,
     ) -> Result<BrokerCount, BenchError> {
-        let (short, short_blocks) = self.count(broker, &start, self.options.messages)?;
-        let (long, long_blocks) = self.count(broker, &start, 2 * self.options.messages)?;
         let messages = (self.options.publishers * self.options.messages) as u64;
+        let mut pairs = Vec::with_capacity(self.options.runs);
+        for _ in 0..self.options.runs.max(1) {
+            let short = self.count(broker, &start, self.options.messages)?;
+            let long = self.count(broker, &start, 2 * self.options.messages)?;
+            pairs.push((short, long));
+        }
+        let figures: Vec<f64> = pairs
+            .iter()
+            .map(|((short, _), (long, _))| {
+                BrokerCount::new(self.arch, broker, messages, *short, *long).insns_per_message
+            })
+            .collect();
+        let median = report::median_index(&figures).unwrap_or_default();
+        let ((short, short_blocks), (long, long_blocks)) = pairs.swap_remove(median);
         let mut count = BrokerCount::new(self.arch, broker, messages, short, long);
+        count.runs = figures;
         if let (Some(top), Some(short), Some(long)) =
             (self.options.symbols, short_blocks, long_blocks)
         {

@@ -23,6 +23,9 @@ pub struct BrokerCount {
     pub short_insns: u64,
     pub long_insns: u64,
     pub insns_per_message: f64,
+    /// Instructions per message of every pair of runs (`--runs`), in run order; the counts
+    /// above are the median pair's.
+    pub runs: Vec<f64>,
     /// The functions doing most of that work, most first (`--symbols N`; else empty).
     pub functions: Vec<Share>,
 }
@@ -36,9 +39,17 @@ impl BrokerCount {
             short_insns: short,
             long_insns: long,
             insns_per_message: (long as f64 - short as f64) / messages.max(1) as f64,
+            runs: Vec::new(),
             functions: Vec::new(),
         }
     }
+}
+
+/// Where the median of `figures` is (the lower middle of an even count); `None` when empty.
+pub fn median_index(figures: &[f64]) -> Option<usize> {
+    let mut order: Vec<usize> = (0..figures.len()).collect();
+    order.sort_by(|&a, &b| figures[a].total_cmp(&figures[b]));
+    order.get(figures.len().saturating_sub(1) / 2).copied()
 }
 
 /// Everything `tern-bench icount` measured, with the command line that ran it.
@@ -154,6 +165,17 @@ impl Report {
                 count.short_insns,
                 count.long_insns,
                 count.insns_per_message
+            )?;
+        }
+        for count in self.brokers.iter().filter(|c| c.runs.len() > 1) {
+            let runs: Vec<String> = count.runs.iter().map(|r| format!("{r:.0}")).collect();
+            writeln!(
+                f,
+                "  {:<8} {:<10} insns/msg of each of {} runs: {} (the row above: the median)",
+                count.arch.name(),
+                count.broker,
+                count.runs.len(),
+                runs.join(" ")
             )?;
         }
         for arch in Arch::ALL {
@@ -357,5 +379,15 @@ mod tests {
         report.brokers.pop();
         assert_eq!(report.ratio(Arch::Aarch64, "mosquitto"), None);
         assert!(report.to_string().contains("insns/msg"));
+    }
+
+    #[test]
+    fn the_median_run_is_the_middle_figure_or_the_lower_middle_of_an_even_count() {
+        assert_eq!(median_index(&[]), None);
+        assert_eq!(median_index(&[7.0]), Some(0));
+        assert_eq!(median_index(&[3.0, 1.0, 2.0]), Some(2));
+        assert_eq!(median_index(&[4.0, 1.0, 3.0, 2.0]), Some(3));
+        // Equal figures keep their run order: the middle of 1, 5, 5, 5, 9 is the second 5.
+        assert_eq!(median_index(&[5.0, 5.0, 1.0, 9.0, 5.0]), Some(1));
     }
 }
