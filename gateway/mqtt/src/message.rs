@@ -235,11 +235,11 @@ impl RecordHeaders {
                 let topic: &[u8] = message.topic.as_bytes();
                 let id = headers.client_id(message);
                 let shared_size = match shared {
-                    Some((last, size)) if same(last, id) => size,
+                    Some((last, known)) if same(last, id) => known,
                     _ => {
-                        let size = Headers::encoded_size(&message.shared_entries(id));
-                        shared = Some((id, size));
-                        size
+                        let told = Headers::encoded_size(&message.shared_entries(id));
+                        shared = Some((id, told));
+                        told
                     }
                 };
                 size += Headers::encoded_size(&[(TOPIC, topic)]) + shared_size;
