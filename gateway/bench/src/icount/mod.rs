@@ -355,19 +355,19 @@ impl Runs<'_> {
         let messages = (self.options.publishers * self.options.messages) as u64;
         let mut pairs = Vec::with_capacity(self.options.runs);
         for _ in 0..self.options.runs.max(1) {
-            let short = self.count(broker, &start, self.options.messages)?;
-            let long = self.count(broker, &start, 2 * self.options.messages)?;
-            pairs.push((short, long));
+            let (short, short_blocks) = self.count(broker, &start, self.options.messages)?;
+            let (long, long_blocks) = self.count(broker, &start, 2 * self.options.messages)?;
+            let count = BrokerCount::new(self.arch, broker, messages, short, long);
+            pairs.push((count, short_blocks, long_blocks));
         }
-        let figures: Vec<f64> = pairs
-            .iter()
-            .map(|((short, _), (long, _))| {
-                BrokerCount::new(self.arch, broker, messages, *short, *long).insns_per_message
-            })
-            .collect();
-        let median = report::median_index(&figures).unwrap_or_default();
-        let ((short, short_blocks), (long, long_blocks)) = pairs.swap_remove(median);
-        let mut count = BrokerCount::new(self.arch, broker, messages, short, long);
+        let figures: Vec<f64> = pairs.iter().map(|(c, ..)| c.insns_per_message).collect();
+        let median = crate::stats::median_run(pairs, |(c, ..)| c.insns_per_message);
+        let Some((mut count, short_blocks, long_blocks)) = median else {
+            return Err(BenchError::Tool {
+                program: broker.to_owned(),
+                message: "no publish run".into(),
+            });
+        };
         count.runs = figures;
         if let (Some(top), Some(short), Some(long)) =
             (self.options.symbols, short_blocks, long_blocks)

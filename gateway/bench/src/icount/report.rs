@@ -45,13 +45,6 @@ impl BrokerCount {
     }
 }
 
-/// Where the median of `figures` is (the lower middle of an even count); `None` when empty.
-pub fn median_index(figures: &[f64]) -> Option<usize> {
-    let mut order: Vec<usize> = (0..figures.len()).collect();
-    order.sort_by(|&a, &b| figures[a].total_cmp(&figures[b]));
-    order.get(figures.len().saturating_sub(1) / 2).copied()
-}
-
 /// Everything `tern-bench icount` measured, with the command line that ran it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
@@ -379,15 +372,5 @@ mod tests {
         report.brokers.pop();
         assert_eq!(report.ratio(Arch::Aarch64, "mosquitto"), None);
         assert!(report.to_string().contains("insns/msg"));
-    }
-
-    #[test]
-    fn the_median_run_is_the_middle_figure_or_the_lower_middle_of_an_even_count() {
-        assert_eq!(median_index(&[]), None);
-        assert_eq!(median_index(&[7.0]), Some(0));
-        assert_eq!(median_index(&[3.0, 1.0, 2.0]), Some(2));
-        assert_eq!(median_index(&[4.0, 1.0, 3.0, 2.0]), Some(3));
-        // Equal figures keep their run order: the middle of 1, 5, 5, 5, 9 is the second 5.
-        assert_eq!(median_index(&[5.0, 5.0, 1.0, 9.0, 5.0]), Some(1));
     }
 }

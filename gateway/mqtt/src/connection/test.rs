@@ -333,8 +333,9 @@ async fn the_keep_alive_deadline_follows_each_packet_and_closes_a_silent_client(
     // Keep alive 60 s: tern allows one and a half times it, 90 s, after each packet.
     let mut c = h.connect(Version::V4, "pinger", true).await;
     for _ in 0..4 {
-        // Past the deadline that held when the timer was set, never past the one due now.
-        tokio::time::sleep(Duration::from_secs(80)).await;
+        // The paused clock moves past the deadline that held when the timer was set, never
+        // past the one due now.
+        tokio::time::advance(Duration::from_secs(80)).await;
         c.send(&[0xc0, 0]).await;
         assert_eq!(c.frame().await, [0xd0, 0], "a PINGRESP: still connected");
     }
